@@ -1,0 +1,50 @@
+"""Rerankers from settings, for the knowledge base, CLI and server (none of which should know reranker classes).
+
+Example::
+
+    from ctxrag.compressors.factory import build_reranker
+    reranker = build_reranker("jina")          # settings.rerank: base_url, model, api_key, timeout, top_n
+    build_reranker("none")                     # None: keep the fused order
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from langchain_core.documents import BaseDocumentCompressor
+
+from ctxrag.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ctxrag.settings import Settings
+
+RERANKER_KINDS = ("none", "jina", "llm")
+
+
+def build_reranker(kind: str | None = None, settings: Settings | None = None) -> BaseDocumentCompressor | None:
+    """``"none"`` -> None, ``"jina"`` -> `JinaReranker`, ``"llm"`` -> `LLMReranker` over ``make_chat_model``.
+
+    ``kind=None`` uses ``settings.rerank.provider``. Raises `ConfigError` naming the bad kind.
+    """
+    from ctxrag.settings import get_settings
+
+    settings = settings or get_settings()
+    rerank = settings.rerank
+    name = (kind if kind is not None else rerank.provider).strip().lower()
+    if name == "none":
+        return None
+    if name == "jina":
+        from ctxrag.compressors.jina import JinaReranker
+
+        return JinaReranker(
+            base_url=rerank.base_url,
+            model=rerank.model,
+            api_key=rerank.api_key,
+            timeout=rerank.timeout,
+            top_n=rerank.top_n,
+        )
+    if name == "llm":
+        from ctxrag.compressors.llm_rerank import LLMReranker
+        from ctxrag.models.chat import make_chat_model
+
+        return LLMReranker(llm=make_chat_model(settings), top_n=rerank.top_n, language=settings.language)
+    raise ConfigError(f"unknown reranker {kind!r}; choose one of: {', '.join(RERANKER_KINDS)}")

@@ -1,0 +1,49 @@
+"""Exceptions raised by ctxrag. Every message names the offending file, field or value."""
+from __future__ import annotations
+
+
+class CtxragError(Exception):
+    """Base class of every error ctxrag raises on purpose."""
+
+
+class ConfigError(CtxragError, ValueError):
+    """A setting or option has a bad value."""
+
+
+class LoadError(CtxragError):
+    """A file could not be loaded (missing, empty, binary, unsupported, corrupt)."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class KnowledgeBaseNotFound(CtxragError, KeyError):
+    """The named knowledge base does not exist."""
+
+    def __init__(self, name: str, home: object) -> None:
+        self.name = name
+        super().__init__(f"unknown knowledge base {name!r} (none under {home}); create it with `ctxrag ingest PATH --kb {name}`")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class DocumentNotFound(CtxragError, KeyError):
+    """No document with that id or source is stored."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class IndexCorruptError(CtxragError):
+    """An index file on disk is missing, truncated or not what it claims to be."""
+
+
+class ModelError(CtxragError):
+    """A model (chat, embeddings, rerank) could not be loaded or reached, or answered garbage."""
+
+
+class ModelFileError(ModelError):
+    """The local model file could not be assembled or failed its checksum."""

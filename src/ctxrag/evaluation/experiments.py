@@ -1,0 +1,199 @@
+"""Experiment configurations: which retrieval setup to evaluate, by built-in name, YAML file or Python.
+
+Built-in names: ``dense``, ``bm25``, ``hybrid``, ``hybrid-rerank-llm``, ``hybrid-rerank-jina``, ``graph``; prefix any
+with ``contextual-`` (or give ``--contexts FILE``) to index ``context + "\\n\\n" + chunk`` instead of the chunk.
+
+YAML holds one mapping, a list of mappings, or ``{configs: [...]}``; each mapping has the fields of `ExperimentConfig`
+and may start from a built-in with ``base: hybrid``.
+
+Example::
+
+    from ctxrag.evaluation.experiments import ExperimentConfig, resolve_config
+    resolve_config("contextual-hybrid").retrieval     # RetrievalMode.HYBRID
+    ExperimentConfig(name="mine", retrieval="hybrid", weights=[0.7, 0.3], fetch_k=40)
+"""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ctxrag.errors import ConfigError, LoadError
+
+
+class _Choice(str, Enum):
+    @classmethod
+    def from_str(cls, value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        key = str(value).strip().lower().replace("_", "-")
+        for member in cls:
+            if member.value == key:
+                return member
+        raise ValueError(f"unknown {cls.__name__} {value!r}; choose one of: {', '.join(m.value for m in cls)}")
+
+
+class RetrievalMode(_Choice):
+    """Which first-stage retriever(s)."""
+
+    DENSE = "dense"
+    BM25 = "bm25"
+    HYBRID = "hybrid"
+    GRAPH = "graph"
+
+
+class RerankMode(_Choice):
+    """Optional second stage over the fused candidates."""
+
+    NONE = "none"
+    LLM = "llm"
+    JINA = "jina"
+
+
+class ExperimentConfig(BaseModel):
+    """One retrieval setup to evaluate.
+
+    Example::
+
+        ExperimentConfig(name="hybrid-0.7", retrieval="hybrid", weights=[0.7, 0.3])
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    retrieval: RetrievalMode = RetrievalMode.DENSE
+    contextual: bool = False
+    """Index chunks with their contexts prepended (contexts from ``contexts_file`` or the dataset's own)."""
+    contexts_file: Path | None = None
+    fusion: str = "rrf"
+    """Fusion mode for hybrid: rrf, relative_score, dbsf."""
+    weights: list[float] | None = None
+    """Hybrid weights, [dense, bm25]; None: equal."""
+    c: float = 60
+    """RRF rank constant."""
+    fetch_k: int = Field(default=50, ge=1)
+    """Candidates each first-stage retriever returns (and the reranker sees)."""
+    rerank: RerankMode = RerankMode.NONE
+    rerank_top_n: int = Field(default=20, ge=1)
+    """How many fused candidates go to the reranker."""
+
+    @field_validator("retrieval", mode="before")
+    @classmethod
+    def _retrieval(cls, v: Any) -> RetrievalMode:
+        return RetrievalMode.from_str(v)
+
+    @field_validator("rerank", mode="before")
+    @classmethod
+    def _rerank(cls, v: Any) -> RerankMode:
+        return RerankMode.from_str("none" if v in (None, False) else v)
+
+    @field_validator("fusion")
+    @classmethod
+    def _fusion(cls, v: str) -> str:
+        from ctxrag.retrievers.fusion import FusionMode
+
+        return FusionMode.from_str(v).value
+
+    @model_validator(mode="after")
+    def _check(self) -> ExperimentConfig:
+        if self.contexts_file is not None:
+            self.contextual = True
+        if self.weights is not None and self.retrieval is RetrievalMode.HYBRID and len(self.weights) != 2:
+            raise ValueError(f"hybrid weights must be [dense, bm25], got {self.weights}")
+        return self
+
+    def contextualized(self, contexts_file: Path | None = None) -> ExperimentConfig:
+        """The same setup over contextualized chunks (name prefixed ``contextual-``)."""
+        name = self.name if self.contextual else f"contextual-{self.name}"
+        return self.model_copy(update={"name": name, "contextual": True,
+                                       "contexts_file": contexts_file or self.contexts_file})
+
+
+BUILTINS: dict[str, ExperimentConfig] = {
+    c.name: c
+    for c in [
+        ExperimentConfig(name="dense", retrieval="dense"),
+        ExperimentConfig(name="bm25", retrieval="bm25"),
+        ExperimentConfig(name="hybrid", retrieval="hybrid"),
+        ExperimentConfig(name="hybrid-rerank-llm", retrieval="hybrid", rerank="llm"),
+        ExperimentConfig(name="hybrid-rerank-jina", retrieval="hybrid", rerank="jina"),
+        ExperimentConfig(name="graph", retrieval="graph"),
+    ]
+}
+
+ANTHROPIC_DEFAULTS = ("dense", "bm25", "hybrid", "contextual-dense", "contextual-bm25", "contextual-hybrid")
+"""What ``ctxrag eval retrieval --format anthropic`` runs when no --config is given."""
+
+
+def builtin(name: str) -> ExperimentConfig:
+    """A built-in config; ``contextual-NAME`` gives its contextual variant."""
+    key = name.strip().lower()
+    contextual = key.startswith("contextual-")
+    base = key[len("contextual-"):] if contextual else key
+    if base not in BUILTINS:
+        names = ", ".join(list(BUILTINS) + ["contextual-<name>"])
+        raise ConfigError(f"unknown config {name!r}: not a built-in ({names}) nor an existing YAML file")
+    cfg = BUILTINS[base]
+    return cfg.contextualized() if contextual else cfg
+
+
+def _from_mapping(data: Any, where: str) -> ExperimentConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of config fields, got {type(data).__name__}")
+    data = dict(data)
+    base = data.pop("base", None)
+    try:
+        if base is not None:
+            start = builtin(str(base)).model_dump()
+            start.update(data)
+            return ExperimentConfig(**start)
+        return ExperimentConfig(**data)
+    except ValidationError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def load_configs(path: str | Path) -> list[ExperimentConfig]:
+    """Configs from a YAML file (one mapping, a list, or ``{configs: [...]}``)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LoadError(path, "no such file") from None
+    except yaml.YAMLError as e:
+        raise LoadError(path, f"invalid YAML: {e}") from None
+    if isinstance(data, dict) and "configs" in data:
+        data = data["configs"]
+    items = data if isinstance(data, list) else [data]
+    if not items or items == [None]:
+        raise LoadError(path, "no configurations in the file")
+    return [_from_mapping(item, f"{path} item {i}") for i, item in enumerate(items)]
+
+
+def resolve_config(spec: str | Path | ExperimentConfig | dict[str, Any]) -> list[ExperimentConfig]:
+    """A built-in name, a YAML path, a dict or a config -> list of configs."""
+    if isinstance(spec, ExperimentConfig):
+        return [spec]
+    if isinstance(spec, dict):
+        return [_from_mapping(spec, "config")]
+    text = str(spec)
+    if text.endswith((".yaml", ".yml")) or Path(text).is_file():
+        return load_configs(text)
+    return [builtin(text)]
+
+
+def resolve_configs(specs: list[Any], contexts_file: Path | None = None) -> list[ExperimentConfig]:
+    """Resolve every spec; with ``contexts_file`` every config becomes contextual over that file."""
+    out: list[ExperimentConfig] = []
+    for spec in specs:
+        for cfg in resolve_config(spec):
+            out.append(cfg.contextualized(contexts_file) if contexts_file is not None else cfg)
+    names = [c.name for c in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"config names must be unique, repeated: {dupes}")
+    if not out:
+        raise ConfigError("no configurations to run")
+    return out

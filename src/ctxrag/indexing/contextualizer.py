@@ -1,0 +1,546 @@
+"""Contextual retrieval: an LLM writes a short context situating each chunk in its whole document.
+
+The context is stored in the chunk's metadata and prepended (or appended, see `ctxrag.indexing.placement`) to the
+text that is embedded and BM25-indexed; the chunk's own text stays what users see and cite.
+
+Cost control: a persistent cache (`ContextCache`) so unchanged text is never sent twice; for each document the first
+chunk's request goes alone (it warms the server's prefix cache with the document), then the rest with bounded
+concurrency; retries with exponential backoff; documents over the model's window are windowed around the chunk.
+When no LLM is reachable the chunk gets a deterministic header (title > heading path) instead, and the report says so.
+
+Example::
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from ctxrag.indexing import Contextualizer
+    fake = GenericFakeChatModel(messages=iter([AIMessage("From ACME's 2023 annual report.")]))
+    ctx = Contextualizer(fake, cache=None)
+    ctx.contextualize_document("ACME annual report 2023. ... Revenue grew 3%.", ["Revenue grew 3%."], title="ACME")
+    # ["From ACME's 2023 annual report."]
+    print(ctx.report())
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tqdm.auto import tqdm
+
+from ctxrag.indexing.context_cache import CacheKey, ContextCache
+from ctxrag.indexing.windowing import window_document
+from ctxrag.prompts.contextual import ContextPrompt, default_context_prompts
+from ctxrag.schema import content_hash
+from ctxrag.text import detect_language, estimate_tokens
+
+logger = logging.getLogger(__name__)
+
+_LABEL = re.compile(r"^\s*(?:\*\*)?(?:succinct context|context|上下文|背景)(?:\*\*)?\s*[:：]\s*", re.IGNORECASE)
+_TRANSIENT_NAMES = {
+    "APIConnectionError", "APITimeoutError", "RateLimitError", "InternalServerError", "ServiceUnavailableError",
+    "OverloadedError", "ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "RemoteProtocolError",
+}  # fmt: skip
+_MIN_DOCUMENT_TOKENS = 64
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Connection failures, timeouts, 429 and 5xx: worth a retry."""
+    for e in _chain(exc):
+        if isinstance(e, (ConnectionError, TimeoutError, httpx.TransportError)) or type(e).__name__ in _TRANSIENT_NAMES:
+            return True
+        status = getattr(e, "status_code", None)
+        if isinstance(status, int) and (status == 429 or status >= 500):
+            return True
+    return False
+
+
+def is_unreachable_error(exc: BaseException) -> bool:
+    """Nothing listens there (connection refused, unknown host): not a timeout of a busy server."""
+    for e in _chain(exc):
+        if isinstance(e, ConnectionRefusedError) or type(e).__name__ in {"ConnectError", "APIConnectionError"}:
+            return True
+    return False
+
+
+def clean_context(text: str, max_chars: int = 600) -> str:
+    """Strip, drop a leading "Context:"/"上下文：" label, collapse whitespace, cap at `max_chars` on a word boundary."""
+    text = _LABEL.sub("", text.strip())
+    text = " ".join(text.split()).strip().strip('"').strip()
+    if len(text) > max_chars:
+        cut = text[:max_chars]
+        space = cut.rfind(" ")
+        text = (cut[:space] if space > max_chars // 2 else cut).rstrip()
+    return text
+
+
+def fallback_header(title: str = "", heading_path: str = "") -> str:
+    """The deterministic context used when no LLM answers: "title > heading path" (either part may be empty)."""
+    return " > ".join(part.strip() for part in (title, heading_path) if part and part.strip())
+
+
+@dataclass
+class ContextReport:
+    """What contextualizing cost. `usage` says whether token counts came from the model ('reported'), were estimated
+    from the text ('estimated'), both ('mixed') or there were no calls ('none')."""
+
+    documents: int = 0
+    chunks: int = 0
+    contextualized: int = 0
+    """Chunks whose context the LLM wrote in this run."""
+    cache_hits: int = 0
+    llm_calls: int = 0
+    """Requests sent, retries included."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usage: Literal["reported", "estimated", "mixed", "none"] = "none"
+    fallbacks: int = 0
+    """Chunks given the deterministic header because the LLM failed or was unreachable."""
+    windowed: int = 0
+    """Chunks whose document was cut to a window because it exceeded the model's context."""
+    seconds: float = 0.0
+    fallback_reason: str | None = None
+
+    def __str__(self) -> str:
+        text = (
+            f"contexts: {self.chunks} chunks in {self.documents} documents, {self.contextualized} by the LLM "
+            f"({self.llm_calls} calls), {self.cache_hits} cached, {self.fallbacks} fallback headers, "
+            f"{self.windowed} windowed; tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion "
+            f"({self.usage}); {self.seconds:.1f}s"
+        )
+        return text + (f"; fallback because: {self.fallback_reason}" if self.fallback_reason else "")
+
+
+@dataclass
+class _Job:
+    index: int
+    key: CacheKey
+    messages: list[BaseMessage]
+    fallback: str
+    prompt_text: str
+    windowed: bool = False
+
+
+@dataclass
+class _Plan:
+    results: list[str | None]
+    jobs: list[_Job] = field(default_factory=list)
+
+
+class Contextualizer(Runnable[dict[str, Any], list[str]]):
+    """Writes one short context per chunk of a document (Anthropic's contextual retrieval), cached and fail-safe.
+
+    `chat_model`: any LangChain chat model; None builds one from settings (`ctxrag.models.chat.make_chat_model`) on
+    the first cache miss. `cache`: a `ContextCache`, True for the default one under ``settings.cache_dir``, None/False
+    for none. `prompts`: by language ('en', 'zh'); `language`: 'auto' picks 'zh' for mostly-CJK documents.
+
+    Example::
+
+        ctx = Contextualizer()                   # local model, default cache
+        contexts = ctx.contextualize_document(text, chunk_texts, title="Handbook", heading_paths=paths)
+        print(ctx.report())                      # chunks, cache hits, LLM calls, tokens, fallbacks, seconds
+        ctx.invoke({"document": text, "chunks": chunk_texts, "title": "Handbook"})  # the same, as a Runnable
+    """
+
+    def __init__(
+        self,
+        chat_model: BaseChatModel | Runnable | None = None,
+        *,
+        settings: Any | None = None,
+        cache: ContextCache | bool | None = True,
+        prompts: Mapping[str, ContextPrompt] | None = None,
+        language: Literal["auto", "en", "zh"] = "auto",
+        model_name: str | None = None,
+        max_concurrency: int = 4,
+        max_tokens: int = 128,
+        n_ctx: int | None = None,
+        max_document_tokens: int | None = None,
+        token_counter: Callable[[str], int] | None = None,
+        max_context_chars: int = 600,
+        retry_attempts: int = 3,
+        retry_wait: float = 0.5,
+        show_progress: bool = False,
+    ) -> None:
+        if settings is None:
+            from ctxrag.settings import get_settings
+
+            settings = get_settings()
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if retry_attempts < 1:
+            raise ValueError(f"retry_attempts must be >= 1, got {retry_attempts}")
+        if language not in ("auto", "en", "zh"):
+            raise ValueError(f"language must be 'auto', 'en' or 'zh', got {language!r}")
+        self.settings = settings
+        self.prompts = dict(prompts) if prompts is not None else default_context_prompts()
+        missing = {"en", "zh"} - set(self.prompts) if language == "auto" else {language} - set(self.prompts)
+        if missing:
+            raise ValueError(f"prompts lack language(s) {sorted(missing)}; given: {sorted(self.prompts)}")
+        self.language = language
+        self.cache: ContextCache | None = (
+            ContextCache.default(settings) if cache is True else cache if isinstance(cache, ContextCache) else None
+        )
+        self.max_concurrency = max_concurrency
+        self.max_tokens = max_tokens
+        self.n_ctx = n_ctx or int(settings.llm.n_ctx)
+        self.max_document_tokens = max_document_tokens
+        self.max_context_chars = max_context_chars
+        self.retry_attempts = retry_attempts
+        self.retry_wait = retry_wait
+        self.show_progress = show_progress
+        self._model: Runnable | None = None
+        self._raw_model = chat_model
+        self._model_ready = False
+        self.model_name = model_name or self._name_of(chat_model) or self._default_model_name(settings)
+        self._token_counter = token_counter or self._tokenizer_of(chat_model) or estimate_tokens
+        self._lock = threading.Lock()
+        self._successes = 0
+        self._unreachable: str | None = None
+        self._usage_kinds: set[str] = set()
+        self._stats = ContextReport()
+
+    # ---------------------------------------------------------------- model
+    @staticmethod
+    def _name_of(model: Any) -> str | None:
+        """The model's name for the cache key; a GGUF's file name, not its path (moving $CTXRAG_HOME keeps the cache)."""
+        model = getattr(model, "bound", model)  # RunnableBinding
+        for attr in ("model_name", "model", "model_path"):
+            value = getattr(model, attr, None)
+            if isinstance(value, str) and value:
+                return Path(value).name if attr == "model_path" else value
+        return None
+
+    @staticmethod
+    def _default_model_name(settings: Any) -> str:
+        """The name `make_chat_model(settings)` would give, without building the model (all-cached ingests load none)."""
+        llm = settings.llm
+        if llm.provider == "local":
+            from ctxrag.models.gguf import MODEL_FILENAME
+
+            return Path(llm.model_path).name if llm.model_path else MODEL_FILENAME
+        return str(llm.model)
+
+    @staticmethod
+    def _tokenizer_of(model: Any) -> Callable[[str], int] | None:
+        """The in-process llama.cpp tokenizer when the model has one (exact and cheap); never tiktoken (offline)."""
+        model = getattr(model, "bound", model)
+        load = getattr(model, "load", None)
+        if callable(load) and getattr(model, "model_path", None):  # ctxrag's LocalLlamaChatModel
+
+            def count(text: str) -> int:
+                shared = load()
+                with shared.lock:  # one llama.cpp context, shared with generation
+                    return len(shared.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+            return count
+        return None
+
+    def _get_model(self) -> Runnable | None:
+        """The chat model bound to `max_tokens`, built from settings on first use; None when none can be had."""
+        if self._model_ready:
+            return self._model
+        with self._lock:
+            if self._model_ready:
+                return self._model
+            model = self._raw_model
+            if model is None:
+                if self.settings.llm.provider == "none":
+                    self._unreachable = "settings.llm.provider is 'none'"
+                else:
+                    try:
+                        from ctxrag.models.chat import make_chat_model
+
+                        model = make_chat_model(self.settings)
+                    except Exception as exc:  # a missing model file must not fail the ingest
+                        self._unreachable = f"no chat model ({type(exc).__name__}: {exc})"
+                if model is not None and self._token_counter is estimate_tokens:
+                    self._token_counter = self._tokenizer_of(model) or estimate_tokens
+            if model is not None:
+                try:
+                    model = model.bind(max_tokens=self.max_tokens)
+                except Exception:  # models without bind kwargs keep their own limit
+                    pass
+            if self._unreachable:
+                logger.warning("contextual retrieval: %s; using title/heading headers as contexts", self._unreachable)
+            self._model, self._model_ready = model, True
+            return model
+
+    def _is_anthropic(self) -> bool:
+        raw = self._raw_model
+        return "anthropic" in str(getattr(raw, "_llm_type", "")).lower() if raw is not None else False
+
+    # ---------------------------------------------------------------- planning
+    def _prompt_for(self, document: str) -> ContextPrompt:
+        lang = detect_language(document) if self.language == "auto" else self.language
+        return self.prompts[lang]
+
+    def _document_budget(self, prompt: ContextPrompt, chunk: str) -> int:
+        if self.max_document_tokens is not None:
+            return max(_MIN_DOCUMENT_TOKENS, self.max_document_tokens)
+        overhead = self._token_counter(prompt.render_document("") + "\n\n" + prompt.render_chunk(chunk))
+        margin = 64 + self.n_ctx // 20  # chat template, special tokens, estimate error
+        return max(_MIN_DOCUMENT_TOKENS, self.n_ctx - self.max_tokens - overhead - margin)
+
+    def _messages(self, document_part: str, chunk_part: str) -> list[BaseMessage]:
+        if self._is_anthropic():  # document first and cached, as in Anthropic's cookbook
+            return [HumanMessage(content=[
+                {"type": "text", "text": document_part, "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": chunk_part},
+            ])]  # fmt: skip
+        # One string: chat templates of local servers do not all accept content blocks; the prefix stays identical.
+        return [HumanMessage(content=f"{document_part}\n\n{chunk_part}")]
+
+    def _plan(
+        self,
+        document: str,
+        chunks: Sequence[str],
+        title: str,
+        heading_paths: Sequence[str] | None,
+        offsets: Sequence[int | None] | None,
+    ) -> _Plan:
+        if heading_paths is not None and len(heading_paths) != len(chunks):
+            raise ValueError(f"heading_paths has {len(heading_paths)} entries for {len(chunks)} chunks")
+        if offsets is not None and len(offsets) != len(chunks):
+            raise ValueError(f"offsets has {len(offsets)} entries for {len(chunks)} chunks")
+        prompt = self._prompt_for(document)
+        doc_hash = content_hash(document)
+        keys = [(doc_hash, content_hash(c), self.model_name, prompt.version) for c in chunks]
+        cached = self.cache.get_many(keys) if self.cache is not None else {}
+        plan = _Plan(results=[cached.get(k) for k in keys])
+        if any(r is None for r in plan.results):
+            self._get_model()  # before windowing: a local model brings its exact tokenizer
+        doc_tokens: int | None = None
+        for i, (chunk, key) in enumerate(zip(chunks, keys)):
+            if plan.results[i] is not None:
+                continue
+            if doc_tokens is None:
+                doc_tokens = self._token_counter(document)
+            text, cut = window_document(
+                document, chunk, self._document_budget(prompt, chunk), offset=offsets[i] if offsets else None,
+                index=i, count=len(chunks), count_tokens=self._token_counter, document_tokens=doc_tokens,
+            )  # fmt: skip
+            doc_part, chunk_part = prompt.render_document(text), prompt.render_chunk(chunk)
+            plan.jobs.append(_Job(
+                index=i, key=key, messages=self._messages(doc_part, chunk_part),
+                fallback=fallback_header(title, heading_paths[i] if heading_paths else ""),
+                prompt_text=f"{doc_part}\n\n{chunk_part}", windowed=cut,
+            ))  # fmt: skip
+        return plan
+
+    # ---------------------------------------------------------------- one chunk
+    def _retry_predicate(self, exc: BaseException) -> bool:
+        # Before any success, "connection refused" means no server: fall back at once instead of retrying.
+        if self._successes == 0 and is_unreachable_error(exc):
+            return False
+        return is_transient_error(exc)
+
+    def _retry_kwargs(self) -> dict[str, Any]:
+        return dict(
+            stop=stop_after_attempt(self.retry_attempts),
+            wait=wait_exponential(multiplier=self.retry_wait, max=30),
+            retry=retry_if_exception(self._retry_predicate),
+            reraise=True,
+        )
+
+    def _count_call(self) -> None:
+        with self._lock:
+            self._stats.llm_calls += 1
+
+    def _finish(self, job: _Job, answer: Any | None, exc: BaseException | None) -> str:
+        if exc is not None:
+            with self._lock:
+                if self._successes == 0 and is_unreachable_error(exc) and not self._unreachable:
+                    self._unreachable = f"LLM unreachable ({type(exc).__name__}: {exc})"
+                    logger.warning(
+                        "contextual retrieval: %s; using title/heading headers as contexts for all chunks",
+                        self._unreachable,
+                    )
+                elif not self._unreachable:
+                    logger.warning("contextual retrieval: chunk %d failed (%s: %s); using its header",
+                                   job.index, type(exc).__name__, exc)  # fmt: skip
+                self._stats.fallbacks += 1
+                self._stats.fallback_reason = self._stats.fallback_reason or self._unreachable or repr(exc)[:300]
+            return job.fallback
+        text = str(answer.text) if isinstance(answer, BaseMessage) else str(answer or "")
+        context = clean_context(text, self.max_context_chars)
+        usage = getattr(answer, "usage_metadata", None) or {}
+        with self._lock:
+            self._successes += 1
+            if usage.get("input_tokens") is not None:
+                self._usage_kinds.add("reported")
+                self._stats.prompt_tokens += int(usage.get("input_tokens") or 0)
+                self._stats.completion_tokens += int(usage.get("output_tokens") or 0)
+            else:
+                self._usage_kinds.add("estimated")
+                self._stats.prompt_tokens += self._token_counter(job.prompt_text)
+                self._stats.completion_tokens += self._token_counter(text)
+            if not context:
+                self._stats.fallbacks += 1
+                self._stats.fallback_reason = self._stats.fallback_reason or "the LLM returned an empty context"
+                return job.fallback
+            self._stats.contextualized += 1
+        if self.cache is not None:
+            self.cache.put(*job.key, context)
+        return context
+
+    def _fallback(self, job: _Job) -> str:
+        with self._lock:
+            self._stats.fallbacks += 1
+            self._stats.fallback_reason = self._stats.fallback_reason or self._unreachable
+        return job.fallback
+
+    def _run_sync(self, model: Runnable, job: _Job) -> str:
+        if self._unreachable:
+            return self._fallback(job)
+        try:
+            for attempt in Retrying(**self._retry_kwargs()):
+                with attempt:
+                    self._count_call()
+                    answer = model.invoke(job.messages)
+        except Exception as exc:
+            return self._finish(job, None, exc)
+        return self._finish(job, answer, None)
+
+    async def _run_async(self, model: Runnable, job: _Job) -> str:
+        if self._unreachable:
+            return self._fallback(job)
+        try:
+            async for attempt in AsyncRetrying(**self._retry_kwargs()):
+                with attempt:
+                    self._count_call()
+                    answer = await model.ainvoke(job.messages)
+        except Exception as exc:
+            return self._finish(job, None, exc)
+        return self._finish(job, answer, None)
+
+    # ---------------------------------------------------------------- public
+    def _begin(self, chunks: Sequence[str], plan: _Plan) -> None:
+        with self._lock:
+            self._stats.documents += 1
+            self._stats.chunks += len(chunks)
+            self._stats.cache_hits += sum(r is not None for r in plan.results)
+            self._stats.windowed += sum(job.windowed for job in plan.jobs)
+
+    def _end(self, plan: _Plan, done: dict[int, str], started: float) -> list[str]:
+        for i, context in done.items():
+            plan.results[i] = context
+        with self._lock:
+            self._stats.seconds += time.perf_counter() - started
+        return [r if r is not None else "" for r in plan.results]
+
+    def contextualize_document(
+        self,
+        document_text: str,
+        chunks: Sequence[str],
+        *,
+        title: str = "",
+        heading_paths: Sequence[str] | None = None,
+        offsets: Sequence[int | None] | None = None,
+    ) -> list[str]:
+        """One context per chunk, in order (cached, LLM-written, or the fallback header). Never raises for LLM failures.
+
+        `offsets` (the chunks' start offsets in the document) help locate a chunk when the document must be windowed.
+        """
+        started = time.perf_counter()
+        plan = self._plan(document_text, chunks, title, heading_paths, offsets)
+        self._begin(chunks, plan)
+        done: dict[int, str] = {}
+        if plan.jobs:
+            model = self._get_model()
+            bar = tqdm(total=len(plan.jobs), desc=f"contexts {title}"[:40], disable=not self.show_progress, leave=False)
+
+            def run(job: _Job) -> None:
+                done[job.index] = self._fallback(job) if model is None else self._run_sync(model, job)
+                bar.update(1)
+
+            run(plan.jobs[0])  # alone first: the server caches the document prefix for the others
+            if len(plan.jobs) > 1:
+                with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+                    list(pool.map(run, plan.jobs[1:]))
+            bar.close()
+        return self._end(plan, done, started)
+
+    async def acontextualize_document(
+        self,
+        document_text: str,
+        chunks: Sequence[str],
+        *,
+        title: str = "",
+        heading_paths: Sequence[str] | None = None,
+        offsets: Sequence[int | None] | None = None,
+    ) -> list[str]:
+        """Async `contextualize_document`: the first chunk alone, then at most `max_concurrency` requests at a time."""
+        started = time.perf_counter()
+        plan = self._plan(document_text, chunks, title, heading_paths, offsets)
+        self._begin(chunks, plan)
+        done: dict[int, str] = {}
+        if plan.jobs:
+            model = await asyncio.to_thread(self._get_model)
+            semaphore = asyncio.Semaphore(self.max_concurrency)
+
+            async def run(job: _Job) -> None:
+                async with semaphore:
+                    done[job.index] = self._fallback(job) if model is None else await self._run_async(model, job)
+
+            await run(plan.jobs[0])
+            await asyncio.gather(*(run(job) for job in plan.jobs[1:]))
+        return self._end(plan, done, started)
+
+    def report(self) -> ContextReport:
+        """Totals since creation or the last `reset_stats()`."""
+        with self._lock:
+            kinds = self._usage_kinds
+            usage = "none" if not kinds else ("mixed" if len(kinds) > 1 else next(iter(kinds)))
+            return replace(self._stats, usage=usage, seconds=round(self._stats.seconds, 3))  # type: ignore[arg-type]
+
+    @property
+    def stats(self) -> ContextReport:
+        return self.report()
+
+    def reset_stats(self) -> None:
+        """Start a new report (e.g. at the start of each ingest)."""
+        with self._lock:
+            self._stats = ContextReport()
+            self._usage_kinds = set()
+
+    # ---------------------------------------------------------------- Runnable
+    @staticmethod
+    def _unpack(input: Mapping[str, Any]) -> tuple[str, list[str], dict[str, Any]]:
+        if not isinstance(input, Mapping):
+            raise TypeError(f"Contextualizer input must be a dict with 'document' and 'chunks', got {type(input).__name__}")
+        for name in ("document", "chunks"):
+            if name not in input:
+                raise ValueError(f"Contextualizer input lacks {name!r}; got keys {sorted(input)}")
+        extra = {k: input[k] for k in ("title", "heading_paths", "offsets") if input.get(k) is not None}
+        return str(input["document"]), list(input["chunks"]), extra
+
+    def invoke(self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> list[str]:
+        document, chunks, extra = self._unpack(input)
+        return self.contextualize_document(document, chunks, **extra)
+
+    async def ainvoke(self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> list[str]:
+        document, chunks, extra = self._unpack(input)
+        return await self.acontextualize_document(document, chunks, **extra)
+
+    def __repr__(self) -> str:
+        return f"Contextualizer(model={self.model_name!r}, cache={self.cache!r}, max_concurrency={self.max_concurrency})"

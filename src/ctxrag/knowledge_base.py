@@ -1,0 +1,466 @@
+"""A named knowledge base: SQLite document store plus per-chunk indexes (dense FAISS, BM25, ...) kept in step.
+
+Data flow at ingest: load -> split -> contextualize (optional) -> embed -> add to every index -> atomic commit.
+Persistence: each commit writes every index into a fresh generation folder (``indexes/gen-N``), fsyncs it, and only then
+commits the SQLite transaction that records ``N`` as current; a crash at any point leaves the previous generation
+and the previous rows readable. No pickle anywhere.
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    kb = KnowledgeBase.open("demo")
+    report = kb.ingest(["examples/sample_corpus"])
+    for doc in kb.search("星河知识库支持哪些文件格式？", k=3):
+        print(doc.metadata["source"], doc.metadata["score"])
+"""
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from tqdm.auto import tqdm
+
+from ctxrag import schema
+from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
+from ctxrag.models.embeddings import embed_array, make_embeddings
+from ctxrag.settings import Settings, get_settings
+from ctxrag.stores.atomic import fsync_tree
+from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.dense import FaissIndex
+from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+
+log = logging.getLogger(__name__)
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}$")
+SearchMode = Literal["dense", "bm25", "hybrid"]
+
+
+def validate_kb_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or name in {".", ".."}:
+        raise ConfigError(
+            f"invalid knowledge base name {name!r}: use 1-64 letters, digits, CJK, '_', '-', '.', starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass
+class FileOutcome:
+    """What ingest did with one file: ``added``, ``updated``, ``skipped`` (unchanged) or ``failed``."""
+
+    path: str
+    status: Literal["added", "updated", "skipped", "failed"]
+    reason: str = ""
+    doc_id: str | None = None
+    chunks: int = 0
+
+
+@dataclass
+class IngestReport:
+    """Per-file outcomes of one `KnowledgeBase.ingest` call, plus the contextualizer's report when one ran."""
+
+    files: list[FileOutcome] = field(default_factory=list)
+    context_report: Any = None
+
+    def _by(self, status: str) -> list[FileOutcome]:
+        return [f for f in self.files if f.status == status]
+
+    @property
+    def added(self) -> list[FileOutcome]:
+        return self._by("added")
+
+    @property
+    def updated(self) -> list[FileOutcome]:
+        return self._by("updated")
+
+    @property
+    def skipped(self) -> list[FileOutcome]:
+        return self._by("skipped")
+
+    @property
+    def failed(self) -> list[FileOutcome]:
+        return self._by("failed")
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _index_factories() -> dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex]]]:
+    """Index kinds a knowledge base keeps: name -> (make empty, load from folder)."""
+    factories: dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex]]] = {
+        "dense": (FaissIndex, FaissIndex.load),
+    }
+    try:
+        from ctxrag.retrievers.bm25 import BM25ChunkIndex
+    except ImportError:  # pragma: no cover - bm25 ships with ctxrag; guard for partial installs
+        pass
+    else:
+        factories["bm25"] = (BM25ChunkIndex, BM25ChunkIndex.load)
+    return factories
+
+
+class KnowledgeBase:
+    """A named knowledge base under ``$CTXRAG_HOME/kb/NAME``. Use `KnowledgeBase.open`."""
+
+    def __init__(self, name: str, root: Path, settings: Settings, embeddings: Embeddings | None = None) -> None:
+        self.name = validate_kb_name(name)
+        self.root = Path(root)
+        self.settings = settings
+        self._embeddings = embeddings
+        self._lock = threading.RLock()
+        self.store = DocStore(self.root / "kb.sqlite")
+        self.indexes: dict[str, ChunkIndex] = {}
+        self._load_indexes()
+
+    # -- opening ----------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls, name: str, settings: Settings | None = None, *, create: bool = True, embeddings: Embeddings | None = None
+    ) -> "KnowledgeBase":
+        """Open (and by default create) the knowledge base `name`."""
+        s = settings or get_settings()
+        validate_kb_name(name)
+        root = s.kb_root / name
+        if not (root / "kb.sqlite").exists() and not create:
+            raise KnowledgeBaseNotFound(name, s.kb_root)
+        return cls(name, root, s, embeddings)
+
+    @staticmethod
+    def list_names(settings: Settings | None = None) -> list[str]:
+        s = settings or get_settings()
+        if not s.kb_root.is_dir():
+            return []
+        return sorted(p.name for p in s.kb_root.iterdir() if (p / "kb.sqlite").exists())
+
+    @staticmethod
+    def delete_kb(name: str, settings: Settings | None = None) -> None:
+        s = settings or get_settings()
+        root = s.kb_root / validate_kb_name(name)
+        if not (root / "kb.sqlite").exists():
+            raise KnowledgeBaseNotFound(name, s.kb_root)
+        shutil.rmtree(root)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "KnowledgeBase":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def embeddings(self) -> Embeddings:
+        if self._embeddings is None:
+            self._embeddings = make_embeddings(self.settings)
+        return self._embeddings
+
+    @property
+    def dense(self) -> FaissIndex:
+        return self.indexes["dense"]  # type: ignore[return-value]
+
+    @property
+    def generation(self) -> int:
+        return int(self.store.get_meta("generation") or 0)
+
+    def _gen_dir(self, gen: int) -> Path:
+        return self.root / "indexes" / f"gen-{gen:06d}"
+
+    def _load_indexes(self) -> None:
+        gen = self.generation
+        gen_dir = self._gen_dir(gen)
+        for name, (make, load) in _index_factories().items():
+            if gen and (gen_dir / name).is_dir():
+                self.indexes[name] = load(gen_dir / name)
+            else:
+                self.indexes[name] = make()
+                if gen:
+                    log.warning("knowledge base %r: index %r missing in %s; rebuilding from the document store",
+                                self.name, name, gen_dir)
+                    self._rebuild(name)
+        self._remove_stale_generations(keep=gen)
+
+    def _rebuild(self, name: str) -> None:
+        chunks = [self._to_indexed(c) for c in self.store.iter_chunks()]
+        if name == "dense" and chunks:
+            vecs = embed_array(self.embeddings, [c.text for c in chunks])
+            for c, v in zip(chunks, vecs):
+                c.vector = v
+        self.indexes[name].add(chunks)
+
+    def _remove_stale_generations(self, keep: int) -> None:
+        base = self.root / "indexes"
+        if not base.is_dir():
+            return
+        for p in base.iterdir():
+            if p.name != f"gen-{keep:06d}":
+                shutil.rmtree(p, ignore_errors=True)
+
+    def _commit(self) -> None:
+        """Write every index into a new generation, fsync, then commit SQLite pointing at it."""
+        new = self.generation + 1
+        gen_dir = self._gen_dir(new)
+        shutil.rmtree(gen_dir, ignore_errors=True)
+        for name, index in self.indexes.items():
+            (gen_dir / name).mkdir(parents=True, exist_ok=True)
+            index.save(gen_dir / name)
+        fsync_tree(gen_dir)
+        self.store.set_meta("generation", str(new))
+        self.store.commit()
+        self._remove_stale_generations(keep=new)
+
+    # -- ingest -----------------------------------------------------------------------
+    def ingest(
+        self,
+        paths: Iterable[str | Path],
+        *,
+        contextualizer: Any = None,
+        precomputed_contexts: dict[str, str] | None = None,
+        progress: bool = True,
+        commit_every: int = 20,
+    ) -> IngestReport:
+        """Load, split, (contextualize,) embed and index files and folders.
+
+        A changed file replaces its chunks; an unchanged one is skipped by content hash; a bad file is reported in the
+        returned `IngestReport` (never raised) and the others are still ingested.
+        """
+        from ctxrag.loading import expand_paths, load_file
+
+        report = IngestReport()
+        files, errors = expand_paths([Path(p) for p in paths])
+        for e in errors:
+            report.files.append(FileOutcome(e.path, "failed", e.reason))
+        pending = 0
+        with self._lock:
+            self.store.begin()
+            try:
+                for path in tqdm(files, desc=f"ingest {self.name}", unit="file", disable=not progress):
+                    try:
+                        outcome = self._ingest_file(path, load_file, contextualizer, precomputed_contexts)
+                    except LoadError as e:
+                        outcome = FileOutcome(e.path, "failed", e.reason)
+                    report.files.append(outcome)
+                    if outcome.status in ("added", "updated"):
+                        pending += 1
+                        if pending >= commit_every:
+                            self._commit()
+                            self.store.begin()
+                            pending = 0
+                if pending:
+                    self._commit()
+                else:
+                    self.store.rollback()
+            except BaseException:
+                self.store.rollback()
+                self.indexes.clear()
+                self._load_indexes()  # back to the last committed generation
+                raise
+        if contextualizer is not None and hasattr(contextualizer, "report"):
+            report.context_report = contextualizer.report()
+        return report
+
+    def add_texts(
+        self,
+        items: Iterable[Any],
+        *,
+        contextualizer: Any = None,
+        precomputed_contexts: dict[str, str] | None = None,
+        progress: bool = False,
+    ) -> IngestReport:
+        """Ingest texts that are not files (notes, records from an API): each item is a `LoadedDocument` or a dict
+        with ``text``, ``source`` (a unique URI such as ``note://42``), optional ``title`` and ``metadata``."""
+        from ctxrag.loading import LoadedDocument
+
+        report = IngestReport()
+        docs = []
+        for i, item in enumerate(items):
+            if isinstance(item, dict):
+                if not isinstance(item.get("text"), str) or not isinstance(item.get("source"), str) or not item["source"]:
+                    raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
+                item = LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
+                                      dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
+            docs.append(item)
+        with self._lock:
+            self.store.begin()
+            try:
+                for loaded in tqdm(docs, desc=f"add {self.name}", unit="doc", disable=not progress):
+                    try:
+                        if not loaded.text.strip():
+                            raise LoadError(loaded.source, "empty text")
+                        outcome = self._ingest_loaded(loaded, contextualizer, precomputed_contexts)
+                    except LoadError as e:
+                        outcome = FileOutcome(e.path, "failed", e.reason)
+                    report.files.append(outcome)
+                if report.added or report.updated:
+                    self._commit()
+                else:
+                    self.store.rollback()
+            except BaseException:
+                self.store.rollback()
+                self.indexes.clear()
+                self._load_indexes()
+                raise
+        return report
+
+    def _ingest_file(self, path: Path, load_file: Callable, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
+        return self._ingest_loaded(load_file(path), contextualizer, precomputed)
+
+    def _ingest_loaded(self, loaded: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
+        source = loaded.source
+        doc_id = schema.make_doc_id(self.name, source)
+        chash = schema.content_hash(loaded.text)
+        old = self.store.get_document(doc_id)
+        if old is not None and old.content_hash == chash:
+            return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
+        meta = dict(loaded.metadata)
+        records = self._make_chunks(doc_id, source, loaded.title, loaded.text, meta, contextualizer, precomputed)
+        if not records:
+            raise LoadError(source, "no text to index after splitting")
+        if old is not None:
+            old_ids = [c.chunk_id for c in self.store.chunks_of(doc_id)]
+            for index in self.indexes.values():
+                index.delete(old_ids)
+        indexed = [self._to_indexed(r) for r in records]
+        vecs = embed_array(self.embeddings, [c.text for c in indexed])
+        for c, v in zip(indexed, vecs):
+            c.vector = v
+        for index in self.indexes.values():
+            index.add(indexed)
+        self.store.upsert_document(
+            DocumentRecord(doc_id, source, loaded.title, chash, loaded.text, len(records), meta), records
+        )
+        status = "updated" if old is not None else "added"
+        return FileOutcome(source, status, "content changed" if old else "", doc_id, len(records))
+
+    def _splitter(self) -> Any:
+        from ctxrag.loading import ChunkSplitter
+
+        c = self.settings.chunking
+        return ChunkSplitter(chunk_size=c.chunk_size, chunk_overlap=c.chunk_overlap, unit=c.unit)
+
+    def _make_chunks(
+        self, doc_id: str, source: str, title: str, text: str, meta: dict[str, Any],
+        contextualizer: Any, precomputed: dict[str, str] | None,
+    ) -> list[ChunkRecord]:
+        splitter = self._splitter()
+        mode = "code" if meta.get("language") else "text"
+        try:
+            pieces = splitter.split_text(text, mode=mode)
+        except TypeError:
+            pieces = splitter.split_text(text)
+        contexts: list[str | None] = [None] * len(pieces)
+        if precomputed:
+            contexts = [precomputed.get(schema.make_chunk_id(doc_id, p.index)) for p in pieces]
+        elif contextualizer is not None and pieces:
+            contexts = list(contextualizer.contextualize_document(
+                text, [p.text for p in pieces], title=title, heading_paths=[p.heading_path for p in pieces]
+            ))
+        out = []
+        for p, ctx in zip(pieces, contexts):
+            cid = schema.make_chunk_id(doc_id, p.index)
+            indexed_text = f"{ctx}\n\n{p.text}" if ctx else p.text
+            md = {
+                schema.CHUNK_ID: cid, schema.DOC_ID: doc_id, schema.KB: self.name, schema.SOURCE: source,
+                schema.TITLE: title, schema.CHUNK_INDEX: p.index, schema.START_INDEX: p.start_index,
+                schema.END_INDEX: p.end_index, schema.HEADING_PATH: p.heading_path,
+            }
+            for key in ("file_type", "language"):
+                if key in meta:
+                    md[key] = meta[key]
+            if ctx:
+                md[schema.CONTEXT] = ctx
+            out.append(ChunkRecord(cid, doc_id, p.index, p.text, indexed_text, ctx, md))
+        return out
+
+    @staticmethod
+    def _to_indexed(r: ChunkRecord) -> IndexedChunk:
+        return IndexedChunk(r.chunk_id, r.doc_id, r.indexed_text, r.content, dict(r.metadata))
+
+    # -- documents --------------------------------------------------------------------
+    def list_documents(self) -> list[DocumentRecord]:
+        return self.store.list_documents()
+
+    def get_document(self, key: str) -> DocumentRecord:
+        doc = self.store.find_document(key)
+        if doc is None:
+            raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (see `ctxrag doc list --kb {self.name}`)")
+        return doc
+
+    def delete_document(self, key: str) -> DocumentRecord:
+        """Delete a document (by id, source path or unique file name) from the store and every index."""
+        with self._lock:
+            doc = self.get_document(key)
+            self.store.begin()
+            try:
+                ids = self.store.delete_document(doc.doc_id)
+                for index in self.indexes.values():
+                    index.delete(ids)
+                self._commit()
+            except BaseException:
+                self.store.rollback()
+                self.indexes.clear()
+                self._load_indexes()
+                raise
+            return doc
+
+    def stats(self) -> dict[str, Any]:
+        docs, chunks = self.store.count()
+        return {"name": self.name, "path": str(self.root), "documents": docs, "chunks": chunks,
+                "generation": self.generation, "indexes": {k: len(v) for k, v in self.indexes.items()}}
+
+    # -- chunks -----------------------------------------------------------------------
+    def get_chunks(self, chunk_ids: list[str], scores: dict[str, dict[str, float]] | None = None) -> list[Document]:
+        """Documents for these chunk ids, in the given order (unknown ids are skipped)."""
+        found = self.store.get_chunks(list(chunk_ids))
+        out = []
+        for cid in chunk_ids:
+            r = found.get(cid)
+            if r is None:
+                continue
+            md = dict(r.metadata)
+            if scores and cid in scores:
+                md.update(scores[cid])
+            out.append(Document(page_content=r.content, metadata=md, id=cid))
+        return out
+
+    def all_chunks(self) -> list[Document]:
+        return [Document(page_content=r.content, metadata=dict(r.metadata), id=r.chunk_id) for r in self.store.iter_chunks()]
+
+    def allowed_chunk_ids(self, filter: dict[str, Any] | Callable[[dict[str, Any]], bool] | None) -> set[str] | None:
+        """Chunk ids whose metadata match `filter` (dict: key -> value or list of values; or a predicate)."""
+        if filter is None:
+            return None
+        if callable(filter):
+            pred = filter
+        else:
+            if not isinstance(filter, dict):
+                raise ConfigError(f"filter must be a dict or a callable, got {type(filter).__name__}")
+
+            def pred(md: dict[str, Any]) -> bool:
+                for k, v in filter.items():
+                    have = md.get(k)
+                    if isinstance(v, (list, tuple, set)):
+                        if have not in v:
+                            return False
+                    elif have != v:
+                        return False
+                return True
+        return {r.chunk_id for r in self.store.iter_chunks() if pred(r.metadata)}
+
+    # -- search -----------------------------------------------------------------------
+    def search(self, query: str, k: int = 10, *, mode: SearchMode = "dense", filter: Any = None) -> list[Document]:
+        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata."""
+        return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
+
+    def as_retriever(self, mode: str = "hybrid", k: int = 10, **kwargs: Any) -> Any:
+        """A LangChain retriever over this knowledge base; see `ctxrag.retrievers.factory.make_retriever`."""
+        from ctxrag.retrievers.factory import make_retriever
+
+        return make_retriever(self, mode=mode, k=k, **kwargs)

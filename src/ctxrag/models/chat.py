@@ -1,0 +1,189 @@
+"""Chat models from settings: the embedded GGUF (in-process llama.cpp) or any OpenAI-compatible endpoint.
+
+Example::
+
+    from ctxrag.models.chat import make_chat_model, ping_chat_model, wrap_model_errors
+    llm = make_chat_model(max_tokens=64)              # provider from settings (default: local)
+    ping_chat_model(llm)                              # ModelError with the endpoint URL when it is down
+    with wrap_model_errors(llm):                      # connection errors / garbage -> ModelError
+        print(llm.invoke("What is RAG?").content)
+
+    remote = make_chat_model(provider="openai", base_url="http://127.0.0.1:8000/v1", model="qwen2.5")
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from pydantic import SecretStr, ValidationError
+
+from ctxrag.errors import ConfigError, CtxragError, ModelError
+
+if TYPE_CHECKING:
+    from ctxrag.settings import LLMSettings, Settings
+
+NO_KEY = "not-needed"
+"""Placeholder API key: OpenAI clients insist on one, local servers ignore it."""
+
+
+def _llm_settings(settings: Settings | None, overrides: dict[str, Any]) -> LLMSettings:
+    from ctxrag.settings import LLMSettings, get_settings
+
+    base = (settings or get_settings()).llm
+    unknown = sorted(set(overrides) - set(LLMSettings.model_fields))
+    if unknown:
+        raise ConfigError(f"make_chat_model: unknown option(s) {unknown}; known: {sorted(LLMSettings.model_fields)}")
+    try:
+        return LLMSettings.model_validate({**dict(base), **overrides})
+    except ValidationError as exc:
+        raise ConfigError(f"make_chat_model: bad option: {exc}") from exc
+
+
+def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseChatModel:
+    """The chat model that ``settings.llm`` describes; keyword ``overrides`` replace single ``llm`` fields.
+
+    ``provider="local"``: the GGUF (``llm.model_path`` or the one assembled from the data wheels), loaded once per
+    process; ``"openai"``: ``ChatOpenAI`` on ``llm.base_url``; ``"none"``: raises ModelError (callers degrade).
+    """
+    llm = _llm_settings(settings, overrides)
+    if llm.provider == "none":
+        raise ModelError("no LLM is configured (llm.provider='none'); set CTXRAG_LLM__PROVIDER=local or openai")
+    if llm.provider == "openai":
+        return _openai_chat_model(llm)
+    if llm.provider == "local":
+        from ctxrag.models.gguf import local_model_path
+        from ctxrag.models.llamacpp import LocalLlamaChatModel
+
+        if llm.model_path is not None:
+            path = Path(llm.model_path).expanduser()
+            if not path.is_file():
+                raise ModelError(f"llm.model_path={str(path)!r}: no such file")
+        else:
+            from ctxrag.settings import get_settings
+
+            path = local_model_path(settings or get_settings())
+        return LocalLlamaChatModel(
+            model_path=str(path),
+            n_ctx=llm.n_ctx,
+            n_threads=llm.n_threads,
+            temperature=llm.temperature,
+            max_tokens=llm.max_tokens,
+        )
+    raise ConfigError(f"llm.provider={llm.provider!r}: expected one of 'local', 'openai', 'none'")
+
+
+def _openai_chat_model(llm: LLMSettings) -> BaseChatModel:
+    from langchain_openai import ChatOpenAI
+
+    if not llm.base_url and llm.api_key is None:
+        raise ConfigError(
+            "llm.provider='openai' needs llm.base_url (e.g. CTXRAG_LLM__BASE_URL=http://127.0.0.1:8000/v1) "
+            "or an api_key for api.openai.com"
+        )
+    key = llm.api_key if llm.api_key is not None else SecretStr(NO_KEY)
+    return ChatOpenAI(
+        base_url=llm.base_url,
+        model=llm.model,
+        api_key=key,
+        temperature=llm.temperature,
+        max_tokens=llm.max_tokens,
+        timeout=llm.timeout,
+        max_retries=llm.max_retries,
+    )
+
+
+def describe_endpoint(model: Any) -> str:
+    """Where a chat model lives, for messages: the base URL, or the local GGUF file. Never the API key."""
+    if isinstance(model, str):
+        return model
+    bound = getattr(model, "bound", None)  # RunnableBinding from .bind(...)
+    if bound is not None and not isinstance(model, BaseChatModel):
+        return describe_endpoint(bound)
+    base = getattr(model, "openai_api_base", None)
+    if base is not None or type(model).__name__ == "ChatOpenAI":
+        return f"chat endpoint {base or 'https://api.openai.com/v1'}"
+    path = getattr(model, "model_path", None)
+    if path:
+        return f"local chat model {path}"
+    return f"chat model {type(model).__name__}"
+
+
+def _secrets_of(model: Any) -> list[str]:
+    secrets = []
+    for target in (model, getattr(model, "bound", None)):
+        key = getattr(target, "openai_api_key", None)
+        if isinstance(key, SecretStr):
+            value = key.get_secret_value()
+            if value and value != NO_KEY:
+                secrets.append(value)
+    return secrets
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _classify(exc: BaseException) -> str | None:
+    """'unreachable' / 'answered garbage' for errors that mean the endpoint is down or broken; None for others."""
+    import httpx
+
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - langchain-openai depends on it
+        openai = None  # type: ignore[assignment]
+    if openai is not None:
+        if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
+            return "is unreachable"
+        if isinstance(exc, openai.AuthenticationError):
+            return "refused the API key"
+        if isinstance(exc, (openai.APIStatusError, openai.APIResponseValidationError)):
+            return "answered with an error"
+        if isinstance(exc, openai.APIError):
+            return "answered garbage"
+    if isinstance(exc, (httpx.ConnectError, httpx.TimeoutException, ConnectionError, TimeoutError)):
+        return "is unreachable"
+    if isinstance(exc, (httpx.HTTPError, json.JSONDecodeError)):
+        return "answered garbage"
+    return None
+
+
+@contextmanager
+def wrap_model_errors(model: Any, *, garbage: bool = False) -> Iterator[None]:
+    """Turn connection errors, timeouts, HTTP errors and non-JSON answers from ``model`` into ModelError.
+
+    The message names the endpoint (URL or GGUF path) and never the API key. With ``garbage=True`` any other
+    exception (e.g. a reply the client cannot parse) also becomes a ModelError.
+    """
+    try:
+        yield
+    except CtxragError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - classified below, others re-raised
+        verdict = _classify(exc)
+        if verdict is None and not garbage:
+            raise
+        where = describe_endpoint(model)
+        detail = _scrub(f"{type(exc).__name__}: {exc}", _secrets_of(model))
+        raise ModelError(f"{where} {verdict or 'answered garbage'}: {detail}") from exc
+
+
+def ping_chat_model(model: BaseChatModel, *, max_tokens: int = 4) -> str:
+    """Send a tiny prompt; return the reply text or raise ModelError naming the endpoint.
+
+    Use it before a long job so a dead endpoint fails in a second instead of at the first chunk.
+    """
+    with wrap_model_errors(model, garbage=True):
+        reply = model.bind(max_tokens=max_tokens).invoke("Reply with the single word: OK")
+    content = getattr(reply, "content", None)
+    if not isinstance(content, str):
+        raise ModelError(f"{describe_endpoint(model)} answered garbage: a reply without text ({type(reply).__name__})")
+    return content
+
+
+check_chat_model = ping_chat_model

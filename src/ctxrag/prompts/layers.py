@@ -1,0 +1,133 @@
+"""Answer prompts assembled from five replaceable levels, each in Chinese and English.
+
+1. **system**: identity and rules; 2. **route**: instructions for the route taken (chat, focused RAG, divergent summary,
+no knowledge); 3. **knowledge**: numbered chunks or document summaries with their sources; 4. **history**: the
+conversation so far; 5. **question**: the question with output requirements (language, citation format, length).
+
+Example::
+
+    from ctxrag.prompts.layers import LayeredPrompt
+    p = LayeredPrompt.default("en")
+    messages = p.to_messages(route="rag", knowledge="[1] (a.md) Paris is the capital of France.",
+                             question="What is the capital of France?")
+    custom = p.replace(system="You are a terse assistant for ACME's manuals.")
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+Lang = Literal["zh", "en"]
+ROUTES = ("chat", "rag", "summary", "no_knowledge")
+
+SYSTEM = {
+    "en": (
+        "You are ctxrag, a careful assistant that answers from a knowledge base. Never invent facts or sources. "
+        "When you use a numbered source, cite it with its number in square brackets, like [1] or [2][3]."
+    ),
+    "zh": (
+        "你是 ctxrag，一个严谨的知识库问答助手。不要编造事实或出处。"
+        "使用编号资料时，用方括号标注编号引用，例如 [1] 或 [2][3]。"
+    ),
+}
+
+ROUTE = {
+    "en": {
+        "chat": "This is ordinary conversation: answer naturally from general knowledge. Do not cite sources.",
+        "rag": (
+            "Answer the question using ONLY the numbered sources below. Cite every claim with the number of its source, "
+            "like [1]. If the sources do not contain the answer, say that the knowledge base does not cover it."
+        ),
+        "summary": (
+            "The user selected the documents summarised below. Answer the question from these summaries as a whole, "
+            "comparing or synthesising them; cite each document by its number, like [1]."
+        ),
+        "no_knowledge": (
+            "The knowledge base has no material on this question. Say so plainly first. "
+            "{general_knowledge_clause}"
+        ),
+    },
+    "zh": {
+        "chat": "这是普通对话：用常识自然地回答，不要引用资料。",
+        "rag": "只根据下面的编号资料回答问题，每个论断都用资料编号引用，例如 [1]。如果资料中没有答案，就说明知识库没有涉及。",
+        "summary": "用户选择了下面这些文档（已给出摘要）。请综合这些摘要回答问题，可以比较或归纳，并用编号引用文档，例如 [1]。",
+        "no_knowledge": "知识库中没有关于这个问题的资料。请先明确说明这一点。{general_knowledge_clause}",
+    },
+}
+
+GENERAL_KNOWLEDGE_CLAUSE = {
+    "en": {
+        True: "Then answer from general knowledge, starting with 'From general knowledge (not from the knowledge base):'.",
+        False: "Do not answer from general knowledge.",
+    },
+    "zh": {True: "然后根据常识回答，并以“以下来自常识（非知识库）：”开头。", False: "不要根据常识作答。"},
+}
+
+KNOWLEDGE = {
+    "en": "Sources:\n{knowledge}",
+    "zh": "资料：\n{knowledge}",
+}
+
+QUESTION = {
+    "en": "Question: {question}\n\nAnswer in English, concisely (at most {max_words} words){citation_clause}.",
+    "zh": "问题：{question}\n\n请用中文简洁回答（不超过 {max_words} 字）{citation_clause}。",
+}
+
+CITATION_CLAUSE = {"en": ", citing sources as [n]", "zh": "，并用 [n] 标注引用"}
+
+
+@dataclass(frozen=True)
+class LayeredPrompt:
+    """The five prompt levels for one language; every level is a replaceable template string."""
+
+    lang: Lang
+    system: str
+    route: dict[str, str] = field(default_factory=dict)
+    knowledge: str = ""
+    question: str = ""
+
+    @classmethod
+    def default(cls, lang: Lang = "en") -> "LayeredPrompt":
+        if lang not in ("zh", "en"):
+            raise ValueError(f"unknown prompt language {lang!r}; use 'zh' or 'en'")
+        return cls(lang, SYSTEM[lang], dict(ROUTE[lang]), KNOWLEDGE[lang], QUESTION[lang])
+
+    def replace(self, **levels: object) -> "LayeredPrompt":
+        """A copy with some levels replaced (``system=...``, ``route={...}``, ``knowledge=...``, ``question=...``)."""
+        if "route" in levels:
+            merged = dict(self.route)
+            merged.update(levels["route"])  # type: ignore[arg-type]
+            levels["route"] = merged
+        return replace(self, **levels)  # type: ignore[arg-type]
+
+    def to_messages(
+        self,
+        *,
+        route: str,
+        question: str,
+        knowledge: str = "",
+        history: list[BaseMessage] | list[tuple[str, str]] | None = None,
+        allow_general_knowledge: bool = False,
+        max_words: int = 200,
+    ) -> list[BaseMessage]:
+        """Assemble the levels into chat messages: system (levels 1-3), history (4), question (5)."""
+        if route not in self.route:
+            raise ValueError(f"unknown route {route!r}; known: {sorted(self.route)}")
+        instructions = self.route[route].format(
+            general_knowledge_clause=GENERAL_KNOWLEDGE_CLAUSE[self.lang][allow_general_knowledge]
+        )
+        system = f"{self.system}\n\n{instructions}"
+        if knowledge and route in ("rag", "summary"):
+            system += "\n\n" + self.knowledge.format(knowledge=knowledge)
+        msgs: list[BaseMessage] = [SystemMessage(system)]
+        for item in history or []:
+            if isinstance(item, BaseMessage):
+                msgs.append(item)
+            else:
+                role, text = item
+                msgs.append(HumanMessage(text) if role in ("human", "user") else AIMessage(text))
+        cite = CITATION_CLAUSE[self.lang] if route in ("rag", "summary") else ""
+        msgs.append(HumanMessage(self.question.format(question=question, max_words=max_words, citation_clause=cite)))
+        return msgs

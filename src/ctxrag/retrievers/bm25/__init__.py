@@ -1,0 +1,36 @@
+"""ctxrag's own BM25: exact (rank_bm25's scores), incremental, sparse-matrix scoring, for Chinese, English and code.
+
+>>> from ctxrag.retrievers.bm25 import BM25Index
+>>> index = BM25Index(tokenizer="mixed")
+>>> index.add(["向量检索和关键词检索", "BM25 keyword search"], ids=["zh", "en"])
+>>> index.search("关键词", k=1)[0][0]
+'zh'
+"""
+from __future__ import annotations
+
+from ctxrag.retrievers.bm25.chunk_index import BM25ChunkIndex
+from ctxrag.retrievers.bm25.index import BM25Index
+from ctxrag.retrievers.bm25.retriever import BM25Retriever
+from ctxrag.retrievers.bm25.scoring import BM25Params, BM25Variant
+from ctxrag.retrievers.bm25.tokenize import (
+    ChineseTokenizer,
+    EnglishTokenizer,
+    MixedTokenizer,
+    Tokenizer,
+    load_stopwords,
+    make_tokenizer,
+)
+
+__all__ = [
+    "BM25ChunkIndex",
+    "BM25Index",
+    "BM25Params",
+    "BM25Retriever",
+    "BM25Variant",
+    "ChineseTokenizer",
+    "EnglishTokenizer",
+    "MixedTokenizer",
+    "Tokenizer",
+    "load_stopwords",
+    "make_tokenizer",
+]

@@ -1,0 +1,395 @@
+"""`BM25Index`: tokenize -> index -> score -> top-k, incremental and exact.
+
+Corpus statistics (document count, total length, per-term document frequency) are kept exact under add and
+delete, and weights are computed per query from raw term frequencies (see `scoring`), so an index built in many
+batches with deletions in between scores exactly like one built once from the surviving documents.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ctxrag.errors import ConfigError, IndexCorruptError
+from ctxrag.retrievers.bm25 import storage
+from ctxrag.retrievers.bm25.doc_keys import DocKeys
+from ctxrag.retrievers.bm25.scoring import (
+    BM25Params, absent_term_score, length_norm, posting_weights, term_idf,
+)
+from ctxrag.retrievers.bm25.segment import INDEX_DTYPE, Segment, merge_segments
+from ctxrag.retrievers.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
+
+FORMAT = "ctxrag-bm25"
+FORMAT_VERSION = 1
+MANIFEST = "bm25.json"
+ARRAYS = "bm25.npz"
+_BATCH_DOCS = 100_000  # documents tokenised into ids per step: bounds the peak memory of a large build
+_MAX_SEGMENTS = 32
+
+
+class BM25Index:
+    """A BM25 index over texts (or pre-tokenised documents) with exact incremental add/delete.
+
+    Scores equal rank_bm25's (`BM25Okapi`, `BM25Plus`, `BM25L`) for the same tokens. `search` returns the best
+    `k` documents that contain at least one query term, best first, ties broken by insertion order.
+
+    >>> index = BM25Index(tokenizer="english")
+    >>> index.add(["the cat sat", "a dog barked", "cats and dogs"], ids=["a", "b", "c"])
+    >>> [doc_id for doc_id, _ in index.search("dog", k=2)]
+    ['b']
+    >>> index.delete(["b"]); len(index)
+    2
+    """
+
+    def __init__(
+        self,
+        tokenizer: str | dict[str, Any] | Tokenizer = "mixed",
+        variant: str = "okapi",
+        *,
+        k1: float | None = None,
+        b: float | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        show_progress: bool = True,
+        **tokenizer_options: Any,
+    ) -> None:
+        self.tokenizer = make_tokenizer(tokenizer, **tokenizer_options)
+        self.params = BM25Params.for_variant(variant, k1=k1, b=b, epsilon=epsilon, delta=delta)
+        self.show_progress = show_progress
+        self._vocab: dict[str, int] = {}
+        self._df = np.zeros(0, dtype=np.int64)
+        self._segments: list[Segment] = []
+        self._doc_len = np.zeros(0, dtype=np.int64)
+        self._live = np.zeros(0, dtype=bool)
+        self._keys = DocKeys()
+        self._n_live = 0
+        self._total_len = 0
+        self._idf: np.ndarray | None = None  # per term, recomputed lazily after a change
+        self._norm: np.ndarray | None = None  # per slot
+
+    # ---- building -------------------------------------------------------------------------------------------
+    def add(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> None:
+        """Tokenise and add documents; a given id already in the index is replaced."""
+        if isinstance(texts, str):
+            raise ValueError("add() takes a list of texts, not one string")
+        tokens = [self.tokenizer(t) for t in tqdm(texts, desc="bm25 tokenize", disable=not self._progress(len(texts)))]
+        self.add_tokens(tokens, ids)
+
+    def add_tokens(self, documents: Sequence[Sequence[str]], ids: Sequence[str] | None = None) -> None:
+        """Add already tokenised documents (lists of tokens); a given id already in the index is replaced."""
+        if ids is not None:
+            if len(set(ids)) != len(ids):
+                dup = next(k for k, c in Counter(ids).items() if c > 1)
+                raise ValueError(f"duplicate document id {dup!r} in one add() call")
+            self.delete(ids)
+        n = len(documents)
+        if n == 0:
+            return
+        self._keys.append(ids, n)
+        steps = range(0, n, _BATCH_DOCS)
+        for start in tqdm(steps, desc="bm25 index", disable=not self._progress(n)):
+            self._append_segment(documents[start : start + _BATCH_DOCS])
+
+    def _append_segment(self, documents: Sequence[Sequence[str]]) -> None:
+        vocab = self._vocab
+        lengths = np.fromiter(map(len, documents), dtype=np.int64, count=len(documents))
+        flat = list(chain.from_iterable(documents))
+        for token in dict.fromkeys(flat):  # new terms get ids in order of first appearance
+            if token not in vocab:
+                vocab[token] = len(vocab)
+        term_ids = np.fromiter(map(vocab.__getitem__, flat), dtype=INDEX_DTYPE, count=len(flat))
+        del flat
+        if len(vocab) > len(self._df):
+            self._df = np.concatenate([self._df, np.zeros(len(vocab) - len(self._df), dtype=np.int64)])
+        segment = Segment.from_token_ids(term_ids, lengths, len(vocab))
+        self._df += np.diff(segment.indptr)
+        self._segments.append(segment)
+        self._doc_len = np.concatenate([self._doc_len, lengths])
+        self._live = np.concatenate([self._live, np.ones(len(documents), dtype=bool)])
+        self._n_live += len(documents)
+        self._total_len += int(lengths.sum())
+        self._merge_small_segments()
+        self._changed()
+
+    def _merge_small_segments(self) -> None:
+        # binary-counter policy: merge while the newer segment is at least as large as the older one,
+        # so there are O(log n) segments and each posting is copied O(log n) times in total
+        segs = self._segments
+        while len(segs) > 1 and (segs[-2].nnz <= segs[-1].nnz or len(segs) > _MAX_SEGMENTS):
+            segs[-2:] = [merge_segments(segs[-2:], len(self._vocab))]
+
+    def delete(self, ids: Iterable[str]) -> int:
+        """Remove documents by id; unknown ids are ignored. Returns how many were removed."""
+        ids = list(ids)
+        if not ids or self._keys.explicit is None:
+            return 0
+        slots = self._keys.slots_of(ids)
+        slots = np.unique(slots[self._live[slots]])
+        if len(slots) == 0:
+            return 0
+        dead = np.zeros(len(self._live), dtype=bool)
+        dead[slots] = True
+        offset = 0
+        for segment in self._segments:
+            rows = dead[offset : offset + segment.n_docs]
+            if rows.any():
+                self._df -= segment.term_doc_counts(rows, len(self._df))
+            offset += segment.n_docs
+        self._live[slots] = False
+        self._keys.forget(slots)
+        self._n_live -= len(slots)
+        self._total_len -= int(self._doc_len[slots].sum())
+        if (len(self._live) - self._n_live) * 4 > len(self._live):
+            self.compact()
+        self._changed()
+        return len(slots)
+
+    def compact(self) -> None:
+        """Drop deleted documents from memory (scores do not change; slots are renumbered)."""
+        keep = self._live
+        if keep.all():
+            return
+        offset, segments = 0, []
+        for segment in self._segments:
+            rows = keep[offset : offset + segment.n_docs]
+            offset += segment.n_docs
+            if rows.any():
+                segments.append(segment.compacted(rows))
+        self._segments = [merge_segments(segments, len(self._vocab))] if segments else []
+        self._doc_len = self._doc_len[keep]
+        self._keys.compact(keep)
+        self._live = np.ones(len(self._doc_len), dtype=bool)
+        self._changed()
+
+    def _changed(self) -> None:
+        self._idf = self._norm = None
+
+    def _progress(self, n: int) -> bool:
+        return self.show_progress and n >= 200_000
+
+    # ---- querying -------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._n_live
+
+    def __contains__(self, doc_id: object) -> bool:
+        if not isinstance(doc_id, str) or self._keys.explicit is None:
+            return False
+        slots = self._keys.slots_of([doc_id])
+        return bool(len(slots)) and bool(self._live[slots[0]])
+
+    @property
+    def ids(self) -> list[str]:
+        """Ids of the live documents, in insertion order (the order of `get_scores`)."""
+        return self._keys.keys(np.flatnonzero(self._live))
+
+    @property
+    def vocabulary_size(self) -> int:
+        return int(np.count_nonzero(self._df))
+
+    def tokenize_query(self, query: str | Sequence[str]) -> list[str]:
+        """Query tokens: a string goes through the index's tokenizer, a list of tokens is taken as is."""
+        if isinstance(query, str):
+            return self.tokenizer(query)
+        return list(query)
+
+    def get_scores(self, query: str | Sequence[str]) -> np.ndarray:
+        """Score of every live document, in `ids` order (as rank_bm25's `get_scores`)."""
+        scores, _, constant = self._accumulate(self.tokenize_query(query), dense=True)
+        return (scores + constant)[self._live]
+
+    def search(
+        self, query: str | Sequence[str], k: int = 10, allowed_ids: Iterable[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """Best `k` documents containing a query term, as ``(id, score)``, best first.
+
+        `allowed_ids` restricts the result to those documents (a metadata filter); unknown ids are ignored.
+        A query with no indexed term (empty, only stopwords, unseen words) returns ``[]``.
+        """
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        allowed = None
+        if allowed_ids is not None:
+            allowed = np.zeros(len(self._live), dtype=bool)
+            allowed[self._keys.slots_of(list(allowed_ids))] = True
+        slots, scores = self.search_slots(self.tokenize_query(query), k, allowed)
+        return list(zip(self._keys.keys(slots), scores.tolist()))
+
+    def search_slots(
+        self, tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`search` on tokens, returning slots and scores as arrays; `allowed` is a bool mask over slots."""
+        candidates, scores, constant = self._accumulate(tokens, dense=False)
+        keep = self._live[candidates]
+        if allowed is not None:
+            keep &= allowed[candidates]
+        candidates, scores = candidates[keep], scores[keep]
+        order = _top_k(scores, k)
+        return candidates[order], scores[order] + constant
+
+    def _accumulate(self, tokens: Sequence[str], *, dense: bool) -> tuple[np.ndarray, np.ndarray, float]:
+        """Scores of the query. Dense: (scores per slot, None, constant). Sparse: (slots with a hit, their
+        scores, constant), where `constant` is what every document scores regardless of its terms (BM25+)."""
+        n_slots = len(self._live)
+        terms = self._query_terms(tokens)
+        if not terms:
+            empty = np.zeros(n_slots) if dense else np.zeros(0)
+            return empty if dense else np.zeros(0, dtype=np.int64), empty, 0.0
+        idf, norm = self._statistics()
+        constant = 0.0
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        for term, count in terms:
+            # a repeated query token counts once per repetition, as in rank_bm25
+            term_idf_value = float(idf[term]) * count
+            constant += absent_term_score(term_idf_value, self.params)
+            offset = 0
+            for segment in self._segments:
+                rows, tf = segment.postings(term)
+                if len(rows):
+                    slots = rows + offset if offset else rows
+                    parts.append((slots, posting_weights(tf, norm[slots], term_idf_value, self.params)))
+                offset += segment.n_docs
+        if not dense and len(parts) == 1:
+            return parts[0][0].astype(np.int64), parts[0][1], constant
+        scores = np.zeros(n_slots)
+        hit = np.zeros(n_slots, dtype=bool)
+        for slots, weights in parts:
+            scores[slots] += weights  # slots are unique within one column, so no np.add.at needed
+            hit[slots] = True
+        if dense:
+            return scores, None, constant
+        candidates = np.flatnonzero(hit)
+        return candidates, scores[candidates], constant
+
+    def _query_terms(self, tokens: Sequence[str]) -> list[tuple[int, int]]:
+        if isinstance(tokens, str):
+            raise ValueError("tokens must be a list of strings; pass a str query to search() instead")
+        out = []
+        for token, count in Counter(tokens).items():
+            term = self._vocab.get(token)
+            if term is not None and self._df[term] > 0:
+                out.append((term, count))
+        return out
+
+    def _statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._idf is None or self._norm is None:
+            present = self._df > 0
+            idf = np.zeros(len(self._df))
+            idf[present] = term_idf(self._df[present], self._n_live, self.params)
+            avgdl = self._total_len / self._n_live if self._n_live else 0.0
+            self._norm = length_norm(self._doc_len, avgdl, self.params) if avgdl > 0 else np.ones(len(self._doc_len))
+            self._idf = idf
+        return self._idf, self._norm
+
+    # ---- persistence ----------------------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> None:
+        """Write ``bm25.json`` (settings, tokenizer, vocabulary, ids) and ``bm25.npz`` (arrays) into `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, np.ndarray] = {"df": self._df, "doc_len": self._doc_len, "live": self._live}
+        if self._keys.explicit is False:
+            arrays["doc_numbers"] = self._keys.numbers
+        for i, segment in enumerate(self._segments):
+            arrays.update({f"seg{i}_indptr": segment.indptr, f"seg{i}_indices": segment.indices,
+                           f"seg{i}_tf": segment.tf})
+        storage.save_arrays(directory / ARRAYS, arrays)
+        vocab = [""] * len(self._vocab)
+        for token, term in self._vocab.items():
+            vocab[term] = token
+        storage.write_manifest(directory / MANIFEST, {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "params": self.params.model_dump(mode="json"),
+            "tokenizer": tokenizer_config(self.tokenizer),
+            "vocab": vocab,
+            "ids": self._keys.to_manifest(),
+            "segments": [{"n_docs": s.n_docs, "n_terms": s.n_terms, "nnz": s.nnz} for s in self._segments],
+            "n_slots": len(self._live),
+            "arrays_bytes": (directory / ARRAYS).stat().st_size,
+        })
+
+    @classmethod
+    def load(cls, directory: str | Path, tokenizer: Tokenizer | None = None, *, mmap: bool = True) -> BM25Index:
+        """Load an index saved by `save`; postings are memory-mapped when `mmap`.
+
+        `tokenizer` is required when the index was built with a custom callable (which cannot be saved) and
+        overrides the saved tokenizer otherwise. Raises `IndexCorruptError` for missing, truncated or inconsistent
+        files, never returning an empty index for a broken one.
+        """
+        directory = Path(directory)
+        manifest = storage.read_manifest(directory / MANIFEST, FORMAT)
+        if manifest.get("version") != FORMAT_VERSION:
+            raise IndexCorruptError(f"{directory / MANIFEST}: unsupported version {manifest.get('version')!r}")
+        try:
+            saved_tokenizer = manifest["tokenizer"]
+            if tokenizer is None and saved_tokenizer.get("name") == CALLABLE_TOKENIZER:
+                raise ConfigError(
+                    f"the index in {directory} was built with a custom tokenizer ({saved_tokenizer.get('repr')}); "
+                    "pass the same callable again: BM25Index.load(directory, tokenizer=...)"
+                )
+            params = manifest["params"]
+            index = cls(tokenizer if tokenizer is not None else saved_tokenizer, params["variant"],
+                        k1=params["k1"], b=params["b"], epsilon=params["epsilon"], delta=params["delta"])
+            seg_meta = manifest["segments"]
+            array_path = directory / ARRAYS
+            size = array_path.stat().st_size if array_path.exists() else None
+            if size != manifest["arrays_bytes"]:
+                raise IndexCorruptError(f"{array_path}: size {size} bytes, manifest says {manifest['arrays_bytes']}")
+            names = ["df", "doc_len", "live"] + [f"seg{i}_{p}" for i in range(len(seg_meta))
+                                                 for p in ("indptr", "indices", "tf")]
+            if manifest["ids"].get("mode") == "auto":
+                names.append("doc_numbers")
+            arrays = storage.load_arrays(array_path, names, mmap=mmap)
+            index._vocab = {token: term for term, token in enumerate(manifest["vocab"])}
+            index._df = np.array(arrays["df"], dtype=np.int64)
+            index._doc_len = np.array(arrays["doc_len"], dtype=np.int64)
+            index._live = np.array(arrays["live"], dtype=bool)
+            index._segments = [
+                Segment(arrays[f"seg{i}_indptr"], arrays[f"seg{i}_indices"], arrays[f"seg{i}_tf"], int(m["n_docs"]))
+                for i, m in enumerate(seg_meta)
+            ]
+            index._keys = DocKeys.from_manifest(manifest["ids"], arrays.get("doc_numbers"), index._live)
+            _check_loaded(index, manifest, directory)
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise IndexCorruptError(f"{directory}: inconsistent BM25 index ({type(exc).__name__}: {exc})") from None
+        index._n_live = int(index._live.sum())
+        index._total_len = int(index._doc_len[index._live].sum())
+        return index
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the `k` largest scores, best first; equal scores keep their (ascending slot) order."""
+    n = len(scores)
+    if n > k:
+        threshold = np.partition(scores, n - k)[n - k]
+        chosen = np.flatnonzero(scores >= threshold)
+    else:
+        chosen = np.arange(n)
+    order = np.argsort(-scores[chosen], kind="stable")[:k]
+    return chosen[order]
+
+
+def _check_loaded(index: BM25Index, manifest: dict[str, Any], directory: Path) -> None:
+    """Cheap structural checks (no pass over the postings), so a damaged index fails on load, not on a query."""
+    n_slots = int(manifest["n_slots"])
+    problems = []
+    if not (len(index._live) == len(index._doc_len) == index._keys.n_slots == n_slots):
+        problems.append(f"{n_slots} documents in the manifest, arrays disagree")
+    if len(index._df) != len(index._vocab):
+        problems.append(f"{len(index._vocab)} terms in the vocabulary, {len(index._df)} document frequencies")
+    if sum(s.n_docs for s in index._segments) != n_slots:
+        problems.append("segment sizes do not add up to the document count")
+    for i, (segment, meta) in enumerate(zip(index._segments, manifest["segments"])):
+        indptr = segment.indptr
+        if (len(indptr) != int(meta["n_terms"]) + 1 or segment.n_terms > len(index._vocab) or indptr[0] != 0
+                or indptr[-1] != segment.nnz or len(segment.tf) != segment.nnz or segment.nnz != int(meta["nnz"])
+                or np.any(np.diff(indptr) < 0)):
+            problems.append(f"segment {i} postings are malformed")
+    if problems:
+        raise IndexCorruptError(f"{directory}: inconsistent BM25 index: {'; '.join(problems)}")

@@ -1,0 +1,100 @@
+"""`BM25Retriever`: LangChain retriever over a `BM25Index`, adding ``bm25_score`` (and ``score``) to metadata.
+
+>>> from langchain_core.documents import Document
+>>> retriever = BM25Retriever.from_documents(
+...     [Document("jieba 中文分词", id="a"), Document("English keyword search", id="b")], k=1)
+>>> [d.id for d in retriever.invoke("keyword")]
+['b']
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, Field
+
+from ctxrag import schema
+from ctxrag.retrievers.bm25.index import BM25Index
+from ctxrag.retrievers.bm25.tokenize import Tokenizer
+
+
+class BM25Retriever(BaseRetriever):
+    """Lexical retrieval with ctxrag's BM25.
+
+    Documents come from `documents` (kept by `from_documents`/`add_documents`) or from `lookup`, a function from
+    ids to documents such as a knowledge base's ``get_chunks``. ``invoke(query, k=..., allowed_ids=...)``
+    overrides `k` and restricts results to the given ids (a metadata filter).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    index: BM25Index
+    """The index searched."""
+    k: int = Field(4, gt=0)
+    """How many documents to return."""
+    documents: dict[str, Document] = Field(default_factory=dict)
+    """Documents by id, when the retriever owns them."""
+    lookup: Callable[[list[str]], list[Document]] | None = None
+    """Fetches documents by id (in the given order) when they live elsewhere, e.g. ``KnowledgeBase.get_chunks``."""
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Iterable[Document],
+        *,
+        tokenizer: str | Tokenizer = "mixed",
+        variant: str = "okapi",
+        k: int = 4,
+        **params: Any,
+    ) -> BM25Retriever:
+        """Index `documents`; each is keyed by its ``id``, else ``metadata["chunk_id"]``, else its position."""
+        retriever = cls(index=BM25Index(tokenizer, variant, **params), k=k)
+        retriever.add_documents(list(documents))
+        return retriever
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str], metadatas: Sequence[dict] | None = None, **kwargs: Any) -> BM25Retriever:
+        metadatas = metadatas or [{} for _ in texts]
+        return cls.from_documents([Document(t, metadata=dict(m)) for t, m in zip(texts, metadatas)], **kwargs)
+
+    def add_documents(self, documents: Sequence[Document]) -> list[str]:
+        """Index documents (an id already present is replaced); returns their ids."""
+        start = len(self.documents)
+        ids = [d.id or d.metadata.get(schema.CHUNK_ID) or str(start + i) for i, d in enumerate(documents)]
+        self.index.add([d.page_content for d in documents], ids=ids)
+        self.documents.update(zip(ids, documents))
+        return ids
+
+    def delete(self, ids: Iterable[str]) -> int:
+        ids = list(ids)
+        for doc_id in ids:
+            self.documents.pop(doc_id, None)
+        return self.index.delete(ids)
+
+    def _get_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
+        allowed_ids: Iterable[str] | None = None,
+    ) -> list[Document]:
+        hits = self.index.search(query, k=k or self.k, allowed_ids=allowed_ids)
+        if not hits:
+            return []
+        ids = [doc_id for doc_id, _ in hits]
+        if self.lookup is not None:
+            found = {d.id or d.metadata.get(schema.CHUNK_ID): d for d in self.lookup(ids)}
+        else:
+            found = self.documents
+        out = []
+        for doc_id, score in hits:
+            doc = found.get(doc_id)
+            if doc is None:  # deleted from the store but not yet from the index: skip rather than fail a query
+                continue
+            metadata = {**doc.metadata, "bm25_score": score, schema.SCORE: score}
+            out.append(Document(page_content=doc.page_content, metadata=metadata, id=doc.id or doc_id))
+        return out

@@ -1,0 +1,106 @@
+"""Stage 2 of BM25: postings. A `Segment` is an immutable document-by-term matrix of raw term frequencies in CSC
+form (one column of postings per term), built with scipy.sparse from token ids.
+
+An index is a list of segments in document order plus tombstones: adding documents appends a small segment,
+deleting marks slots dead, and segments are merged and compacted in the background of those calls, so nothing
+is ever rebuilt from the text.
+
+>>> seg = Segment.from_token_ids(np.array([0, 1, 0, 2], dtype=np.int32), np.array([3, 1]), n_terms=3)
+>>> rows, tf = seg.postings(0)
+>>> rows.tolist(), tf.tolist()
+([0], [2])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+INDEX_DTYPE = np.int32
+TF_DTYPE = np.int32
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Term frequencies of `n_docs` consecutive documents: column ``t`` holds ``indices[indptr[t]:indptr[t+1]]``
+    (rows, ascending) and ``tf`` (their counts). Terms with id ``>= n_terms`` do not occur in this segment."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    tf: np.ndarray
+    n_docs: int
+
+    @property
+    def n_terms(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def nnz(self) -> int:
+        return len(self.indices)
+
+    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (local document numbers) containing `term`, and the term's frequency in each."""
+        if term >= self.n_terms:
+            return self.indices[:0], self.tf[:0]
+        start, end = self.indptr[term], self.indptr[term + 1]
+        return self.indices[start:end], self.tf[start:end]
+
+    @classmethod
+    def from_token_ids(cls, term_ids: np.ndarray, doc_lengths: np.ndarray, n_terms: int) -> Segment:
+        """Build from the concatenated token ids of consecutive documents and each document's token count."""
+        n_docs = len(doc_lengths)
+        row_ptr = np.zeros(n_docs + 1, dtype=np.int64)
+        np.cumsum(doc_lengths, out=row_ptr[1:])
+        # one entry per token; summing duplicates in each row yields term frequencies, tocsc() transposes the layout
+        by_doc = sp.csr_matrix(
+            (np.ones(len(term_ids), dtype=TF_DTYPE), term_ids, row_ptr), shape=(n_docs, n_terms)
+        )
+        by_doc.sum_duplicates()
+        return cls._from_scipy(by_doc.tocsc(), n_docs)
+
+    @classmethod
+    def _from_scipy(cls, matrix: sp.csc_matrix, n_docs: int) -> Segment:
+        matrix.sort_indices()
+        return cls(
+            indptr=matrix.indptr.astype(np.int64, copy=False),
+            indices=matrix.indices.astype(INDEX_DTYPE, copy=False),
+            tf=matrix.data.astype(TF_DTYPE, copy=False),
+            n_docs=n_docs,
+        )
+
+    def to_scipy(self, n_terms: int | None = None) -> sp.csc_matrix:
+        """This segment as a scipy CSC matrix, widened to `n_terms` columns (newer terms are empty columns)."""
+        indptr = self.indptr
+        if n_terms is not None and n_terms > self.n_terms:
+            indptr = np.concatenate([indptr, np.full(n_terms - self.n_terms, indptr[-1], dtype=indptr.dtype)])
+        return sp.csc_matrix((self.tf, self.indices, indptr), shape=(self.n_docs, len(indptr) - 1), copy=False)
+
+    def term_doc_counts(self, rows: np.ndarray, n_terms: int) -> np.ndarray:
+        """For each term, how many of the given rows (bool mask over this segment's rows) contain it."""
+        selected = rows[self.indices]
+        if not selected.any():
+            return np.zeros(n_terms, dtype=np.int64)
+        columns = np.repeat(np.arange(self.n_terms), np.diff(self.indptr))
+        return np.bincount(columns[selected], minlength=n_terms)
+
+    def compacted(self, keep: np.ndarray) -> Segment:
+        """A copy without the rows where `keep` (bool mask over rows) is False; row order is kept."""
+        kept_entries = keep[self.indices]
+        new_row = (np.cumsum(keep) - 1).astype(INDEX_DTYPE)
+        kept_before = np.zeros(self.nnz + 1, dtype=np.int64)
+        np.cumsum(kept_entries, out=kept_before[1:])
+        return Segment(
+            indptr=kept_before[self.indptr],
+            indices=new_row[self.indices[kept_entries]],
+            tf=np.ascontiguousarray(self.tf[kept_entries]),
+            n_docs=int(keep.sum()),
+        )
+
+
+def merge_segments(segments: list[Segment], n_terms: int) -> Segment:
+    """One segment holding the documents of `segments`, in order."""
+    if len(segments) == 1 and segments[0].n_terms == n_terms:
+        return segments[0]
+    stacked = sp.vstack([s.to_scipy(n_terms) for s in segments], format="csc")
+    return Segment._from_scipy(stacked, sum(s.n_docs for s in segments))

@@ -1,0 +1,114 @@
+"""Build the retriever a user asks for by name: dense, bm25 or hybrid, with optional rerank, compression and reorder.
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    kb = KnowledgeBase.open("demo")
+    r = kb.as_retriever(mode="hybrid", k=5, rerank="llm", reorder=True)
+    r.invoke("星河知识库支持哪些文件格式？")
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from langchain_core.retrievers import BaseRetriever
+
+from ctxrag.errors import ConfigError
+
+MODES = ("dense", "bm25", "hybrid")
+RERANK_POOL = {"jina": 150, "llm": 20}
+"""Default pool sizes handed to a reranker: Anthropic's recipe reranks 150, but an LLM reranker on a small local
+model costs seconds per chunk, so it reranks 20 unless told otherwise."""
+
+
+def make_retriever(
+    kb: Any,
+    mode: str = "hybrid",
+    k: int = 10,
+    *,
+    filter: Any = None,
+    search_type: str = "similarity",
+    fetch_k: int | None = None,
+    lambda_mult: float = 0.5,
+    score_threshold: float | None = None,
+    weights: Sequence[float] = (0.5, 0.5),
+    fusion: str = "rrf",
+    c: float = 60,
+    rerank: str | Any = "none",
+    rerank_pool: int | None = None,
+    compressors: Sequence[Any] = (),
+    reorder: bool = False,
+) -> BaseRetriever:
+    """A retriever over knowledge base `kb` (see the module docstring); `k` is the number of chunks returned."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
+    if k <= 0:
+        raise ConfigError(f"k must be positive, got {k}")
+    reranker = _reranker(rerank, kb)
+    staged = reranker is not None or bool(compressors) or reorder
+    pool = k
+    if reranker is not None:
+        pool = rerank_pool or RERANK_POOL.get(rerank if isinstance(rerank, str) else "", 50)
+        pool = max(pool, k)
+    base = _base(kb, mode, pool, filter, search_type, fetch_k, lambda_mult, score_threshold, weights, fusion, c)
+    if not staged:
+        return base
+    from ctxrag.retrievers.pipeline import RetrievalPipeline
+
+    return RetrievalPipeline(
+        base_retriever=base, fetch_k=pool, reranker=reranker, top_n=k, compressors=list(compressors), reorder=reorder
+    )
+
+
+def _reranker(rerank: str | Any, kb: Any) -> Any:
+    if rerank is None or rerank == "none":
+        return None
+    if not isinstance(rerank, str):
+        return rerank  # a BaseDocumentCompressor given directly
+    from ctxrag.compressors import build_reranker
+
+    return build_reranker(rerank, kb.settings)
+
+
+def _base(
+    kb: Any, mode: str, k: int, filter: Any, search_type: str, fetch_k: int | None, lambda_mult: float,
+    score_threshold: float | None, weights: Sequence[float], fusion: str, c: float,
+) -> BaseRetriever:
+    from ctxrag.retrievers.dense import DenseRetriever
+    from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
+
+    def dense(kk: int) -> DenseRetriever:
+        kwargs: dict[str, Any] = {"k": kk, "lambda_mult": lambda_mult, "filter": filter}
+        if fetch_k:
+            kwargs["fetch_k"] = fetch_k
+        if score_threshold is not None:
+            kwargs["score_threshold"] = score_threshold
+        return DenseRetriever(kb=kb, search_type=search_type, search_kwargs=kwargs, name="dense")  # type: ignore[arg-type]
+
+    if mode == "dense":
+        return dense(k)
+    bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")
+    if mode == "bm25":
+        return bm25
+    from ctxrag.retrievers.fusion import FusionRetriever
+
+    # each side contributes a deeper list than k so fusion has overlap to work with
+    depth = max(k, 2 * k if k < 50 else k)
+    return FusionRetriever(
+        retrievers=[dense(depth), bm25.model_copy(update={"k": depth})], weights=list(weights), mode=fusion, c=c,
+        top_k=k, name="hybrid",
+    )
+
+
+def make_multi_kb_retriever(kbs: Sequence[Any], mode: str = "hybrid", k: int = 10, **kwargs: Any) -> BaseRetriever:
+    """Query several knowledge bases together (e.g. a project one and the shared `general` one), fused by RRF."""
+    if not kbs:
+        raise ConfigError("no knowledge base given")
+    if len(kbs) == 1:
+        return make_retriever(kbs[0], mode=mode, k=k, **kwargs)
+    from ctxrag.retrievers.fusion import FusionRetriever
+
+    parts = [make_retriever(kb, mode=mode, k=k, **kwargs) for kb in kbs]
+    for kb, p in zip(kbs, parts):
+        p.name = f"kb:{kb.name}"
+    return FusionRetriever(retrievers=parts, mode="rrf", top_k=k, name="multi-kb")

