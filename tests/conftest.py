@@ -6,7 +6,8 @@ a fresh ``get_settings()``.
 Local LLM: the GGUF is assembled ONCE into a shared cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models``
 (491 MB, ~5 s the first time, an mtime/size check afterwards), never into the per-test home. Tests marked
 ``@pytest.mark.llm`` (or using ``local_model_path``) also get ``CTXRAG_LLM__MODEL_PATH`` pointing at it, so
-``make_chat_model()`` finds the model without assembling. All of it skips cleanly when llama-cpp-python is absent.
+``make_chat_model()`` finds the model without assembling (and ``CTXRAG_LLM__N_CTX=4096``, so it reuses the loaded
+``local_chat_model`` instead of loading a second copy). All of it skips cleanly when llama-cpp-python is absent.
 
     local_model_path     session  Path of the verified GGUF
     local_chat_model     session  LocalLlamaChatModel (in-process, n_ctx 4096, temperature 0, max_tokens 64)
@@ -27,6 +28,7 @@ from llm_server import CountingProxy, CountingURL, models_cache_dir, run_llama_s
 
 # variables of the test infrastructure itself, kept when the rest of CTXRAG_* is cleared
 _KEEP_ENV = {"CTXRAG_MODELS_CACHE"}
+LOCAL_N_CTX = 4096
 
 
 def _clear_settings_cache() -> None:
@@ -49,6 +51,8 @@ def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest
     monkeypatch.setenv("CTXRAG_HOME", str(home))
     if request.node.get_closest_marker("llm") is not None or "local_model_path" in request.fixturenames:
         monkeypatch.setenv("CTXRAG_LLM__MODEL_PATH", str(request.getfixturevalue("local_model_path")))
+        # same n_ctx as local_chat_model, so make_chat_model() reuses that loaded instance
+        monkeypatch.setenv("CTXRAG_LLM__N_CTX", str(LOCAL_N_CTX))
     _clear_settings_cache()
     yield home
     _clear_settings_cache()
@@ -78,7 +82,7 @@ def local_chat_model(local_model_path: Path):  # noqa: ANN201 - LocalLlamaChatMo
     """The in-process model (loaded once, shared): temperature 0, n_ctx 4096, max_tokens 64."""
     from ctxrag.models.llamacpp import LocalLlamaChatModel
 
-    model = LocalLlamaChatModel(model_path=str(local_model_path), n_ctx=4096, max_tokens=64, temperature=0.0)
+    model = LocalLlamaChatModel(model_path=str(local_model_path), n_ctx=LOCAL_N_CTX, max_tokens=64, temperature=0.0)
     model.load()
     return model
 

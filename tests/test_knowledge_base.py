@@ -107,7 +107,7 @@ def test_filters_and_unknown_kb(settings: Settings, corpus: Path) -> None:
     kb.ingest([corpus], progress=False)
     zh_doc = next(d for d in kb.list_documents() if d.source.endswith("xinghe.md"))
     for mode in ("dense", "bm25", "hybrid"):
-        hits = kb.as_retriever(mode=mode, k=5, filter={"doc_id": zh_doc.doc_id}).invoke("Falcon pump")
+        hits = kb.as_retriever(mode=mode, k=5, filter={"doc_id": zh_doc.doc_id}).invoke("Falcon pump 端口")
         assert hits and set(_sources(hits)) == {"xinghe.md"}, mode
     with pytest.raises(KnowledgeBaseNotFound, match="nope"):
         KnowledgeBase.open("nope", settings, create=False)

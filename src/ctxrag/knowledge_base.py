@@ -92,11 +92,17 @@ class IngestReport:
         return not self.failed
 
 
-def _index_factories() -> dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex]]]:
-    """Index kinds a knowledge base keeps: name -> (make empty, load from folder)."""
-    factories: dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex]]] = {
-        "dense": (FaissIndex, FaissIndex.load),
-    }
+def _index_factories(kb: "KnowledgeBase | None" = None) -> dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex | None]]]:
+    """Index kinds a knowledge base keeps: name -> (make empty, load from folder; None means rebuild).
+
+    The dense index is the one ``kb.settings.vector_store`` names (FAISS without a `kb`); see `ctxrag.stores.backends`."""
+    if kb is None:
+        dense: tuple[Callable[[], Any], Callable[[Path], Any]] = (FaissIndex, FaissIndex.load)
+    else:
+        from ctxrag.stores.backends import dense_factories
+
+        dense = dense_factories(kb)
+    factories: dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex | None]]] = {"dense": dense}
     try:
         from ctxrag.retrievers.bm25 import BM25ChunkIndex
     except ImportError:  # pragma: no cover - bm25 ships with ctxrag; guard for partial installs
@@ -148,6 +154,10 @@ class KnowledgeBase:
         shutil.rmtree(root)
 
     def close(self) -> None:
+        for index in self.indexes.values():
+            close = getattr(index, "close", None)  # Chroma / Milvus clients
+            if close is not None:
+                close()
         self.store.close()
 
     def __enter__(self) -> "KnowledgeBase":
@@ -176,9 +186,10 @@ class KnowledgeBase:
     def _load_indexes(self) -> None:
         gen = self.generation
         gen_dir = self._gen_dir(gen)
-        for name, (make, load) in _index_factories().items():
-            if gen and (gen_dir / name).is_dir():
-                self.indexes[name] = load(gen_dir / name)
+        for name, (make, load) in _index_factories(self).items():
+            loaded = load(gen_dir / name) if gen and (gen_dir / name).is_dir() else None
+            if loaded is not None:
+                self.indexes[name] = loaded
             else:
                 self.indexes[name] = make()
                 if gen:
@@ -371,7 +382,7 @@ class KnowledgeBase:
                 schema.TITLE: title, schema.CHUNK_INDEX: p.index, schema.START_INDEX: p.start_index,
                 schema.END_INDEX: p.end_index, schema.HEADING_PATH: p.heading_path,
             }
-            for key in ("file_type", "language"):
+            for key in ("file_type", "language", "collection", "tags", "note_id"):  # collection/tags: notes filter
                 if key in meta:
                     md[key] = meta[key]
             if ctx:

@@ -147,6 +147,14 @@ def test_endpoint_answering_garbage_is_a_model_error(garbage_server: str, kind: 
     assert SECRET not in message
 
 
+def test_wrap_model_errors_catches_unparsable_replies_without_garbage_flag(garbage_server: str) -> None:
+    url = f"{garbage_server}/html/v1"
+    model = make_chat_model(provider="openai", base_url=url, max_retries=0)
+    with pytest.raises(ModelError, match=f"chat endpoint {url} answered garbage"):
+        with wrap_model_errors(model):
+            model.invoke("hi")
+
+
 def test_describe_endpoint() -> None:
     model = ChatOpenAI(base_url="http://h:1/v1", api_key=SecretStr(SECRET), model="m")
     assert describe_endpoint(model) == "chat endpoint http://h:1/v1"
@@ -225,7 +233,7 @@ def test_local_model_logprobs_in_openai_format(local_chat_model: LocalLlamaChatM
 
 @pytest.mark.llm
 def test_model_is_loaded_once_per_process(local_chat_model: LocalLlamaChatModel, local_model_path: Path) -> None:
-    again = make_chat_model(max_tokens=4, n_ctx=4096)  # conftest points llm.model_path at the shared file
+    again = make_chat_model(max_tokens=4)  # conftest points llm.model_path at the shared file, n_ctx at 4096
     assert isinstance(again, LocalLlamaChatModel)
     assert again.load() is local_chat_model.load()
     assert sum(1 for path, n_ctx in loaded_models() if n_ctx == 4096 and path == str(local_model_path.resolve())) == 1

@@ -1,0 +1,29 @@
+"""Answer chains: basic RAG, the routing assistant, question rewriting, document summaries and articles from notes."""
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "build_rag_chain": "ctxrag.chains.rag",
+    "Assistant": "ctxrag.chains.assistant",
+    "build_assistant_chain": "ctxrag.chains.assistant",
+    "Route": "ctxrag.chains.router",
+    "RouteDecision": "ctxrag.chains.router",
+    "RouterThresholds": "ctxrag.chains.router",
+    "EmbeddingRouter": "ctxrag.chains.router",
+    "LLMRouter": "ctxrag.chains.router",
+    "make_router": "ctxrag.chains.router",
+    "QuestionRewriter": "ctxrag.chains.rewrite",
+    "DocumentSummarizer": "ctxrag.chains.summarize",
+    "ArticleWriter": "ctxrag.chains.article",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # lazy: importing ctxrag.chains.citations must not load every chain
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'ctxrag.chains' has no attribute {name!r}")

@@ -24,6 +24,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableGenerator, RunnableLambda, RunnablePassthrough
+from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.chains.citations import format_knowledge, map_citations
 from ctxrag.prompts.layers import LayeredPrompt
@@ -70,7 +71,7 @@ def build_rag_chain(
             for k, v in c.items():
                 acc[k] = acc.get(k, "") + v if k == "answer" and k in acc else v
             yield c
-        yield map_citations(acc.get("answer", ""), acc.get("documents", []))
+        yield AddableDict(map_citations(acc.get("answer", ""), acc.get("documents", [])))
 
     async def afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
@@ -78,7 +79,7 @@ def build_rag_chain(
             for k, v in c.items():
                 acc[k] = acc.get(k, "") + v if k == "answer" and k in acc else v
             yield c
-        yield map_citations(acc.get("answer", ""), acc.get("documents", []))
+        yield AddableDict(map_citations(acc.get("answer", ""), acc.get("documents", [])))
 
     return (
         RunnableLambda(_prepare)

@@ -146,3 +146,6 @@ def answers(
             if r.error:
                 typer.echo(f"error: config {r.config.name}: {r.error}", err=True)
         raise typer.Exit(1)
+
+
+eval_app.command("routing")(__import__("ctxrag.cli.routing_eval", fromlist=["routing"]).routing)

@@ -39,7 +39,7 @@ def main(
     get_settings.cache_clear()
     _STATE["debug"] = debug
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+                        format="%(levelname)s %(name)s: %(message)s", force=True)
     if debug:
         for noisy in ("httpx", "httpcore", "openai", "urllib3", "jieba", "faiss"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -132,7 +132,7 @@ def search(
     query: str = typer.Argument(...),
     kb: Optional[list[str]] = typer.Option(None, "--kb", help="Knowledge base(s); repeat to search several."),
     k: int = typer.Option(10, "-k", "--k", min=1),
-    mode: str = typer.Option("hybrid", "--mode", help="dense | bm25 | hybrid"),
+    mode: str = typer.Option("hybrid", "--mode", help="dense | bm25 | hybrid | graph"),
     rerank: str = typer.Option("none", "--rerank", help="none | jina | llm"),
     search_type: str = typer.Option("similarity", "--search-type", help="similarity | mmr (dense side)"),
     json_out: bool = typer.Option(False, "--json"),
@@ -314,12 +314,17 @@ def demo(
 
 def _mount_optional() -> None:
     """Sub-apps that live in their own modules."""
-    for mod, attr, name in (("ctxrag.cli.eval", "eval_app", "eval"),):
+    for mod, attr, name in (("ctxrag.cli.eval", "eval_app", "eval"), ("ctxrag.cli.notes", "notes_app", "notes"),
+                            ("ctxrag.cli.article", "article_app", "article"), ("ctxrag.cli.assistant", "chat", "chat")):
         try:
             module = __import__(mod, fromlist=[attr])
         except ImportError:
             continue
-        app.add_typer(getattr(module, attr), name=name)
+        obj = getattr(module, attr)
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=name)
+        else:  # a single command
+            app.command(name)(obj)
 
 
 _mount_optional()

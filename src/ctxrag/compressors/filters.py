@@ -154,7 +154,9 @@ class _LLMStep(BaseDocumentCompressor):
     ) -> Sequence[Document]:
         if not documents:
             return []
-        replies = self._chain(query).batch(self._inputs(documents, query), self._config(callbacks), return_exceptions=True)
+        replies = self._chain(query).batch(
+            self._inputs(documents, query), self._config(callbacks), return_exceptions=True
+        )
         return self._apply(documents, replies)
 
     async def acompress_documents(
@@ -181,7 +183,8 @@ class LLMFilter(_LLMStep):
     """Minimum P(yes) when logprobs are available."""
 
     def _chain(self, query: str) -> Runnable:
-        return rerank_prompt("filter", self.language, query) | self.llm.bind(logprobs=True, top_logprobs=5, max_tokens=3)
+        judge = self.llm.bind(logprobs=True, top_logprobs=5, max_tokens=3)
+        return rerank_prompt("filter", self.language, query) | judge
 
     def _apply(self, documents: Sequence[Document], replies: list[Any]) -> list[Document]:
         kept: list[Document] = []
@@ -207,15 +210,23 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
+
+
 def grounded_lines(reply: str, source: str) -> list[str]:
-    """The lines of an extraction reply that occur verbatim (up to whitespace) in the source text."""
+    """The sentences of an extraction reply that occur verbatim (up to whitespace) in the source text.
+
+    Bullets and numbering are stripped per line, then the reply is split into sentences, so a sentence the model
+    wrapped over two lines still counts.
+    """
     haystack = _squash(source)
-    lines: list[str] = []
-    for line in reply.splitlines():
-        candidate = _squash(_BULLET.sub("", line)).rstrip("\"”'」")
-        if len(candidate) >= 4 and candidate in haystack and candidate not in lines:
-            lines.append(candidate)
-    return lines
+    text = _squash(" ".join(_BULLET.sub("", line) for line in reply.splitlines()))
+    sentences: list[str] = []
+    for part in _SENTENCE_END.split(text):
+        candidate = part.strip().strip("\"“”'「」")
+        if len(candidate) >= 4 and candidate in haystack and candidate not in sentences:
+            sentences.append(candidate)
+    return sentences
 
 
 class LLMExtractor(_LLMStep):
@@ -247,7 +258,7 @@ class LLMExtractor(_LLMStep):
                 kept_whole += 1
                 out.append(doc)
                 continue
-            out.append(Document(page_content="\n".join(lines), metadata={**doc.metadata, "extracted": True}, id=doc.id))
+            out.append(Document(page_content=" ".join(lines), metadata={**doc.metadata, "extracted": True}, id=doc.id))
         if kept_whole:
             log.info("LLM extractor kept %d of %d documents whole (failed or ungrounded extraction)",
                      kept_whole, len(documents))

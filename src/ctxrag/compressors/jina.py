@@ -1,4 +1,4 @@
-"""Reranking through Jina's ``/v1/rerank`` protocol (Jina AI, or self-hosted Xinference, TEI, vLLM servers that speak it).
+"""Reranking through Jina's ``/v1/rerank`` protocol: Jina AI, or self-hosted Xinference, TEI, vLLM servers.
 
 Request ``POST {base_url}/rerank`` with ``{"model", "query", "documents", "top_n", "return_documents": false}``;
 response ``{"results": [{"index", "relevance_score"}, ...]}``. Large pools are sent in batches (scores of a
@@ -131,7 +131,8 @@ class JinaReranker(BaseDocumentCompressor):
             raise ModelError(f"Jina rerank at {self._url}: response is not JSON: {excerpt!r}") from None
         results = body.get("results") if isinstance(body, dict) else None
         if not isinstance(results, list):
-            raise ModelError(f"Jina rerank at {self._url}: response has no 'results' list: {self._redact(str(body)[:200])}")
+            excerpt = self._redact(str(body)[:200])
+            raise ModelError(f"Jina rerank at {self._url}: response has no 'results' list: {excerpt}")
         pairs: list[tuple[int, float]] = []
         seen: set[int] = set()
         for item in results:
@@ -142,7 +143,8 @@ class JinaReranker(BaseDocumentCompressor):
                 and isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)
             )
             if not valid:
-                raise ModelError(f"Jina rerank at {self._url}: bad result {self._redact(str(item)[:200])} for {n_docs} documents")
+                excerpt = self._redact(str(item)[:200])
+                raise ModelError(f"Jina rerank at {self._url}: bad result {excerpt} for {n_docs} documents")
             seen.add(index)  # type: ignore[arg-type]
             pairs.append((index, float(score)))  # type: ignore[arg-type]
         return pairs

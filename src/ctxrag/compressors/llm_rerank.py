@@ -25,7 +25,7 @@ from typing import Any, Literal
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.runnables import Runnable
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ctxrag.models.parsing import parse_number, parse_yes_no
 from ctxrag.prompts.rerank import numbered_passages, rerank_prompt, rerank_text
@@ -172,6 +172,15 @@ class LLMReranker(BaseDocumentCompressor):
     def _parse_scoring(cls, value: Any) -> PointwiseScoring:
         return PointwiseScoring.from_str(value)
 
+    @model_validator(mode="after")
+    def _windows_overlap(self) -> LLMReranker:
+        if self.step >= self.window_size:
+            raise ValueError(
+                f"step={self.step} must be smaller than window_size={self.window_size}: windows must overlap "
+                "for good passages to move towards the front"
+            )
+        return self
+
     # -- shared ----------------------------------------------------------------------------------------------------
     def _texts(self, documents: Sequence[Document]) -> list[str]:
         limit = self.max_chars or (400 if self.mode is RerankMode.LISTWISE else 1500)
@@ -295,6 +304,8 @@ class LLMReranker(BaseDocumentCompressor):
         return scores
 
     def _listwise(self, documents: Sequence[Document], query: str, callbacks: Callbacks) -> list[float | None]:
+        if len(documents) == 1:
+            return [1.0]
         texts = self._texts(documents)
         order = list(range(len(documents)))
         chain = self._chain("listwise", query, max_tokens=8 * self.window_size)
@@ -308,6 +319,8 @@ class LLMReranker(BaseDocumentCompressor):
         return self._listwise_scores(order, ok, len(order))
 
     async def _alistwise(self, documents: Sequence[Document], query: str, callbacks: Callbacks) -> list[float | None]:
+        if len(documents) == 1:
+            return [1.0]
         texts = self._texts(documents)
         order = list(range(len(documents)))
         chain = self._chain("listwise", query, max_tokens=8 * self.window_size)

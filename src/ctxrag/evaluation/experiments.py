@@ -152,7 +152,8 @@ def _from_mapping(data: Any, where: str) -> ExperimentConfig:
             return ExperimentConfig(**start)
         return ExperimentConfig(**data)
     except ValidationError as e:
-        raise ConfigError(f"{where}: {e}") from None
+        detail = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'config'}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"{where}: {detail}") from None
 
 
 def load_configs(path: str | Path) -> list[ExperimentConfig]:

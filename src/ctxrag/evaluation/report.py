@@ -76,7 +76,7 @@ def format_table(results: Sequence[ConfigResult], ks: Sequence[int],
         rows.append([r.config.name, str(r.queries)] + [_pct(m.get(f"pass@{k}")) for k in ks]
                     + [_pct(m.get(f"mrr@{xk}")), _pct(m.get(f"ndcg@{xk}"))]
                     + [f"{r.query_ms_p50:.1f}", f"{r.query_ms_p95:.1f}", f"{r.index_seconds:.1f}"])
-    for ref in references:
+    for ref in (r for r in references if set(r.pass_at) & set(ks)):
         rows.append([ref.label, ""] + [f"{ref.pass_at[k]:.2f}" if k in ref.pass_at else "" for k in ks]
                     + ["", ""] + ([f"{ref.ms:g} (mean)"] if ref.ms is not None else [""]) + ["", ""])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
@@ -101,6 +101,10 @@ def write_json(results: Sequence[ConfigResult], path: str | Path, *, per_query: 
     return path
 
 
+def _short(label: str) -> str:
+    return label.replace(_FLOOR, "stock LangChain floor")
+
+
 _CURVES = (("pass", "Pass@k = Recall@k"), ("hit", "hit rate@k"), ("mrr", "MRR@k"), ("ndcg", "nDCG@k"))
 
 
@@ -118,7 +122,8 @@ def plot_results(results: Sequence[ConfigResult], path: str | Path, ks: Sequence
     if not good:
         raise ValueError("nothing to plot: every configuration failed")
     rows = [(r.config.name, {k: 100 * r.metrics[f"pass@{k}"] for k in ks}, False) for r in good]
-    rows += [(ref.label, {k: v for k, v in ref.pass_at.items() if k in ks}, True) for ref in references]
+    rows += [(ref.label, {k: v for k, v in ref.pass_at.items() if k in ks}, True) for ref in references
+             if set(ref.pass_at) & set(ks)]
     fig = plt.figure(figsize=(16, 4.5 + 0.42 * len(rows)))
     grid = fig.add_gridspec(2, 4, height_ratios=[3.2, 0.42 * len(rows) + 1.2])
     cmap = plt.get_cmap("tab10")
@@ -137,7 +142,8 @@ def plot_results(results: Sequence[ConfigResult], path: str | Path, ks: Sequence
     ax = fig.add_subplot(grid[1, :])
     height = 0.8 / len(ks)
     for j, k in enumerate(ks):
-        ys = [len(rows) - 1 - n + (j - (len(ks) - 1) / 2) * height for n in range(len(rows))]
+        # smallest k on top within each group
+        ys = [len(rows) - 1 - n - (j - (len(ks) - 1) / 2) * height for n in range(len(rows))]
         vals = [row[1].get(k, 0.0) for row in rows]
         bars = ax.barh(ys, vals, height=height, color=cmap(j), label=f"Pass@{k}")
         for bar, row in zip(bars, rows):
@@ -145,7 +151,7 @@ def plot_results(results: Sequence[ConfigResult], path: str | Path, ks: Sequence
                 bar.set_hatch("//")
                 bar.set_alpha(0.55)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([row[0] for row in reversed(rows)], fontsize=8)
+    ax.set_yticklabels([_short(row[0]) for row in reversed(rows)], fontsize=8)
     lo = min(v for row in rows for v in row[1].values()) if any(row[1] for row in rows) else 0
     ax.set_xlim(max(0, lo - 10), 100)
     ax.set_xlabel("Pass@k (%); hatched = published / reference numbers")

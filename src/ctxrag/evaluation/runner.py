@@ -286,6 +286,7 @@ class EvalRunner:
         k_max = max(self.ks)
         retriever, index_seconds = self.build_retriever(config, k_max)
         eq = ds.equivalence or {}
+        retriever.invoke(ds.queries[0].text)  # warm-up, untimed: model loading is not query latency
         results: list[QueryResult] = []
         for q in tqdm(ds.queries, desc=config.name, unit="q", disable=not self.progress, leave=False):
             start = time.perf_counter()

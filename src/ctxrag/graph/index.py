@@ -207,7 +207,7 @@ class GraphIndex:
                 if any(taken[i : i + n]):
                     continue
                 gram = " ".join(words[i : i + n])
-                if gram in self._entity_ids and not (n == 1 and (gram in _STOP or len(gram) < 2)):
+                if gram in self._entity_ids and not (n == 1 and not self._named_word(gram, text)):
                     found.append(self._entity_names[self._entity_ids[gram]])
                     taken[i : i + n] = [True] * n
         if _HAS_CJK.search(key):
@@ -235,6 +235,19 @@ class GraphIndex:
                 seen.add(k)
                 out.append(mention)
         return out
+
+    @staticmethod
+    def _named_word(word: str, text: str) -> bool:
+        """A one-word match counts when it looks like a name: capitalised or a number in the text ("Basel", "1963"),
+        or Chinese; a lowercase common word ("state", "river") is too weak a seed in a large graph."""
+        if word in _STOP or len(word) < 2:
+            return False
+        if _HAS_CJK.search(word):
+            return True
+        for m in re.finditer(rf"(?<!\w){re.escape(word)}", text, flags=re.IGNORECASE):
+            if m.group(0)[0].isupper() or m.group(0)[0].isdigit():
+                return True
+        return False
 
     # ---- updates -----------------------------------------------------------------------------------------------
     def _embed(self, texts: list[str], what: str) -> np.ndarray:

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -40,6 +39,8 @@ from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_att
 from tqdm.auto import tqdm
 
 from ctxrag.indexing.context_cache import CacheKey, ContextCache
+from ctxrag.indexing.context_report import ContextReport
+from ctxrag.indexing.retry import is_transient_error, is_unreachable_error
 from ctxrag.indexing.windowing import window_document
 from ctxrag.prompts.contextual import ContextPrompt, default_context_prompts
 from ctxrag.schema import content_hash
@@ -47,40 +48,8 @@ from ctxrag.text import detect_language, estimate_tokens
 
 logger = logging.getLogger(__name__)
 
-_LABEL = re.compile(r"^\s*(?:\*\*)?(?:succinct context|context|上下文|背景)(?:\*\*)?\s*[:：]\s*", re.IGNORECASE)
-_TRANSIENT_NAMES = {
-    "APIConnectionError", "APITimeoutError", "RateLimitError", "InternalServerError", "ServiceUnavailableError",
-    "OverloadedError", "ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "RemoteProtocolError",
-}  # fmt: skip
+_LABEL = re.compile(r"^\s*\**\s*(?:succinct\s+)?(?:context|上下文|背景)\s*\**\s*[:：]\s*\**\s*", re.IGNORECASE)
 _MIN_DOCUMENT_TOKENS = 64
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return seen
-
-
-def is_transient_error(exc: BaseException) -> bool:
-    """Connection failures, timeouts, 429 and 5xx: worth a retry."""
-    for e in _chain(exc):
-        if isinstance(e, (ConnectionError, TimeoutError, httpx.TransportError)) or type(e).__name__ in _TRANSIENT_NAMES:
-            return True
-        status = getattr(e, "status_code", None)
-        if isinstance(status, int) and (status == 429 or status >= 500):
-            return True
-    return False
-
-
-def is_unreachable_error(exc: BaseException) -> bool:
-    """Nothing listens there (connection refused, unknown host): not a timeout of a busy server."""
-    for e in _chain(exc):
-        if isinstance(e, ConnectionRefusedError) or type(e).__name__ in {"ConnectError", "APIConnectionError"}:
-            return True
-    return False
 
 
 def clean_context(text: str, max_chars: int = 600) -> str:
@@ -97,38 +66,6 @@ def clean_context(text: str, max_chars: int = 600) -> str:
 def fallback_header(title: str = "", heading_path: str = "") -> str:
     """The deterministic context used when no LLM answers: "title > heading path" (either part may be empty)."""
     return " > ".join(part.strip() for part in (title, heading_path) if part and part.strip())
-
-
-@dataclass
-class ContextReport:
-    """What contextualizing cost. `usage` says whether token counts came from the model ('reported'), were estimated
-    from the text ('estimated'), both ('mixed') or there were no calls ('none')."""
-
-    documents: int = 0
-    chunks: int = 0
-    contextualized: int = 0
-    """Chunks whose context the LLM wrote in this run."""
-    cache_hits: int = 0
-    llm_calls: int = 0
-    """Requests sent, retries included."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    usage: Literal["reported", "estimated", "mixed", "none"] = "none"
-    fallbacks: int = 0
-    """Chunks given the deterministic header because the LLM failed or was unreachable."""
-    windowed: int = 0
-    """Chunks whose document was cut to a window because it exceeded the model's context."""
-    seconds: float = 0.0
-    fallback_reason: str | None = None
-
-    def __str__(self) -> str:
-        text = (
-            f"contexts: {self.chunks} chunks in {self.documents} documents, {self.contextualized} by the LLM "
-            f"({self.llm_calls} calls), {self.cache_hits} cached, {self.fallbacks} fallback headers, "
-            f"{self.windowed} windowed; tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion "
-            f"({self.usage}); {self.seconds:.1f}s"
-        )
-        return text + (f"; fallback because: {self.fallback_reason}" if self.fallback_reason else "")
 
 
 @dataclass
@@ -153,6 +90,11 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
     `chat_model`: any LangChain chat model; None builds one from settings (`ctxrag.models.chat.make_chat_model`) on
     the first cache miss. `cache`: a `ContextCache`, True for the default one under ``settings.cache_dir``, None/False
     for none. `prompts`: by language ('en', 'zh'); `language`: 'auto' picks 'zh' for mostly-CJK documents.
+    `n_ctx`: the model's window (default: the model's own ``n_ctx``, else ``settings.llm.n_ctx``); a document whose
+    prompt would not fit with `max_tokens` of answer is windowed around each chunk (`max_document_tokens` sets the
+    document budget directly). Tokens are counted with the in-process model's tokenizer when there is one, else
+    estimated (`ctxrag.text.estimate_tokens`) or with `token_counter`. `max_concurrency` bounds requests in flight
+    per document after the first; `retry_attempts` / `retry_wait` drive exponential backoff on transient errors.
 
     Example::
 
@@ -202,7 +144,8 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         )
         self.max_concurrency = max_concurrency
         self.max_tokens = max_tokens
-        self.n_ctx = n_ctx or int(settings.llm.n_ctx)
+        self._n_ctx_given = n_ctx
+        self.n_ctx = n_ctx or self._n_ctx_of(chat_model) or int(settings.llm.n_ctx)
         self.max_document_tokens = max_document_tokens
         self.max_context_chars = max_context_chars
         self.retry_attempts = retry_attempts
@@ -229,6 +172,12 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
             if isinstance(value, str) and value:
                 return Path(value).name if attr == "model_path" else value
         return None
+
+    @staticmethod
+    def _n_ctx_of(model: Any) -> int | None:
+        """The window of an in-process model that declares one (LocalLlamaChatModel.n_ctx)."""
+        value = getattr(getattr(model, "bound", model), "n_ctx", None)
+        return value if isinstance(value, int) and value > 0 else None
 
     @staticmethod
     def _default_model_name(settings: Any) -> str:
@@ -275,15 +224,26 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
                         self._unreachable = f"no chat model ({type(exc).__name__}: {exc})"
                 if model is not None and self._token_counter is estimate_tokens:
                     self._token_counter = self._tokenizer_of(model) or estimate_tokens
+                if model is not None and self._n_ctx_given is None:
+                    self.n_ctx = self._n_ctx_of(model) or self.n_ctx
             if model is not None:
                 try:
-                    model = model.bind(max_tokens=self.max_tokens)
+                    model = model.bind(**self._limit_kwargs(model))
                 except Exception:  # models without bind kwargs keep their own limit
                     pass
             if self._unreachable:
                 logger.warning("contextual retrieval: %s; using title/heading headers as contexts", self._unreachable)
             self._model, self._model_ready = model, True
             return model
+
+    def _limit_kwargs(self, model: Any) -> dict[str, Any]:
+        """`max_tokens` for the call. ChatOpenAI renames it `max_completion_tokens`, which llama_cpp.server ignores,
+        so OpenAI-compatible servers other than api.openai.com also get the plain field through `extra_body`."""
+        kwargs: dict[str, Any] = {"max_tokens": self.max_tokens}
+        base = getattr(model, "openai_api_base", None)
+        if type(model).__name__ == "ChatOpenAI" and base and "api.openai.com" not in base:
+            kwargs["extra_body"] = {**(getattr(model, "extra_body", None) or {}), "max_tokens": self.max_tokens}
+        return kwargs
 
     def _is_anthropic(self) -> bool:
         raw = self._raw_model

@@ -7,6 +7,7 @@ access and error wrapping live in `ctxrag.loading.loaders`.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,9 @@ def pdf_to_text(path: Path) -> tuple[str, dict[str, Any]]:
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
+    pypdf_logger = logging.getLogger("pypdf")
+    previous_level = pypdf_logger.level
+    pypdf_logger.setLevel(logging.ERROR)  # its repair warnings ("EOF marker not found") would spam ingest output
     try:
         reader = PdfReader(str(path))
         if reader.is_encrypted and not reader.decrypt(""):
@@ -107,6 +111,8 @@ def pdf_to_text(path: Path) -> tuple[str, dict[str, Any]]:
         raise
     except (PdfReadError, ValueError, KeyError, TypeError, OSError, AttributeError, IndexError) as exc:
         raise LoadError(path, f"corrupt or unreadable PDF: {type(exc).__name__}: {exc}") from None
+    finally:
+        pypdf_logger.setLevel(previous_level)
     parts: list[str] = []
     page_starts: list[int] = []
     offset = 0

@@ -54,7 +54,7 @@ class LoadedDocument:
     one dict per record: ``index``, ``line`` (JSONL), ``start_index``/``end_index`` of its block in ``text``,
     and the original ``data``.
 
-    >>> doc = load_file(Path("examples/sample_corpus/product_overview.md"))  # doctest: +SKIP
+    >>> doc = load_file(Path("examples/sample_corpus/xinghe_overview.md"))  # doctest: +SKIP
     >>> doc.title, doc.metadata["file_type"]  # doctest: +SKIP
     ('星河知识库产品概览', 'markdown')
     """

@@ -14,6 +14,7 @@ trimmed off the span, never out of the text).
 """
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -27,10 +28,11 @@ from ctxrag.errors import ConfigError
 
 # Boundary strength before an atom: lower is stronger.
 SECTION, PARAGRAPH, SENTENCE, LINE, CLAUSE, WORD, CHAR = range(7)
-_MIN_FILL = {SECTION: 0.0, PARAGRAPH: 0.5, SENTENCE: 0.5, LINE: 0.5, CLAUSE: 0.5, WORD: 0.5, CHAR: 0.0}
+# a chunk may end early at a section start; at any other boundary only once it is at least this full
+_HALF_FULL = 0.5
 _CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _PATTERNS = {
-    PARAGRAPH: re.compile(r"\n[ \t]*\n\s*"),
+    PARAGRAPH: re.compile(r"\n[ \t\r]*\n\s*"),
     SENTENCE: re.compile(r"(?:[。！？；…]+|[.!?]+(?=[”’\"')\]]*\s))[”’\"'」』）》)\]]*\s*"),
     LINE: re.compile(r"\n"),
     CLAUSE: re.compile(r"(?:[，、：]|[,;:](?=\s))\s*"),
@@ -45,6 +47,7 @@ _CODE_DEF = re.compile(
 )
 _CODE_PREAMBLE = re.compile(r"^(?:@|#|//|/\*|\*|--)")
 _TOKEN_PIECE = re.compile(rf"[{_CJK_CLASS}]|[^\W_{_CJK_CLASS}]+|\S")
+_LONG_WORD = re.compile(rf"[^\W_{_CJK_CLASS}]{{7,}}")
 
 
 def approx_token_count(text: str) -> int:
@@ -54,9 +57,9 @@ def approx_token_count(text: str) -> int:
     >>> approx_token_count("星河知识库 supports retrieval!")
     10
     """
-    count = 0
-    for piece in _TOKEN_PIECE.findall(text):
-        count += math.ceil(len(piece) / 6) if len(piece) > 1 else 1
+    count = len(_TOKEN_PIECE.findall(text))
+    for word in _LONG_WORD.findall(text):
+        count += (len(word) - 1) // 6
     return count
 
 
@@ -156,22 +159,20 @@ class ChunkSplitter(BaseDocumentTransformer):
     def split_text(self, text: str, mode: str | SplitMode | None = None) -> list[Chunk]:
         """Split ``text``; ``mode`` overrides the splitter's (``auto`` means ``text`` here)."""
         chosen = self.mode if mode is None else SplitMode.from_str(mode)
-        self._text = text
-        try:
-            if chosen is SplitMode.CODE:
-                atoms, paths = self._code_atoms()
-                groups = [atoms]
-            else:
-                groups, paths = self._text_atoms()
-            chunks: list[Chunk] = []
-            for atoms in groups:
-                for start, end, first, last in self._pack(atoms):
-                    chunk = self._make_chunk(atoms, start, end, first, last, paths, len(chunks))
-                    if chunk is not None:
-                        chunks.append(chunk)
-            return chunks
-        finally:
-            del self._text
+        run = copy.copy(self)  # per-call state on a copy keeps one splitter safe to share across threads
+        run._text = text
+        if chosen is SplitMode.CODE:
+            atoms, paths = run._code_atoms()
+            groups = [atoms]
+        else:
+            groups, paths = run._text_atoms()
+        chunks: list[Chunk] = []
+        for atoms in groups:
+            for start, end, first, last in run._pack(atoms):
+                chunk = run._make_chunk(atoms, start, end, first, last, paths, len(chunks))
+                if chunk is not None:
+                    chunks.append(chunk)
+        return chunks
 
     def split_documents(self, documents: Iterable[Document]) -> list[Document]:
         """Split LangChain Documents; each chunk keeps the parent's metadata plus ``chunk_index``,
@@ -189,6 +190,8 @@ class ChunkSplitter(BaseDocumentTransformer):
 
     def transform_documents(self, documents: Sequence[Document], **kwargs: Any) -> Sequence[Document]:
         return self.split_documents(documents)
+
+    _text: str = ""
 
     # ---- measuring and decomposing ----------------------------------------------------------------------
     def _measure(self, start: int, end: int) -> int:
@@ -306,34 +309,43 @@ class ChunkSplitter(BaseDocumentTransformer):
         return atoms, paths
 
     # ---- packing ----------------------------------------------------------------------------------------
+    def _last_fitting(self, atoms: list[_Atom], i: int, hi: int, limit: int) -> int:
+        """Largest j in [i, hi) with measure(atom i .. atom j) <= limit (i - 1 when none); galloping + bisection,
+        so a chunk costs O(log atoms) length calls (lengths grow with the span)."""
+        if self._measure(atoms[i].start, atoms[i].end) > limit:
+            return i - 1
+        lo, step = i, 1
+        while lo + step < hi and self._measure(atoms[i].start, atoms[lo + step].end) <= limit:
+            lo, step = lo + step, step * 2
+        top = min(lo + step, hi)  # lo fits (or is i); top does not fit or is out of range
+        while top - lo > 1:
+            mid = (lo + top) // 2
+            lo, top = (mid, top) if self._measure(atoms[i].start, atoms[mid].end) <= limit else (lo, mid)
+        return lo
+
     def _pack(self, atoms: list[_Atom]) -> Iterable[tuple[int, int, int, int]]:
         """Yield ``(start, end, first_atom, last_atom)`` per chunk."""
         n, i, min_break = len(atoms), 0, 1
         while i < n:
-            lengths: list[int] = []
-            j = i
-            while j < n:
-                if j > i and atoms[j].level == SECTION and atoms[i].level != SECTION and j >= min_break:
-                    break  # a chunk that continues a section ends where the next section starts
-                length = self._measure(atoms[i].start, atoms[j].end)
-                if length > self.chunk_size and j > i:
-                    break
-                lengths.append(length)
-                j += 1
-            b = j if j >= n or atoms[j].level == SECTION and atoms[i].level != SECTION else (
-                self._choose_break(atoms, i, j, lengths, min_break))
+            hi = n
+            if atoms[i].level != SECTION:  # a chunk that continues a section ends where the next section starts
+                hi = next((k for k in range(max(i + 1, min_break), n) if atoms[k].level == SECTION), n)
+            j = max(self._last_fitting(atoms, i, hi, self.chunk_size), i) + 1  # atoms i..j-1 fit (or just atom i)
+            b = j if j >= hi else self._choose_break(atoms, i, j, min_break)
             b = max(b, min(min_break, n))  # always make progress, even with an odd length_function
             yield atoms[i].start, atoms[b - 1].end, i, b - 1
             if b >= n:
                 return
             i, min_break = self._overlap_start(atoms, i, b), b + 1
 
-    def _choose_break(self, atoms: list[_Atom], i: int, j: int, lengths: list[int], min_break: int) -> int:
+    def _choose_break(self, atoms: list[_Atom], i: int, j: int, min_break: int) -> int:
         """Break before atom ``b`` in (i, j]: the strongest boundary leaving the chunk full enough, latest wins."""
+        # first b whose chunk (atoms i..b-1) reaches the fill most levels ask for
+        half = self._last_fitting(atoms, i, j, math.ceil(_HALF_FULL * self.chunk_size) - 1) + 2
         best: tuple[int, int] | None = None  # (level, -b)
         for b in range(max(i + 1, min_break), j + 1):
             level = atoms[b].level
-            if atoms[b - 1].heading or lengths[b - 1 - i] < _MIN_FILL[level] * self.chunk_size:
+            if atoms[b - 1].heading or (b < half and level not in (SECTION, CHAR)):
                 continue
             if best is None or (level, -b) < best:
                 best = (level, -b)

@@ -153,12 +153,22 @@ def _classify(exc: BaseException) -> str | None:
     return None
 
 
+def _raised_by_client(exc: BaseException) -> bool:
+    """True when the innermost frame is in the OpenAI client or its LangChain wrapper: a reply it could not parse."""
+    tb = exc.__traceback__
+    module = ""
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        tb = tb.tb_next
+    return module.split(".")[0] in {"openai", "langchain_openai"}
+
+
 @contextmanager
 def wrap_model_errors(model: Any, *, garbage: bool = False) -> Iterator[None]:
     """Turn connection errors, timeouts, HTTP errors and non-JSON answers from ``model`` into ModelError.
 
-    The message names the endpoint (URL or GGUF path) and never the API key. With ``garbage=True`` any other
-    exception (e.g. a reply the client cannot parse) also becomes a ModelError.
+    The message names the endpoint (URL or GGUF path) and never the API key. Errors raised inside the OpenAI client
+    (a reply it cannot parse) count as garbage too; with ``garbage=True`` every other exception does as well.
     """
     try:
         yield
@@ -166,7 +176,7 @@ def wrap_model_errors(model: Any, *, garbage: bool = False) -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - classified below, others re-raised
         verdict = _classify(exc)
-        if verdict is None and not garbage:
+        if verdict is None and not garbage and not _raised_by_client(exc):
             raise
         where = describe_endpoint(model)
         detail = _scrub(f"{type(exc).__name__}: {exc}", _secrets_of(model))

@@ -15,7 +15,7 @@ from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.errors import ConfigError
 
-MODES = ("dense", "bm25", "hybrid")
+MODES = ("dense", "bm25", "hybrid", "graph")
 RERANK_POOL = {"jina": 150, "llm": 20}
 """Default pool sizes handed to a reranker: Anthropic's recipe reranks 150, but an LLM reranker on a small local
 model costs seconds per chunk, so it reranks 20 unless told otherwise."""
@@ -87,6 +87,8 @@ def _base(
 
     if mode == "dense":
         return dense(k)
+    if mode == "graph":
+        return _graph(kb, k, dense(k))
     bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")
     if mode == "bm25":
         return bm25
@@ -98,6 +100,20 @@ def _base(
         retrievers=[dense(depth), bm25.model_copy(update={"k": depth})], weights=list(weights), mode=fusion, c=c,
         top_k=k, name="hybrid",
     )
+
+
+def _graph(kb: Any, k: int, fallback: BaseRetriever) -> BaseRetriever:
+    """Graph RAG over the knowledge base's ``graph`` index (entity/relation graph built at ingest), dense as fallback."""
+    graph = getattr(kb, "indexes", {}).get("graph")
+    if graph is None:
+        raise ConfigError(
+            f"knowledge base {getattr(kb, 'name', kb)!r} has no graph index; ingest it with triplet extraction on "
+            "(a GraphIndex registered as the 'graph' index) or use --mode dense/bm25/hybrid"
+        )
+    from ctxrag.retrievers.graph import GraphRetriever
+
+    return GraphRetriever(graph_index=graph, embeddings=kb.embeddings, k=k, rerank="path", fallback_retriever=fallback,
+                          document_lookup=kb.get_chunks, name="graph")
 
 
 def make_multi_kb_retriever(kbs: Sequence[Any], mode: str = "hybrid", k: int = 10, **kwargs: Any) -> BaseRetriever:

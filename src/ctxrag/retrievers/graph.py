@@ -6,14 +6,16 @@
    first), and the `relation_top_k` relations most similar to the whole question.
 3. Expansion: relations within `degree` (1 or 2) hops of the seeds through the incidence matrix
    (`ctxrag.graph.expand.expand_relations`), joined with the seed relations.
-4. Ranking: by cosine with the question (``rerank="embedding"``), or an LLM one-shot prompt over the
-   `max_candidates` best of those (``rerank="llm"``): reasoning, then a JSON list of useful relations. The LLM's
-   picks go first, the rest keep embedding order; an unparseable reply falls back to embedding order.
+4. Ranking: by cosine with the question (``rerank="embedding"``); by cosine of two-relation chains with the
+   question (``rerank="path"``, no LLM: the chain "Johann Bernoulli teacher of Leonhard Euler. Daniel Bernoulli son
+   of Johann Bernoulli" matches "the son of Euler's teacher" better than either hop); or an LLM one-shot prompt over
+   the `max_candidates` best candidates (``rerank="llm"``): reasoning, then a JSON list of useful relations. The
+   LLM's picks go first, the rest keep embedding order; an unparseable reply falls back to embedding order.
 5. Passages: relations in rank order map to the passages they came from; the first `k` distinct passages are returned.
    When the graph yields fewer than `k`, `fallback_retriever` (e.g. dense) fills the rest.
 
 Each Document carries ``chunk_id``, ``score`` (= ``graph_score``: the best relation's cosine for embedding ranking,
-``1 / (1 + rank)`` for LLM ranking), ``graph_relations`` (the ranked relations that led to it) and ``graph_rank``.
+``1 / (1 + rank)`` for path and LLM ranking), ``graph_relations`` (the ranked relations that led to it) and ``graph_rank``.
 
 Example::
 
@@ -58,7 +60,13 @@ class GraphRerank(str, Enum):
     """How candidate relations are ranked."""
 
     LLM = "llm"
+    """An LLM picks the useful relations (one-shot prompt); the rest follow in embedding order."""
     EMBEDDING = "embedding"
+    """Cosine of each relation sentence with the question (Milvus's method without its LLM step)."""
+    PATH = "path"
+    """Cosine of two-relation chains ("r1. r2", sharing an entity) with the question: embeds the hop an LLM would
+    reason out, so "teacher of Euler. son of Johann" outranks the first hop alone. Costs ~`path_beam` x
+    `path_fanout` short embeddings per question."""
 
     @classmethod
     def from_str(cls, value: str | GraphRerank) -> GraphRerank:
@@ -67,7 +75,7 @@ class GraphRerank(str, Enum):
         try:
             return cls(str(value).strip().lower())
         except ValueError:
-            raise ValueError(f"unknown graph rerank {value!r}; choose one of: llm, embedding") from None
+            raise ValueError(f"unknown graph rerank {value!r}; choose one of: llm, embedding, path") from None
 
 
 def parse_relation_choice(reply: str, candidates: list[str]) -> list[int] | None:
@@ -132,6 +140,10 @@ class GraphRetriever(BaseRetriever):
     """Candidate relations shown to the LLM (the best by cosine); embedding ranking uses them all."""
     llm_top_n: int = 3
     """Relations the LLM is asked to pick."""
+    path_beam: int = 10
+    """``rerank="path"``: first hops tried (the best candidates by cosine)."""
+    path_fanout: int = 8
+    """``rerank="path"``: second hops tried per first hop (its neighbours, best by cosine)."""
     llm_entities: bool = True
     """Ask the LLM (when there is one) for the question's entities, besides vocabulary matching."""
     fallback_retriever: BaseRetriever | None = None
@@ -152,7 +164,7 @@ class GraphRetriever(BaseRetriever):
             raise ValueError(f"degree must be 1 or 2, got {v}")
         return v
 
-    @field_validator("k", "entity_top_k", "relation_top_k", "max_candidates", "llm_top_n")
+    @field_validator("k", "entity_top_k", "relation_top_k", "max_candidates", "llm_top_n", "path_beam", "path_fanout")
     @classmethod
     def _positive(cls, v: int, info: Any) -> int:
         if v < 1:
@@ -206,8 +218,40 @@ class GraphRetriever(BaseRetriever):
         order = np.argsort(-sims, kind="stable")
         return [ranked[i] for i in order], mentions
 
-    def rank_relations(self, question: str, candidates: list[int]) -> tuple[list[int], str]:
-        """Candidates reordered by the LLM's picks (rest in embedding order) and how ranking went."""
+    def rank_paths(self, query_vec: np.ndarray, candidates: list[int]) -> list[tuple[float, int, int]]:
+        """Two-relation chains ``(cosine, r1, r2)`` best first: r1 among the `path_beam` best candidates, r2 one of
+        its `path_fanout` most similar neighbours (relations sharing an entity with r1)."""
+        g = self.graph_index
+        m = g.incidence
+        mt = m.T.tocsr()
+        pairs: list[tuple[int, int]] = []
+        seen: set[tuple[int, int]] = set()
+        for r1 in candidates[: self.path_beam]:
+            neighbours = sorted({int(r) for e in mt.getrow(r1).indices for r in m.getrow(e).indices} - {r1})
+            if not neighbours:
+                continue
+            sims = g.relation_similarity(query_vec, neighbours)
+            for j in np.argsort(-sims, kind="stable")[: self.path_fanout]:
+                pair = (r1, neighbours[int(j)])
+                if pair not in seen and pair[::-1] not in seen:
+                    seen.add(pair)
+                    pairs.append(pair)
+        if not pairs:
+            return []
+        texts = [f"{g.relation_text(a)}. {g.relation_text(b)}" for a, b in pairs]
+        scores = embed_array(self.embeddings, texts) @ query_vec
+        order = np.argsort(-scores, kind="stable")
+        return [(float(scores[i]), pairs[i][0], pairs[i][1]) for i in order]
+
+    def rank_relations(
+        self, question: str, candidates: list[int], query_vec: np.ndarray | None = None
+    ) -> tuple[list[int], str]:
+        """Candidates reordered by the chosen method (rest in embedding order) and how ranking went."""
+        if self.rerank is GraphRerank.PATH and candidates:
+            if query_vec is None:
+                query_vec = embed_array(self.embeddings, [question], is_query=True)[0]
+            ranked = list(dict.fromkeys(r for _, a, b in self.rank_paths(query_vec, candidates) for r in (a, b)))
+            return ranked + [c for c in candidates if c not in set(ranked)], GraphRerank.PATH.value
         if self.rerank is GraphRerank.EMBEDDING or self.llm is None or not candidates:
             return candidates, GraphRerank.EMBEDDING.value
         shown = candidates[: self.max_candidates]
@@ -231,14 +275,15 @@ class GraphRetriever(BaseRetriever):
         g = self.graph_index
         query_vec = embed_array(self.embeddings, [query], is_query=True)[0]
         candidates, _ = self.candidate_relations(query, query_vec)
-        ranked, how = self.rank_relations(query, candidates)
+        ranked, how = self.rank_relations(query, candidates, query_vec)
         sims = dict(zip(candidates, g.relation_similarity(query_vec, candidates).tolist()))
+        sims.update({r: sims.get(r) or float(g.relation_similarity(query_vec, [r])[0]) for r in ranked})
 
         order: list[str] = []
         reasons: dict[str, list[str]] = {}
         best: dict[str, float] = {}
         for rank, rid in enumerate(ranked):
-            score = sims[rid] if how != GraphRerank.LLM.value else 1.0 / (1 + rank)
+            score = sims[rid] if how in ("embedding", "llm-failed") else 1.0 / (1 + rank)
             for pid in g.relation_passages(rid):
                 if pid not in reasons:
                     if len(order) >= self.k:

@@ -41,7 +41,9 @@ def _compress_step(compressor: BaseDocumentCompressor, name: str) -> Runnable[di
         return {**state, "documents": list(docs)}
 
     async def arun(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        docs = await compressor.acompress_documents(state["documents"], state["query"], callbacks=config.get("callbacks"))
+        docs = await compressor.acompress_documents(
+            state["documents"], state["query"], callbacks=config.get("callbacks")
+        )
         return {**state, "documents": list(docs)}
 
     return RunnableLambda(run, afunc=arun, name=name)

@@ -42,7 +42,9 @@ class BM25Index:
     >>> index.add(["the cat sat", "a dog barked", "cats and dogs"], ids=["a", "b", "c"])
     >>> [doc_id for doc_id, _ in index.search("dog", k=2)]
     ['b']
-    >>> index.delete(["b"]); len(index)
+    >>> index.delete(["b"])
+    1
+    >>> len(index)
     2
     """
 
@@ -61,7 +63,7 @@ class BM25Index:
         self.tokenizer = make_tokenizer(tokenizer, **tokenizer_options)
         self.params = BM25Params.for_variant(variant, k1=k1, b=b, epsilon=epsilon, delta=delta)
         self.show_progress = show_progress
-        self._vocab: dict[str, int] = {}
+        self._vocab: dict[str, int] = _Vocabulary()
         self._df = np.zeros(0, dtype=np.int64)
         self._segments: list[Segment] = []
         self._doc_len = np.zeros(0, dtype=np.int64)
@@ -99,9 +101,7 @@ class BM25Index:
         vocab = self._vocab
         lengths = np.fromiter(map(len, documents), dtype=np.int64, count=len(documents))
         flat = list(chain.from_iterable(documents))
-        for token in dict.fromkeys(flat):  # new terms get ids in order of first appearance
-            if token not in vocab:
-                vocab[token] = len(vocab)
+        # one C-level pass; unseen tokens get the next id through _Vocabulary.__missing__
         term_ids = np.fromiter(map(vocab.__getitem__, flat), dtype=INDEX_DTYPE, count=len(flat))
         del flat
         if len(vocab) > len(self._df):
@@ -344,7 +344,7 @@ class BM25Index:
             if manifest["ids"].get("mode") == "auto":
                 names.append("doc_numbers")
             arrays = storage.load_arrays(array_path, names, mmap=mmap)
-            index._vocab = {token: term for term, token in enumerate(manifest["vocab"])}
+            index._vocab = _Vocabulary((token, term) for term, token in enumerate(manifest["vocab"]))
             index._df = np.array(arrays["df"], dtype=np.int64)
             index._doc_len = np.array(arrays["doc_len"], dtype=np.int64)
             index._live = np.array(arrays["live"], dtype=bool)
@@ -361,6 +361,14 @@ class BM25Index:
         index._n_live = int(index._live.sum())
         index._total_len = int(index._doc_len[index._live].sum())
         return index
+
+
+class _Vocabulary(dict):
+    """Term -> id; looking up an unseen term with ``[]`` gives it the next id (``get`` never adds)."""
+
+    def __missing__(self, token: str) -> int:
+        term = self[token] = len(self)
+        return term
 
 
 def _top_k(scores: np.ndarray, k: int) -> np.ndarray:

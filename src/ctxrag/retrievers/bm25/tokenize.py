@@ -31,7 +31,7 @@ def load_stopwords(language: str) -> frozenset[str]:
     """The stopword list shipped with ctxrag for ``"en"`` or ``"zh"`` (``src/ctxrag/resources/stopwords``)."""
     if language not in ("en", "zh"):
         raise ConfigError(f"no stopword list for language {language!r}; expected 'en' or 'zh'")
-    text = resources.files("ctxrag.resources").joinpath(f"stopwords/{language}.txt").read_text(encoding="utf-8")
+    text = resources.files("ctxrag").joinpath(f"resources/stopwords/{language}.txt").read_text(encoding="utf-8")
     return frozenset(w.strip() for w in text.splitlines() if w.strip() and not w.startswith("#"))
 
 
@@ -147,7 +147,7 @@ class MixedTokenizer:
     """Text mixing Chinese and English/code: CJK runs go to jieba, everything else to the English tokenizer.
 
     >>> MixedTokenizer()("用 BM25Index 检索中文和English文本")
-    ['bm25index', 'bm', '25', 'index', '检索', '中文', 'english', '文本']
+    ['用', 'bm25index', 'bm', '25', 'index', '检索', '中文', 'english', '文本']
     """
 
     name = "mixed"

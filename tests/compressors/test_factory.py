@@ -1,0 +1,43 @@
+"""build_reranker: the reranker named by a kind string or by settings.rerank."""
+from __future__ import annotations
+
+import pytest
+
+from ctxrag.compressors import JinaReranker, LLMReranker, build_reranker
+from ctxrag.errors import ConfigError
+from ctxrag.settings import LLMSettings, RerankSettings, Settings
+
+
+def test_none_means_no_reranker():
+    assert build_reranker("none", Settings()) is None
+    assert build_reranker(None, Settings()) is None  # default provider is none
+
+
+def test_jina_from_settings():
+    settings = Settings(rerank=RerankSettings(base_url="http://127.0.0.1:9997/v1", model="bge-reranker-v2-m3",
+                                              api_key="sk-hidden", timeout=5.0, top_n=7))
+    reranker = build_reranker("JINA", settings)
+    assert isinstance(reranker, JinaReranker)
+    assert (reranker.base_url, reranker.model, reranker.timeout, reranker.top_n) == (
+        "http://127.0.0.1:9997/v1", "bge-reranker-v2-m3", 5.0, 7)
+    assert reranker.api_key.get_secret_value() == "sk-hidden"
+    assert "sk-hidden" not in repr(reranker)
+
+
+def test_provider_from_settings_when_kind_is_none():
+    settings = Settings(rerank=RerankSettings(provider="jina"))
+    assert isinstance(build_reranker(None, settings), JinaReranker)
+
+
+def test_llm_uses_the_configured_chat_model():
+    settings = Settings(llm=LLMSettings(provider="openai", base_url="http://127.0.0.1:1/v1"),
+                        rerank=RerankSettings(top_n=4), language="zh")
+    reranker = build_reranker("llm", settings)
+    assert isinstance(reranker, LLMReranker)
+    assert reranker.top_n == 4 and reranker.language == "zh"
+    assert type(reranker.llm).__name__ == "ChatOpenAI"
+
+
+def test_unknown_kind():
+    with pytest.raises(ConfigError, match="unknown reranker 'cohere'; choose one of: none, jina, llm"):
+        build_reranker("cohere", Settings())

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctxrag.errors import ConfigError, LoadError
+from ctxrag.evaluation.experiments import (
+    ANTHROPIC_DEFAULTS,
+    BUILTINS,
+    ExperimentConfig,
+    RerankMode,
+    RetrievalMode,
+    builtin,
+    load_configs,
+    resolve_configs,
+)
+
+
+def test_builtins_and_contextual_prefix() -> None:
+    assert set(BUILTINS) == {"dense", "bm25", "hybrid", "hybrid-rerank-llm", "hybrid-rerank-jina", "graph"}
+    assert builtin("hybrid-rerank-llm").rerank is RerankMode.LLM
+    c = builtin("contextual-hybrid")
+    assert c.contextual and c.retrieval is RetrievalMode.HYBRID and c.name == "contextual-hybrid"
+    assert [x.name for x in resolve_configs(list(ANTHROPIC_DEFAULTS))] == list(ANTHROPIC_DEFAULTS)
+    with pytest.raises(ConfigError, match="unknown config 'dnse'"):
+        builtin("dnse")
+
+
+def test_contexts_file_makes_every_config_contextual(tmp_path: Path) -> None:
+    f = tmp_path / "ctx.jsonl"
+    configs = resolve_configs(["dense", "bm25"], contexts_file=f)
+    assert [c.name for c in configs] == ["contextual-dense", "contextual-bm25"]
+    assert all(c.contextual and c.contexts_file == f for c in configs)
+
+
+def test_yaml_configs(tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "configs:\n"
+        "  - name: hyb-7-3\n    base: hybrid\n    weights: [0.7, 0.3]\n    fusion: dbsf\n"
+        "  - {name: deep-dense, retrieval: dense, fetch_k: 100}\n"
+    )
+    a, b = load_configs(path)
+    assert a.retrieval is RetrievalMode.HYBRID and a.weights == [0.7, 0.3] and a.fusion == "dbsf"
+    assert b.fetch_k == 100
+    single = tmp_path / "one.yml"
+    single.write_text("name: x\nretrieval: bm25\n")
+    assert resolve_configs([str(single), "dense"])[0].retrieval is RetrievalMode.BM25
+
+
+def test_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown RetrievalMode 'sparse'"):
+        ExperimentConfig(name="x", retrieval="sparse")
+    with pytest.raises(ValueError, match="unknown fusion mode"):
+        ExperimentConfig(name="x", fusion="borda")
+    with pytest.raises(ValueError, match=r"\[dense, bm25\]"):
+        ExperimentConfig(name="x", retrieval="hybrid", weights=[1, 2, 3])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- name: x\n  retrieval: dense\n  colour: red\n")
+    with pytest.raises(ConfigError, match="bad.yaml item 0.*colour"):
+        load_configs(bad)
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(LoadError, match="invalid YAML"):
+        load_configs(bad)
+    with pytest.raises(LoadError, match="no such file"):
+        load_configs(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="repeated"):
+        resolve_configs(["dense", "dense"])

@@ -1,0 +1,128 @@
+"""Save/load: JSON + .npz round trip (memory-mapped), tokenizer handling, and damaged files failing loudly."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ctxrag.errors import ConfigError, IndexCorruptError
+from ctxrag.retrievers.bm25 import BM25Index
+from ctxrag.retrievers.bm25.index import ARRAYS, MANIFEST
+
+TEXTS = ["retrieval augmented generation", "向量检索和关键词检索", "getUserName returns a name", "BM25 keyword search",
+         "hybrid search fuses dense and sparse", "中文分词使用结巴"]
+
+
+@pytest.fixture
+def saved(tmp_path):
+    idx = BM25Index(tokenizer="mixed", variant="bm25+", k1=1.2)
+    idx.add(TEXTS[:3], ids=["a", "b", "c"])
+    idx.add(TEXTS[3:], ids=["d", "e", "f"])
+    idx.delete(["e"])
+    idx.save(tmp_path)
+    return idx, tmp_path
+
+
+def test_round_trip_is_exact_and_memory_mapped(saved):
+    idx, path = saved
+    loaded = BM25Index.load(path)
+    assert loaded.ids == idx.ids and loaded.params == idx.params
+    assert any(isinstance(s.indices, np.memmap) for s in loaded._segments)
+    for query in ["search", "检索", "user name", "the"]:
+        np.testing.assert_array_equal(loaded.get_scores(query), idx.get_scores(query))
+        assert loaded.search(query) == idx.search(query)
+    # a loaded index keeps working incrementally
+    loaded.add(["keyword keyword"], ids=["g"])
+    loaded.delete(["a"])
+    assert loaded.search("keyword")[0][0] == "g" and "a" not in loaded
+
+
+def test_files_are_json_and_npz_without_pickle(saved):
+    _, path = saved
+    manifest = json.loads((path / MANIFEST).read_text())
+    assert manifest["format"] == "ctxrag-bm25" and manifest["tokenizer"]["name"] == "mixed"
+    with np.load(path / ARRAYS, allow_pickle=False) as arrays:
+        assert "df" in arrays.files
+
+
+def test_load_without_mmap(saved):
+    idx, path = saved
+    loaded = BM25Index.load(path, mmap=False)
+    assert not any(isinstance(s.indices, np.memmap) for s in loaded._segments)
+    assert loaded.search("search") == idx.search("search")
+
+
+def test_auto_ids_and_empty_index_round_trip(tmp_path):
+    idx = BM25Index(tokenizer="english")
+    idx.save(tmp_path / "empty")
+    assert len(BM25Index.load(tmp_path / "empty")) == 0
+    idx.add(["alpha beta", "beta gamma"])
+    idx.save(tmp_path / "auto")
+    loaded = BM25Index.load(tmp_path / "auto")
+    assert loaded.ids == ["0", "1"] and loaded.search("gamma")[0][0] == "1"
+    loaded.add(["gamma delta"])
+    assert loaded.ids == ["0", "1", "2"]
+
+
+def test_callable_tokenizer_must_be_passed_again(tmp_path):
+    idx = BM25Index(tokenizer=str.split)
+    idx.add(["a b", "b c"], ids=["x", "y"])
+    idx.save(tmp_path)
+    with pytest.raises(ConfigError, match="custom tokenizer"):
+        BM25Index.load(tmp_path)
+    assert BM25Index.load(tmp_path, tokenizer=str.split).search("c")[0][0] == "y"
+
+
+def test_truncated_arrays_file(saved):
+    _, path = saved
+    data = (path / ARRAYS).read_bytes()
+    (path / ARRAYS).write_bytes(data[: len(data) // 2])
+    with pytest.raises(IndexCorruptError, match="bm25.npz"):
+        BM25Index.load(path)
+
+
+def test_truncated_or_garbage_manifest(saved):
+    _, path = saved
+    text = (path / MANIFEST).read_text()
+    (path / MANIFEST).write_text(text[: len(text) // 2])
+    with pytest.raises(IndexCorruptError, match="not valid JSON"):
+        BM25Index.load(path)
+    (path / MANIFEST).write_text('{"format": "something-else"}')
+    with pytest.raises(IndexCorruptError, match="something-else"):
+        BM25Index.load(path)
+
+
+def test_missing_files(saved, tmp_path):
+    _, path = saved
+    with pytest.raises(IndexCorruptError, match="missing"):
+        BM25Index.load(tmp_path / "nowhere")
+    (path / ARRAYS).unlink()
+    with pytest.raises(IndexCorruptError, match="bm25.npz"):
+        BM25Index.load(path)
+
+
+def test_same_size_garbage_arrays_file(saved):
+    _, path = saved
+    size = (path / ARRAYS).stat().st_size
+    (path / ARRAYS).write_bytes(b"\x00" * size)
+    with pytest.raises(IndexCorruptError, match="bm25.npz"):
+        BM25Index.load(path)
+
+
+def test_manifest_that_disagrees_with_arrays(saved):
+    _, path = saved
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["n_slots"] += 1
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexCorruptError, match="inconsistent"):
+        BM25Index.load(path)
+    manifest["n_slots"] -= 1
+    manifest["vocab"] = manifest["vocab"][:-1]
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexCorruptError, match="inconsistent"):
+        BM25Index.load(path)
+    del manifest["segments"]
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexCorruptError, match="segments"):
+        BM25Index.load(path)
