@@ -70,8 +70,9 @@ def run_llama_server(
         "--host", "127.0.0.1",
         "--port", str(port),
         "--n_ctx", str(n_ctx),
-        "--n_threads", str(n_threads or os.cpu_count() or 1),
     ]  # fmt: skip
+    if n_threads:  # default: the server's own (half the logical CPUs), which copes with a busy machine
+        cmd += ["--n_threads", str(n_threads)]
     with open(log, "wb") as log_fh:
         proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}/v1"

@@ -151,6 +151,14 @@ class KnowledgeBase:
         root = s.kb_root / validate_kb_name(name)
         if not (root / "kb.sqlite").exists():
             raise KnowledgeBaseNotFound(name, s.kb_root)
+        if s.vector_store == "milvus" and s.milvus_uri:  # its collection lives outside the folder (server or shared file)
+            from ctxrag.stores.milvus import MilvusIndex
+
+            index = MilvusIndex.for_knowledge_base(name, root, s)
+            try:
+                index.drop()
+            finally:
+                index.close()
         shutil.rmtree(root)
 
     def close(self) -> None:

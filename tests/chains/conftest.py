@@ -9,6 +9,7 @@ import pytest
 
 from ctxrag.evaluation.routing import offtopic_corpus
 from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.models.embeddings import CachedEmbeddings
 from ctxrag.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,18 +22,18 @@ def kb_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def sample_kb(kb_settings: Settings) -> Iterator[KnowledgeBase]:
+def sample_kb(kb_settings: Settings, shared_embeddings: CachedEmbeddings) -> Iterator[KnowledgeBase]:
     if not SAMPLE.is_dir():
         pytest.skip(f"{SAMPLE} is missing")
-    kb = KnowledgeBase.open("sample", kb_settings)
+    kb = KnowledgeBase.open("sample", kb_settings, embeddings=shared_embeddings)
     assert kb.ingest([SAMPLE], progress=False).ok
     yield kb
     kb.close()
 
 
 @pytest.fixture(scope="session")
-def offtopic_kb(kb_settings: Settings) -> Iterator[KnowledgeBase]:
-    kb = KnowledgeBase.open("offtopic", kb_settings)
+def offtopic_kb(kb_settings: Settings, shared_embeddings: CachedEmbeddings) -> Iterator[KnowledgeBase]:
+    kb = KnowledgeBase.open("offtopic", kb_settings, embeddings=shared_embeddings)
     assert kb.ingest([offtopic_corpus()], progress=False).ok
     yield kb
     kb.close()

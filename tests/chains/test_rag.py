@@ -50,6 +50,15 @@ def test_invoke_maps_citations_to_sources(kb: KnowledgeBase) -> None:
     assert out["invalid_citations"] == [7]
 
 
+def test_uncited_answer_gets_inferred_sources(kb: KnowledgeBase) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("The Falcon-7 pump moves 40 litres per minute."))
+    out = chain.invoke("How many litres per minute does the Falcon-7 pump move?")
+    assert out["sources"] and all(s["inferred"] for s in out["sources"])
+    assert Path(out["sources"][0]["source"]).name == "falcon.md"
+    unrelated = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("I cannot say."))
+    assert unrelated.invoke("How many litres per minute does the Falcon-7 pump move?")["sources"] == []
+
+
 def test_stream_yields_answer_then_sources(kb: KnowledgeBase) -> None:
     chain = build_rag_chain(kb.as_retriever(mode="dense", k=2), _fake("端口是 9321 [1]。"))
     chunks = list(chain.stream("星河知识库的默认端口是多少？"))

@@ -316,9 +316,19 @@ def test_real_pointwise_logprobs_through_llama_server(llama_server_url):
 
 
 @pytest.mark.llm
+def test_real_pointwise_logprobs_in_process(local_chat_model):
+    out = LLMReranker(llm=local_chat_model, top_n=None).compress_documents(REAL_DOCS, "What is the capital of France?")
+    scores = {d.id: d.metadata["rerank_score"] for d in out}
+    assert all(s is not None and 0.0 < s < 1.0 for s in scores.values()), scores  # P(yes), not a parsed verdict
+    assert out[0].id == "paris", scores
+
+
+@pytest.mark.llm
 def test_real_listwise_in_process(local_chat_model):
     out = LLMReranker(llm=local_chat_model, mode="listwise", top_n=None).compress_documents(
         REAL_DOCS, "What is the highest mountain?"
     )
     assert sorted(ids(out)) == sorted(ids(REAL_DOCS))  # whatever the weak model says, nothing is lost
-    assert out[0].metadata["rerank_score"] == 1.0 or out[0].metadata.get("rerank_score") is None
+    # its reply was read as a ranking (measured: Qwen2.5 0.5B echoes the format example "[1] > [2] > [3]", so
+    # listwise needs a stronger model; pointwise logprobs is the mode for the local one)
+    assert [d.metadata["rerank_score"] for d in out] == pytest.approx([1.0, 2 / 3, 1 / 3])

@@ -206,10 +206,18 @@ def test_failed_chunk_gets_header_others_keep_llm_context(cache: ContextCache, c
     assert len(retry.prompts) == 2
 
 
-def test_empty_answer_falls_back(cache: ContextCache) -> None:
-    ctx = Contextualizer(RecordingChat(answer="  Context:  "), cache=cache)
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [("  Context:  ", "empty"), ("Context: the company's revenue grew 3%", "echoed the chunk")],
+)
+def test_useless_answer_gives_header_and_is_not_asked_again(cache: ContextCache, answer: str, reason: str) -> None:
+    ctx = Contextualizer(RecordingChat(answer=answer), cache=cache)
     assert ctx.contextualize_document(DOC, CHUNKS[:1], title="ACME") == ["ACME"]
-    assert ctx.report().fallbacks == 1 and "empty" in (ctx.report().fallback_reason or "")
+    assert ctx.report().fallbacks == 1 and reason in (ctx.report().fallback_reason or "")
+    again = RecordingChat()
+    second = Contextualizer(again, cache=cache)
+    assert second.contextualize_document(DOC, CHUNKS[:1], title="ACME 2023", heading_paths=["Revenue"]) == ["ACME 2023 > Revenue"]
+    assert again.prompts == [] and second.report().cache_hits == 1
 
 
 def test_provider_none_falls_back_without_a_model(ctxrag_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,21 +302,30 @@ def test_fallback_header() -> None:
 
 
 @pytest.mark.llm
-def test_second_ingest_makes_no_request_at_the_real_server(llm_endpoint_env: Any, tmp_path: Path) -> None:
+def test_second_ingest_makes_no_request_at_the_real_server(
+    llm_endpoint_env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """make_chat_model() -> ChatOpenAI on a counting proxy in front of a real llama_cpp.server."""
+    from ctxrag.settings import get_settings
+
+    monkeypatch.setenv("CTXRAG_LLM__TIMEOUT", "600")  # a shared 2-core machine can be very slow
+    get_settings.cache_clear()
     docs = [(DOC, CHUNKS[:2]), (ZH_DOC, ZH_CHUNKS)]
     path = tmp_path / "contexts.sqlite"
     with ContextCache(path) as cache:
         ctx = Contextualizer(cache=cache, max_tokens=60, max_concurrency=2)
         first = [ctx.contextualize_document(d, c) for d, c in docs]
         report = ctx.report()
-    assert llm_endpoint_env.count == 4 == report.llm_calls == report.contextualized
+    assert llm_endpoint_env.count == report.llm_calls >= 4
+    assert report.contextualized + report.fallbacks == 4
     assert report.usage == "reported" and report.prompt_tokens > 100 and 0 < report.completion_tokens <= 4 * 60
-    assert all(c and len(c) <= 600 for contexts in first for c in contexts)
     bodies = llm_endpoint_env.requests
-    assert bodies[0]["messages"][-1]["content"].startswith("<document>\nACME Corp annual report")
-    assert bodies[0]["messages"][-1]["content"].endswith("Answer only with the succinct context and nothing else.")
-    assert "请用简短精炼" in bodies[2]["messages"][-1]["content"]
+    assert all(b.get("max_tokens") == 60 for b in bodies)  # llama_cpp.server ignores max_completion_tokens
+    assert all(len(c) <= 600 for contexts in first for c in contexts)
+    prompts = [b["messages"][-1]["content"] for b in bodies]
+    assert prompts[0].startswith("<document>\nACME Corp annual report")
+    assert prompts[0].endswith("Answer only with the succinct context and nothing else.")
+    assert sum("请用简短精炼" in p for p in prompts) >= 2
 
     llm_endpoint_env.reset()
     with ContextCache(path) as reopened:  # a fresh process would do the same
@@ -323,6 +340,6 @@ def test_in_process_local_model_reports_usage(local_chat_model: Any) -> None:
     ctx = Contextualizer(local_chat_model, cache=None, max_tokens=40, n_ctx=4096)
     contexts = ctx.contextualize_document(DOC, CHUNKS[:2], title="ACME")
     report = ctx.report()
-    assert all(contexts) and report.contextualized == 2 and report.fallbacks == 0
+    assert all(contexts) and report.llm_calls == 2 and report.contextualized + report.fallbacks == 2
     assert report.usage == "reported" and report.prompt_tokens > 2 * estimate_tokens(DOC) // 2
     assert ctx.model_name.endswith(".gguf")

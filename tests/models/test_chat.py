@@ -166,6 +166,7 @@ def test_describe_endpoint() -> None:
 # ------------------------------------------------------------------------------------ the real local model
 
 PROMPT = [SystemMessage("You are terse."), HumanMessage("What is the capital of France? Answer with one word.")]
+COUNT = "Count from 1 to 10, separated by commas, digits only."
 
 
 @pytest.mark.llm
@@ -188,7 +189,7 @@ def test_local_model_is_deterministic_and_honours_max_tokens(local_chat_model: L
 
 @pytest.mark.llm
 def test_local_model_honours_stop(local_chat_model: LocalLlamaChatModel) -> None:
-    prompt = "Count from 1 to 10, separated by commas, digits only."
+    prompt = COUNT
     full = local_chat_model.invoke(prompt, max_tokens=40).content
     assert "5" in full
     stopped = local_chat_model.invoke(prompt, max_tokens=40, stop=["5"]).content
@@ -197,10 +198,11 @@ def test_local_model_honours_stop(local_chat_model: LocalLlamaChatModel) -> None
 
 @pytest.mark.llm
 def test_local_model_streams(local_chat_model: LocalLlamaChatModel) -> None:
-    chunks = list(local_chat_model.stream(PROMPT, max_tokens=16))
-    assert len(chunks) >= 2 and all(isinstance(c, AIMessageChunk) for c in chunks)
+    chunks = list(local_chat_model.stream(COUNT, max_tokens=12))
+    assert len([c for c in chunks if c.content]) >= 4 and all(isinstance(c, AIMessageChunk) for c in chunks)
     streamed = "".join(c.content for c in chunks)
-    assert streamed == local_chat_model.invoke(PROMPT, max_tokens=16).content
+    assert streamed.replace(" ", "").startswith("1,2,3")
+    assert streamed == local_chat_model.invoke(COUNT, max_tokens=12).content
 
 
 @pytest.mark.llm
@@ -239,11 +241,6 @@ def test_model_is_loaded_once_per_process(local_chat_model: LocalLlamaChatModel,
     assert sum(1 for path, n_ctx in loaded_models() if n_ctx == 4096 and path == str(local_model_path.resolve())) == 1
 
 
-@pytest.mark.llm
-def test_ping_local_model(local_chat_model: LocalLlamaChatModel) -> None:
-    assert isinstance(ping_chat_model(local_chat_model), str)
-
-
 # ------------------------------------------------------------------------------------ the real server
 
 
@@ -262,9 +259,9 @@ def test_server_answers_through_chat_openai(llama_server_url: str, local_chat_mo
 
 @pytest.mark.llm
 def test_server_streams_through_chat_openai(llama_server_url: str) -> None:
-    chunks = list(_remote(llama_server_url, max_tokens=16).stream(PROMPT))
-    assert len([c for c in chunks if c.content]) >= 2
-    assert "paris" in "".join(c.content for c in chunks).lower()
+    chunks = list(_remote(llama_server_url, max_tokens=12).stream(COUNT))
+    assert len([c for c in chunks if c.content]) >= 4  # token by token, not one blob
+    assert "".join(c.content for c in chunks).replace(" ", "").startswith("1,2,3")
 
 
 @pytest.mark.llm

@@ -41,11 +41,37 @@ def source_entry(n: int, d: Document) -> dict[str, Any]:
     }
 
 
+def _grams(text: str) -> set[str]:
+    """Word unigrams for Latin text plus character bigrams for CJK runs: a language-neutral overlap unit."""
+    text = text.lower()
+    grams = set(re.findall(r"[a-z0-9][a-z0-9_.-]*", text))
+    for run in re.findall(r"[\u3400-\u9fff]+", text):
+        grams.update(run[i : i + 2] for i in range(max(1, len(run) - 1)))
+    return grams
+
+
+def attribute(answer: str, docs: list[Document], min_overlap: float = 0.3) -> list[int]:
+    """Numbers of the documents that support an answer which cites nothing: those sharing at least `min_overlap` of
+    the answer's words / CJK bigrams, best first (at most 3). Small models often answer right but forget ``[n]``."""
+    ans = _grams(answer)
+    if not ans:
+        return []
+    scored = []
+    for i, d in enumerate(docs, 1):
+        share = len(ans & _grams(d.page_content)) / len(ans)
+        if share >= min_overlap:
+            scored.append((share, i))
+    return [i for _, i in sorted(scored, reverse=True)[:3]]
+
+
 def map_citations(answer: str, docs: list[Document]) -> dict[str, Any]:
-    """Citations in `answer` mapped to the numbered `docs`: cited sources, and numbers that match no source."""
+    """Citations in `answer` mapped to the numbered `docs`: cited sources, and numbers that match no source.
+
+    When the answer cites nothing valid, sources are attributed by overlap (`attribute`) and marked
+    ``"inferred": True`` so a reader can tell them from the model's own citations."""
     nums = cited_numbers(answer)
     valid = [n for n in nums if 1 <= n <= len(docs)]
-    return {
-        "sources": [source_entry(n, docs[n - 1]) for n in valid],
-        "invalid_citations": [n for n in nums if n not in valid],
-    }
+    sources = [source_entry(n, docs[n - 1]) for n in valid]
+    if not sources:
+        sources = [dict(source_entry(n, docs[n - 1]), inferred=True) for n in attribute(answer, docs)]
+    return {"sources": sources, "invalid_citations": [n for n in nums if n not in valid]}

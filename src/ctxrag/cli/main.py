@@ -201,7 +201,8 @@ def ask(
 
 def print_sources(sources: list[dict[str, Any]], invalid: list[int]) -> None:
     if sources:
-        typer.echo("\nSources:")
+        inferred = all(s.get("inferred") for s in sources)
+        typer.echo("\nSources (inferred from overlap; the model cited none):" if inferred else "\nSources:")
         for s in sources:
             where = f" > {s['heading_path']}" if s.get("heading_path") else ""
             typer.echo(f"  [{s['n']}] {s['source']}{where}  ({s['chunk_id']})")

@@ -213,26 +213,28 @@ def _squash(text: str) -> str:
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 
 
-def grounded_lines(reply: str, source: str) -> list[str]:
-    """The sentences of an extraction reply that occur verbatim (up to whitespace) in the source text.
+def _sentences(text: str) -> list[str]:
+    return [part.strip() for part in _SENTENCE_END.split(_squash(text)) if part.strip()]
 
-    Bullets and numbering are stripped per line, then the reply is split into sentences, so a sentence the model
-    wrapped over two lines still counts.
+
+def grounded_sentences(reply: str, source: str) -> list[str]:
+    """The sentences of ``source`` that an extraction reply copied, whole or in part, in source order.
+
+    A small model copies a fragment ("Paris"), wraps a sentence over lines or merges two; matching reply fragments
+    (bullets and numbering stripped, at least 4 characters) against whole source sentences handles all three and
+    never returns text the source does not contain.
     """
-    haystack = _squash(source)
-    text = _squash(" ".join(_BULLET.sub("", line) for line in reply.splitlines()))
-    sentences: list[str] = []
-    for part in _SENTENCE_END.split(text):
-        candidate = part.strip().strip("\"“”'「」")
-        if len(candidate) >= 4 and candidate in haystack and candidate not in sentences:
-            sentences.append(candidate)
-    return sentences
+    text = " ".join(_BULLET.sub("", line) for line in reply.splitlines())
+    fragments = [f.strip("\"“”'「」") for f in _sentences(text)]
+    fragments = [f for f in fragments if len(f) >= 4]
+    return [s for s in _sentences(source) if any(f in s or s in f for f in fragments)]
 
 
 class LLMExtractor(_LLMStep):
     """Replaces each document's text with the sentences a chat model copies out as relevant; drops documents the
-    model answers ``NO_OUTPUT`` for. Copied lines are checked against the source: when none occurs in it (a small
-    model paraphrased or invented), or the call failed, the document is kept whole.
+    model answers ``NO_OUTPUT`` for. The new text is always whole sentences of the source that the reply copied
+    (`grounded_sentences`); when the reply matches none (a small model paraphrased or invented), or the call
+    failed, the document is kept whole.
 
     Example::
 
@@ -253,7 +255,7 @@ class LLMExtractor(_LLMStep):
             text = str(getattr(reply, "content", reply)).strip()
             if text.strip("` \n").upper().startswith(NO_OUTPUT):
                 continue
-            lines = grounded_lines(text, doc.page_content)
+            lines = grounded_sentences(text, doc.page_content)
             if not lines:
                 kept_whole += 1
                 out.append(doc)

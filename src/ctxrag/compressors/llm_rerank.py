@@ -135,7 +135,7 @@ class LLMReranker(BaseDocumentCompressor):
 
         from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
         llm = GenericFakeChatModel(messages=iter(["2", "9"]))
-        LLMReranker(llm=llm, scoring="grade").compress_documents(
+        LLMReranker(llm=llm, scoring="grade", max_concurrency=1).compress_documents(
             [Document("Bananas are yellow."), Document("Paris is the capital of France.")], "capital of France")
     """
 

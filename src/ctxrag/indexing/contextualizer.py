@@ -68,6 +68,15 @@ def fallback_header(title: str = "", heading_path: str = "") -> str:
     return " > ".join(part.strip() for part in (title, heading_path) if part and part.strip())
 
 
+def _useless_reason(context: str, chunk: str) -> str | None:
+    """Why an answer adds nothing to the chunk (empty, or the chunk's own words echoed back), else None."""
+    if not context:
+        return "the LLM returned an empty context"
+    if " ".join(context.split()).lower() in " ".join(chunk.split()).lower():
+        return "the LLM echoed the chunk instead of situating it"
+    return None
+
+
 @dataclass
 class _Job:
     index: int
@@ -75,6 +84,7 @@ class _Job:
     messages: list[BaseMessage]
     fallback: str
     prompt_text: str
+    chunk: str = ""
     windowed: bool = False
 
 
@@ -287,6 +297,9 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         keys = [(doc_hash, content_hash(c), self.model_name, prompt.version) for c in chunks]
         cached = self.cache.get_many(keys) if self.cache is not None else {}
         plan = _Plan(results=[cached.get(k) for k in keys])
+        for i, value in enumerate(plan.results):
+            if value == "":  # cached "the LLM had nothing to add": the header, without asking again
+                plan.results[i] = fallback_header(title, heading_paths[i] if heading_paths else "")
         if any(r is None for r in plan.results):
             self._get_model()  # before windowing: a local model brings its exact tokenizer
         doc_tokens: int | None = None
@@ -303,7 +316,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
             plan.jobs.append(_Job(
                 index=i, key=key, messages=self._messages(doc_part, chunk_part),
                 fallback=fallback_header(title, heading_paths[i] if heading_paths else ""),
-                prompt_text=f"{doc_part}\n\n{chunk_part}", windowed=cut,
+                prompt_text=f"{doc_part}\n\n{chunk_part}", windowed=cut, chunk=chunk,
             ))  # fmt: skip
         return plan
 
@@ -354,14 +367,15 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
                 self._usage_kinds.add("estimated")
                 self._stats.prompt_tokens += self._token_counter(job.prompt_text)
                 self._stats.completion_tokens += self._token_counter(text)
-            if not context:
+            useless = _useless_reason(context, job.chunk)
+            if useless:
                 self._stats.fallbacks += 1
-                self._stats.fallback_reason = self._stats.fallback_reason or "the LLM returned an empty context"
-                return job.fallback
-            self._stats.contextualized += 1
-        if self.cache is not None:
-            self.cache.put(*job.key, context)
-        return context
+                self._stats.fallback_reason = self._stats.fallback_reason or useless
+            else:
+                self._stats.contextualized += 1
+        if self.cache is not None:  # "" too: the same model and prompt would answer the same, don't ask again
+            self.cache.put(*job.key, "" if useless else context)
+        return job.fallback if useless else context
 
     def _fallback(self, job: _Job) -> str:
         with self._lock:

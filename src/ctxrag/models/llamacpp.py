@@ -15,7 +15,6 @@ Example::
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -70,13 +69,11 @@ def shared_llama(model_path: str | Path, n_ctx: int, n_threads: int | None = Non
         import time
 
         start = time.perf_counter()
+        # n_threads=None keeps llama.cpp's default (half the logical CPUs): on a busy 2-core laptop, 2 spinning
+        # threads generated 0.2 tok/s against 3.5 tok/s for 1 thread.
+        kwargs: dict[str, Any] = {"n_threads": n_threads} if n_threads else {}
         try:
-            llama = Llama(
-                model_path=str(path),
-                n_ctx=int(n_ctx),
-                n_threads=n_threads or os.cpu_count() or 1,
-                verbose=False,
-            )
+            llama = Llama(model_path=str(path), n_ctx=int(n_ctx), verbose=False, **kwargs)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
         shared = _SharedLlama(llama=llama, load_seconds=time.perf_counter() - start)

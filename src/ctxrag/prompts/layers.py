@@ -75,7 +75,10 @@ QUESTION = {
     "zh": "问题：{question}\n\n请用中文简洁回答（不超过 {max_words} 字）{citation_clause}。",
 }
 
-CITATION_CLAUSE = {"en": ", citing sources as [n]", "zh": "，并用 [n] 标注引用"}
+CITATION_CLAUSE = {
+    "en": ", and put the number of the source after each sentence, like: The pump moves 40 litres per minute [1]",
+    "zh": "，并在每句话后用 [n] 标注来源编号，例如：该泵每分钟输送 40 升 [1]",
+}
 
 
 @dataclass(frozen=True)

@@ -38,16 +38,20 @@ _EN: dict[str, tuple[str, str]] = {
         "Reply with the number only.",
     ),
     "listwise": (
+        # the example is the identity order (as in RankGPT): a small model that copies it changes nothing, while
+        # "[2] > [1] > [3]" was copied verbatim by Qwen2.5 0.5B whatever the passages said
         "You rank passages by how well they answer a question.",
         "Question: {query}\n\nPassages:\n{passages}\n\n"
-        "Rank the {n} passages above from most to least relevant to the question. "
-        "Reply only with their numbers in order, for example: [2] > [1] > [3]",
+        "Rank the {n} passages above by their relevance to the question, most relevant first, using their numbers. "
+        "The output format is [] > [], e.g. [1] > [2]. Reply only with the ranking.",
     ),
     "extract": (
-        "You copy the sentences of a passage that help answer a question, word for word, adding nothing.",
-        "Question: {query}\n\nPassage:\n{document}\n\n"
-        "Copy, word for word, only the sentences of the passage that help answer the question. "
-        f"If no sentence helps, reply {NO_OUTPUT}.",
+        # passage first and the fallback before the cue: a 0.5B model answered NO_OUTPUT to everything when the
+        # prompt ended with "If no sentence helps, reply NO_OUTPUT."
+        "You copy sentences from a passage, word for word.",
+        "Passage:\n{document}\n\nQuestion: {query}\n\n"
+        "Copy the sentences of the passage that help answer the question, word for word. "
+        f"If none of them helps, write {NO_OUTPUT} instead.\n\nSentences:",
     ),
     "filter": (
         "You judge whether a passage is relevant to a question. Reply with one word: yes or no.",
@@ -68,12 +72,13 @@ _ZH: dict[str, tuple[str, str]] = {
     "listwise": (
         "你负责按照与问题的相关程度给段落排序。",
         "问题：{query}\n\n段落：\n{passages}\n\n"
-        "请把上面的 {n} 个段落按与问题的相关程度从高到低排序。只回答编号顺序，例如：[2] > [1] > [3]",
+        "请把上面的 {n} 个段落按与问题的相关程度从高到低排序，用编号表示，最相关的在前。"
+        "输出格式为 [] > []，例如 [1] > [2]。只回答排序结果。",
     ),
     "extract": (
-        "你负责从段落中逐字摘录有助于回答问题的句子，不添加任何内容。",
-        "问题：{query}\n\n段落：\n{document}\n\n"
-        f"请逐字摘录段落中有助于回答问题的句子，只输出这些句子。如果没有任何句子有帮助，回答 {NO_OUTPUT}。",
+        "你负责从段落中逐字摘录句子。",
+        "段落：\n{document}\n\n问题：{query}\n\n"
+        f"请逐字摘录段落中有助于回答问题的句子。如果没有任何句子有帮助，就写 {NO_OUTPUT}。\n\n句子：",
     ),
     "filter": (
         "你负责判断一段文字是否与问题相关。只回答一个字：是 或 否。",

@@ -16,6 +16,7 @@ Example::
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,9 @@ class ChromaIndex:
             embedding_function=None,  # never Chroma's default (it downloads a model); we always pass vectors
             configuration={"hnsw": {"space": "cosine", "ef_search": ef_search, "ef_construction": ef_construction}},
         )
-        space = (self._col.configuration or {}).get("hnsw", {}) or {}
+        with warnings.catch_warnings():  # Chroma calls "no embedding function" a legacy config; that is what we want
+            warnings.simplefilter("ignore", DeprecationWarning)
+            space = (self._col.configuration or {}).get("hnsw", {}) or {}
         if space.get("space", "cosine") != "cosine":
             raise ConfigError(f"Chroma collection {collection!r} in {self.path} uses space {space.get('space')!r}, not cosine")
         self._max_batch = int(getattr(self._client, "get_max_batch_size", lambda: 5000)())

