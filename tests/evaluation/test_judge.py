@@ -20,6 +20,9 @@ from ctxrag.evaluation.runner import EvalRunner
         ("```json\n{'score': '5', 'reason': 'exact',}\n```", 5, "exact"),
         ('[{"rating": 2, "explanation": "wrong city"}]', 2, "wrong city"),
         ("Score: 3\nThe answer misses the year.", 3, None),
+        # a reply cut off by max_tokens (seen with the local 0.5B model)
+        ('{"score": 5, "reason": "The candidate answer is correct with minor omissions. Paris is t', 5,
+         "The candidate answer is correct with minor omissions. Paris is t"),
         ("评分：5，理由：完全正确", 5, None),
         ("**4**", 4, None),
         ("4/5", 4, None),

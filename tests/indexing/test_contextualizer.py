@@ -343,3 +343,11 @@ def test_in_process_local_model_reports_usage(local_chat_model: Any) -> None:
     assert all(contexts) and report.llm_calls == 2 and report.contextualized + report.fallbacks == 2
     assert report.usage == "reported" and report.prompt_tokens > 2 * estimate_tokens(DOC) // 2
     assert ctx.model_name.endswith(".gguf")
+
+
+def test_cache_key_model_name_without_building_the_model() -> None:
+    from ctxrag.models.gguf import MODEL_FILENAME
+
+    assert Contextualizer(cache=None).model_name == MODEL_FILENAME  # local provider: the GGUF file name
+    assert Contextualizer(RecordingChat(), cache=None).model_name == "recording-model"
+    assert Contextualizer(RecordingChat(), cache=None, model_name="pinned").model_name == "pinned"

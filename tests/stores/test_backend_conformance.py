@@ -262,3 +262,49 @@ def test_switching_backends_on_an_existing_kb(tmp_path: Path, corpus: Path, embe
         assert [d.id for d in kb.search(QUERY, k=4)] == ref
     finally:
         kb.close()
+
+
+_KILL_SCRIPT = """
+import os, signal, sys
+from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.settings import Settings
+home, backend, more = sys.argv[1], sys.argv[2], sys.argv[3]
+kb = KnowledgeBase.open("conf", Settings(home=home, vector_store=backend))
+# die after the backend holds the new vectors but before the generation and SQLite commit
+KnowledgeBase._commit = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+kb.ingest([more], progress=False)
+"""
+
+
+@pytest.mark.parametrize("backend", SELF_PERSISTING)
+def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path, backend: str) -> None:
+    """A real SIGKILL between the backend write and the commit: the store still opens, and is back in step."""
+    import signal
+    import subprocess
+    import sys
+
+    settings = Settings(home=tmp_path / "home", vector_store=backend)
+    kb = KnowledgeBase.open("conf", settings)
+    kb.ingest([corpus], progress=False)
+    before = [d.id for d in kb.search(QUERY, k=4)]
+    kb.close()
+    more = tmp_path / "more"
+    more.mkdir()
+    (more / "egret.md").write_text("# Egret\n\nThe Egret-9 fan spins at 900 rpm.\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(settings.home), backend, str(more)], timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    probe = KnowledgeBase.__new__(KnowledgeBase)  # only name/root/settings, to find the backend's own storage
+    probe.name, probe.root, probe.settings = "conf", settings.kb_root / "conf", settings
+    raw = _raw_index(probe)
+    try:
+        assert len(raw) == len(DOCS) + 1  # the uncommitted vector survived the kill: reconciliation has work to do
+    finally:
+        raw.close()
+    kb = KnowledgeBase.open("conf", settings)
+    try:
+        assert len(kb.dense) == len(DOCS) == kb.stats()["chunks"]
+        assert [d.id for d in kb.search(QUERY, k=4)] == before
+        assert len(kb.ingest([more], progress=False).added) == 1  # and the interrupted ingest simply runs again
+        assert len(kb.dense) == len(DOCS) + 1
+    finally:
+        kb.close()

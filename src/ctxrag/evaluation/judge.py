@@ -27,7 +27,9 @@ from ctxrag.models.parsing import extract_json, parse_number
 
 _SCORE_KEYS = ("score", "rating", "grade", "评分", "分数")
 _REASON_KEYS = ("reason", "reasons", "explanation", "rationale", "理由", "原因")
-_LABELLED = re.compile(r"(?:score|rating|grade|评分|分数)\s*[:：=]?\s*\**\s*([1-5](?:\.\d+)?)", re.IGNORECASE)
+# also matches inside JSON cut off by max_tokens: {"score": 5, "reason": "...
+_LABELLED = re.compile(r"(?:score|rating|grade|评分|分数)[\"']?\s*[:：=]?\s*[\"']?\**\s*([1-5](?:\.\d+)?)", re.IGNORECASE)
+_REASON = re.compile(r"[\"']?(?:reason|explanation|rationale)[\"']?\s*:\s*[\"']([^\"']+)", re.IGNORECASE)
 
 CORRECTNESS_SYSTEM = (
     "You grade answers to questions. Compare the candidate answer with the reference answer (if given) and the "
@@ -90,7 +92,8 @@ def parse_judgement(text: str) -> Judgement:
         if re.fullmatch(r"\**\s*[1-5](?:\.\d+)?\s*(?:/\s*5)?\s*\.?\**", stripped):
             score = parse_number(stripped, 1, 5)
     if not reason:
-        reason = raw.strip()[:500]
+        m = _REASON.search(raw)
+        reason = m.group(1).strip() if m else raw.strip()[:500]
     return Judgement(score=None if score is None else int(round(score)), reason=reason, raw=raw)
 
 

@@ -177,7 +177,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
     def _name_of(model: Any) -> str | None:
         """The model's name for the cache key; a GGUF's file name, not its path (moving $CTXRAG_HOME keeps the cache)."""
         model = getattr(model, "bound", model)  # RunnableBinding
-        for attr in ("model_name", "model", "model_path"):
+        for attr in ("model_path", "model_name", "model"):  # a local GGUF's file says more than a fixed name
             value = getattr(model, attr, None)
             if isinstance(value, str) and value:
                 return Path(value).name if attr == "model_path" else value

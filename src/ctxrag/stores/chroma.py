@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,12 @@ def _chromadb() -> Any:
     except ImportError:
         raise ConfigError("vector_store='chroma' needs chromadb: pip install 'ctxrag[chroma]'") from None
     return chromadb
+
+
+def _close_client(client: Any) -> None:
+    close = getattr(client, "close", None)  # chromadb >= 1.x
+    if close is not None:
+        close()
 
 
 class ChromaIndex:
@@ -64,6 +71,7 @@ class ChromaIndex:
             space = (self._col.configuration or {}).get("hnsw", {}) or {}
         if space.get("space", "cosine") != "cosine":
             raise ConfigError(f"Chroma collection {collection!r} in {self.path} uses space {space.get('space')!r}, not cosine")
+        self._finalizer = weakref.finalize(self, _close_client, self._client)
         self._max_batch = int(getattr(self._client, "get_max_batch_size", lambda: 5000)())
 
     def __len__(self) -> int:
@@ -148,9 +156,8 @@ class ChromaIndex:
                                        "count": len(self)})
 
     def close(self) -> None:
-        close = getattr(self._client, "close", None)
-        if close is not None:
-            close()
+        """Release the client (Chroma stops its system with the last one). Idempotent; also run on garbage collection."""
+        self._finalizer()
 
     def __repr__(self) -> str:
         return f"ChromaIndex(path={str(self.path)!r}, collection={self.collection_name!r})"

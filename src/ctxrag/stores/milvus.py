@@ -23,6 +23,7 @@ import hashlib
 import json
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ class MilvusIndex:
         if not self.is_server:
             with _LITE_LOCK:
                 _LITE_REFS[self.uri] = _LITE_REFS.get(self.uri, 0) + 1
-        self._closed = False
+        self._finalizer = weakref.finalize(self, _release, self._client, None if self.is_server else self.uri)
         self.dim: int | None = None
         self.sparse = sparse
         if self._client.has_collection(collection):
@@ -334,26 +335,30 @@ class MilvusIndex:
         self.dim = None
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._client.close()
-        if not self.is_server:
-            with _LITE_LOCK:
-                left = _LITE_REFS.get(self.uri, 1) - 1
-                if left > 0:
-                    _LITE_REFS[self.uri] = left
-                    return
-                _LITE_REFS.pop(self.uri, None)
-            try:  # stop the embedded server so the folder can be removed or reopened cleanly
-                from milvus_lite.server_manager import server_manager_instance
-            except ImportError:  # pragma: no cover - older milvus-lite
-                return
-            server_manager_instance.release_server(self.uri)
+        """Close the client; the last index on a Milvus Lite file also stops its embedded server. Idempotent, and
+        run automatically when the index is garbage-collected (a knowledge base reloading after a failed ingest)."""
+        self._finalizer()
 
     def __repr__(self) -> str:
         where = _safe_uri(self.uri) if self.is_server else self.uri
         return f"MilvusIndex(uri={where!r}, collection={self.collection!r}, sparse={self.sparse})"
+
+
+def _release(client: Any, lite_path: str | None) -> None:
+    client.close()
+    if lite_path is None:
+        return
+    with _LITE_LOCK:
+        left = _LITE_REFS.get(lite_path, 1) - 1
+        if left > 0:
+            _LITE_REFS[lite_path] = left
+            return
+        _LITE_REFS.pop(lite_path, None)
+    try:  # stop the embedded server so the folder can be removed or reopened cleanly
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:  # pragma: no cover - older milvus-lite
+        return
+    server_manager_instance.release_server(lite_path)
 
 
 def _safe_uri(uri: str) -> str:

@@ -1,0 +1,158 @@
+"""The HTTP endpoint: LangServe routes over ctxrag's runnables, plus auth, body limits, health and JSON errors.
+
+Routes (each with ``/invoke``, ``/batch``, ``/stream``, ``/stream_log`` and a ``/playground/`` page):
+``/ask`` (RAG over the knowledge bases), ``/chat`` (the routing assistant over the first one), ``/search`` (the
+retriever), ``/notes`` (add / search / list notes of the first one); ``GET /health`` needs no token.
+
+LangServe is archived upstream (pinned to 0.3.3): this module is the only place that imports it; the runnables
+live in `ctxrag.server.runnables` and work without it.
+
+Example::
+
+    import uvicorn
+    from ctxrag.server.app import create_app
+    uvicorn.run(create_app(kb_names=["demo"]), host="127.0.0.1", port=8000)
+
+    from langserve import RemoteRunnable
+    RemoteRunnable("http://127.0.0.1:8000/ask/").invoke({"question": "默认端口是多少？"})["answer"]
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, ModelError
+from ctxrag.server.middleware import BearerAuthMiddleware, BodySizeLimitMiddleware
+from ctxrag.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+
+def _status_of(exc: BaseException) -> int:
+    if isinstance(exc, (KnowledgeBaseNotFound, DocumentNotFound)):
+        return 404
+    if isinstance(exc, ModelError):
+        return 503  # the model is down or missing: not the client's fault, but not a crash either
+    if isinstance(exc, (ConfigError, ValueError, CtxragError)):
+        return 400
+    return 500
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for e in exc.errors():
+            if isinstance(e, dict):  # drop echoed input and pydantic's context objects; keep where and what
+                errors.append({k: e[k] for k in ("loc", "msg", "type") if k in e})
+            else:
+                errors.append({"msg": str(e)})
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    async def known_error(request: Request, exc: Exception) -> JSONResponse:
+        status = _status_of(exc)
+        if status >= 500:
+            log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
+            return JSONResponse({"detail": "internal server error"}, status_code=500)
+        msg = str(exc) or type(exc).__name__
+        return JSONResponse({"detail": msg[:2000], "error": type(exc).__name__}, status_code=status)
+
+    app.add_exception_handler(RequestValidationError, validation)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    for exc_type in (CtxragError, ValueError, Exception):
+        app.add_exception_handler(exc_type, known_error)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    kb_names: Sequence[str] | None = None,
+    llm: Any = None,
+    kbs: Sequence[Any] | None = None,
+    mode: str = "hybrid",
+    k: int = 4,
+) -> FastAPI:
+    """The FastAPI app (see the module docstring).
+
+    `kb_names` (default: ``settings.default_kb``) must exist; `kbs` passes opened `KnowledgeBase` objects instead.
+    `llm` defaults to `make_chat_model(settings)`; when no chat model can be made, ``/ask`` and ``/chat`` are left
+    out and ``/health`` says why. Auth and the body limit come from ``settings.server``.
+    """
+    from langserve import add_routes
+
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.server import runnables
+
+    s = settings or get_settings()
+    if kbs is None:
+        names = list(kb_names or [s.default_kb])
+        if not names:
+            raise ConfigError("create_app: no knowledge base given")
+        kbs = [KnowledgeBase.open(n, s, create=False) for n in names]
+    kbs = list(kbs)
+    if not kbs:
+        raise ConfigError("create_app: no knowledge base given")
+    llm_note = "injected"
+    if llm is None:
+        from ctxrag.models.chat import describe_endpoint, make_chat_model
+
+        try:
+            llm = make_chat_model(s)
+            llm_note = describe_endpoint(llm)
+        except CtxragError as e:
+            llm_note = f"unavailable: {e}"
+            log.warning("no chat model (%s): serving /search and /notes only", e)
+
+    app = FastAPI(title="ctxrag", version=_version(),
+                  description="Contextual RAG over Chinese and English knowledge bases (LangServe routes).")
+    _install_error_handlers(app)
+    routes: dict[str, str] = {}
+    add_routes(app, runnables.search_runnable(kbs, mode=mode, k=max(k, 5)), path="/search")
+    routes["/search"] = "retriever: query string -> ranked chunks"
+    if llm is not None:
+        add_routes(app, runnables.ask_runnable(kbs, llm, mode=mode, k=k), path="/ask")
+        routes["/ask"] = "RAG answer with [n] citations"
+        try:
+            add_routes(app, runnables.chat_runnable(kbs[0], llm, k=k), path="/chat")
+            routes["/chat"] = f"routing assistant over {kbs[0].name!r}"
+        except ImportError as e:  # the assistant is optional
+            log.warning("no /chat route: %s", e)
+    try:
+        add_routes(app, runnables.notes_runnable(kbs[0]), path="/notes")
+        routes["/notes"] = f"add / search / list notes of {kbs[0].name!r}"
+    except ImportError as e:
+        log.warning("no /notes route: %s", e)
+
+    health = {"status": "ok", "version": _version(), "knowledge_bases": [kb.name for kb in kbs],
+              "llm": llm_note, "routes": routes, "auth": s.server.auth_token is not None}
+
+    @app.get("/health", tags=["meta"])
+    def health_route() -> dict[str, Any]:
+        return health
+
+    @app.get("/", tags=["meta"])
+    def index() -> dict[str, Any]:
+        return {"routes": {p: {"about": about, "playground": f"{p}/playground/"} for p, about in routes.items()},
+                "docs": "/docs"}
+
+    app.state.knowledge_bases = kbs
+    app.state.llm = llm
+    # outermost first: auth refuses before a large body is read; then the size limit
+    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=s.server.max_body_bytes)
+    token = s.server.auth_token
+    if token is not None and token.get_secret_value():
+        app.add_middleware(BearerAuthMiddleware, token=token, public_paths=("/health",))
+    return app
+
+
+def _version() -> str:
+    from ctxrag import __version__
+
+    return __version__

@@ -1,0 +1,131 @@
+"""Pure-ASGI middleware for the HTTP endpoint: bearer-token auth and a request body size limit.
+
+Both are plain ASGI (no ``BaseHTTPMiddleware``) so server-sent-event streams pass through untouched, and both answer
+with a JSON body ``{"detail": ...}`` like FastAPI's own errors.
+
+Example::
+
+    app = BearerAuthMiddleware(BodySizeLimitMiddleware(app, max_body_bytes=1_000_000), token=SecretStr("s3cret"),
+                               public_paths={"/health"})
+"""
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any, Awaitable, Callable, Iterable
+
+from pydantic import SecretStr
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+async def send_json(send: Send, status: int, payload: dict[str, Any], headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BearerAuthMiddleware:
+    """401 unless the request carries ``Authorization: Bearer <token>``; paths in `public_paths` stay open.
+
+    The comparison is constant-time and the token never appears in a response or a log line.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | SecretStr, public_paths: Iterable[str] = ("/health",)) -> None:
+        # a SecretStr keeps the token out of reprs (Starlette's Middleware repr shows its keyword arguments)
+        raw = token.get_secret_value() if isinstance(token, SecretStr) else token
+        if not raw:
+            raise ValueError("BearerAuthMiddleware needs a non-empty token")
+        self.app = app
+        self._token = raw.encode("utf-8")
+        self.public_paths = {p.rstrip("/") or "/" for p in public_paths}
+
+    def __repr__(self) -> str:  # never show the token
+        return f"BearerAuthMiddleware(public_paths={sorted(self.public_paths)})"
+
+    def _authorized(self, scope: Scope) -> bool:
+        header = b""
+        for name, value in scope.get("headers") or []:
+            if name.lower() == b"authorization":
+                header = value
+                break
+        scheme, _, given = header.partition(b" ")
+        if scheme.lower() != b"bearer":
+            given = b""
+        # compare_digest on equal-length digests keeps the time independent of the token and of the guess
+        return hmac.compare_digest(hmac.new(b"ctxrag", given.strip(), "sha256").digest(),
+                                   hmac.new(b"ctxrag", self._token, "sha256").digest()) and bool(given.strip())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (scope.get("path", "").rstrip("/") or "/") in self.public_paths:
+            await self.app(scope, receive, send)
+            return
+        if scope.get("method") == "OPTIONS" or self._authorized(scope):
+            await self.app(scope, receive, send)
+            return
+        await send_json(send, 401, {"detail": "missing or invalid bearer token (send 'Authorization: Bearer <token>')"},
+                        headers=[(b"www-authenticate", b"Bearer")])
+
+
+class BodySizeLimitMiddleware:
+    """413 for a request body over `max_body_bytes`, whether it declares a Content-Length or arrives chunked.
+
+    A declared length over the limit is refused before reading; otherwise the body is read (at most the limit plus
+    one chunk), then replayed to the app.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        if max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def _too_large(self, send: Send) -> None:
+        await send_json(send, 413, {"detail": f"request body too large (limit {self.max_body_bytes} bytes)"},
+                        headers=[(b"connection", b"close")])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers") or []:
+            if name.lower() == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await send_json(send, 400, {"detail": f"bad Content-Length header {value[:40].decode('latin-1')!r}"})
+                    return
+                if declared > self.max_body_bytes:
+                    await self._too_large(send)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for the disconnect like a normal receive
+
+        await self.app(scope, replay, send)

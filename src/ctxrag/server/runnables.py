@@ -1,0 +1,193 @@
+"""The runnables the HTTP endpoint serves, with typed inputs and outputs; plain LangChain, no LangServe needed.
+
+Each builder returns a `Runnable` with ``with_types(...)`` so a schema (and LangServe's playground form) exists, and
+validates its input early (a ``ValueError`` naming the bad value, which the server maps to HTTP 400).
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    from ctxrag.server.runnables import ask_runnable, search_runnable
+    from ctxrag.models.chat import make_chat_model
+    kb = KnowledgeBase.open("demo")
+    search_runnable([kb]).invoke("星河知识库支持哪些文件格式？")          # list[Document]
+    ask_runnable([kb], make_chat_model()).invoke({"question": "默认端口是多少？"})["answer"]
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, AsyncIterator, Iterator, Literal, Sequence
+
+from langchain_core.documents import Document
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables.utils import AddableDict
+from pydantic import BaseModel, Field
+
+Role = Literal["human", "user", "ai", "assistant", "system"]
+
+
+class AskInput(BaseModel):
+    """A question for the RAG chain, with optional earlier turns."""
+
+    question: str = Field(..., min_length=1, max_length=4000, description="The question.")
+    history: list[tuple[Role, str]] = Field(default_factory=list, description="Earlier turns as (role, text).")
+
+
+class AskOutput(BaseModel):
+    """The RAG chain's answer with its cited sources (numbered as in the prompt) and the retrieved chunks."""
+
+    question: str = ""
+    answer: str = ""
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    invalid_citations: list[int] = Field(default_factory=list)
+    documents: list[Document] = Field(default_factory=list)
+
+
+class ChatInput(BaseModel):
+    """A turn for the routing assistant."""
+
+    question: str = Field(..., min_length=1, max_length=4000, description="The question or message.")
+    selected_doc_ids: list[str] = Field(default_factory=list, description="Restrict answers to these documents.")
+    history: list[tuple[Role, str]] = Field(default_factory=list, description="Earlier turns as (role, text).")
+    allow_general_knowledge: bool = Field(False, description="Answer from general knowledge when the KB has nothing.")
+
+
+class ChatOutput(BaseModel):
+    """The assistant's route, answer and sources."""
+
+    route: str = ""
+    decision: dict[str, Any] = Field(default_factory=dict)
+    question: str = ""
+    standalone_question: str = ""
+    answer: str = ""
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    invalid_citations: list[int] = Field(default_factory=list)
+    documents: list[Document] = Field(default_factory=list)
+
+
+class NotesInput(BaseModel):
+    """One notes operation: ``add`` a note (text, title, tags), ``search`` notes (query, tag, k) or ``list`` them (tag)."""
+
+    action: Literal["add", "search", "list"] = Field("search", description="add | search | list")
+    text: str | None = Field(None, max_length=20000, description="add: the note's text.")
+    title: str | None = Field(None, max_length=200, description="add: a title (default: the first line).")
+    tags: list[str] = Field(default_factory=list, description="add: tags.")
+    query: str | None = Field(None, max_length=4000, description="search: what to look for.")
+    tag: str | None = Field(None, description="search/list: only notes with this tag.")
+    k: int = Field(5, ge=1, le=50, description="search: how many notes.")
+
+
+class NotesOutput(BaseModel):
+    """Notes touched by the operation (``score`` set for search hits)."""
+
+    action: str
+    notes: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def _check_query(query: Any) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError(f"search needs a non-empty query string, got {query!r:.200}")
+    if len(query) > 4000:
+        raise ValueError(f"search query too long ({len(query)} characters, limit 4000)")
+    return query.strip()
+
+
+def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5) -> Runnable:
+    """Query string -> ranked chunks (`Document` with ``score`` metadata) over the knowledge bases `kbs`."""
+    from ctxrag.retrievers.factory import make_multi_kb_retriever
+
+    retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k)
+    return (RunnableLambda(_check_query, name="check_query") | retriever).with_types(
+        input_type=str, output_type=list[Document]).with_config(run_name="ctxrag_search")
+
+
+def ask_runnable(kbs: Sequence[Any], llm: Any, *, mode: str = "hybrid", k: int = 4) -> Runnable:
+    """The RAG chain (`ctxrag.chains.rag.build_rag_chain`) over the knowledge bases `kbs`, typed for serving."""
+    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.retrievers.factory import make_multi_kb_retriever
+
+    chain = build_rag_chain(make_multi_kb_retriever(list(kbs), mode=mode, k=k), llm)
+    return chain.with_types(input_type=AskInput, output_type=AskOutput)
+
+
+def streaming_adapter(runnable: Runnable, *, name: str) -> Runnable:
+    """Wrap a runnable whose ``stream`` is a plain sync generator (the `Assistant`) so ``astream`` streams too.
+
+    The sync stream runs in a worker thread and its chunks cross to the event loop one by one; when the async
+    consumer goes away (a client hung up) the worker stops at the next chunk. Chunks become `AddableDict`s so
+    ``invoke`` merges them into one answer.
+    """
+
+    def stream(inp: Any, config: RunnableConfig) -> Iterator[AddableDict]:
+        for chunk in runnable.stream(inp, config):
+            yield AddableDict(chunk)
+
+    async def astream(inp: Any, config: RunnableConfig) -> AsyncIterator[AddableDict]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+
+        def work() -> None:
+            try:
+                gen = runnable.stream(inp, config)
+                try:
+                    for chunk in gen:
+                        if stop.is_set():
+                            break
+                        loop.call_soon_threadsafe(queue.put_nowait, ("chunk", chunk))
+                finally:
+                    close = getattr(gen, "close", None)
+                    if close is not None:
+                        close()
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
+                loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+            else:
+                loop.call_soon_threadsafe(queue.put_nowait, ("done", None))
+
+        worker = loop.run_in_executor(None, work)
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "chunk":
+                    yield AddableDict(value)
+                elif kind == "error":
+                    raise value
+                else:
+                    break
+        finally:
+            stop.set()  # the worker ends at its next chunk; nobody waits for it (a cancelled stream must not block)
+            del worker
+
+    return RunnableLambda(stream, afunc=astream, name=name)
+
+
+def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast") -> Runnable:
+    """The routing assistant (`ctxrag.chains.assistant.Assistant`) over `kb`, streaming sync and async, typed."""
+    from ctxrag.chains.assistant import build_assistant_chain
+
+    bot = build_assistant_chain(kb, llm, router=router, k=k)
+    return streaming_adapter(bot, name="ctxrag_chat").with_types(input_type=ChatInput, output_type=ChatOutput)
+
+
+def notes_runnable(kb: Any) -> Runnable:
+    """Add, search and list notes of `kb` (see `NotesInput`); returns `NotesOutput` as a dict."""
+    from ctxrag.notes import NoteBook
+
+    book = NoteBook(kb)
+
+    def run(inp: Any) -> dict[str, Any]:
+        x = NotesInput.model_validate(inp)  # also when called directly without the server's validation
+        if x.action == "add":
+            if not x.text or not x.text.strip():
+                raise ValueError("notes action 'add' needs a non-empty 'text'")
+            note = book.create(x.text, title=x.title, tags=x.tags)
+            return {"action": "add", "notes": [note.to_dict()]}
+        if x.action == "search":
+            query = x.query or x.text
+            if not query or not query.strip():
+                raise ValueError("notes action 'search' needs a non-empty 'query'")
+            return {"action": "search",
+                    "notes": [{**n.to_dict(), "score": s} for n, s in book.search(query, k=x.k, tag=x.tag)]}
+        return {"action": "list", "notes": [n.to_dict() for n in book.list(tag=x.tag)]}
+
+    return RunnableLambda(run, name="ctxrag_notes").with_types(input_type=NotesInput, output_type=NotesOutput)
