@@ -9,6 +9,7 @@ import pytest
 
 from ctxrag.chains.article import ArticleWriter
 from ctxrag.chains.assistant import Assistant
+from ctxrag.chains.summarize import DocumentSummarizer
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.notes import NoteBook
 from ctxrag.settings import Settings
@@ -19,7 +20,9 @@ pytestmark = pytest.mark.llm
 
 
 def _ask(kb, llm, question, selected=(), **kw):
-    bot = Assistant(kb, llm, max_tokens=40, rewrite=False)
+    # small prompts and replies: the 0.5B model reads ~170 tokens/s and writes ~40 tokens/s on this machine
+    bot = Assistant(kb, llm, max_tokens=40, rewrite=False, k=2, max_chars_per_chunk=500,
+                    summarizer=DocumentSummarizer(kb, llm, window_chars=1500, max_tokens=48))
     return bot.invoke({"question": question, "selected_doc_ids": [doc_id(kb, s) for s in selected], **kw})
 
 
@@ -75,7 +78,7 @@ def test_article_from_notes_cites_only_real_notes(tmp_path: Path, shared_embeddi
                         ("RRF fusion", "Reciprocal rank fusion merges the dense and BM25 lists by 1/(60+rank).")]:
         book.create(text, title=title, tags=["search"])
     notes = book.select(tag="search")
-    out = ArticleWriter(local_chat_model, max_sections=2, section_tokens=90, outline_tokens=80).write(
+    out = ArticleWriter(local_chat_model, max_sections=2, section_tokens=60, outline_tokens=60).write(
         "Hybrid search", notes)
     md = out["article"]
     assert md.startswith("# Hybrid search") and "## References" in md

@@ -109,9 +109,9 @@ def test_real_local_model_in_process(kb: KnowledgeBase, local_chat_model) -> Non
 
 @pytest.mark.llm
 def test_real_local_model_through_openai_compatible_server(kb: KnowledgeBase, llama_server_url: str) -> None:
-    from langchain_openai import ChatOpenAI
+    from ctxrag.models.chat import chat_openai_compatible
 
-    llm = ChatOpenAI(base_url=llama_server_url, model="local", api_key="not-needed", temperature=0, max_tokens=48)
+    llm = chat_openai_compatible(base_url=llama_server_url, model="local", api_key="not-needed", temperature=0, max_tokens=48)
     chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), llm)
     pieces = list(chain.stream("星河知识库的默认端口是多少？"))
     answer = "".join(p.get("answer", "") for p in pieces)

@@ -12,6 +12,8 @@ Example::
 """
 from __future__ import annotations
 
+import functools
+
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,8 +78,34 @@ def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseC
     raise ConfigError(f"llm.provider={llm.provider!r}: expected one of 'local', 'openai', 'none'")
 
 
-def _openai_chat_model(llm: LLMSettings) -> BaseChatModel:
+@functools.lru_cache(maxsize=1)
+def _openai_compatible_class() -> type:
     from langchain_openai import ChatOpenAI
+
+    class ChatOpenAICompatible(ChatOpenAI):
+        """`ChatOpenAI` that also sends the legacy ``max_tokens`` to self-hosted endpoints.
+
+        langchain-openai renames ``max_tokens`` to ``max_completion_tokens``, which llama_cpp.server (and some older
+        vLLM/Ollama builds) ignore, so replies would not be length-limited. api.openai.com gets the payload unchanged.
+        """
+
+        def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict:
+            payload = super()._get_request_payload(input_, stop=stop, **kwargs)
+            base = self.openai_api_base or ""
+            if base and "api.openai.com" not in base and "max_completion_tokens" in payload:
+                payload.setdefault("max_tokens", payload["max_completion_tokens"])
+            return payload
+
+    return ChatOpenAICompatible
+
+
+def chat_openai_compatible(**kwargs: Any) -> BaseChatModel:
+    """A `ChatOpenAI` for any OpenAI-compatible endpoint (see `ChatOpenAICompatible`); same arguments as ChatOpenAI."""
+    return _openai_compatible_class()(**kwargs)
+
+
+def _openai_chat_model(llm: LLMSettings) -> BaseChatModel:
+    ChatOpenAI = _openai_compatible_class()
 
     if not llm.base_url and llm.api_key is None:
         raise ConfigError(

@@ -24,10 +24,11 @@ from typing import Any, Sequence
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from langserve import add_routes
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, ModelError
-from ctxrag.server.middleware import BearerAuthMiddleware, BodySizeLimitMiddleware
+from ctxrag.server.middleware import BearerAuthMiddleware, BodySizeLimitMiddleware, StreamErrorGuardMiddleware
 from ctxrag.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def known_error(request: Request, exc: Exception) -> JSONResponse:
         status = _status_of(exc)
-        if status >= 500:
+        if status == 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
             return JSONResponse({"detail": "internal server error"}, status_code=500)
         msg = str(exc) or type(exc).__name__
@@ -85,8 +86,6 @@ def create_app(
     `llm` defaults to `make_chat_model(settings)`; when no chat model can be made, ``/ask`` and ``/chat`` are left
     out and ``/health`` says why. Auth and the body limit come from ``settings.server``.
     """
-    from langserve import add_routes
-
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.server import runnables
 
@@ -144,7 +143,8 @@ def create_app(
 
     app.state.knowledge_bases = kbs
     app.state.llm = llm
-    # outermost first: auth refuses before a large body is read; then the size limit
+    # the last added runs first: auth refuses before a large body is read; then the size limit; then the stream guard
+    app.add_middleware(StreamErrorGuardMiddleware)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=s.server.max_body_bytes)
     token = s.server.auth_token
     if token is not None and token.get_secret_value():

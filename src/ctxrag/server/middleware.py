@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 from typing import Any, Awaitable, Callable, Iterable
 
 from pydantic import SecretStr
+
+log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -129,3 +132,40 @@ class BodySizeLimitMiddleware:
             return await receive()  # after the body: wait for the disconnect like a normal receive
 
         await self.app(scope, replay, send)
+
+
+class StreamErrorGuardMiddleware:
+    """Ends a response cleanly when the app fails after it started sending (a stream that broke midway).
+
+    LangServe sends an ``error`` event and then re-raises, which would cut the chunked body off mid-stream; here the
+    error is logged server-side and the body is closed, so the client reads a complete stream ending in that event.
+    Errors before the response started propagate unchanged (to the JSON exception handlers).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = {"started": False, "finished": False}
+
+        async def tracking_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["finished"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - only swallowed once the response is under way
+            if not state["started"]:
+                raise
+            log.error("%s %s failed while streaming: %s", scope.get("method"), scope.get("path"), exc, exc_info=exc)
+            if not state["finished"]:
+                try:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                except Exception:  # noqa: BLE001 - the client is gone
+                    pass

@@ -97,8 +97,9 @@ def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5) -> 
     from ctxrag.retrievers.factory import make_multi_kb_retriever
 
     retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k)
-    return (RunnableLambda(_check_query, name="check_query") | retriever).with_types(
-        input_type=str, output_type=list[Document]).with_config(run_name="ctxrag_search")
+    chain = RunnableLambda(_check_query, name="check_query") | retriever
+    chain.name = "search_query"  # names the playground's input field
+    return chain.with_types(input_type=str, output_type=list[Document]).with_config(run_name="ctxrag_search")
 
 
 def ask_runnable(kbs: Sequence[Any], llm: Any, *, mode: str = "hybrid", k: int = 4) -> Runnable:

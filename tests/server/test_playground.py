@@ -1,0 +1,62 @@
+"""The LangServe playground page in headless Chromium (Debian's chromium driven by playwright; no browser download):
+it loads, takes a query in its form, runs it, and shows the retrieved chunk; with auth on, a browser that sends the
+bearer header gets the same page."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langserve", reason="the server extra is not installed (pip install 'ctxrag[server]')")
+pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install 'ctxrag[dev]')")
+
+from server_helpers import FactEchoChatModel, run_uvicorn, server_settings  # noqa: E402
+
+from ctxrag.server.app import create_app  # noqa: E402
+
+TOKEN = "pg-token-81c2"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _chromium() -> str:
+    path = os.environ.get("CTXRAG_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).is_file():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; scripts/bootstrap.sh does it as root)")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("auth", [False, True], ids=["auth-off", "auth-on"])
+def test_search_playground_runs_a_query(locker_kb, locker_home, tmp_path: Path, auth: bool) -> None:  # noqa: ANN001
+    from playwright.sync_api import sync_playwright
+
+    chromium = _chromium()
+    kb, codes = locker_kb
+    options = {"auth_token": TOKEN} if auth else {}
+    app = create_app(server_settings(locker_home, **options), kbs=[kb], llm=FactEchoChatModel())
+    with run_uvicorn(app) as url, sync_playwright() as pw:
+        profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path)
+        browser = pw.chromium.launch_persistent_context(
+            profile, executable_path=chromium, headless=True, args=CHROMIUM_ARGS,
+            extra_http_headers={"Authorization": f"Bearer {TOKEN}"} if auth else None)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(60_000)
+            response = page.goto(f"{url}/search/playground/")
+            assert response is not None and response.status == 200
+            box = page.locator("textarea").first
+            box.wait_for()
+            box.fill("access code of locker Saffron")
+            start = page.get_by_role("button", name="Start")
+            start.click()
+            page.get_by_text(codes["Saffron"]).first.wait_for()  # the chunk's text, streamed into the output panel
+            page.screenshot(path=str(tmp_path / "search_playground.png"), full_page=True)
+            output = page.inner_text("body")
+            assert "locker_saffron.md" in output and f"locker Saffron is {codes['Saffron']}" in output
+        finally:
+            browser.close()
+    assert (tmp_path / "search_playground.png").stat().st_size > 10_000
