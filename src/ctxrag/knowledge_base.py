@@ -379,7 +379,8 @@ class KnowledgeBase:
             contexts = [precomputed.get(schema.make_chunk_id(doc_id, p.index)) for p in pieces]
         elif contextualizer is not None and pieces:
             contexts = list(contextualizer.contextualize_document(
-                text, [p.text for p in pieces], title=title, heading_paths=[p.heading_path for p in pieces]
+                text, [p.text for p in pieces], title=title, heading_paths=[p.heading_path for p in pieces],
+                offsets=[p.start_index for p in pieces],
             ))
         out = []
         for p, ctx in zip(pieces, contexts):

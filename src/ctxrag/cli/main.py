@@ -93,7 +93,7 @@ def ingest(
         elif contextualize if contextualize is not None else s.contextualize:
             from ctxrag.indexing import Contextualizer
 
-            ctx = Contextualizer.from_settings(s)
+            ctx = Contextualizer(settings=s, show_progress=True)
         report = kbase.ingest(paths, contextualizer=ctx, precomputed_contexts=pre)
         if json_out:
             typer.echo(json.dumps({"kb": kbase.name, "files": [f.__dict__ for f in report.files],
