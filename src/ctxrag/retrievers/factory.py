@@ -107,8 +107,8 @@ def _graph(kb: Any, k: int, fallback: BaseRetriever) -> BaseRetriever:
     graph = getattr(kb, "indexes", {}).get("graph")
     if graph is None:
         raise ConfigError(
-            f"knowledge base {getattr(kb, 'name', kb)!r} has no graph index; ingest it with triplet extraction on "
-            "(a GraphIndex registered as the 'graph' index) or use --mode dense/bm25/hybrid"
+            f"knowledge base {getattr(kb, 'name', kb)!r} has no graph index; set CTXRAG_GRAPH=true before ingesting "
+            "(triplets are extracted by the chat model) or use --mode dense/bm25/hybrid"
         )
     from ctxrag.retrievers.graph import GraphRetriever
 

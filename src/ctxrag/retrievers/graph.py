@@ -36,6 +36,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ctxrag.graph.expand import expand_relations
@@ -128,7 +129,8 @@ class GraphRetriever(BaseRetriever):
 
     graph_index: GraphIndex
     embeddings: Embeddings
-    llm: BaseChatModel | None = None
+    llm: BaseChatModel | Runnable | None = None
+    """A chat model, or one with bound options (``llm.bind(max_tokens=256)``)."""
     rerank: GraphRerank = GraphRerank.EMBEDDING
     degree: int = 1
     k: int = 5
