@@ -19,9 +19,10 @@ import logging
 import re
 import shutil
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -284,31 +285,10 @@ class KnowledgeBase:
         files, errors = expand_paths([Path(p) for p in paths])
         for e in errors:
             report.files.append(FileOutcome(e.path, "failed", e.reason))
-        pending = 0
-        with self._lock:
-            self.store.begin()
-            try:
-                for path in tqdm(files, desc=f"ingest {self.name}", unit="file", disable=not progress):
-                    try:
-                        outcome = self._ingest_file(path, load_file, contextualizer, precomputed_contexts)
-                    except LoadError as e:
-                        outcome = FileOutcome(e.path, "failed", e.reason)
-                    report.files.append(outcome)
-                    if outcome.status in ("added", "updated"):
-                        pending += 1
-                        if pending >= commit_every:
-                            self._commit()
-                            self.store.begin()
-                            pending = 0
-                if pending:
-                    self._commit()
-                else:
-                    self.store.rollback()
-            except BaseException:
-                self.store.rollback()
-                self.indexes.clear()
-                self._load_indexes()  # back to the last committed generation
-                raise
+        self._ingest_many(
+            files, lambda path: self._ingest_file(path, load_file, contextualizer, precomputed_contexts), report,
+            desc=f"ingest {self.name}", unit="file", progress=progress, commit_every=commit_every,
+        )
         if contextualizer is not None and hasattr(contextualizer, "report"):
             report.context_report = contextualizer.report()
         return report
@@ -334,27 +314,50 @@ class KnowledgeBase:
                 item = LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
                                       dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
             docs.append(item)
+        def one(loaded: Any) -> FileOutcome:
+            if not loaded.text.strip():
+                raise LoadError(loaded.source, "empty text")
+            return self._ingest_loaded(loaded, contextualizer, precomputed_contexts)
+
+        self._ingest_many(docs, one, report, desc=f"add {self.name}", unit="doc", progress=progress)
+        return report
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction: on any failure SQLite rolls back and the indexes return to the last generation."""
         with self._lock:
             self.store.begin()
             try:
-                for loaded in tqdm(docs, desc=f"add {self.name}", unit="doc", disable=not progress):
-                    try:
-                        if not loaded.text.strip():
-                            raise LoadError(loaded.source, "empty text")
-                        outcome = self._ingest_loaded(loaded, contextualizer, precomputed_contexts)
-                    except LoadError as e:
-                        outcome = FileOutcome(e.path, "failed", e.reason)
-                    report.files.append(outcome)
-                if report.added or report.updated:
-                    self._commit()
-                else:
-                    self.store.rollback()
+                yield
             except BaseException:
                 self.store.rollback()
                 self.indexes.clear()
                 self._load_indexes()
                 raise
-        return report
+
+    def _ingest_many(
+        self, items: list[Any], one: Callable[[Any], FileOutcome], report: IngestReport, *,
+        desc: str, unit: str, progress: bool, commit_every: int = 1_000_000,
+    ) -> None:
+        """Ingest items one by one (a `LoadError` fails that item only), committing every `commit_every` changes."""
+        pending = 0
+        with self._writing():
+            for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
+                try:
+                    outcome = one(item)
+                except LoadError as e:
+                    outcome = FileOutcome(e.path, "failed", e.reason)
+                report.files.append(outcome)
+                if outcome.status in ("added", "updated"):
+                    pending += 1
+                    if pending >= commit_every:
+                        self._commit()
+                        self.store.begin()
+                        pending = 0
+            if pending:
+                self._commit()
+            else:
+                self.store.rollback()
 
     def _ingest_file(self, path: Path, load_file: Callable, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
         return self._ingest_loaded(load_file(path), contextualizer, precomputed)
@@ -443,20 +446,13 @@ class KnowledgeBase:
 
     def delete_document(self, key: str) -> DocumentRecord:
         """Delete a document (by id, source path or unique file name) from the store and every index."""
-        with self._lock:
-            doc = self.get_document(key)
-            self.store.begin()
-            try:
-                ids = self.store.delete_document(doc.doc_id)
-                for index in self.indexes.values():
-                    index.delete(ids)
-                self._commit()
-            except BaseException:
-                self.store.rollback()
-                self.indexes.clear()
-                self._load_indexes()
-                raise
-            return doc
+        doc = self.get_document(key)
+        with self._writing():
+            ids = self.store.delete_document(doc.doc_id)
+            for index in self.indexes.values():
+                index.delete(ids)
+            self._commit()
+        return doc
 
     def stats(self) -> dict[str, Any]:
         docs, chunks = self.store.count()

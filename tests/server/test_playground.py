@@ -60,3 +60,35 @@ def test_search_playground_runs_a_query(locker_kb, locker_home, tmp_path: Path, 
         finally:
             browser.close()
     assert (tmp_path / "search_playground.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_every_playground_renders_its_form_and_ask_answers(locker_kb, locker_home, tmp_path: Path) -> None:  # noqa: ANN001
+    from playwright.sync_api import sync_playwright
+
+    chromium = _chromium()
+    kb, codes = locker_kb
+    app = create_app(server_settings(locker_home), kbs=[kb], llm=FactEchoChatModel())
+    fields = {"ask": ["QUESTION", "HISTORY"], "chat": ["QUESTION", "SELECTED DOC IDS", "ALLOW GENERAL KNOWLEDGE"],
+              "notes": ["ACTION", "QUERY", "TAGS"]}
+    with run_uvicorn(app) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch_persistent_context(
+            tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path), executable_path=chromium, headless=True,
+            args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(60_000)
+            for route, labels in fields.items():
+                page.goto(f"{url}/{route}/playground/")
+                page.get_by_role("button", name="Start").wait_for()
+                text = page.inner_text("body").upper()
+                missing = [label for label in labels if label not in text]
+                assert not missing, f"/{route}/playground/ lacks {missing} (a blank page means the form failed)"
+                page.screenshot(path=str(tmp_path / f"{route}_playground.png"), full_page=True)
+            page.goto(f"{url}/ask/playground/")
+            page.locator("textarea").first.fill("What is the access code of locker Prairie?")
+            page.get_by_role("button", name="Start").click()
+            page.get_by_text(f"locker Prairie is {codes['Prairie']}").first.wait_for()
+            page.screenshot(path=str(tmp_path / "ask_answered.png"), full_page=True)
+        finally:
+            browser.close()

@@ -187,16 +187,24 @@ def ask(
                                    "retrieved": [d.metadata.get("chunk_id") for d in out["documents"]]},
                                   ensure_ascii=False, indent=1))
             return
-        final: dict[str, Any] = {}
-        with wrap_model_errors(llm):
-            for chunk in chain.stream(question, config=cfg):
-                if "answer" in chunk:
-                    typer.echo(chunk["answer"], nl=False)
-                final.update({k2: v for k2, v in chunk.items() if k2 != "answer"})
-        typer.echo("")
-        print_sources(final.get("sources", []), final.get("invalid_citations", []))
+        stream_answer(chain, llm, question, cfg)
 
     _guard(body)
+
+
+def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Print the answer as the model writes it, then its sources; returns the non-answer fields."""
+    from ctxrag.models.chat import wrap_model_errors
+
+    final: dict[str, Any] = {}
+    with wrap_model_errors(llm):
+        for chunk in chain.stream(question, config=config):
+            if "answer" in chunk:
+                typer.echo(chunk["answer"], nl=False)
+            final.update({k: v for k, v in chunk.items() if k != "answer"})
+    typer.echo("")
+    print_sources(final.get("sources", []), final.get("invalid_citations", []))
+    return final
 
 
 def print_sources(sources: list[dict[str, Any]], invalid: list[int]) -> None:
@@ -301,14 +309,7 @@ def demo(
         for item in items:
             q = item["question"] if isinstance(item, dict) else str(item)
             typer.echo(f"\nQ: {q}\nA: ", nl=False)
-            final: dict[str, Any] = {}
-            with wrap_model_errors(llm):
-                for chunk in chain.stream(q, config={"callbacks": _callbacks()}):
-                    if "answer" in chunk:
-                        typer.echo(chunk["answer"], nl=False)
-                    final.update({k2: v for k2, v in chunk.items() if k2 != "answer"})
-            typer.echo("")
-            print_sources(final.get("sources", []), final.get("invalid_citations", []))
+            stream_answer(chain, llm, q, {"callbacks": _callbacks()})
 
     _guard(body)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ctxrag.stores.atomic import fsync_dir
 from ctxrag.errors import ModelFileError
 
 if TYPE_CHECKING:
@@ -142,22 +143,10 @@ def assemble_gguf(parts: Sequence[Path], target: Path, expected_sha256: str, *, 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     _write_sidecar(target, got)
     return target
 
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open folders
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def local_model_path(

@@ -66,14 +66,16 @@ class ChatOutput(BaseModel):
 
 
 class NotesInput(BaseModel):
-    """One notes operation: ``add`` a note (text, title, tags), ``search`` notes (query, tag, k) or ``list`` them (tag)."""
+    """One notes operation: ``add`` a note (text, title, tags), ``search`` notes (query, tag, k) or ``list`` them (tag).
+
+    Empty strings mean "not given" (no ``null``s: the playground's form cannot render optional fields)."""
 
     action: Literal["add", "search", "list"] = Field("search", description="add | search | list")
-    text: str | None = Field(None, max_length=20000, description="add: the note's text.")
-    title: str | None = Field(None, max_length=200, description="add: a title (default: the first line).")
+    text: str = Field("", max_length=20000, description="add: the note's text.")
+    title: str = Field("", max_length=200, description="add: a title (default: the first line).")
     tags: list[str] = Field(default_factory=list, description="add: tags.")
-    query: str | None = Field(None, max_length=4000, description="search: what to look for.")
-    tag: str | None = Field(None, description="search/list: only notes with this tag.")
+    query: str = Field("", max_length=4000, description="search: what to look for.")
+    tag: str = Field("", max_length=40, description="search/list: only notes with this tag.")
     k: int = Field(5, ge=1, le=50, description="search: how many notes.")
 
 
@@ -181,14 +183,14 @@ def notes_runnable(kb: Any) -> Runnable:
         if x.action == "add":
             if not x.text or not x.text.strip():
                 raise ValueError("notes action 'add' needs a non-empty 'text'")
-            note = book.create(x.text, title=x.title, tags=x.tags)
+            note = book.create(x.text, title=x.title or None, tags=x.tags)
             return {"action": "add", "notes": [note.to_dict()]}
         if x.action == "search":
             query = x.query or x.text
             if not query or not query.strip():
                 raise ValueError("notes action 'search' needs a non-empty 'query'")
             return {"action": "search",
-                    "notes": [{**n.to_dict(), "score": s} for n, s in book.search(query, k=x.k, tag=x.tag)]}
-        return {"action": "list", "notes": [n.to_dict() for n in book.list(tag=x.tag)]}
+                    "notes": [{**n.to_dict(), "score": s} for n, s in book.search(query, k=x.k, tag=x.tag or None)]}
+        return {"action": "list", "notes": [n.to_dict() for n in book.list(tag=x.tag or None)]}
 
     return RunnableLambda(run, name="ctxrag_notes").with_types(input_type=NotesInput, output_type=NotesOutput)
