@@ -163,7 +163,7 @@ def test_auth_on(locker_kb, locker_home, caplog: pytest.LogCaptureFixture) -> No
         assert c.post("/ask/invoke", content=b"x" * 5_000_000).status_code == 401  # refused before the body counts
         good = RemoteRunnable(f"{url}/ask/", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
         assert codes["Iris"] in good.invoke({"question": locker_question("Iris")})["answer"]
-        assert codes["Iris"] in "".join(c.get("answer", "") for c in good.stream({"question": locker_question("Iris")}))
+        assert codes["Iris"] in "".join(ch.get("answer", "") for ch in good.stream({"question": locker_question("Iris")}))
         with pytest.raises(httpx.HTTPStatusError, match="401"):
             RemoteRunnable(f"{url}/ask/", timeout=60).invoke({"question": locker_question("Iris")})
     assert TOKEN not in caplog.text and TOKEN not in repr(app.user_middleware)

@@ -76,8 +76,9 @@ QUESTION = {
 }
 
 CITATION_CLAUSE = {
-    "en": ", and put the number of the source after each sentence, like: The pump moves 40 litres per minute [1]",
-    "zh": "，并在每句话后用 [n] 标注来源编号，例如：该泵每分钟输送 40 升 [1]",
+    # no example sentence: the 0.5B model copies any example it is given verbatim as its answer
+    "en": ", and end each sentence with the number of its source in square brackets, like [1]",
+    "zh": "，并在每句话末尾用方括号标注资料编号，如 [1]",
 }
 
 
