@@ -38,7 +38,7 @@ def test_rag_route_cites_retrieved_chunks(sample_kb) -> None:
     assert out["route"] == "rag"
     assert out["documents"] and out["sources"][0]["n"] == 1 and out["invalid_citations"] == [9]
     system = llm.prompts[0][0].content
-    assert "资料：" in system and "[1] (" in system  # numbered knowledge block (level 3), Chinese prompt
+    assert "资料：" in system and "[1] " in system and "(source: " in system  # numbered knowledge block (level 3), Chinese prompt
 
 
 def test_no_knowledge_without_general_knowledge_makes_no_llm_call(sample_kb) -> None:
@@ -84,7 +84,7 @@ def test_summary_route_answers_from_document_summaries(sample_kb) -> None:
     assert [d.metadata["doc_id"] for d in out["documents"]] == sel
     assert [d.page_content for d in out["documents"]] == ["版本记录摘要。", "Support policy summary."]
     assert [s["doc_id"] for s in out["sources"]] == sel
-    assert "[1] (" in llm.prompts[-1][0].content and "摘要" in llm.prompts[-1][0].content
+    assert "[1] 版本记录摘要。" in llm.prompts[-1][0].content and "(source: " in llm.prompts[-1][0].content
 
 
 def test_follow_up_is_rewritten_before_routing(sample_kb) -> None:

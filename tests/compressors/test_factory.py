@@ -35,7 +35,9 @@ def test_llm_uses_the_configured_chat_model():
     reranker = build_reranker("llm", settings)
     assert isinstance(reranker, LLMReranker)
     assert reranker.top_n == 4 and reranker.language == "zh"
-    assert type(reranker.llm).__name__ == "ChatOpenAI"
+    from langchain_openai import ChatOpenAI
+
+    assert isinstance(reranker.llm, ChatOpenAI)
 
 
 def test_unknown_kind():

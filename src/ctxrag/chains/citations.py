@@ -10,15 +10,17 @@ _CITE = re.compile(r"\[(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\]")
 
 
 def format_knowledge(docs: list[Document], max_chars: int | None = None) -> str:
-    """``[n] (title — source) text`` blocks, numbered from 1 in retrieval order."""
+    """Numbered blocks, ``[n] text`` then ``(source: title, path)``, numbered from 1 in retrieval order.
+
+    The text comes first and the source after it: small models given a header first tend to copy it as the answer."""
     blocks = []
     for i, d in enumerate(docs, 1):
         md = d.metadata
         label = md.get("title") or ""
         src = md.get("source") or ""
-        head = f"{label} — {src}" if label and src and label not in src else (src or label)
+        head = f"{label}, {src}" if label and src and label not in src else (src or label)
         text = d.page_content if max_chars is None else d.page_content[:max_chars]
-        blocks.append(f"[{i}] ({head})\n{text}")
+        blocks.append(f"[{i}] {text.strip()}\n(source: {head})")
     return "\n\n".join(blocks)
 
 

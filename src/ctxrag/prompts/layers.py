@@ -76,9 +76,9 @@ QUESTION = {
 }
 
 CITATION_CLAUSE = {
-    # no example sentence: the 0.5B model copies any example it is given verbatim as its answer
-    "en": ", and end each sentence with the number of its source in square brackets, like [1]",
-    "zh": "，并在每句话末尾用方括号标注资料编号，如 [1]",
+    # no example: the 0.5B model copies any example or source header it is shown verbatim as its answer
+    "en": "; write the answer in your own words and cite source numbers in square brackets",
+    "zh": "；用自己的话回答，并用方括号标注资料编号",
 }
 
 
