@@ -21,8 +21,9 @@ import re
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from ctxrag.errors import ConfigError, DocumentNotFound
 
@@ -135,19 +136,13 @@ class NoteBook:
         title = (title or text.strip().splitlines()[0])[:80].strip()
         now = time.time()
         note = Note(0, title, text.strip(), _clean_tags(tags), [dict(c) for c in citations or []], now, now)
-        with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self.conn.execute(
-                    "INSERT INTO notes(title, text, tags, citations, created, updated) VALUES (?,?,?,?,?,?)",
-                    (note.title, note.text, json.dumps(note.tags, ensure_ascii=False),
-                     json.dumps(note.citations, ensure_ascii=False), now, now))
-                note.id = int(cur.lastrowid)
-                self._index(note)
-                self.conn.execute("COMMIT")
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
+        with self._transaction():
+            cur = self.conn.execute(
+                "INSERT INTO notes(title, text, tags, citations, created, updated) VALUES (?,?,?,?,?,?)",
+                (note.title, note.text, json.dumps(note.tags, ensure_ascii=False),
+                 json.dumps(note.citations, ensure_ascii=False), now, now))
+            note.id = int(cur.lastrowid)
+            self._index(note)
         return note
 
     def from_answer(self, answer: dict[str, Any], *, title: str | None = None, tags: Iterable[str] = ()) -> Note:
@@ -185,33 +180,33 @@ class NoteBook:
 
     def delete(self, note_id: int) -> Note:
         note = self.get(note_id)
+        with self._transaction():
+            self.conn.execute("DELETE FROM notes WHERE id=?", (note.id,))
+            try:
+                self.kb.delete_document(note.source)
+            except DocumentNotFound:
+                pass
+        return note
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Note rows and their knowledge-base document change together or not at all."""
         with self._lock:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
-                self.conn.execute("DELETE FROM notes WHERE id=?", (note.id,))
-                try:
-                    self.kb.delete_document(note.source)
-                except DocumentNotFound:
-                    pass
-                self.conn.execute("COMMIT")
+                yield
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
-        return note
+            self.conn.execute("COMMIT")
 
     def _update(self, note: Note) -> Note:
         note.updated = time.time()
-        with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                self.conn.execute("UPDATE notes SET title=?, text=?, tags=?, citations=?, updated=? WHERE id=?",
-                                  (note.title, note.text, json.dumps(note.tags, ensure_ascii=False),
-                                   json.dumps(note.citations, ensure_ascii=False), note.updated, note.id))
-                self._index(note)
-                self.conn.execute("COMMIT")
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
+        with self._transaction():
+            self.conn.execute("UPDATE notes SET title=?, text=?, tags=?, citations=?, updated=? WHERE id=?",
+                              (note.title, note.text, json.dumps(note.tags, ensure_ascii=False),
+                               json.dumps(note.citations, ensure_ascii=False), note.updated, note.id))
+            self._index(note)
         return note
 
     def _index(self, note: Note) -> None:

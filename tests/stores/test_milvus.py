@@ -16,16 +16,9 @@ from ctxrag.stores.backends import BACKEND_FILE, text_fingerprint  # noqa: E402
 from ctxrag.stores.base import IndexedChunk  # noqa: E402
 from ctxrag.stores.milvus import MilvusIndex, collection_name_for, is_server_uri, sparse_rows  # noqa: E402
 
-ANGLES = {"a": 10, "b": 40, "c": 80, "d": 180}
-
-
-def _vec(deg: float) -> np.ndarray:
-    r = np.deg2rad(deg)
-    return np.array([np.cos(r), np.sin(r)], dtype=np.float32)
-
-
-def _chunk(cid: str, deg: float, text: str | None = None) -> IndexedChunk:
-    return IndexedChunk(cid, cid.split(":")[0], text or f"text {cid}", text or f"text {cid}", vector=_vec(deg))
+from vectors import ANGLES  # noqa: E402
+from vectors import chunk as _chunk  # noqa: E402
+from vectors import vec as _vec  # noqa: E402
 
 
 @pytest.fixture

@@ -39,6 +39,16 @@ def _prepare(inp: Any) -> dict[str, Any]:
     return {"question": inp["question"].strip(), "history": inp.get("history") or []}
 
 
+def _accumulate(acc: dict[str, Any], chunk: dict[str, Any]) -> None:
+    """Merge a streamed chunk: answer deltas are concatenated, other keys replaced."""
+    for k, v in chunk.items():
+        acc[k] = acc[k] + v if k == "answer" and k in acc else v
+
+
+def _citations(acc: dict[str, Any]) -> AddableDict:
+    return AddableDict(map_citations(acc.get("answer", ""), acc.get("documents", [])))
+
+
 def build_rag_chain(
     retriever: RetrieverLike,
     llm: BaseChatModel,
@@ -68,18 +78,16 @@ def build_rag_chain(
     def finish(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         for c in chunks:
-            for k, v in c.items():
-                acc[k] = acc.get(k, "") + v if k == "answer" and k in acc else v
+            _accumulate(acc, c)
             yield c
-        yield AddableDict(map_citations(acc.get("answer", ""), acc.get("documents", [])))
+        yield _citations(acc)
 
     async def afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         async for c in chunks:
-            for k, v in c.items():
-                acc[k] = acc.get(k, "") + v if k == "answer" and k in acc else v
+            _accumulate(acc, c)
             yield c
-        yield AddableDict(map_citations(acc.get("answer", ""), acc.get("documents", [])))
+        yield _citations(acc)
 
     return (
         RunnableLambda(_prepare)
