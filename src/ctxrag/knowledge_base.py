@@ -15,6 +15,7 @@ Example::
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -152,6 +153,7 @@ class KnowledgeBase:
         self._lock = threading.RLock()
         self.store = DocStore(self.root / "kb.sqlite")
         self.indexes: dict[str, ChunkIndex] = {}
+        self._filter_cache: dict[tuple[int, str], set[str]] = {}
         self._load_indexes()
 
     # -- opening ----------------------------------------------------------------------
@@ -482,11 +484,13 @@ class KnowledgeBase:
         if filter is None:
             return None
         if callable(filter):
-            pred = filter
-        else:
-            if not isinstance(filter, dict):
-                raise ConfigError(f"filter must be a dict or a callable, got {type(filter).__name__}")
-
+            return self._match_chunks(filter)
+        if not isinstance(filter, dict):
+            raise ConfigError(f"filter must be a dict or a callable, got {type(filter).__name__}")
+        # a hybrid query asks once per sub-retriever; dict filters are cached per committed generation
+        key = (self.generation, json.dumps(filter, sort_keys=True, default=str))
+        cached = self._filter_cache.get(key)
+        if cached is None or self.store.conn.in_transaction:
             def pred(md: dict[str, Any]) -> bool:
                 for k, v in filter.items():
                     have = md.get(k)
@@ -496,6 +500,15 @@ class KnowledgeBase:
                     elif have != v:
                         return False
                 return True
+
+            cached = self._match_chunks(pred)
+            if not self.store.conn.in_transaction:
+                fresh = {k: v for k, v in self._filter_cache.items() if k[0] == key[0]}
+                self._filter_cache = fresh if len(fresh) < 64 else {}
+                self._filter_cache[key] = cached
+        return cached
+
+    def _match_chunks(self, pred: Callable[[dict[str, Any]], bool]) -> set[str]:
         return {r.chunk_id for r in self.store.iter_chunks() if pred(r.metadata)}
 
     # -- search -----------------------------------------------------------------------
