@@ -38,7 +38,7 @@ _EXPORTS: dict[str, str] = {
     "ChunkSplitter": "ctxrag.loading",
     "Contextualizer": "ctxrag.indexing",
     "KnowledgeBase": "ctxrag.knowledge_base",
-    "IngestReport": "ctxrag.knowledge_base",
+    "IngestReport": "ctxrag.ingest_report",
     # retrieval
     "DenseRetriever": "ctxrag.retrievers.dense",
     "KBBM25Retriever": "ctxrag.retrievers.kb_bm25",

@@ -21,7 +21,6 @@ import re
 import shutil
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
@@ -30,6 +29,7 @@ from langchain_core.embeddings import Embeddings
 from tqdm.auto import tqdm
 
 from ctxrag import schema
+from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
@@ -50,48 +50,6 @@ def validate_kb_name(name: str) -> str:
             f"invalid knowledge base name {name!r}: use 1-64 letters, digits, CJK, '_', '-', '.', starting with a letter or digit"
         )
     return name
-
-
-@dataclass
-class FileOutcome:
-    """What ingest did with one file: ``added``, ``updated``, ``skipped`` (unchanged) or ``failed``."""
-
-    path: str
-    status: Literal["added", "updated", "skipped", "failed"]
-    reason: str = ""
-    doc_id: str | None = None
-    chunks: int = 0
-
-
-@dataclass
-class IngestReport:
-    """Per-file outcomes of one `KnowledgeBase.ingest` call, plus the contextualizer's report when one ran."""
-
-    files: list[FileOutcome] = field(default_factory=list)
-    context_report: Any = None
-
-    def _by(self, status: str) -> list[FileOutcome]:
-        return [f for f in self.files if f.status == status]
-
-    @property
-    def added(self) -> list[FileOutcome]:
-        return self._by("added")
-
-    @property
-    def updated(self) -> list[FileOutcome]:
-        return self._by("updated")
-
-    @property
-    def skipped(self) -> list[FileOutcome]:
-        return self._by("skipped")
-
-    @property
-    def failed(self) -> list[FileOutcome]:
-        return self._by("failed")
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
 
 
 def _index_factories(kb: "KnowledgeBase | None" = None) -> dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex | None]]]:
