@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -40,6 +38,8 @@ from tqdm.auto import tqdm
 
 from ctxrag.indexing.context_cache import CacheKey, ContextCache
 from ctxrag.indexing.context_report import ContextReport
+from ctxrag.indexing.context_text import clean_context, fallback_header, useless_reason
+from ctxrag.indexing.model_info import default_model_name, n_ctx_of, name_of, tokenizer_of
 from ctxrag.indexing.retry import is_transient_error, is_unreachable_error
 from ctxrag.indexing.windowing import window_document
 from ctxrag.prompts.contextual import ContextPrompt, default_context_prompts
@@ -48,33 +48,7 @@ from ctxrag.text import detect_language, estimate_tokens
 
 logger = logging.getLogger(__name__)
 
-_LABEL = re.compile(r"^\s*\**\s*(?:succinct\s+)?(?:context|上下文|背景)\s*\**\s*[:：]\s*\**\s*", re.IGNORECASE)
 _MIN_DOCUMENT_TOKENS = 64
-
-
-def clean_context(text: str, max_chars: int = 600) -> str:
-    """Strip, drop a leading "Context:"/"上下文：" label, collapse whitespace, cap at `max_chars` on a word boundary."""
-    text = _LABEL.sub("", text.strip())
-    text = " ".join(text.split()).strip().strip('"').strip()
-    if len(text) > max_chars:
-        cut = text[:max_chars]
-        space = cut.rfind(" ")
-        text = (cut[:space] if space > max_chars // 2 else cut).rstrip()
-    return text
-
-
-def fallback_header(title: str = "", heading_path: str = "") -> str:
-    """The deterministic context used when no LLM answers: "title > heading path" (either part may be empty)."""
-    return " > ".join(part.strip() for part in (title, heading_path) if part and part.strip())
-
-
-def _useless_reason(context: str, chunk: str) -> str | None:
-    """Why an answer adds nothing to the chunk (empty, or the chunk's own words echoed back), else None."""
-    if not context:
-        return "the LLM returned an empty context"
-    if " ".join(context.split()).lower() in " ".join(chunk.split()).lower():
-        return "the LLM echoed the chunk instead of situating it"
-    return None
 
 
 @dataclass
@@ -155,7 +129,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         self.max_concurrency = max_concurrency
         self.max_tokens = max_tokens
         self._n_ctx_given = n_ctx
-        self.n_ctx = n_ctx or self._n_ctx_of(chat_model) or int(settings.llm.n_ctx)
+        self.n_ctx = n_ctx or n_ctx_of(chat_model) or int(settings.llm.n_ctx)
         self.max_document_tokens = max_document_tokens
         self.max_context_chars = max_context_chars
         self.retry_attempts = retry_attempts
@@ -164,8 +138,8 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         self._model: Runnable | None = None
         self._raw_model = chat_model
         self._model_ready = False
-        self.model_name = model_name or self._name_of(chat_model) or self._default_model_name(settings)
-        self._token_counter = token_counter or self._tokenizer_of(chat_model) or estimate_tokens
+        self.model_name = model_name or name_of(chat_model) or default_model_name(settings)
+        self._token_counter = token_counter or tokenizer_of(chat_model) or estimate_tokens
         self._lock = threading.Lock()
         self._successes = 0
         self._unreachable: str | None = None
@@ -173,47 +147,6 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         self._stats = ContextReport()
 
     # ---------------------------------------------------------------- model
-    @staticmethod
-    def _name_of(model: Any) -> str | None:
-        """The model's name for the cache key; a GGUF's file name, not its path (moving $CTXRAG_HOME keeps the cache)."""
-        model = getattr(model, "bound", model)  # RunnableBinding
-        for attr in ("model_path", "model_name", "model"):  # a local GGUF's file says more than a fixed name
-            value = getattr(model, attr, None)
-            if isinstance(value, str) and value:
-                return Path(value).name if attr == "model_path" else value
-        return None
-
-    @staticmethod
-    def _n_ctx_of(model: Any) -> int | None:
-        """The window of an in-process model that declares one (LocalLlamaChatModel.n_ctx)."""
-        value = getattr(getattr(model, "bound", model), "n_ctx", None)
-        return value if isinstance(value, int) and value > 0 else None
-
-    @staticmethod
-    def _default_model_name(settings: Any) -> str:
-        """The name `make_chat_model(settings)` would give, without building the model (all-cached ingests load none)."""
-        llm = settings.llm
-        if llm.provider == "local":
-            from ctxrag.models.gguf import MODEL_FILENAME
-
-            return Path(llm.model_path).name if llm.model_path else MODEL_FILENAME
-        return str(llm.model)
-
-    @staticmethod
-    def _tokenizer_of(model: Any) -> Callable[[str], int] | None:
-        """The in-process llama.cpp tokenizer when the model has one (exact and cheap); never tiktoken (offline)."""
-        model = getattr(model, "bound", model)
-        load = getattr(model, "load", None)
-        if callable(load) and getattr(model, "model_path", None):  # ctxrag's LocalLlamaChatModel
-
-            def count(text: str) -> int:
-                shared = load()
-                with shared.lock:  # one llama.cpp context, shared with generation
-                    return len(shared.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-
-            return count
-        return None
-
     def _get_model(self) -> Runnable | None:
         """The chat model bound to `max_tokens`, built from settings on first use; None when none can be had."""
         if self._model_ready:
@@ -233,9 +166,9 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
                     except Exception as exc:  # a missing model file must not fail the ingest
                         self._unreachable = f"no chat model ({type(exc).__name__}: {exc})"
                 if model is not None and self._token_counter is estimate_tokens:
-                    self._token_counter = self._tokenizer_of(model) or estimate_tokens
+                    self._token_counter = tokenizer_of(model) or estimate_tokens
                 if model is not None and self._n_ctx_given is None:
-                    self.n_ctx = self._n_ctx_of(model) or self.n_ctx
+                    self.n_ctx = n_ctx_of(model) or self.n_ctx
             if model is not None:
                 try:
                     model = model.bind(**self._limit_kwargs(model))
@@ -367,7 +300,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
                 self._usage_kinds.add("estimated")
                 self._stats.prompt_tokens += self._token_counter(job.prompt_text)
                 self._stats.completion_tokens += self._token_counter(text)
-            useless = _useless_reason(context, job.chunk)
+            useless = useless_reason(context, job.chunk)
             if useless:
                 self._stats.fallbacks += 1
                 self._stats.fallback_reason = self._stats.fallback_reason or useless
