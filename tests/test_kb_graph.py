@@ -12,7 +12,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from ctxrag.errors import ConfigError
+from ctxrag.errors import ConfigError, ModelError
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import Settings
 
@@ -52,8 +52,11 @@ def _names(docs):
 
 
 def test_graph_mode_finds_the_second_hop(graph_kb) -> None:
+    """Issue #8's example with ``graph_rerank="path"`` (chain ranking); the default PageRank ranking puts the two
+    first-hop passages (Euler, Johann) before Daniel on this four-passage graph (see the next test)."""
     kb, fake, s = graph_kb
     assert fake.calls == 4 and len(kb.indexes["graph"]) > 0
+    kb.settings = s = s.model_copy(update={"graph_rerank": "path"})
     dense = _names(kb.as_retriever(mode="dense", k=2).invoke(QUESTION))
     graph = _names(kb.as_retriever(mode="graph", k=2).invoke(QUESTION))
     assert "daniel" not in dense
@@ -72,3 +75,42 @@ def test_graph_mode_without_graph_index_is_a_clear_error(tmp_path: Path) -> None
     kb.add_texts([{"text": "Euler was taught by Johann Bernoulli.", "source": "wiki://e"}])
     with pytest.raises(ConfigError, match="CTXRAG_GRAPH=true"):
         kb.as_retriever(mode="graph", k=2)
+
+
+def test_graph_mode_defaults_to_pagerank(graph_kb) -> None:
+    kb, _, _ = graph_kb
+    assert kb.settings.graph_rerank == "ppr"
+    docs = kb.as_retriever(mode="graph", k=4).invoke(QUESTION)
+    assert {d.metadata["graph_rerank"] for d in docs} == {"ppr"}
+    assert sorted(_names(docs)) == ["daniel", "euler", "jakob", "johann"]
+    scores = [d.metadata["score"] for d in docs]
+    assert scores == sorted(scores, reverse=True) and scores[0] == 1.0 and scores[-1] > 0
+    # full chunks from the knowledge base (with their source), not the graph's copy
+    assert all(d.metadata["source"].startswith("wiki://") for d in docs)
+    assert _names(docs)[:3].count("daniel") == 1  # third, after the first hop (Euler's and Johann's passages)
+
+
+def test_graph_rerank_setting_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CTXRAG_GRAPH_RERANK", "embedding")
+    assert Settings(home=tmp_path / "h").graph_rerank == "embedding"
+    monkeypatch.setenv("CTXRAG_GRAPH_RERANK", "pagerank")
+    with pytest.raises(ValueError, match="graph_rerank"):
+        Settings(home=tmp_path / "h")
+
+
+def test_llm_graph_rerank_uses_the_chat_model_or_degrades(graph_kb, monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    kb, fake, s = graph_kb
+    kb.settings = s.model_copy(update={"graph_rerank": "llm"})
+    r = kb.as_retriever(mode="graph", k=2)
+    assert r.rerank.value == "llm" and r.llm is fake
+    # the scripted model answers with triplets, not a relation list: embedding order, marked as such
+    assert {d.metadata["graph_rerank"] for d in r.invoke(QUESTION)} == {"llm-failed"}
+
+    def no_model(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise ModelError("no LLM is configured")
+
+    monkeypatch.setattr("ctxrag.models.chat.make_chat_model", no_model)
+    with caplog.at_level("WARNING"):
+        r = kb.as_retriever(mode="graph", k=2)
+    assert r.rerank.value == "ppr" and "ranking with 'ppr'" in caplog.text

@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     """Write an LLM context for each chunk at ingest (contextual retrieval)."""
     graph: bool = False
     """Keep a Graph RAG index (entities, relations, passages) at ingest; triplets are extracted by the chat model."""
+    graph_rerank: Literal["ppr", "path", "embedding", "llm"] = "ppr"
+    """How ``--mode graph`` ranks: ``ppr`` (Personalized PageRank, best measured on MuSiQue), ``path`` (two-relation
+    chains), ``embedding`` (relation cosine) or ``llm`` (the chat model picks relations). See docs/graph_rag.md."""
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     rerank: RerankSettings = Field(default_factory=RerankSettings)

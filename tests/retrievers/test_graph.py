@@ -161,3 +161,73 @@ def test_real_model_llm_rerank_degrades_gracefully(graph: GraphIndex, e5, local_
     docs = r.invoke(QUESTION)
     print([(d.id, d.metadata["graph_rerank"], d.metadata["graph_relations"][:2]) for d in docs])
     assert len(docs) == 2 and docs[0].metadata["graph_rerank"] in ("llm", "llm-failed")
+
+
+# ---- rerank="ppr" (Personalized PageRank) --------------------------------------------------------------------------
+def _dense_list(e5) -> _ListRetriever:  # noqa: ANN001
+    ids = list(PASSAGES)
+    scores = embed_array(e5, [PASSAGES[i] for i in ids]) @ embed_array(e5, [QUESTION], is_query=True)[0]
+    return _ListRetriever(docs=[Document(PASSAGES[ids[i]], id=ids[i], metadata={"chunk_id": ids[i], "score": float(scores[i])})
+                                for i in scores.argsort()[::-1]])
+
+
+def test_ppr_ranks_every_connected_passage(graph: GraphIndex, e5) -> None:  # noqa: ANN001
+    docs = GraphRetriever(graph_index=graph, embeddings=e5, rerank="ppr", k=4, fallback_retriever=_dense_list(e5)).invoke(QUESTION)
+    ids = [d.id for d in docs]
+    assert sorted(ids) == sorted(PASSAGES)
+    assert ids.index(ANSWER_ID) < ids.index("jakob")  # the second hop beats the unrelated brother
+    assert all(d.metadata["graph_rerank"] == "ppr" and d.metadata["graph_fallback"] is False for d in docs)
+    scores = [d.metadata["score"] for d in docs]
+    assert scores == sorted(scores, reverse=True) and scores[0] == 1.0 and scores[-1] > 0
+    daniel = next(d for d in docs if d.id == ANSWER_ID)
+    assert set(daniel.metadata["graph_relations"]) <= {graph.relation_text(r) for r in graph.passage_relations(ANSWER_ID)}
+    assert daniel.metadata["graph_relations"]
+
+
+def test_ppr_passage_seeds_move_the_ranking(graph: GraphIndex, e5) -> None:  # noqa: ANN001
+    """The fallback retriever's passages seed the walk with `ppr_passage_weight`: a heavy seed on Jakob's passage
+    puts it first; with weight 0 the same retriever changes nothing."""
+    only_jakob = _ListRetriever(docs=[Document(PASSAGES["jakob"], id="jakob", metadata={"chunk_id": "jakob"})])
+    plain = GraphRetriever(graph_index=graph, embeddings=e5, rerank="ppr", k=4)
+    base = [d.id for d in plain.invoke(QUESTION)]
+    assert base[0] != "jakob"
+    heavy = plain.model_copy(update={"fallback_retriever": only_jakob, "ppr_passage_weight": 10.0})
+    assert [d.id for d in heavy.invoke(QUESTION)][0] == "jakob"
+    off = plain.model_copy(update={"fallback_retriever": only_jakob, "ppr_passage_weight": 0.0})
+    assert [d.id for d in off.invoke(QUESTION)] == base
+
+
+def test_ppr_uses_the_llm_entities(graph: GraphIndex, e5) -> None:  # noqa: ANN001
+    """An entity the LLM names (and the vocabulary does not find in the question) becomes a seed."""
+    llm = GenericFakeChatModel(messages=iter([AIMessage('{"entities": ["Jakob Bernoulli"]}')]))
+    r = GraphRetriever(graph_index=graph, embeddings=e5, rerank="ppr", llm=llm, ppr_path_seeds=0, k=4)
+    with_llm = {d.id: d.metadata["score"] for d in r.invoke(QUESTION)}
+    without = {d.id: d.metadata["score"] for d in r.model_copy(update={"llm": None}).invoke(QUESTION)}
+    assert with_llm["jakob"] > without["jakob"] + 0.05
+
+
+def test_ppr_on_an_empty_graph_returns_the_fallback() -> None:
+    emb = DeterministicFakeEmbedding(size=16)
+    empty = GraphIndex(emb, show_progress=False)
+    fallback = _ListRetriever(docs=[Document("x", id="x", metadata={"chunk_id": "x", "score": 0.3})])
+    docs = GraphRetriever(graph_index=empty, embeddings=emb, rerank="ppr", fallback_retriever=fallback, k=2).invoke("q")
+    assert [d.id for d in docs] == ["x"] and docs[0].metadata["graph_fallback"] is True
+
+
+def test_ppr_validation(graph: GraphIndex, e5) -> None:  # noqa: ANN001
+    for bad in ({"ppr_damping": 1.0}, {"ppr_damping": -0.1}, {"ppr_passage_weight": -1.0}, {"ppr_path_seeds": -1},
+                {"ppr_fact_top_k": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            GraphRetriever(graph_index=graph, embeddings=e5, rerank="ppr", **bad)
+
+
+def test_normalised_scores() -> None:
+    from ctxrag.retrievers.graph import _normalised_scores
+
+    docs = [Document("a", id="a", metadata={"score": 0.9}), Document("b", id="b", metadata={"score": 0.5}),
+            Document("c", id="c", metadata={"score": 0.7}), Document("a2", id="a", metadata={"score": 0.1})]
+    assert _normalised_scores(docs) == pytest.approx({"a": 1.0, "b": 0.0, "c": 0.5})
+    unscored = [Document("a", id="a"), Document("b", id="b"), Document("c", id="c")]
+    assert _normalised_scores(unscored) == pytest.approx({"a": 1.0, "b": 0.25, "c": 0.0})
+    assert _normalised_scores([Document("a", id="a", metadata={"score": 3})]) == {"a": 1.0}
+    assert _normalised_scores([]) == {}

@@ -96,6 +96,8 @@ class GraphIndex:
         self._relation_vectors = np.zeros((0, 0), dtype=np.float32)
         self._incidence: sp.csr_matrix | None = None
         self._cjk_keys: list[tuple[str, int]] | None = None
+        self.derived: dict[Any, Any] = {}
+        """Structures computed from the graph (e.g. the PageRank walk graph), cleared on every change."""
 
     # ---- sizes and lookups -------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -371,6 +373,7 @@ class GraphIndex:
     def _changed(self) -> None:
         self._incidence = None
         self._cjk_keys = None
+        self.derived.clear()
 
     # ---- ChunkIndex protocol -----------------------------------------------------------------------------------
     def add(self, chunks: list[IndexedChunk]) -> None:

@@ -1,4 +1,4 @@
-"""Build the retriever a user asks for by name: dense, bm25 or hybrid, with optional rerank, compression and reorder.
+"""Build the retriever a user asks for by name: dense, bm25, hybrid or graph, with optional rerank, compression and reorder.
 
 Example::
 
@@ -9,11 +9,14 @@ Example::
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Sequence
 
 from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 MODES = ("dense", "bm25", "hybrid", "graph")
 RERANK_POOL = {"jina": 150, "llm": 20}
@@ -88,7 +91,7 @@ def _base(
     if mode == "dense":
         return dense(k)
     if mode == "graph":
-        return _graph(kb, k, dense(k))
+        return _graph(kb, k, dense(max(k, 20)))  # its top 20 also seed the PageRank walk
     bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")
     if mode == "bm25":
         return bm25
@@ -103,7 +106,9 @@ def _base(
 
 
 def _graph(kb: Any, k: int, fallback: BaseRetriever) -> BaseRetriever:
-    """Graph RAG over the knowledge base's ``graph`` index (entity/relation graph built at ingest), dense as fallback."""
+    """Graph RAG over the knowledge base's ``graph`` index (entity/relation graph built at ingest), ranked as
+    ``settings.graph_rerank`` says (default Personalized PageRank, the best measured: docs/graph_rag.md); dense
+    retrieval gives the PageRank passage seeds and fills up."""
     graph = getattr(kb, "indexes", {}).get("graph")
     if graph is None:
         raise ConfigError(
@@ -112,8 +117,18 @@ def _graph(kb: Any, k: int, fallback: BaseRetriever) -> BaseRetriever:
         )
     from ctxrag.retrievers.graph import GraphRetriever
 
-    return GraphRetriever(graph_index=graph, embeddings=kb.embeddings, k=k, rerank="path", fallback_retriever=fallback,
-                          document_lookup=kb.get_chunks, name="graph")
+    how = getattr(getattr(kb, "settings", None), "graph_rerank", "ppr")
+    llm = None
+    if how == "llm":
+        from ctxrag.models import chat
+
+        try:
+            llm = chat.make_chat_model(kb.settings, max_tokens=300, temperature=0.0)
+        except Exception as exc:  # noqa: BLE001 - no usable model: rank without one rather than fail the search
+            log.warning("graph_rerank='llm' but no chat model (%s); ranking with 'ppr'", exc)
+            how = "ppr"
+    return GraphRetriever(graph_index=graph, embeddings=kb.embeddings, k=k, rerank=how, llm=llm,
+                          fallback_retriever=fallback, document_lookup=kb.get_chunks, name="graph")
 
 
 def make_multi_kb_retriever(kbs: Sequence[Any], mode: str = "hybrid", k: int = 10, **kwargs: Any) -> BaseRetriever:

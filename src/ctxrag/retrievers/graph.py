@@ -14,8 +14,14 @@
 5. Passages: relations in rank order map to the passages they came from; the first `k` distinct passages are returned.
    When the graph yields fewer than `k`, `fallback_retriever` (e.g. dense) fills the rest.
 
+``rerank="ppr"`` replaces steps 3-5 with HippoRAG 2's graph search (`ctxrag.graph.ppr`): a Personalized PageRank walk
+over entities and passages, seeded by the entities of the relations closest to the question, the question's entities,
+the entities of the best chains and the fallback retriever's passages; passages rank by stationary probability. It is
+the best measured ranking without an LLM (docs/graph_rag.md) and the knowledge base's default.
+
 Each Document carries ``chunk_id``, ``score`` (= ``graph_score``: the best relation's cosine for embedding ranking,
-``1 / (1 + rank)`` for path and LLM ranking), ``graph_relations`` (the ranked relations that led to it) and ``graph_rank``.
+``1 / (1 + rank)`` for path and LLM ranking, PageRank probability over the top one's for ppr), ``graph_relations``
+(the relations that led to it; for ppr the passage's relations closest to the question) and ``graph_rank``.
 
 Example::
 
@@ -42,6 +48,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from ctxrag.graph.expand import expand_relations
 from ctxrag.graph.index import GraphIndex
 from ctxrag.graph.normalize import entity_key
+from ctxrag.graph.ppr import PassageGraph, personalized_pagerank
 from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import extract_json
 from ctxrag.prompts.graph import entity_prompt, relation_rerank_messages
@@ -64,6 +71,11 @@ class GraphRerank(str, Enum):
     """An LLM picks the useful relations (one-shot prompt); the rest follow in embedding order."""
     EMBEDDING = "embedding"
     """Cosine of each relation sentence with the question (Milvus's method without its LLM step)."""
+    PPR = "ppr"
+    """Personalized PageRank over entities and passages (HippoRAG 2's graph search): seeds are the entities of the
+    relations most similar to the question, the question's own entities, the entities of the best two-relation chains
+    and the fallback retriever's passages (small weight); passages rank by stationary probability. No LLM; needs
+    `fallback_retriever` for its passage seeds (give it k of about 20)."""
     PATH = "path"
     """Cosine of two-relation chains ("r1. r2", sharing an entity) with the question: embeds the hop an LLM would
     reason out, so "teacher of Euler. son of Johann" outranks the first hop alone. Costs ~`path_beam` x
@@ -76,7 +88,7 @@ class GraphRerank(str, Enum):
         try:
             return cls(str(value).strip().lower())
         except ValueError:
-            raise ValueError(f"unknown graph rerank {value!r}; choose one of: llm, embedding, path") from None
+            raise ValueError(f"unknown graph rerank {value!r}; choose one of: llm, embedding, path, ppr") from None
 
 
 def parse_relation_choice(reply: str, candidates: list[str]) -> list[int] | None:
@@ -146,6 +158,16 @@ class GraphRetriever(BaseRetriever):
     """``rerank="path"``: first hops tried (the best candidates by cosine)."""
     path_fanout: int = 8
     """``rerank="path"``: second hops tried per first hop (its neighbours, best by cosine)."""
+    ppr_damping: float = Field(default=0.5, ge=0.0, lt=1.0)
+    """``rerank="ppr"``: probability of following an edge rather than jumping back to a seed (HippoRAG 2: 0.5)."""
+    ppr_fact_top_k: int = 5
+    """``rerank="ppr"``: relations most similar to the question whose entities seed the walk."""
+    ppr_path_seeds: int = Field(default=3, ge=0)
+    """``rerank="ppr"``: best two-relation chains (as in ``rerank="path"``) whose entities also seed it (0: none)."""
+    ppr_passage_weight: float = Field(default=0.05, ge=0.0)
+    """``rerank="ppr"``: seed weight of the fallback retriever's passages (min-max normalised scores times this)."""
+    synonym_threshold: float = 0.8
+    """``rerank="ppr"``: entities this similar (cosine) among each other's 10 nearest are linked as synonyms."""
     llm_entities: bool = True
     """Ask the LLM (when there is one) for the question's entities, besides vocabulary matching."""
     fallback_retriever: BaseRetriever | None = None
@@ -166,7 +188,8 @@ class GraphRetriever(BaseRetriever):
             raise ValueError(f"degree must be 1 or 2, got {v}")
         return v
 
-    @field_validator("k", "entity_top_k", "relation_top_k", "max_candidates", "llm_top_n", "path_beam", "path_fanout")
+    @field_validator("k", "entity_top_k", "relation_top_k", "max_candidates", "llm_top_n", "path_beam", "path_fanout",
+                     "ppr_fact_top_k")
     @classmethod
     def _positive(cls, v: int, info: Any) -> int:
         if v < 1:
@@ -271,30 +294,88 @@ class GraphRetriever(BaseRetriever):
         return picked + rest, GraphRerank.LLM.value
 
     # ---- retrieval ---------------------------------------------------------------------------------------------
+    def rank_passages_ppr(
+        self, question: str, query_vec: np.ndarray, seed_docs: list[Document]
+    ) -> list[tuple[str, float]]:
+        """``rerank="ppr"``: passages by Personalized PageRank probability (best first, positive only)."""
+        g = self.graph_index
+        pg = PassageGraph.build(g, synonym_threshold=self.synonym_threshold)
+        fact_scores = g.relation_vectors @ np.asarray(query_vec, dtype=np.float32)
+        lo = float(fact_scores.min())
+        span = float(fact_scores.max()) - lo or 1.0
+        entities: dict[int, float] = {}
+
+        def seed(entity: int, weight: float) -> None:  # HippoRAG's node specificity: weight / passages of the entity
+            w = weight / max(float(pg.entity_passage_counts[entity]), 1.0)
+            entities[entity] = max(entities.get(entity, 0.0), w)
+
+        for rid in np.argsort(-fact_scores, kind="stable")[: self.ppr_fact_top_k]:
+            for e in set(g.relation_entities(int(rid))):
+                seed(e, (float(fact_scores[rid]) - lo) / span)
+        if self.ppr_path_seeds:
+            candidates, mentions = self.candidate_relations(question, query_vec)
+            for score, a, b in self.rank_paths(query_vec, candidates)[: self.ppr_path_seeds]:
+                for e in {*g.relation_entities(a), *g.relation_entities(b)}:
+                    seed(e, (score - lo) / span)
+        else:
+            mentions = self.question_entities(question)
+        for m in mentions:
+            if (e := g.entity_id(m)) is not None:
+                seed(e, 1.0)
+        passages = _normalised_scores(seed_docs)
+        reset = pg.seed_weights(entities, {p: w * self.ppr_passage_weight for p, w in passages.items()})
+        if not reset.any():
+            return []
+        stationary = personalized_pagerank(pg.transition, reset, damping=self.ppr_damping)
+        scores = pg.passage_scores(stationary)
+        return sorted(((p, s) for p, s in scores.items() if s > 0), key=lambda x: -x[1])
+
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun | None = None
     ) -> list[Document]:
         g = self.graph_index
         query_vec = embed_array(self.embeddings, [query], is_query=True)[0]
-        candidates, _ = self.candidate_relations(query, query_vec)
-        ranked, how = self.rank_relations(query, candidates, query_vec)
-        sims = dict(zip(candidates, g.relation_similarity(query_vec, candidates).tolist()))
-        sims.update({r: sims.get(r) or float(g.relation_similarity(query_vec, [r])[0]) for r in ranked})
+        fallback_docs: list[Document] | None = None
+
+        def fallback() -> list[Document]:
+            nonlocal fallback_docs
+            if fallback_docs is None:
+                callbacks = run_manager.get_child() if run_manager else None
+                fallback_docs = (
+                    self.fallback_retriever.invoke(query, config={"callbacks": callbacks})
+                    if self.fallback_retriever is not None else []
+                )
+            return fallback_docs
 
         order: list[str] = []
         reasons: dict[str, list[str]] = {}
         best: dict[str, float] = {}
-        for rank, rid in enumerate(ranked):
-            score = sims[rid] if how in ("embedding", "llm-failed") else 1.0 / (1 + rank)
-            for pid in g.relation_passages(rid):
-                if pid not in reasons:
-                    if len(order) >= self.k:
-                        continue
-                    order.append(pid)
-                    reasons[pid] = []
-                    best[pid] = score
-                if len(reasons[pid]) < self.relation_preview:
-                    reasons[pid].append(g.relation_text(rid))
+        if self.rerank is GraphRerank.PPR:
+            how = GraphRerank.PPR.value
+            ranked_passages = self.rank_passages_ppr(query, query_vec, fallback()) if g.n_relations else []
+            top = ranked_passages[0][1] if ranked_passages else 1.0
+            for pid, prob in ranked_passages[: self.k]:
+                order.append(pid)
+                best[pid] = prob / top
+                rels = g.passage_relations(pid)
+                sims = g.relation_similarity(query_vec, rels)
+                reasons[pid] = [g.relation_text(rels[i]) for i in np.argsort(-sims, kind="stable")[: self.relation_preview]]
+        else:
+            candidates, _ = self.candidate_relations(query, query_vec)
+            ranked, how = self.rank_relations(query, candidates, query_vec)
+            sims = dict(zip(candidates, g.relation_similarity(query_vec, candidates).tolist()))
+            sims.update({r: sims.get(r) or float(g.relation_similarity(query_vec, [r])[0]) for r in ranked})
+            for rank, rid in enumerate(ranked):
+                score = sims[rid] if how in ("embedding", "llm-failed") else 1.0 / (1 + rank)
+                for pid in g.relation_passages(rid):
+                    if pid not in reasons:
+                        if len(order) >= self.k:
+                            continue
+                        order.append(pid)
+                        reasons[pid] = []
+                        best[pid] = score
+                    if len(reasons[pid]) < self.relation_preview:
+                        reasons[pid].append(g.relation_text(rid))
         docs = self._documents(order)
         for rank, doc in enumerate(docs):
             pid = order[rank]
@@ -304,8 +385,7 @@ class GraphRetriever(BaseRetriever):
             )
         if len(docs) < self.k and self.fallback_retriever is not None:
             have = {d.metadata[CHUNK_ID] for d in docs}
-            callbacks = run_manager.get_child() if run_manager else None
-            for doc in self.fallback_retriever.invoke(query, config={"callbacks": callbacks}):
+            for doc in fallback():
                 cid = doc.metadata.get(CHUNK_ID) or doc.id
                 if cid in have or len(docs) >= self.k:
                     continue
@@ -326,3 +406,18 @@ class GraphRetriever(BaseRetriever):
                 out.append(Document(d.page_content, id=pid, metadata=dict(d.metadata)))
             return out
         return [Document(g.passage_text(pid), id=pid, metadata=g.passage_metadata(pid)) for pid in passage_ids]
+
+
+def _normalised_scores(docs: list[Document]) -> dict[str, float]:
+    """Chunk id -> min-max normalised retrieval score in [0, 1] (rank-based when a document has no ``score``)."""
+    raw: dict[str, float] = {}
+    for rank, d in enumerate(docs):
+        cid = d.metadata.get(CHUNK_ID) or d.id
+        if cid is None or cid in raw:
+            continue
+        s = d.metadata.get(SCORE)
+        raw[cid] = float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else 1.0 / (1 + rank)
+    if not raw:
+        return {}
+    lo, hi = min(raw.values()), max(raw.values())
+    return {c: ((v - lo) / (hi - lo) if hi > lo else 1.0) for c, v in raw.items()}
