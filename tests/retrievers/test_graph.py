@@ -195,6 +195,13 @@ def test_ppr_passage_seeds_move_the_ranking(graph: GraphIndex, e5) -> None:  # n
     assert [d.id for d in heavy.invoke(QUESTION)][0] == "jakob"
     off = plain.model_copy(update={"fallback_retriever": only_jakob, "ppr_passage_weight": 0.0})
     assert [d.id for d in off.invoke(QUESTION)] == base
+    # only the first `ppr_passage_seeds` fallback passages seed the walk
+    jakob_second = _ListRetriever(docs=[Document(PASSAGES[p], id=p, metadata={"chunk_id": p, "score": s})
+                                        for p, s in (("euler", 1.0), ("jakob", 0.9), ("johann", 0.0))])
+    three = heavy.model_copy(update={"fallback_retriever": jakob_second})
+    one = three.model_copy(update={"ppr_passage_seeds": 1})
+    jakob = lambda r: next(d.metadata["score"] for d in r.invoke(QUESTION) if d.id == "jakob")  # noqa: E731
+    assert jakob(three) > 2 * jakob(one)
 
 
 def test_ppr_uses_the_llm_entities(graph: GraphIndex, e5) -> None:  # noqa: ANN001
@@ -216,7 +223,7 @@ def test_ppr_on_an_empty_graph_returns_the_fallback() -> None:
 
 def test_ppr_validation(graph: GraphIndex, e5) -> None:  # noqa: ANN001
     for bad in ({"ppr_damping": 1.0}, {"ppr_damping": -0.1}, {"ppr_passage_weight": -1.0}, {"ppr_path_seeds": -1},
-                {"ppr_fact_top_k": 0}):
+                {"ppr_fact_top_k": 0}, {"ppr_passage_seeds": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             GraphRetriever(graph_index=graph, embeddings=e5, rerank="ppr", **bad)
 

@@ -166,6 +166,8 @@ class GraphRetriever(BaseRetriever):
     """``rerank="ppr"``: best two-relation chains (as in ``rerank="path"``) whose entities also seed it (0: none)."""
     ppr_passage_weight: float = Field(default=0.05, ge=0.0)
     """``rerank="ppr"``: seed weight of the fallback retriever's passages (min-max normalised scores times this)."""
+    ppr_passage_seeds: int = 20
+    """``rerank="ppr"``: how many of the fallback retriever's first passages seed the walk (its k may be larger)."""
     synonym_threshold: float = 0.8
     """``rerank="ppr"``: entities this similar (cosine) among each other's 10 nearest are linked as synonyms."""
     llm_entities: bool = True
@@ -189,7 +191,7 @@ class GraphRetriever(BaseRetriever):
         return v
 
     @field_validator("k", "entity_top_k", "relation_top_k", "max_candidates", "llm_top_n", "path_beam", "path_fanout",
-                     "ppr_fact_top_k")
+                     "ppr_fact_top_k", "ppr_passage_seeds")
     @classmethod
     def _positive(cls, v: int, info: Any) -> int:
         if v < 1:
@@ -322,7 +324,7 @@ class GraphRetriever(BaseRetriever):
         for m in mentions:
             if (e := g.entity_id(m)) is not None:
                 seed(e, 1.0)
-        passages = _normalised_scores(seed_docs)
+        passages = _normalised_scores(seed_docs[: self.ppr_passage_seeds])
         reset = pg.seed_weights(entities, {p: w * self.ppr_passage_weight for p, w in passages.items()})
         if not reset.any():
             return []
