@@ -120,3 +120,34 @@ def test_chat_with_the_real_local_model(tmp_path: Path) -> None:
     out = json.loads(res.stdout)
     assert out["route"] == "rag" and out["answer"].strip()
     assert out["sources"] and out["sources"][0]["source"].endswith("server.md")
+
+
+def test_kb_summarize_writes_catalog_summaries_once(scripted: Scripted) -> None:
+    res = runner.invoke(app, ["kb", "summarize", "support", "--show"])
+    assert res.exit_code == 0, res.output
+    assert "wrote 2 summaries" in res.output
+    assert "- Server: The server listens on port 7420 [1]." in res.output  # the model's words, not an extract
+    calls = len(scripted.prompts)
+    res = runner.invoke(app, ["kb", "summarize", "support"])
+    assert "wrote 0 summaries" in res.output and len(scripted.prompts) == calls
+    res = runner.invoke(app, ["kb", "summarize", "support", "--force"])
+    assert "wrote 2 summaries" in res.output and len(scripted.prompts) == calls + 2
+    # the router's catalog reads them from the knowledge base
+    from ctxrag.catalog import DocumentCatalog
+    from ctxrag.knowledge_base import KnowledgeBase
+
+    catalog = DocumentCatalog(KnowledgeBase.open("support", create=False))
+    assert all(catalog.has_written_summary(e.doc_id) for e in catalog.entries())
+
+
+def test_kb_summarize_errors(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    res = runner.invoke(app, ["kb", "summarize", "nope"])
+    assert res.exit_code == 1 and "nope" in res.output
+    from ctxrag.errors import ModelError
+
+    def down(*a: Any, **k: Any) -> Any:
+        raise ModelError("no LLM is configured (llm.provider='none')")
+
+    monkeypatch.setattr("ctxrag.models.chat.make_chat_model", down)
+    res = runner.invoke(app, ["kb", "summarize", "support"])
+    assert res.exit_code == 1 and "no LLM is configured" in res.output

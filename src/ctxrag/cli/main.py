@@ -14,7 +14,7 @@ from ctxrag.errors import CtxragError
 
 app = typer.Typer(help="ctxrag: contextual RAG over Chinese and English knowledge bases, offline by default.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
-kb_app = typer.Typer(help="List, show and delete knowledge bases.", no_args_is_help=True)
+kb_app = typer.Typer(help="List, show, summarize and delete knowledge bases.", no_args_is_help=True)
 doc_app = typer.Typer(help="List and delete documents of a knowledge base.", no_args_is_help=True)
 app.add_typer(kb_app, name="kb")
 app.add_typer(doc_app, name="doc")
@@ -240,6 +240,29 @@ def kb_list() -> None:
 def kb_show(name: str = typer.Argument(...)) -> None:
     """Details of one knowledge base."""
     _guard(lambda: typer.echo(json.dumps(_open(name).stats(), indent=1)))
+
+
+@kb_app.command("summarize")
+def kb_summarize(
+    name: str = typer.Argument(...),
+    force: bool = typer.Option(False, "--force", help="Rewrite summaries the model already wrote."),
+    show: bool = typer.Option(False, "--show", help="Print every document's summary afterwards."),
+) -> None:
+    """Have the chat model write the 1-2 sentence document summaries the router and catalog use (extractive ones are
+    the default); documents that already have one are skipped unless --force."""
+    from ctxrag.catalog import DocumentCatalog
+    from ctxrag.models.chat import make_chat_model
+
+    def body() -> None:
+        kb = _open(name)
+        catalog = DocumentCatalog(kb)
+        written = catalog.refresh(make_chat_model(), force=force, progress=True)
+        typer.echo(f"wrote {written} summaries in knowledge base {name!r}")
+        if show:
+            for entry in catalog.entries():
+                typer.echo(f"- {entry.title}: {entry.summary}")
+
+    _guard(body)
 
 
 @kb_app.command("delete")
