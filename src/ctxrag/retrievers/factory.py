@@ -91,7 +91,9 @@ def _base(
     if mode == "dense":
         return dense(k)
     if mode == "graph":
-        return _graph(kb, k, dense(max(k, 20)))  # its top 20 also seed the PageRank walk
+        from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS
+
+        return _graph(kb, k, dense(max(k, PPR_PASSAGE_SEEDS)))  # its top passages also seed the PageRank walk
     bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")
     if mode == "bm25":
         return bm25

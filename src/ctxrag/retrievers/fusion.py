@@ -99,7 +99,7 @@ def _check_weights(weights: list[float] | None, n: int) -> list[float]:
     return weights
 
 
-def _dedup(docs: list[Document]) -> list[tuple[str, Document]]:
+def dedup_by_chunk(docs: list[Document]) -> list[tuple[str, Document]]:
     """Keep the first (best-ranked) copy of each chunk; later duplicates in the same list are ignored."""
     seen: set[str] = set()
     out: list[tuple[str, Document]] = []
@@ -129,7 +129,8 @@ def _source_score(doc: Document, list_index: int, rank: int, required: bool) -> 
     return value
 
 
-def _min_max(scores: list[float]) -> list[float]:
+def min_max(scores: list[float]) -> list[float]:
+    """Scores rescaled to [0, 1]; all 1.0 when they are equal (one result or a tie)."""
     lo, hi = min(scores), max(scores)
     if hi == lo:  # one result, or a tie: every result is the list's best
         return [1.0] * len(scores)
@@ -177,7 +178,7 @@ def fuse(
     weight_sum = sum(weights)
 
     for index, (docs, weight) in enumerate(zip(ranked_lists, weights)):
-        unique = _dedup(list(docs))
+        unique = dedup_by_chunk(list(docs))
         if not unique:
             continue
         raw = [_source_score(doc, index, rank, needs_scores) for rank, (_, doc) in enumerate(unique, start=1)]
@@ -185,7 +186,7 @@ def fuse(
             # normalised so that rank 1 in every list scores 1.0
             contrib = [(weight / (c + rank)) / (weight_sum / (c + 1)) for rank in range(1, len(unique) + 1)]
         else:
-            norm = _min_max(raw) if mode is FusionMode.RELATIVE_SCORE else _distribution(raw)  # type: ignore[arg-type]
+            norm = min_max(raw) if mode is FusionMode.RELATIVE_SCORE else _distribution(raw)  # type: ignore[arg-type]
             contrib = [weight * s / weight_sum for s in norm]
         for rank, ((key, doc), part, score) in enumerate(zip(unique, contrib, raw), start=1):
             if key not in first:

@@ -52,6 +52,7 @@ from ctxrag.graph.ppr import PassageGraph, personalized_pagerank
 from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import extract_json
 from ctxrag.prompts.graph import entity_prompt, relation_rerank_messages
+from ctxrag.retrievers.fusion import dedup_by_chunk, min_max
 from ctxrag.schema import CHUNK_ID, SCORE
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ GRAPH_RANK = "graph_rank"
 GRAPH_RERANK = "graph_rerank"
 """How the relations were ranked: ``embedding``, ``llm`` or ``llm-failed`` (unparseable reply, embedding order)."""
 GRAPH_FALLBACK = "graph_fallback"
+PPR_PASSAGE_SEEDS = 20
+"""Default number of fallback (dense) passages that seed the PageRank walk; give the fallback retriever k >= this."""
 
 
 class GraphRerank(str, Enum):
@@ -166,7 +169,7 @@ class GraphRetriever(BaseRetriever):
     """``rerank="ppr"``: best two-relation chains (as in ``rerank="path"``) whose entities also seed it (0: none)."""
     ppr_passage_weight: float = Field(default=0.05, ge=0.0)
     """``rerank="ppr"``: seed weight of the fallback retriever's passages (min-max normalised scores times this)."""
-    ppr_passage_seeds: int = 20
+    ppr_passage_seeds: int = PPR_PASSAGE_SEEDS
     """``rerank="ppr"``: how many of the fallback retriever's first passages seed the walk (its k may be larger)."""
     synonym_threshold: float = 0.8
     """``rerank="ppr"``: entities this similar (cosine) among each other's 10 nearest are linked as synonyms."""
@@ -361,7 +364,8 @@ class GraphRetriever(BaseRetriever):
                 best[pid] = prob / top
                 rels = g.passage_relations(pid)
                 sims = g.relation_similarity(query_vec, rels)
-                reasons[pid] = [g.relation_text(rels[i]) for i in np.argsort(-sims, kind="stable")[: self.relation_preview]]
+                closest = np.argsort(-sims, kind="stable")[: self.relation_preview]
+                reasons[pid] = [g.relation_text(rels[i]) for i in closest]
         else:
             candidates, _ = self.candidate_relations(query, query_vec)
             ranked, how = self.rank_relations(query, candidates, query_vec)
@@ -412,14 +416,11 @@ class GraphRetriever(BaseRetriever):
 
 def _normalised_scores(docs: list[Document]) -> dict[str, float]:
     """Chunk id -> min-max normalised retrieval score in [0, 1] (rank-based when a document has no ``score``)."""
-    raw: dict[str, float] = {}
-    for rank, d in enumerate(docs):
-        cid = d.metadata.get(CHUNK_ID) or d.id
-        if cid is None or cid in raw:
-            continue
-        s = d.metadata.get(SCORE)
-        raw[cid] = float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else 1.0 / (1 + rank)
-    if not raw:
+    unique = dedup_by_chunk(docs)
+    if not unique:
         return {}
-    lo, hi = min(raw.values()), max(raw.values())
-    return {c: ((v - lo) / (hi - lo) if hi > lo else 1.0) for c, v in raw.items()}
+    raw = []
+    for rank, (_, d) in enumerate(unique):
+        s = d.metadata.get(SCORE)
+        raw.append(float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else 1.0 / (1 + rank))
+    return dict(zip((key for key, _ in unique), min_max(raw)))

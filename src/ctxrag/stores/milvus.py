@@ -280,15 +280,19 @@ class MilvusIndex:
         )
         return [(h["entity"].get("chunk_id", h.get("id")), float(h["distance"])) for h in res[0]]
 
-    def sparse_search(
-        self, sparse: dict[int, float], k: int, allowed_chunk_ids: set[str] | None = None
-    ) -> list[tuple[str, float]]:
-        """Top-k (chunk id, inner product) over the sparse vectors alone."""
+    def _sparse_query_can_match(self, k: int, allowed_chunk_ids: set[str] | None) -> bool:
+        """Validate a sparse/hybrid query; False when nothing can match (empty collection or empty allow-list)."""
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
         if not self.sparse:
             raise ConfigError(f"Milvus collection {self.collection!r} has no sparse vectors (made with sparse=False)")
-        if not self._ready or (allowed_chunk_ids is not None and not allowed_chunk_ids):
+        return self._ready and (allowed_chunk_ids is None or bool(allowed_chunk_ids))
+
+    def sparse_search(
+        self, sparse: dict[int, float], k: int, allowed_chunk_ids: set[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """Top-k (chunk id, inner product) over the sparse vectors alone."""
+        if not self._sparse_query_can_match(k, allowed_chunk_ids):
             return []
         res = self._client.search(
             self.collection, data=[sparse or dict(_PLACEHOLDER)], anns_field="sparse", limit=min(k, _TOPK_MAX),
@@ -303,11 +307,7 @@ class MilvusIndex:
         """Dense + sparse search fused with RRF inside Milvus: top-k (chunk id, RRF score).
 
         Each side fetches `pool` candidates (default ``max(k, 20)``)."""
-        if k <= 0:
-            raise ValueError(f"k must be positive, got {k}")
-        if not self.sparse:
-            raise ConfigError(f"Milvus collection {self.collection!r} has no sparse vectors (made with sparse=False)")
-        if not self._ready or (allowed_chunk_ids is not None and not allowed_chunk_ids):
+        if not self._sparse_query_can_match(k, allowed_chunk_ids):
             return []
         from pymilvus import AnnSearchRequest, RRFRanker
 
