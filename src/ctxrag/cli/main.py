@@ -91,9 +91,9 @@ def ingest(
 
             pre = load_precomputed_contexts(contexts)
         elif contextualize if contextualize is not None else s.contextualize:
-            from ctxrag.indexing import Contextualizer
+            from ctxrag.indexing.strategies import make_contextualizer
 
-            ctx = Contextualizer(settings=s, show_progress=True)
+            ctx = make_contextualizer(s.context_strategy, settings=s, show_progress=True)
         report = kbase.ingest(paths, contextualizer=ctx, precomputed_contexts=pre)
         if json_out:
             typer.echo(json.dumps({"kb": kbase.name, "files": [f.__dict__ for f in report.files],

@@ -72,3 +72,52 @@ def default_context_prompts() -> dict[str, ContextPrompt]:
         "en": ContextPrompt(DOCUMENT_CONTEXT_PROMPT, CHUNK_CONTEXT_PROMPT, version=f"anthropic-en-{PROMPT_VERSION}"),
         "zh": ContextPrompt(DOCUMENT_CONTEXT_PROMPT_ZH, CHUNK_CONTEXT_PROMPT_ZH, version=f"ctxrag-zh-{PROMPT_VERSION}"),
     }
+
+
+DOCUMENT_SUMMARY_VERSION = "v1"
+"""Version of the built-in document-summary prompts (part of the cache key)."""
+
+DOCUMENT_SUMMARY_PROMPT = (
+    "<document>\n{doc_content}\n</document>\n\n"
+    "Write a short context for this document that will be prepended to every chunk of it to improve search "
+    "retrieval: first its title (what the document is, e.g. the library, module or file and its purpose), then 2-3 "
+    "sentences summarising what it covers, naming its main classes, functions, entities and topics.\n"
+    "Answer only with the title line and the summary, nothing else."
+)
+DOCUMENT_SUMMARY_PROMPT_ZH = (
+    "<document>\n{doc_content}\n</document>\n\n"
+    "请为这篇文档写一段简短的上下文，它会加在文档每个片段的前面以改进检索：先写一行标题（文档是什么、属于哪个主体或主题），"
+    "再用两三句话概括它的内容，写出其中的主要人物、机构、地点、事件或概念。\n只回答标题和概括，不要输出其他任何内容。"
+)
+
+
+@dataclass(frozen=True)
+class DocumentSummaryPrompt:
+    """One prompt that asks for a whole document's context (title + 2-3 sentences); must contain ``{doc_content}``.
+
+    Example::
+
+        p = default_document_summary_prompts()["en"]
+        text = p.render("def add(a, b): return a + b")
+    """
+
+    template: str
+    version: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if DOC_PLACEHOLDER not in self.template:
+            raise ValueError(f"template must contain {DOC_PLACEHOLDER}: {self.template[:80]!r}")
+        if not self.version:
+            digest = hashlib.sha256(self.template.encode()).hexdigest()[:12]
+            object.__setattr__(self, "version", f"custom-{digest}")
+
+    def render(self, document: str) -> str:
+        return self.template.replace(DOC_PLACEHOLDER, document)
+
+
+def default_document_summary_prompts() -> dict[str, DocumentSummaryPrompt]:
+    """The built-in document-summary prompts by language: 'en' and 'zh'."""
+    return {
+        "en": DocumentSummaryPrompt(DOCUMENT_SUMMARY_PROMPT, version=f"docsum-en-{DOCUMENT_SUMMARY_VERSION}"),
+        "zh": DocumentSummaryPrompt(DOCUMENT_SUMMARY_PROMPT_ZH, version=f"docsum-zh-{DOCUMENT_SUMMARY_VERSION}"),
+    }

@@ -1,0 +1,152 @@
+"""How chunks get their context at ingest: the contextual-retrieval strategies, by name.
+
+| strategy | LLM calls | context of a chunk |
+|---|---|---|
+| ``chunk`` | one per chunk | Anthropic's prompt: where this chunk sits in its document (`Contextualizer`) |
+| ``document`` | one per document | a title line + 2-3 sentence summary of the document (`DocumentContextualizer`) |
+| ``header`` | none | "title > heading path" (`HeaderContextualizer`) |
+| ``chunk+header``, ``document+header`` | as above | the header line, then the LLM's context |
+| ``none`` | none | no context |
+
+Example::
+
+    from ctxrag.indexing.strategies import ContextStrategy, make_contextualizer
+    ctx = make_contextualizer("document+header")          # the local model, the default cache
+    contexts = ctx.contextualize_document(text, chunk_texts, title="guide.md", heading_paths=paths)
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+from ctxrag.indexing.context_report import ContextReport
+from ctxrag.indexing.context_text import fallback_header
+from ctxrag.indexing.contextualizer import Contextualizer
+from ctxrag.indexing.document_context import DocumentContextualizer
+
+
+class ContextStrategy(str, Enum):
+    """A contextual-retrieval strategy; `ContextStrategy.from_str("document+header")`."""
+
+    NONE = "none"
+    HEADER = "header"
+    CHUNK = "chunk"
+    DOCUMENT = "document"
+    CHUNK_HEADER = "chunk+header"
+    DOCUMENT_HEADER = "document+header"
+
+    @classmethod
+    def from_str(cls, value: str | ContextStrategy) -> ContextStrategy:
+        if isinstance(value, ContextStrategy):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise ValueError(f"unknown context strategy {value!r}; use one of {[s.value for s in cls]}") from None
+
+    @property
+    def uses_llm(self) -> bool:
+        return self not in (ContextStrategy.NONE, ContextStrategy.HEADER)
+
+    @property
+    def with_header(self) -> bool:
+        return self.value.endswith("header")
+
+
+@runtime_checkable
+class ChunkContextualizer(Protocol):
+    """What ingest needs: one context per chunk of a document, and a report of what it cost."""
+
+    def contextualize_document(
+        self, document_text: str, chunks: Sequence[str], *, title: str = "",
+        heading_paths: Sequence[str] | None = None, offsets: Sequence[int | None] | None = None,
+    ) -> list[str]: ...
+
+    def report(self) -> ContextReport: ...
+
+
+class HeaderContextualizer:
+    """No LLM: each chunk's context is "title > heading path" (empty when the document has neither).
+
+    Example::
+
+        HeaderContextualizer().contextualize_document("...", ["a", "b"], title="guide.md", heading_paths=["Setup", ""])
+        # ["guide.md > Setup", "guide.md"]
+    """
+
+    def __init__(self) -> None:
+        self._stats = ContextReport()
+
+    def contextualize_document(
+        self, document_text: str, chunks: Sequence[str], *, title: str = "",
+        heading_paths: Sequence[str] | None = None, offsets: Sequence[int | None] | None = None,
+    ) -> list[str]:
+        if heading_paths is not None and len(heading_paths) != len(chunks):
+            raise ValueError(f"heading_paths has {len(heading_paths)} entries for {len(chunks)} chunks")
+        paths = heading_paths or [""] * len(chunks)
+        self._stats.documents += 1
+        self._stats.chunks += len(chunks)
+        self._stats.fallbacks += len(chunks)
+        return [fallback_header(title, p) for p in paths]
+
+    def report(self) -> ContextReport:
+        return ContextReport(**{**self._stats.__dict__, "fallback_reason": "strategy 'header' (no LLM)"})
+
+    def reset_stats(self) -> None:
+        self._stats = ContextReport()
+
+
+class HeaderedContextualizer:
+    """Wraps an LLM contextualizer: each context becomes "title > heading path" on one line, the LLM's text after it
+    (only the header when the LLM fell back to it)."""
+
+    def __init__(self, inner: ChunkContextualizer) -> None:
+        self.inner = inner
+
+    @staticmethod
+    def combine(header: str, context: str) -> str:
+        if not header or context == header or context.startswith(header + "\n"):
+            return context
+        if not context or header.startswith(context):  # the inner fell back to (part of) the header
+            return header
+        return f"{header}\n{context}"
+
+    def contextualize_document(
+        self, document_text: str, chunks: Sequence[str], *, title: str = "",
+        heading_paths: Sequence[str] | None = None, offsets: Sequence[int | None] | None = None,
+    ) -> list[str]:
+        contexts = self.inner.contextualize_document(
+            document_text, chunks, title=title, heading_paths=heading_paths, offsets=offsets)
+        paths = heading_paths or [""] * len(chunks)
+        return [self.combine(fallback_header(title, p), c) for p, c in zip(paths, contexts)]
+
+    def report(self) -> ContextReport:
+        return self.inner.report()
+
+    def reset_stats(self) -> None:
+        reset = getattr(self.inner, "reset_stats", None)
+        if reset is not None:
+            reset()
+
+    def __getattr__(self, name: str) -> Any:  # cache, model_name, ... of the wrapped contextualizer
+        return getattr(self.inner, name)
+
+
+def make_contextualizer(
+    strategy: str | ContextStrategy,
+    *,
+    chat_model: Any = None,
+    settings: Any = None,
+    **kwargs: Any,
+) -> ChunkContextualizer | None:
+    """The contextualizer for `strategy` (None for ``none``); `kwargs` go to the LLM contextualizer (cache,
+    max_tokens, show_progress, ...)."""
+    s = ContextStrategy.from_str(strategy)
+    if s is ContextStrategy.NONE:
+        return None
+    if s is ContextStrategy.HEADER:
+        return HeaderContextualizer()
+    cls = DocumentContextualizer if s in (ContextStrategy.DOCUMENT, ContextStrategy.DOCUMENT_HEADER) else Contextualizer
+    inner = cls(chat_model, settings=settings, **kwargs)
+    return HeaderedContextualizer(inner) if s.with_header else inner

@@ -1,0 +1,219 @@
+"""Context strategies: document-level contexts (one call per document), the header, their combination, the factory,
+and the golden-chunks benchmark resuming without asking again."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field, PrivateAttr
+
+from ctxrag.indexing import ContextCache, Contextualizer
+from ctxrag.indexing.document_context import DocumentContextualizer
+from ctxrag.indexing.strategies import (
+    ContextStrategy,
+    HeaderContextualizer,
+    HeaderedContextualizer,
+    make_contextualizer,
+)
+
+DOC = (
+    "ACME Corp annual report 2023.\n"
+    "Revenue: the company's revenue grew 3% over the previous quarter.\n"
+    "Costs: operating costs fell by 2% thanks to a new supplier."
+)
+CHUNKS = ["Revenue: the company's revenue grew 3% over the previous quarter.",
+          "Costs: operating costs fell by 2% thanks to a new supplier."]
+HEADINGS = ["Report > Revenue", "Report > Costs"]
+
+
+class CountingChat(BaseChatModel):
+    """Answers `answer`, records prompts; raises `boom` on the call number `fail_on` (1-based) when set."""
+
+    model_name: str = "counting-model"
+    answer: str = "ACME Corp annual report 2023: revenue growth and falling costs."
+    prompts: list[str] = Field(default_factory=list)
+    fail_on: int | None = None
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "counting"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        with self._lock:
+            self.prompts.append(str(messages[-1].content))
+            if self.fail_on is not None and len(self.prompts) == self.fail_on:
+                raise KeyboardInterrupt("interrupted by the test")
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(self.answer))])
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> ContextCache:
+    with ContextCache(tmp_path / "contexts.sqlite") as c:
+        yield c
+
+
+def test_strategy_from_str_and_properties() -> None:
+    assert ContextStrategy.from_str(" Document+Header ") is ContextStrategy.DOCUMENT_HEADER
+    assert ContextStrategy.from_str(ContextStrategy.CHUNK) is ContextStrategy.CHUNK
+    assert not ContextStrategy.HEADER.uses_llm and ContextStrategy.DOCUMENT.uses_llm
+    assert ContextStrategy.CHUNK_HEADER.with_header and not ContextStrategy.CHUNK.with_header
+    with pytest.raises(ValueError, match="'per-page'"):
+        ContextStrategy.from_str("per-page")
+
+
+def test_document_context_is_one_call_for_all_chunks_and_cached(cache: ContextCache) -> None:
+    llm = CountingChat()
+    ctx = DocumentContextualizer(llm, cache=cache)
+    contexts = ctx.contextualize_document(DOC, CHUNKS, title="report.md")
+    assert contexts == [llm.answer, llm.answer]
+    assert len(llm.prompts) == 1
+    assert "<document>\nACME Corp annual report 2023." in llm.prompts[0] and "2-3 sentences" in llm.prompts[0]
+    report = ctx.report()
+    assert (report.documents, report.chunks, report.llm_calls, report.contextualized) == (1, 2, 1, 1)
+    again = DocumentContextualizer(llm, cache=cache)
+    assert again.contextualize_document(DOC, CHUNKS, title="report.md") == contexts
+    assert len(llm.prompts) == 1  # from the cache
+    assert again.report().cache_hits == 2
+
+
+def test_document_context_chinese_prompt_and_empty_chunks(cache: ContextCache) -> None:
+    llm = CountingChat(answer="华为2023年年报：营收与成本。")
+    ctx = DocumentContextualizer(llm, cache=cache)
+    assert ctx.contextualize_document("华为公司2023年年报。营收增长了3%。成本下降了2%。", []) == []
+    assert llm.prompts == []
+    ctx.contextualize_document("华为公司2023年年报。营收增长了3%。成本下降了2%。", ["营收增长了3%。"])
+    assert "请为这篇文档写一段简短的上下文" in llm.prompts[0]
+
+
+def test_document_context_long_document_is_cut_to_its_beginning(cache: ContextCache) -> None:
+    llm = CountingChat()
+    doc = "START of the document.\n" + "filler words here. " * 4000 + "\nEND of the document."
+    ctx = DocumentContextualizer(llm, cache=cache, n_ctx=1024)
+    ctx.contextualize_document(doc, ["filler words here."])
+    assert "START of the document." in llm.prompts[0] and "END of the document." not in llm.prompts[0]
+    assert ctx.report().windowed == 1
+
+
+def test_document_context_falls_back_to_the_title(cache: ContextCache, ctxrag_home: Path) -> None:
+    from ctxrag.settings import LLMSettings, Settings
+
+    s = Settings(llm=LLMSettings(provider="none"))
+    ctx = DocumentContextualizer(settings=s, cache=cache)
+    assert ctx.contextualize_document(DOC, CHUNKS, title="report.md") == ["report.md", "report.md"]
+    assert ctx.report().fallbacks == 1
+
+
+def test_header_contextualizer() -> None:
+    ctx = HeaderContextualizer()
+    assert ctx.contextualize_document(DOC, CHUNKS, title="report.md", heading_paths=HEADINGS) == [
+        "report.md > Report > Revenue", "report.md > Report > Costs"]
+    assert ctx.contextualize_document(DOC, ["x"]) == [""]
+    assert ctx.report().chunks == 3
+    with pytest.raises(ValueError, match="heading_paths has 1 entries for 2 chunks"):
+        ctx.contextualize_document(DOC, CHUNKS, heading_paths=["a"])
+
+
+def test_headered_puts_the_header_line_first_and_never_twice(cache: ContextCache) -> None:
+    llm = CountingChat()
+    ctx = HeaderedContextualizer(DocumentContextualizer(llm, cache=cache))
+    out = ctx.contextualize_document(DOC, CHUNKS, title="report.md", heading_paths=HEADINGS)
+    assert out == [f"report.md > Report > Revenue\n{llm.answer}", f"report.md > Report > Costs\n{llm.answer}"]
+    assert HeaderedContextualizer.combine("a > b", "a") == "a > b"  # the inner fell back to the title
+    assert HeaderedContextualizer.combine("a > b", "a > b\nctx") == "a > b\nctx"
+    assert HeaderedContextualizer.combine("", "ctx") == "ctx"
+    assert ctx.report().llm_calls == 1 and ctx.cache is cache
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("none", type(None)), ("header", HeaderContextualizer), ("chunk", Contextualizer),
+    ("document", DocumentContextualizer), ("chunk+header", HeaderedContextualizer),
+    ("document+header", HeaderedContextualizer),
+])
+def test_factory_builds_each_strategy(name: str, kind: type, cache: ContextCache) -> None:
+    ctx = make_contextualizer(name, chat_model=CountingChat(), cache=cache)
+    assert isinstance(ctx, kind)
+    if ctx is not None:
+        out = ctx.contextualize_document(DOC, CHUNKS, title="report.md", heading_paths=HEADINGS)
+        assert len(out) == 2 and all(isinstance(c, str) for c in out)
+
+
+def test_kb_ingest_with_document_strategy_indexes_the_context(ctxrag_home: Path, tmp_path: Path) -> None:
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.settings import EmbeddingSettings, Settings
+
+    s = Settings(embeddings=EmbeddingSettings(provider="fake"))
+    doc = tmp_path / "pumps.md"
+    doc.write_text("# Pumps\n\nThe P-200 moves 40 litres a minute.\n\n# Warranty\n\nTwo years on every part.\n",
+                   encoding="utf-8")
+    llm = CountingChat(answer="Acme garden pump manual: models, flow rates and warranty.")
+    with KnowledgeBase.open("strat", s) as kb:
+        kb.ingest([doc], contextualizer=make_contextualizer("document+header", chat_model=llm, settings=s),
+                  progress=False)
+        hits = kb.search("garden pump manual", k=5, mode="bm25")
+    assert len(llm.prompts) == 1
+    assert hits and all("Acme garden pump manual" in h.metadata["context"] for h in hits)
+    first_lines = {h.metadata["context"].split("\n")[0] for h in hits}
+    assert first_lines == {"Pumps > Pumps", "Pumps > Warranty"}, first_lines  # the header line comes first
+
+
+def _load_bench() -> Any:
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_golden_chunks.py"
+    spec = importlib.util.spec_from_file_location("bench_golden_chunks", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["bench_golden_chunks"] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_interrupted_benchmark_resumes_without_asking_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _load_bench()
+    corpus = [
+        bench.Doc(f"doc_{d}", f"title {d}", f"document {d} " + " ".join(f"part {i}." for i in range(3)),
+                  [(f"doc_{d}_chunk_{i}", f"part {i} of document {d}.") for i in range(3)],
+                  [{"doc_id": f"doc_{d}", "original_index": i} for i in range(3)])
+        for d in range(4)
+    ]
+    llm = CountingChat(fail_on=7)  # 3 chunk calls per document: dies on the third document's first chunk
+    monkeypatch.setattr(bench, "chat_model", lambda name: llm)
+    variant = bench.Variant.parse("chunk@test")
+    out = tmp_path / "out"
+    out.mkdir()
+    with ContextCache(out / "contexts.sqlite") as cache:
+        with pytest.raises(KeyboardInterrupt):
+            bench.contextualize(variant, corpus, out, cache)
+    assert len(llm.prompts) == 7
+    llm.fail_on = None
+    with ContextCache(out / "contexts.sqlite") as cache:
+        target = bench.contextualize(variant, corpus, out, cache)
+    assert len(llm.prompts) == 7 + 6  # the 6 cached chunks were not asked again; the other 6 were
+    rows = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 12 and all(r["context"] == llm.answer for r in rows)
+    assert {r["doc_id"] for r in rows} == {f"doc_{d}" for d in range(4)}
+    assert rows[0]["chunk_id"] == "doc_0_chunk_0" and rows[0]["original_index"] == 0
+    cost = bench.cost_summary(out, variant)
+    assert cost["docs_timed"] == 4 and cost["chunks_timed"] == 12 and cost["llm_calls"] == 12
+    with pytest.raises(ValueError, match="needs @MODEL"):
+        bench.Variant.parse("document")
+    assert bench.Variant.parse("header").model is None
+
+
+def test_drcd_documents_match_the_squad_loader_ids() -> None:
+    bench = _load_bench()
+    from ctxrag.evaluation.datasets import load_squad
+
+    squad = Path(__file__).resolve().parents[1] / "evaluation" / "fixtures" / "squad_zh.json"
+    docs = bench.drcd_docs(squad)
+    corpus = load_squad([squad]).corpus
+    assert {cid for d in docs for cid, _ in d.chunks} == set(corpus)
+    for d in docs:
+        for cid, text in d.chunks:
+            assert corpus[cid].text == text and text in d.content
