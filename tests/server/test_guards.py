@@ -22,7 +22,7 @@ from server_helpers import FactEchoChatModel, locker_question, run_uvicorn, serv
 from ctxrag.errors import ConfigError  # noqa: E402
 from ctxrag.models.chat import chat_openai_compatible  # noqa: E402
 from ctxrag.server.app import create_app  # noqa: E402
-from ctxrag.server.runnables import hide_paths  # noqa: E402
+from ctxrag.server.runnables import hide_paths, hide_paths_in_text  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -178,11 +178,16 @@ def test_source_paths_by_client(locker_kb, locker_home, expose: str) -> None:  #
                 hit = c.post("/search/invoke", json={"input": "locker Kelp"}).json()["output"][0]
                 answer = c.post("/ask/invoke", json={"input": {"question": locker_question("Kelp")}}).json()["output"]
                 streamed = c.post("/ask/stream", json={"input": {"question": locker_question("Kelp")}}).text
+                # every intermediate step's output (the retriever's documents) is in these two
+                logged = c.post("/ask/stream_log", json={"input": {"question": locker_question("Kelp")}}).text
+                events = c.post("/search/stream_events", json={"input": "locker Kelp"}).text
             sources = [hit["metadata"]["source"], answer["sources"][0]["source"],
                        answer["documents"][0]["metadata"]["source"]]
             assert all(Path(s).name == "locker_kelp.md" for s in sources), sources
             assert all(Path(s).is_absolute() == expect_full for s in sources), (who, expose, sources)
-            assert "locker_kelp.md" in streamed and (str(locker_home) in streamed) == expect_full, (who, expose)
+            for text in (streamed, logged, events):
+                assert "locker_kelp.md" in text and (str(locker_home) in text) == expect_full, (who, expose, text[:300])
+            assert "event: error" not in logged + events
             assert codes["Kelp"] in answer["answer"]
     if not outside:
         pytest.skip("no non-loopback address on this machine: only the local client was checked")
@@ -196,3 +201,11 @@ def test_hide_paths_copies_and_keeps_uris() -> None:
     assert out["sources"] == [{"n": 1, "source": "a.md"}, {"n": 2, "source": "note://42"}]
     assert out["documents"][0].metadata == {"source": "a.md", "kb": "k"}
     assert doc.metadata["source"] == "/srv/kb/a.md" and value["sources"][0]["source"] == "/srv/kb/a.md"
+
+
+def test_hide_paths_in_text_spares_urls_and_chunk_keys() -> None:
+    patch = {"ops": [{"op": "add", "path": "/logs/r/final_output/documents/0/metadata/source", "value": "/srv/a.md"},
+                     {"op": "add", "path": "/logs/p", "value": "(source: FAQ, /srv/kb/faq.md) [1] https://x.org/a/b"}]}
+    out = hide_paths_in_text(patch)
+    assert out["ops"][0]["value"] == "a.md"
+    assert out["ops"][1]["value"] == "(source: FAQ, faq.md) [1] https://x.org/a/b"

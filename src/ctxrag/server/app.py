@@ -35,14 +35,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, ModelError
 from ctxrag.models.chat import as_model_error, model_failure_types
 from ctxrag.server.middleware import (
-    LOCAL_HOSTS,
     BatchSizeLimitMiddleware,
     BearerAuthMiddleware,
     BodySizeLimitMiddleware,
+    EventStreamRewriteMiddleware,
     LocalRequestGuardMiddleware,
     StreamErrorGuardMiddleware,
+    is_local_client,
 )
-from ctxrag.server.runnables import EXPOSE_PATHS_KEY
+from ctxrag.server.runnables import EXPOSE_PATHS_KEY, hide_paths_in_text
 from ctxrag.settings import ServerSettings, Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -103,16 +104,15 @@ def check_auth_token(server: ServerSettings) -> str | None:
     return raw
 
 
-def _client_is_local(request: Request) -> bool:
-    host = request.client.host if request.client else ""
-    return host in LOCAL_HOSTS or host.startswith("127.") or host == "::ffff:127.0.0.1"
+def _may_see_paths(expose: str, client_host: str | None) -> bool:
+    return expose == "always" or (expose == "local" and is_local_client(client_host))
 
 
 def _path_policy(expose: str) -> Any:
     """LangServe's per-request config hook: tell the runnables whether this client may see absolute paths."""
 
     def modify(config: dict[str, Any], request: Request) -> dict[str, Any]:
-        allowed = expose == "always" or (expose == "local" and _client_is_local(request))
+        allowed = _may_see_paths(expose, request.client.host if request.client else None)
         return {**config, "metadata": {**(config.get("metadata") or {}), EXPOSE_PATHS_KEY: allowed}}
 
     return modify
@@ -198,6 +198,10 @@ def create_app(
     app.state.llm = llm
     # the last added runs first: auth refuses before a large body is read; then the cross-site guard; then the size
     # limit; then the batch cap (on the bounded body); then the stream guard
+    expose = s.server.expose_paths
+    if expose != "always":  # intermediate steps (stream_log, stream_events) carry paths the final output hides
+        app.add_middleware(EventStreamRewriteMiddleware, rewrite=hide_paths_in_text,
+                           applies_to=lambda host: not _may_see_paths(expose, host))
     app.add_middleware(StreamErrorGuardMiddleware)
     app.add_middleware(BatchSizeLimitMiddleware, max_inputs=s.server.max_batch_inputs)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=s.server.max_body_bytes)

@@ -1,7 +1,9 @@
-"""Pure-ASGI middleware for the HTTP endpoint: bearer-token auth and a request body size limit.
+"""Pure-ASGI middleware for the HTTP endpoint: bearer-token auth, a request body size limit, a batch size cap, the
+cross-site guard for a server without a token (JSON only, local Origin/Host), and source-path hiding in the
+intermediate-step streams.
 
-Both are plain ASGI (no ``BaseHTTPMiddleware``) so server-sent-event streams pass through untouched, and both answer
-with a JSON body ``{"detail": ...}`` like FastAPI's own errors.
+All are plain ASGI (no ``BaseHTTPMiddleware``) so server-sent-event streams pass through, and all answer with a
+JSON body ``{"detail": ...}`` like FastAPI's own errors.
 
 Example::
 
@@ -278,3 +280,73 @@ class BatchSizeLimitMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def is_local_client(host: str | None) -> bool:
+    """True for a loopback client address (127.0.0.0/8, ::1, IPv4-mapped 127.x)."""
+    host = (host or "").lower()
+    return host in LOCAL_HOSTS or host.startswith("127.") or host.startswith("::ffff:127.")
+
+
+class EventStreamRewriteMiddleware:
+    """Rewrites every ``data:`` JSON of the server-sent events of ``/stream_log`` and ``/stream_events`` with
+    `rewrite`, for clients that `applies_to` selects (by client address).
+
+    Those two endpoints send the outputs of every intermediate step (the retriever's documents with their
+    source paths), which the per-request config of the final output does not reach.
+    """
+
+    _PATHS = ("/stream_log", "/stream_events")
+
+    def __init__(self, app: ASGIApp, *, rewrite: Callable[[Any], Any], applies_to: Callable[[str | None], bool]) -> None:
+        self.app = app
+        self.rewrite = rewrite
+        self.applies_to = applies_to
+
+    def _event(self, event: bytes) -> bytes:
+        lines = event.split(b"\r\n") if b"\r\n" in event else event.split(b"\n")
+        out = []
+        for line in lines:
+            if line.startswith(b"data: "):
+                try:
+                    data = json.loads(line[6:])
+                except ValueError:
+                    out.append(line)
+                    continue
+                line = b"data: " + json.dumps(self.rewrite(data), ensure_ascii=False).encode("utf-8")
+            out.append(line)
+        return (b"\r\n" if b"\r\n" in event else b"\n").join(out)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "").rstrip("/")
+        client = (scope.get("client") or (None, None))[0]
+        if scope["type"] != "http" or not path.endswith(self._PATHS) or not self.applies_to(client):
+            await self.app(scope, receive, send)
+            return
+        buffer = b""
+
+        async def rewriting_send(message: Message) -> None:
+            nonlocal buffer
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"content-length"]
+                await send({**message, "headers": headers})
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            buffer += message.get("body", b"")
+            more = message.get("more_body", False)
+            events = []
+            while True:  # complete events end with a blank line
+                cut = min((i for i in (buffer.find(b"\r\n\r\n"), buffer.find(b"\n\n")) if i >= 0), default=-1)
+                if cut < 0:
+                    break
+                sep = 4 if buffer[cut:cut + 4] == b"\r\n\r\n" else 2
+                events.append(self._event(buffer[:cut]) + buffer[cut:cut + sep])
+                buffer = buffer[cut + sep:]
+            if not more and buffer:
+                events.append(self._event(buffer))
+                buffer = b""
+            await send({"type": "http.response.body", "body": b"".join(events), "more_body": more})
+
+        await self.app(scope, receive, rewriting_send)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 from typing import Any, AsyncIterator, Iterator, Literal, Sequence
 
@@ -114,7 +115,8 @@ def _short_source(source: str) -> str:
 
 
 def hide_paths(value: Any) -> Any:
-    """`value` with every ``source`` (Document metadata, source dicts) cut to its file name; copies, never mutates.
+    """`value` with every ``source`` (Document metadata, source dicts, JSON-patch ops on a ``.../source`` path) cut
+    to its file name; copies, never mutates.
 
     >>> hide_paths({"sources": [{"n": 1, "source": "/home/ann/docs/a.md"}]})
     {'sources': [{'n': 1, 'source': 'a.md'}]}
@@ -122,12 +124,35 @@ def hide_paths(value: Any) -> Any:
     if isinstance(value, Document):
         return value.model_copy(update={"metadata": hide_paths(value.metadata)})
     if isinstance(value, dict):
-        return type(value)({k: _short_source(v) if k == "source" and isinstance(v, str) else hide_paths(v)
-                            for k, v in value.items()})
+        out = type(value)({k: _short_source(v) if k == "source" and isinstance(v, str) else hide_paths(v)
+                           for k, v in value.items()})
+        if isinstance(out.get("path"), str) and out["path"].endswith("/source") and isinstance(out.get("value"), str):
+            out["value"] = _short_source(out["value"])  # a stream_log patch that sets one source
+        return out
     if isinstance(value, list):
         return [hide_paths(v) for v in value]
     if type(value) is tuple:
         return tuple(hide_paths(v) for v in value)
+    return value
+
+
+# an absolute POSIX path inside free text (not a URL's path: no ':' or '/' or a word character right before it)
+_PATH_IN_TEXT = re.compile(r"(?<![\w.~:/-])/(?:[^/\s\"'()\[\],;:]+/)+([^/\s\"'()\[\],;:]+)")
+
+
+def hide_paths_in_text(value: Any) -> Any:
+    """`hide_paths`, and every absolute path inside any string cut to its file name (for the intermediate-step
+    streams, whose prompts quote ``(source: Title, /abs/path)``); JSON-like values only.
+
+    >>> hide_paths_in_text({"text": "(source: FAQ, /srv/kb/faq.md) see https://x.org/a/b"})
+    {'text': '(source: FAQ, faq.md) see https://x.org/a/b'}
+    """
+    if isinstance(value, str):
+        return _PATH_IN_TEXT.sub(r"\1", value)
+    if isinstance(value, dict):
+        return {k: hide_paths_in_text(v) for k, v in hide_paths(value).items()}
+    if isinstance(value, list):
+        return [hide_paths_in_text(v) for v in value]
     return value
 
 
