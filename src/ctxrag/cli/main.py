@@ -166,7 +166,8 @@ def search(
 
     def body() -> None:
         checked = _query(query, "query")
-        docs = _retriever(_kb_names(kb), mode, k, rerank, search_type).invoke(checked, config={"callbacks": _callbacks()})
+        retriever = _retriever(_kb_names(kb), mode, k, rerank, search_type)
+        docs = retriever.invoke(checked, config={"callbacks": _callbacks()})
         if json_out:
             typer.echo(json.dumps([{"rank": i, "chunk_id": d.metadata.get("chunk_id"), "score": d.metadata.get("score"),
                                     "source": d.metadata.get("source"), "kb": d.metadata.get("kb"),

@@ -177,7 +177,8 @@ def create_app(
         except ImportError as e:  # the assistant is optional
             log.warning("no /chat route: %s", e)
     try:
-        add_routes(app, runnables.notes_runnable(kbs[0], max_query_chars=limit), path="/notes", per_req_config_modifier=policy)
+        add_routes(app, runnables.notes_runnable(kbs[0], max_query_chars=limit), path="/notes",
+                   per_req_config_modifier=policy)
         routes["/notes"] = f"add / search / list notes of {kbs[0].name!r}"
     except ImportError as e:
         log.warning("no /notes route: %s", e)
