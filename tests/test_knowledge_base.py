@@ -176,3 +176,26 @@ def test_killed_ingest_leaves_previous_state(settings: Settings, corpus: Path, t
     # and the interrupted ingest can simply be run again
     report = kb2.ingest([more], progress=False)
     assert len(report.added) == 6
+
+
+@pytest.mark.parametrize("name", ["proj\n", "", "proj\nother", " proj", "../x", "a/b"])
+def test_knowledge_base_names_must_match_whole(settings: Settings, name: str) -> None:
+    with pytest.raises(ConfigError, match="invalid knowledge base name"):
+        KnowledgeBase.open(name, settings)
+    assert not (settings.kb_root / "proj").exists()
+
+
+def test_ingest_reports_partial_loads_and_size_limit(tmp_path: Path, corpus: Path) -> None:
+    settings = Settings(home=tmp_path / "home", max_file_bytes=1000)
+    (corpus / "faq.jsonl").write_text('{"text": "Lockers close at six."}\n{oops\n', encoding="utf-8")
+    (corpus / "big.txt").write_text("x " * 600, encoding="utf-8")
+    loop = corpus / "loop.md"
+    loop.symlink_to(loop)
+    with KnowledgeBase.open("proj", settings) as kb:
+        report = kb.ingest([corpus], progress=False)
+        by_name = {Path(f.path).name: f for f in report.files}
+        assert by_name["faq.jsonl"].status == "added" and "skipped 1 malformed line(s): 2" in by_name["faq.jsonl"].reason
+        assert by_name["big.txt"].status == "failed" and "over the limit of 1,000 bytes" in by_name["big.txt"].reason
+        assert by_name["loop.md"].status == "failed" and "symbolic link loop" in by_name["loop.md"].reason
+        assert sorted(Path(d.source).name for d in kb.list_documents()) == ["falcon.md", "faq.jsonl", "xinghe.md"]
+        assert _sources(kb.search("when do lockers close", k=1, mode="bm25")) == ["faq.jsonl"]

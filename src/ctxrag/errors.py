@@ -47,3 +47,7 @@ class ModelError(CtxragError):
 
 class ModelFileError(ModelError):
     """The local model file could not be assembled or failed its checksum."""
+
+
+class QueryError(CtxragError, ValueError):
+    """A query or question is empty or longer than ``Settings.max_query_chars``."""

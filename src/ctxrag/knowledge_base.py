@@ -15,6 +15,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -40,12 +41,12 @@ from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 
 log = logging.getLogger(__name__)
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
 SearchMode = Literal["dense", "bm25", "hybrid"]
 
 
 def validate_kb_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in {".", ".."}:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in {".", ".."}:
         raise ConfigError(
             f"invalid knowledge base name {name!r}: use 1-64 letters, digits, CJK, '_', '-', '.', starting with a letter or digit"
         )
@@ -245,8 +246,9 @@ class KnowledgeBase:
         files, errors = expand_paths([Path(p) for p in paths])
         for e in errors:
             report.files.append(FileOutcome(e.path, "failed", e.reason))
+        limited = functools.partial(load_file, max_bytes=self.settings.max_file_bytes)
         self._ingest_many(
-            files, lambda path: self._ingest_file(path, load_file, contextualizer, precomputed_contexts), report,
+            files, lambda path: self._ingest_file(path, limited, contextualizer, precomputed_contexts), report,
             desc=f"ingest {self.name}", unit="file", progress=progress, commit_every=commit_every,
         )
         if contextualizer is not None and hasattr(contextualizer, "report"):
@@ -347,7 +349,8 @@ class KnowledgeBase:
             DocumentRecord(doc_id, source, loaded.title, chash, loaded.text, len(records), meta), records
         )
         status = "updated" if old is not None else "added"
-        return FileOutcome(source, status, "content changed" if old else "", doc_id, len(records))
+        notes = (["content changed"] if old else []) + list(getattr(loaded, "warnings", []))
+        return FileOutcome(source, status, "; ".join(notes), doc_id, len(records))
 
     def _splitter(self) -> Any:
         from ctxrag.loading import ChunkSplitter

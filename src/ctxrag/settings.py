@@ -96,6 +96,14 @@ class ServerSettings(BaseModel):
     auth_token: SecretStr | None = None
     """When set, every route but /health needs `Authorization: Bearer <token>`."""
     max_body_bytes: int = 1_000_000
+    max_batch_inputs: int = Field(64, ge=1)
+    """Most inputs one ``/ROUTE/batch`` request may carry (more: HTTP 413)."""
+    expose_paths: Literal["local", "always", "never"] = "local"
+    """Absolute source paths in HTTP answers: ``local`` only to clients on 127.0.0.1/::1 (others get the file name),
+    ``always`` or ``never``."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Without an auth token, POSTs are taken only from these hosts (``Host``/``Origin``) besides localhost,
+    127.0.0.1, ::1 and ``host``; add the name or address other machines reach this server by."""
 
 
 class Settings(BaseSettings):
@@ -131,6 +139,10 @@ class Settings(BaseSettings):
     rerank: RerankSettings = Field(default_factory=RerankSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    max_file_bytes: int = Field(100_000_000, ge=1)
+    """Files larger than this are refused at ingest (reported by name, the others still ingested)."""
+    max_query_chars: int = Field(4000, ge=1)
+    """Longest query or question accepted by ``ctxrag search/ask`` and the HTTP routes."""
 
     @classmethod
     def settings_customise_sources(

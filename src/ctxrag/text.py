@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from ctxrag.errors import QueryError
+
 # CJK Unified Ideographs (+ Extension A, compatibility), kana and Hangul: one token-ish each.
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
@@ -38,3 +40,17 @@ def estimate_tokens(text: str, chars_per_token: float = 4.0) -> int:
     cjk = count_cjk(text)
     rest = len(text) - cjk
     return cjk + int(-(-rest // chars_per_token))  # ceil
+
+
+def check_query(query: object, max_chars: int, *, what: str = "query") -> str:
+    """`query` stripped, or `QueryError` when it is not a string, is blank, or is longer than `max_chars`.
+
+    >>> check_query("  默认端口？ ", 4000)
+    '默认端口？'
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise QueryError(f"need a non-empty {what} string, got {query!r:.200}")
+    if len(query) > max_chars:
+        raise QueryError(f"the {what} is too long ({len(query):,} characters, limit {max_chars:,}; "
+                         "setting max_query_chars, env CTXRAG_MAX_QUERY_CHARS)")
+    return query.strip()

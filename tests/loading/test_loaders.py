@@ -9,6 +9,7 @@ import pytest
 
 from ctxrag.errors import LoadError
 from ctxrag.loading import LoadedDocument, decode_bytes, expand_paths, file_kind, iter_files, load_file
+from ctxrag.loading.converters import parse_jsonl_records
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_CORPUS = REPO / "examples" / "sample_corpus"
@@ -116,6 +117,27 @@ def test_utf16_and_utf32_with_bom(tmp_path: Path, encoding: str) -> None:
 
 def test_cp1252_western_text(tmp_path: Path) -> None:
     assert load_file(write(tmp_path, "cafe.txt", "Café crème brûlée, naïve façade.", "cp1252")).text.startswith("Café")
+
+
+@pytest.mark.parametrize("data", [
+    b"The pump moves water \xff\xfe\xfa quietly.",  # decoded as cp1252 this was stored as "\u00ff\u00fe\u00fa"
+    "星河知识库".encode("utf-8")[:-1] + b" end",  # UTF-8 cut inside a character
+    b"caf\xc3 au lait \x80\x81\x82",
+    bytes(range(0x80, 0x100)) * 4,
+])
+def test_invalid_utf8_is_a_load_error_with_offset(tmp_path: Path, data: bytes) -> None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        offset = exc.start
+    error = assert_load_error(write(tmp_path, "bad.txt", data), "not UTF-8", f"offset {offset}", "convert the file")
+    assert error.path.endswith("bad.txt")
+
+
+@pytest.mark.parametrize(("text", "encoding"), [("Café crème brûlée, naïve façade. Œuvre “quoted” – 5 €.", "cp1252"),
+                                                ("日本語のテキストです。知識ベースを検索します。", "shift_jis")])
+def test_real_legacy_encodings_still_load(tmp_path: Path, text: str, encoding: str) -> None:
+    assert load_file(write(tmp_path, "legacy.txt", text, encoding)).text == text
 
 
 def test_invalid_bytes(tmp_path: Path) -> None:
@@ -267,10 +289,20 @@ def test_jsonl_records_and_spans(tmp_path: Path) -> None:
     assert doc.records[0]["data"] == lines[0]
 
 
-def test_malformed_jsonl_names_line(tmp_path: Path) -> None:
-    path = write(tmp_path, "bad.jsonl", '{"text": "ok"}\n\n{"text": broken}\n')
-    error = assert_load_error(path, "line 3")
-    assert error.path == str(path)
+def test_malformed_jsonl_line_is_skipped_and_named(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad.jsonl", '{"text": "ok"}\n\n{"text": broken}\n{"text": "also ok"}\n')
+    doc = load_file(path)
+    assert doc.text == "ok\n\nalso ok" and [r["line"] for r in doc.records] == [1, 4]
+    assert doc.warnings == ["skipped 1 malformed line(s): 3 (first: invalid JSON on line 3 (column 10): "
+                            "Expecting value)"]
+    with pytest.raises(LoadError, match="line 3"):  # the strict parser still names the line
+        parse_jsonl_records(path.read_text(encoding="utf-8"), path)
+
+
+def test_jsonl_with_only_malformed_lines_fails(tmp_path: Path) -> None:
+    error = assert_load_error(write(tmp_path, "bad.jsonl", '{"text": broken}\n[1,\n'), "no valid JSON line",
+                              "2 malformed", "line 1")
+    assert error.path.endswith("bad.jsonl")
 
 
 def test_json_list_and_wrapped_records(tmp_path: Path) -> None:
@@ -341,3 +373,37 @@ def test_sample_corpus_loads() -> None:
     questions = json.loads((REPO / "examples" / "sample_questions.json").read_text(encoding="utf-8"))
     for q in questions:
         assert (SAMPLE_CORPUS / q["source"]).is_file()
+
+
+# ---- symbolic links and the size limit ----------------------------------------------------------------------
+def test_symlink_loops_are_yielded_then_reported(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    write(folder, "good.md", "# Good\n\ntext\n")
+    (folder / "self.md").symlink_to(folder / "self.md")
+    (folder / "a.txt").symlink_to(folder / "b.txt")
+    (folder / "b.txt").symlink_to(folder / "a.txt")
+    (folder / "dangling.md").symlink_to(folder / "missing.md")
+    files, errors = expand_paths([folder])
+    assert not errors and sorted(p.name for p in files) == ["a.txt", "b.txt", "dangling.md", "good.md", "self.md"]
+    assert sorted(p.name for p in iter_files([folder], recursive=False)) == sorted(p.name for p in files)
+    for name in ("self.md", "a.txt", "b.txt"):
+        assert_load_error(folder / name, "symbolic link loop")
+    assert_load_error(folder / "dangling.md", "broken symbolic link", "missing.md")
+    assert load_file(folder / "good.md").text.startswith("# Good")
+
+
+def test_size_limit_names_file_and_limit(tmp_path: Path) -> None:
+    path = write(tmp_path, "big.txt", "x" * 5000)
+    assert_load_error_kw(path, {"max_bytes": 4999}, "5,000 bytes", "limit of 4,999 bytes", "max_file_bytes")
+    assert load_file(path, max_bytes=5000).text == "x" * 5000
+    pdf = write(tmp_path, "big.pdf", make_pdf(["hello"]))
+    assert_load_error_kw(pdf, {"max_bytes": 100}, "over the limit of 100 bytes")
+
+
+def assert_load_error_kw(path: Path, kwargs: dict, *fragments: str) -> None:
+    with pytest.raises(LoadError) as info:
+        load_file(path, **kwargs)
+    assert str(path) in str(info.value)
+    for fragment in fragments:
+        assert fragment in str(info.value), str(info.value)

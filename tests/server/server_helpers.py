@@ -114,13 +114,15 @@ class FailingChatModel(BaseChatModel):
 
 
 @contextmanager
-def run_uvicorn(app: Any, *, startup_timeout: float = 30.0) -> Iterator[str]:
-    """Serve `app` with a real uvicorn on 127.0.0.1 (a free port) in a thread; yield ``http://127.0.0.1:PORT``."""
+def run_uvicorn(app: Any, *, startup_timeout: float = 30.0, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve `app` with a real uvicorn on 127.0.0.1 (a free port) in a thread; yield ``http://127.0.0.1:PORT``.
+
+    `host` binds elsewhere (``0.0.0.0``: also reachable on the machine's other addresses)."""
     import uvicorn
 
     _reset_sse_exit_event()
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
                                            timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import typer
 
+from ctxrag.cli.display import printable
 from ctxrag.errors import CtxragError
 
 app = typer.Typer(help="ctxrag: contextual RAG over Chinese and English knowledge bases, offline by default.",
@@ -59,6 +60,21 @@ def _open(name: str, create: bool = False) -> Any:
     return KnowledgeBase.open(name, create=create)
 
 
+def _kb_or_default(kb: Optional[str]) -> str:
+    """`--kb` as given (an empty one is an error, not the default), or the default knowledge base."""
+    from ctxrag.knowledge_base import validate_kb_name
+    from ctxrag.settings import get_settings
+
+    return get_settings().default_kb if kb is None else validate_kb_name(kb)
+
+
+def _query(text: str, what: str) -> str:
+    from ctxrag.settings import get_settings
+    from ctxrag.text import check_query
+
+    return check_query(text, get_settings().max_query_chars, what=what)
+
+
 def _guard(fn: Any) -> Any:
     """Run a command body, turning expected failures into a one-line error and exit code 1."""
     try:
@@ -82,8 +98,12 @@ def ingest(
     from ctxrag.settings import get_settings
 
     def body() -> None:
+        from ctxrag.knowledge_base import KnowledgeBase
+
         s = get_settings()
-        kbase = _open(kb or s.default_kb, create=True)
+        name = _kb_or_default(kb)
+        is_new = name not in KnowledgeBase.list_names(s)
+        kbase = _open(name, create=True)
         ctx = None
         pre = None
         if contexts is not None:
@@ -95,6 +115,9 @@ def ingest(
 
             ctx = make_contextualizer(s.context_strategy, settings=s, show_progress=True)
         report = kbase.ingest(paths, contextualizer=ctx, precomputed_contexts=pre)
+        if is_new and not (report.added or report.updated or report.skipped) and not kbase.list_documents():
+            kbase.close()  # nothing could be ingested: leave no empty knowledge base behind
+            KnowledgeBase.delete_kb(name, s)
         if json_out:
             typer.echo(json.dumps({"kb": kbase.name, "files": [f.__dict__ for f in report.files],
                                    "context_report": getattr(report.context_report, "__dict__", None)},
@@ -103,11 +126,13 @@ def ingest(
             for f in report.files:
                 extra = f" ({f.chunks} chunks)" if f.status in ("added", "updated") else ""
                 reason = f": {f.reason}" if f.reason else ""
-                typer.echo(f"{f.status:8s} {f.path}{extra}{reason}")
+                typer.echo(f"{f.status:8s} {printable(f.path)}{extra}{printable(reason)}")
             typer.echo(f"{len(report.added)} added, {len(report.updated)} updated, {len(report.skipped)} skipped, "
                        f"{len(report.failed)} failed -> knowledge base {kbase.name!r}")
             if report.context_report is not None:
                 typer.echo(f"contexts: {report.context_report}")
+            if is_new and name not in KnowledgeBase.list_names(s):
+                typer.echo(f"knowledge base {name!r} not created: no file could be ingested", err=True)
         if report.failed:
             raise typer.Exit(1)
 
@@ -140,7 +165,9 @@ def search(
     """Ranked chunks with score, source, chunk id and the full chunk text."""
 
     def body() -> None:
-        docs = _retriever(_kb_names(kb), mode, k, rerank, search_type).invoke(query, config={"callbacks": _callbacks()})
+        checked = _query(query, "query")
+        retriever = _retriever(_kb_names(kb), mode, k, rerank, search_type)
+        docs = retriever.invoke(checked, config={"callbacks": _callbacks()})
         if json_out:
             typer.echo(json.dumps([{"rank": i, "chunk_id": d.metadata.get("chunk_id"), "score": d.metadata.get("score"),
                                     "source": d.metadata.get("source"), "kb": d.metadata.get("kb"),
@@ -152,10 +179,11 @@ def search(
         for i, d in enumerate(docs, 1):
             md = d.metadata
             score = md.get("score")
-            typer.echo(f"#{i}  score={score:.4f}  {md.get('source')}  [{md.get('chunk_id')}]"
-                       if isinstance(score, float) else f"#{i}  {md.get('source')}  [{md.get('chunk_id')}]")
+            source = printable(md.get("source"))
+            typer.echo(f"#{i}  score={score:.4f}  {source}  [{md.get('chunk_id')}]"
+                       if isinstance(score, float) else f"#{i}  {source}  [{md.get('chunk_id')}]")
             if md.get("heading_path"):
-                typer.echo(f"    {md['heading_path']}")
+                typer.echo(f"    {printable(md['heading_path'])}")
             typer.echo(d.page_content)
             typer.echo("")
 
@@ -176,18 +204,19 @@ def ask(
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
 
     def body() -> None:
+        checked = _query(question, "question")
         llm = make_chat_model()
         chain = build_rag_chain(_retriever(_kb_names(kb), mode, k, rerank, "similarity"), llm)
         cfg = {"callbacks": _callbacks()}
         if json_out:
             with wrap_model_errors(llm):
-                out = chain.invoke(question, config=cfg)
+                out = chain.invoke(checked, config=cfg)
             typer.echo(json.dumps({"question": question, "answer": out["answer"], "sources": out["sources"],
                                    "invalid_citations": out["invalid_citations"],
                                    "retrieved": [d.metadata.get("chunk_id") for d in out["documents"]]},
                                   ensure_ascii=False, indent=1))
             return
-        stream_answer(chain, llm, question, cfg)
+        stream_answer(chain, llm, checked, cfg)
 
     _guard(body)
 
@@ -213,7 +242,7 @@ def print_sources(sources: list[dict[str, Any]], invalid: list[int]) -> None:
         typer.echo("\nSources (inferred from overlap; the model cited none):" if inferred else "\nSources:")
         for s in sources:
             where = f" > {s['heading_path']}" if s.get("heading_path") else ""
-            typer.echo(f"  [{s['n']}] {s['source']}{where}  ({s['chunk_id']})")
+            typer.echo(f"  [{s['n']}] {printable(s['source'])}{printable(where)}  ({s['chunk_id']})")
     else:
         typer.echo("\n(no sources cited)")
     if invalid:
@@ -282,16 +311,15 @@ def kb_delete(name: str = typer.Argument(...), yes: bool = typer.Option(False, "
 @doc_app.command("list")
 def doc_list(kb: str = typer.Option(None, "--kb"), json_out: bool = typer.Option(False, "--json")) -> None:
     """Documents of a knowledge base."""
-    from ctxrag.settings import get_settings
 
     def body() -> None:
-        docs = _open(kb or get_settings().default_kb).list_documents()
+        docs = _open(_kb_or_default(kb)).list_documents()
         if json_out:
             typer.echo(json.dumps([{"doc_id": d.doc_id, "source": d.source, "title": d.title, "chunks": d.n_chunks}
                                    for d in docs], ensure_ascii=False, indent=1))
             return
         for d in docs:
-            typer.echo(f"{d.doc_id}  {d.n_chunks:4d} chunks  {d.source}  ({d.title})")
+            typer.echo(f"{d.doc_id}  {d.n_chunks:4d} chunks  {printable(d.source)}  ({printable(d.title)})")
 
     _guard(body)
 
@@ -300,11 +328,10 @@ def doc_list(kb: str = typer.Option(None, "--kb"), json_out: bool = typer.Option
 def doc_delete(doc: str = typer.Argument(..., help="Document id, source path or unique file name."),
                kb: str = typer.Option(None, "--kb")) -> None:
     """Delete a document from the store and every index."""
-    from ctxrag.settings import get_settings
 
     def body() -> None:
-        rec = _open(kb or get_settings().default_kb).delete_document(doc)
-        typer.echo(f"deleted {rec.source} ({rec.doc_id}, {rec.n_chunks} chunks)")
+        rec = _open(_kb_or_default(kb)).delete_document(doc)
+        typer.echo(f"deleted {printable(rec.source)} ({rec.doc_id}, {rec.n_chunks} chunks)")
 
     _guard(body)
 

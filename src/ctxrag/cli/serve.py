@@ -30,13 +30,17 @@ def serve(
         typer.echo(f"error: the server needs its extra: pip install 'ctxrag[server]' ({e})", err=True)
         raise typer.Exit(1)
     s = get_settings()
+    bind_host, bind_port = host or s.server.host, port or s.server.port
+    # the bound host is one the cross-site guard accepts in Host/Origin
+    s = s.model_copy(update={"server": s.server.model_copy(update={"host": bind_host, "port": bind_port})})
     try:
         app = create_app(s, kb_names=kb or [s.default_kb], mode=mode, k=k)
     except CtxragError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1)
-    bind_host, bind_port = host or s.server.host, port or s.server.port
+    auth = s.server.auth_token is not None  # create_app refused a blank one
     typer.echo(f"ctxrag: serving {', '.join(kb_.name for kb_ in app.state.knowledge_bases)}"
                f" on http://{bind_host}:{bind_port} (playgrounds: /ask/playground/ /search/playground/ ...;"
-               f" auth {'on' if s.server.auth_token is not None else 'off'})", err=True)
+               f" auth {'on' if auth else 'off: POSTs only as JSON from local pages'};"
+               f" source paths: {s.server.expose_paths})", err=True)
     uvicorn.run(app, host=bind_host, port=bind_port, log_level="info")

@@ -220,8 +220,14 @@ def parse_json_records(text: str, path: Path) -> list[Any]:
     return [data]
 
 
-def parse_jsonl_records(text: str, path: Path) -> tuple[list[Any], list[int]]:
-    """JSON Lines: one JSON value per non-blank line; returns records and their 1-based line numbers."""
+def parse_jsonl_records(
+    text: str, path: Path, bad_lines: list[tuple[int, str]] | None = None
+) -> tuple[list[Any], list[int]]:
+    """JSON Lines: one JSON value per non-blank line; returns records and their 1-based line numbers.
+
+    A malformed line raises `LoadError` naming it, unless `bad_lines` is given: then it is appended there as
+    ``(line number, reason)`` and the good records are kept.
+    """
     records: list[Any] = []
     line_numbers: list[int] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -230,6 +236,10 @@ def parse_jsonl_records(text: str, path: Path) -> tuple[list[Any], list[int]]:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise LoadError(path, f"invalid JSON on line {number} (column {exc.colno}): {exc.msg}") from None
+            reason = f"invalid JSON on line {number} (column {exc.colno}): {exc.msg}"
+            if bad_lines is None:
+                raise LoadError(path, reason) from None
+            bad_lines.append((number, reason))
+            continue
         line_numbers.append(number)
     return records, line_numbers

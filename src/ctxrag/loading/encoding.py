@@ -1,9 +1,11 @@
 """Turn the bytes of a text file into `str`, detecting its encoding.
 
 Order of trust: a byte-order mark, then strict UTF-8, then the two Chinese legacy encodings (GB18030, which
-covers GBK/GB2312, and Big5) scored by how many decoded characters are *common* Hanzi, then charset-normalizer
-limited to encodings a Chinese/English knowledge base plausibly holds. Bytes that none of these explains raise
-`LoadError`, so mojibake never reaches the index.
+covers GBK/GB2312, and Big5) scored by how many decoded characters are *common* Hanzi, then Western cp1252 only
+when every non-ASCII character is a letter inside a word (``Café``, ``naïve``), then charset-normalizer for
+Shift_JIS / EUC-JP / EUC-KR only when it decodes without chaos to mostly kana, Hangul or Hanzi. Bytes that none of
+these explains with confidence raise `LoadError` naming the byte offset of the first invalid UTF-8 byte, so
+mojibake (``ÿþú``) never reaches the index.
 """
 from __future__ import annotations
 
@@ -26,7 +28,12 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
 )
 # Candidates for charset-normalizer once UTF-8 and the Chinese encodings failed; no single-byte catch-all
 # (latin-1 decodes any byte string), so random bytes still fail.
-_FALLBACK_ENCODINGS = ["cp1252", "shift_jis", "euc_jp", "euc_kr", "gb18030", "big5"]
+_FALLBACK_ENCODINGS = ["shift_jis", "euc_jp", "euc_kr"]
+_CJK_OR_KANA = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef]")
+# cp1252 is believed only for words like "Café": a Latin letter run of at most 2 touching an ASCII letter
+_CP1252_WORD = re.compile(r"(?<=[A-Za-z])[\u00c0-\u00ff\u0152\u0153\u0160\u0161\u0178\u017d\u017e]{1,2}"
+                          r"|[\u00c0-\u00ff\u0152\u0153\u0160\u0161\u0178\u017d\u017e]{1,2}(?=[A-Za-z])")
+_CP1252_PUNCTUATION = frozenset("\u2018\u2019\u201c\u201d\u2013\u2014\u2026\u20ac\u00a0\u00b0\u00a9\u00ae\u00a3")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 # Full-width punctuation a Chinese text uses; kana, symbols or private-use characters from a wrong decoding do not count
 _COMMON_PUNCTUATION = frozenset("，。、；：？！“”‘’（）《》【】「」『』…—·～　％＋－＝")
@@ -76,6 +83,27 @@ def _chinese_guess(data: bytes) -> str | None:
     return best[1] if best else None
 
 
+def _western_guess(data: bytes) -> str | None:
+    """cp1252 when every non-ASCII character it decodes to is a letter inside a word or common punctuation."""
+    try:
+        text = data.decode("cp1252")
+    except UnicodeDecodeError:
+        return None
+    rest = _CP1252_WORD.sub("", text)
+    return "cp1252" if all(ch in _CP1252_PUNCTUATION for ch in _NON_ASCII.findall(rest)) else None
+
+
+def _east_asian_guess(data: bytes) -> str | None:
+    """Shift_JIS / EUC-JP / EUC-KR when charset-normalizer decodes without chaos to mostly kana, Hangul or Hanzi."""
+    match = from_bytes(data, cp_isolation=_FALLBACK_ENCODINGS).best()
+    if match is None or match.percent_chaos > 0:
+        return None
+    chars = _NON_ASCII.findall(str(match))
+    if not chars or sum(bool(_CJK_OR_KANA.match(ch)) for ch in chars) / len(chars) < _MIN_COMMON_HANZI:
+        return None
+    return match.encoding
+
+
 def looks_binary(data: bytes) -> bool:
     """True when the bytes hold a NUL (no text encoding we accept without a BOM produces one)."""
     return b"\x00" in data
@@ -100,16 +128,14 @@ def decode_bytes(data: bytes, path: Path | str = "<bytes>") -> tuple[str, str]:
             text = data.decode("utf-8")
             encoding = "utf-8"
         except UnicodeDecodeError as exc:
-            encoding = _chinese_guess(data)
+            encoding = _chinese_guess(data) or _western_guess(data) or _east_asian_guess(data)
             if encoding is None:
-                match = from_bytes(data, cp_isolation=_FALLBACK_ENCODINGS).best()
-                if match is None:
-                    raise LoadError(
-                        path,
-                        f"invalid bytes: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}) "
-                        "and no supported encoding (GB18030/GBK, Big5, UTF-16 with BOM, cp1252, ...) decodes it",
-                    ) from None
-                encoding = match.encoding
+                raise LoadError(
+                    path,
+                    f"invalid bytes: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}: {exc.reason}) "
+                    "and no legacy encoding (GB18030/GBK, Big5, UTF-16/32 with BOM, Western cp1252, Shift_JIS, "
+                    "EUC-JP/KR) explains it with confidence; convert the file to UTF-8",
+                ) from None
             text = data.decode(encoding)
     else:
         try:

@@ -1,8 +1,10 @@
 """Load one file into a `LoadedDocument`, and expand folders into the files to load.
 
 Every failure is a `ctxrag.errors.LoadError(path, reason)`: missing path, a folder given to `load_file`,
-unsupported extension, unreadable, empty or whitespace-only, binary, undecodable bytes, corrupt PDF/DOCX,
-malformed JSON (with line number). Callers that ingest many files catch it per file and go on.
+unsupported extension, unreadable, a symbolic link loop or broken link, over the size limit, empty or
+whitespace-only, binary, undecodable bytes, corrupt PDF/DOCX, malformed JSON (with line number). Callers that
+ingest many files catch it per file and go on. A JSONL file keeps its good lines; the bad ones are listed in
+`LoadedDocument.warnings` by line number.
 """
 from __future__ import annotations
 
@@ -64,6 +66,8 @@ class LoadedDocument:
     title: str
     metadata: dict[str, Any] = field(default_factory=dict)
     records: list[dict[str, Any]] | None = None
+    warnings: list[str] = field(default_factory=list)
+    """What was loaded only in part (e.g. JSONL lines skipped as malformed), for the ingest report."""
 
     def to_document(self) -> Any:
         """This file as a LangChain `Document` (metadata plus ``source`` and ``title``; no records)."""
@@ -92,6 +96,23 @@ def file_kind(path: Path) -> str | None:
     return None
 
 
+def resolved(path: Path) -> Path:
+    """``path.resolve()``, or `LoadError` for a symbolic link loop (Python raises RuntimeError or OSError)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise LoadError(path, f"symbolic link loop, cannot resolve the path ({exc}); skipped") from None
+
+
+def _identity(path: Path) -> Path:
+    """The key a file is deduplicated by: its resolved path, or the absolute path when it cannot be resolved (a
+    link loop is still yielded, so `load_file` reports it instead of the whole walk failing)."""
+    try:
+        return resolved(path)
+    except LoadError:
+        return path.absolute()
+
+
 def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -117,12 +138,18 @@ def _markdown_title(text: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def load_file(path: Path | str) -> LoadedDocument:
+def load_file(path: Path | str, *, max_bytes: int | None = None) -> LoadedDocument:
     """Load one supported file. Raises `LoadError` naming the file and the reason.
+
+    `max_bytes` refuses larger files before reading them (``Settings.max_file_bytes`` at ingest).
 
     >>> load_file("notes.md").text  # doctest: +SKIP
     """
     path = Path(path).expanduser()
+    if path.is_symlink():
+        target = resolved(path)
+        if not target.exists():
+            raise LoadError(path, f"broken symbolic link (to {str(target)!r})")
     if not path.exists():
         raise LoadError(path, "no such file")
     if path.is_dir():
@@ -132,8 +159,17 @@ def load_file(path: Path | str) -> LoadedDocument:
     kind = file_kind(path)
     if kind is None:
         raise LoadError(path, f"unsupported file type {path.suffix or '(no extension)'!r}; supported: {', '.join(sorted(SUPPORTED_EXTENSIONS))}")
-    source = str(path.resolve())
+    source = str(resolved(path))
+    if max_bytes is not None:
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise LoadError(path, f"cannot read file: {exc.strerror or exc}") from None
+        if size > max_bytes:
+            raise LoadError(path, f"file is {size:,} bytes, over the limit of {max_bytes:,} bytes "
+                                  "(setting max_file_bytes, env CTXRAG_MAX_FILE_BYTES)")
     metadata: dict[str, Any] = {"file_type": kind}
+    warnings: list[str] = []
     title: str | None = None
     records: list[dict[str, Any]] | None = None
 
@@ -164,7 +200,13 @@ def load_file(path: Path | str) -> LoadedDocument:
             if kind == "json":
                 parsed, lines = parse_json_records(raw, path), None
             else:
-                parsed, lines = parse_jsonl_records(raw, path)
+                bad: list[tuple[int, str]] = []
+                parsed, lines = parse_jsonl_records(raw, path, bad_lines=bad)
+                if bad and not parsed:
+                    raise LoadError(path, f"no valid JSON line ({len(bad)} malformed; {bad[0][1]})")
+                if bad:
+                    shown = ", ".join(str(n) for n, _ in bad[:20]) + (", ..." if len(bad) > 20 else "")
+                    warnings.append(f"skipped {len(bad)} malformed line(s): {shown} (first: {bad[0][1]})")
             text, records = records_to_text(parsed, lines)
             if not records:
                 raise LoadError(path, "no records with text")
@@ -175,7 +217,8 @@ def load_file(path: Path | str) -> LoadedDocument:
         else:
             text = raw
             title = _markdown_title(text)
-    return LoadedDocument(text=text, source=source, title=title or path.stem, metadata=metadata, records=records)
+    return LoadedDocument(text=text, source=source, title=title or path.stem, metadata=metadata, records=records,
+                          warnings=warnings)
 
 
 def _is_skipped(name: str) -> bool:
@@ -195,8 +238,8 @@ def iter_files(paths: Iterable[Path | str], recursive: bool = True) -> Iterator[
         if not path.exists():
             raise LoadError(path, "no such file or directory")
         if not path.is_dir():
-            if path.resolve() not in seen:
-                seen.add(path.resolve())
+            if _identity(path) not in seen:
+                seen.add(_identity(path))
                 yield path
             continue
         if recursive:
@@ -205,10 +248,10 @@ def iter_files(paths: Iterable[Path | str], recursive: bool = True) -> Iterator[
                 dirs[:] = sorted(d for d in dirs if not _is_skipped(d))
                 found.extend(Path(root) / name for name in files if not _is_skipped(name))
         else:
-            found = [p for p in path.iterdir() if p.is_file() and not _is_skipped(p.name)]
+            found = [p for p in path.iterdir() if (p.is_file() or p.is_symlink()) and not _is_skipped(p.name)]
         for file in sorted(found):
-            if file_kind(file) is not None and file.resolve() not in seen:
-                seen.add(file.resolve())
+            if file_kind(file) is not None and _identity(file) not in seen:
+                seen.add(_identity(file))
                 yield file
 
 
@@ -220,8 +263,8 @@ def expand_paths(paths: Iterable[Path | str], recursive: bool = True) -> tuple[l
     for given in paths:
         try:
             for file in iter_files([given], recursive=recursive):
-                if file.resolve() not in seen:
-                    seen.add(file.resolve())
+                if _identity(file) not in seen:
+                    seen.add(_identity(file))
                     files.append(file)
         except LoadError as exc:
             errors.append(exc)

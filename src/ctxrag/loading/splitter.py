@@ -215,8 +215,12 @@ class ChunkSplitter(BaseDocumentTransformer):
     def _char_cut(self, start: int, end: int, first_level: int, section: int) -> list[_Atom]:
         atoms: list[_Atom] = []
         while start < end:
-            lo, hi = start + 1, end  # binary search: the longest prefix that fits (at least one character)
-            while lo < hi:
+            lo, step = start + 1, max(self.chunk_size, 1)
+            # gallop first, so a long unbroken run costs O(chunk) per atom instead of measuring the whole run
+            while start + step < end and self._fits(start, start + step):
+                lo, step = start + step, step * 2
+            hi = min(start + step, end)
+            while lo < hi:  # binary search: the longest prefix that fits (at least one character)
                 mid = (lo + hi + 1) // 2
                 lo, hi = (mid, hi) if self._fits(start, mid) else (lo, mid - 1)
             atoms.append(_Atom(start, lo, first_level if not atoms else CHAR, section))
@@ -326,10 +330,15 @@ class ChunkSplitter(BaseDocumentTransformer):
     def _pack(self, atoms: list[_Atom]) -> Iterable[tuple[int, int, int, int]]:
         """Yield ``(start, end, first_atom, last_atom)`` per chunk."""
         n, i, min_break = len(atoms), 0, 1
+        # next_section[k]: the first section start at or after atom k (n when none), computed once so that finding
+        # where a chunk's section ends is O(1) per chunk instead of a rescan of the remaining atoms (was quadratic)
+        next_section = [n] * (n + 1)
+        for k in range(n - 1, -1, -1):
+            next_section[k] = k if atoms[k].level == SECTION else next_section[k + 1]
         while i < n:
             hi = n
             if atoms[i].level != SECTION:  # a chunk that continues a section ends where the next section starts
-                hi = next((k for k in range(max(i + 1, min_break), n) if atoms[k].level == SECTION), n)
+                hi = next_section[min(max(i + 1, min_break), n)]
             j = max(self._last_fitting(atoms, i, hi, self.chunk_size), i) + 1  # atoms i..j-1 fit (or just atom i)
             b = j if j >= hi else self._choose_break(atoms, i, j, min_break)
             b = max(b, min(min_break, n))  # always make progress, even with an odd length_function

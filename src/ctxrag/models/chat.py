@@ -225,3 +225,30 @@ def ping_chat_model(model: BaseChatModel, *, max_tokens: int = 4) -> str:
 
 
 check_chat_model = ping_chat_model
+
+
+def as_model_error(exc: BaseException, model: Any) -> ModelError | None:
+    """The `ModelError` that `wrap_model_errors(model)` would raise for `exc` (a dead, refusing or garbled endpoint),
+    or None when `exc` is some other failure. For callers that see the error after the fact (the HTTP server)."""
+    if isinstance(exc, ModelError):
+        return exc
+    if isinstance(exc, CtxragError):
+        return None
+    verdict = _classify(exc)
+    if verdict is None and not _raised_by_client(exc):
+        return None
+    detail = _scrub(f"{type(exc).__name__}: {exc}", _secrets_of(model))
+    return ModelError(f"{describe_endpoint(model)} {verdict or 'answered garbage'}: {detail}")
+
+
+def model_failure_types() -> tuple[type[BaseException], ...]:
+    """The exception classes a dead, refusing or garbled endpoint raises (what `as_model_error` maps), so a server
+    can register one handler for them."""
+    import httpx
+
+    types: list[type[BaseException]] = [httpx.HTTPError, ConnectionError, TimeoutError]
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - langchain-openai depends on it
+        return tuple(types)
+    return (*types, openai.APIError)

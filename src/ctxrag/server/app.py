@@ -4,6 +4,11 @@ Routes (each with ``/invoke``, ``/batch``, ``/stream``, ``/stream_log`` and a ``
 ``/ask`` (RAG over the knowledge bases), ``/chat`` (the routing assistant over the first one), ``/search`` (the
 retriever), ``/notes`` (add / search / list notes of the first one); ``GET /health`` needs no token.
 
+Fails closed: an empty ``server.auth_token`` is refused at start (`ConfigError`). Without a token, POSTs must be
+JSON from a local origin (see `LocalRequestGuardMiddleware`). A model that is down or refuses gives 503 on every
+LLM route; a batch over ``server.max_batch_inputs`` gives 413; a query over ``max_query_chars`` gives 400.
+Absolute source paths go only to local clients unless ``server.expose_paths`` says otherwise.
+
 LangServe is archived upstream (pinned to 0.3.3): this module is the only place that imports it; the runnables
 live in `ctxrag.server.runnables` and work without it.
 
@@ -28,8 +33,18 @@ from langserve import add_routes
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, ModelError
-from ctxrag.server.middleware import BearerAuthMiddleware, BodySizeLimitMiddleware, StreamErrorGuardMiddleware
-from ctxrag.settings import Settings, get_settings
+from ctxrag.models.chat import as_model_error, model_failure_types
+from ctxrag.server.middleware import (
+    BatchSizeLimitMiddleware,
+    BearerAuthMiddleware,
+    BodySizeLimitMiddleware,
+    EventStreamRewriteMiddleware,
+    LocalRequestGuardMiddleware,
+    StreamErrorGuardMiddleware,
+    is_local_client,
+)
+from ctxrag.server.runnables import EXPOSE_PATHS_KEY, hide_paths_in_text
+from ctxrag.settings import ServerSettings, Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +73,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     async def known_error(request: Request, exc: Exception) -> JSONResponse:
+        model_error = as_model_error(exc, getattr(request.app.state, "llm", None))
+        if model_error is not None:  # a dead or refusing endpoint raises the client's own errors: 503, not 500
+            log.warning("%s %s: %s", request.method, request.url.path, model_error)
+            exc = model_error
         status = _status_of(exc)
         if status == 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
@@ -67,8 +86,36 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestValidationError, validation)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
-    for exc_type in (CtxragError, ValueError, Exception):
+    # model failures get their own entry: Starlette re-raises what only the catch-all `Exception` handler takes,
+    # which closes the client's keep-alive connection after the 503
+    for exc_type in (CtxragError, ValueError, *model_failure_types(), Exception):
         app.add_exception_handler(exc_type, known_error)
+
+
+def check_auth_token(server: ServerSettings) -> str | None:
+    """The token to require, None when auth is off; `ConfigError` for a token that is set but blank (fail closed:
+    ``CTXRAG_SERVER__AUTH_TOKEN=`` must not silently serve without auth)."""
+    if server.auth_token is None:
+        return None
+    raw = server.auth_token.get_secret_value()
+    if not raw.strip():
+        raise ConfigError("server.auth_token is set but empty (CTXRAG_SERVER__AUTH_TOKEN=''): refusing to start "
+                          "without auth; set a real token, or unset the variable to serve without auth")
+    return raw
+
+
+def _may_see_paths(expose: str, client_host: str | None) -> bool:
+    return expose == "always" or (expose == "local" and is_local_client(client_host))
+
+
+def _path_policy(expose: str) -> Any:
+    """LangServe's per-request config hook: tell the runnables whether this client may see absolute paths."""
+
+    def modify(config: dict[str, Any], request: Request) -> dict[str, Any]:
+        allowed = _may_see_paths(expose, request.client.host if request.client else None)
+        return {**config, "metadata": {**(config.get("metadata") or {}), EXPOSE_PATHS_KEY: allowed}}
+
+    return modify
 
 
 def create_app(
@@ -90,6 +137,7 @@ def create_app(
     from ctxrag.server import runnables
 
     s = settings or get_settings()
+    token = check_auth_token(s.server)
     if kbs is None:
         names = list(kb_names or [s.default_kb])
         if not names:
@@ -113,24 +161,30 @@ def create_app(
                   description="Contextual RAG over Chinese and English knowledge bases (LangServe routes).")
     _install_error_handlers(app)
     routes: dict[str, str] = {}
-    add_routes(app, runnables.search_runnable(kbs, mode=mode, k=max(k, 5)), path="/search")
+    limit = s.max_query_chars
+    policy = _path_policy(s.server.expose_paths)
+    add_routes(app, runnables.search_runnable(kbs, mode=mode, k=max(k, 5), max_query_chars=limit), path="/search",
+               per_req_config_modifier=policy)
     routes["/search"] = "retriever: query string -> ranked chunks"
     if llm is not None:
-        add_routes(app, runnables.ask_runnable(kbs, llm, mode=mode, k=k), path="/ask")
+        add_routes(app, runnables.ask_runnable(kbs, llm, mode=mode, k=k, max_query_chars=limit), path="/ask",
+                   per_req_config_modifier=policy)
         routes["/ask"] = "RAG answer with [n] citations"
         try:
-            add_routes(app, runnables.chat_runnable(kbs[0], llm, k=k), path="/chat")
+            add_routes(app, runnables.chat_runnable(kbs[0], llm, k=k, max_query_chars=limit), path="/chat",
+                       per_req_config_modifier=policy)
             routes["/chat"] = f"routing assistant over {kbs[0].name!r}"
         except ImportError as e:  # the assistant is optional
             log.warning("no /chat route: %s", e)
     try:
-        add_routes(app, runnables.notes_runnable(kbs[0]), path="/notes")
+        add_routes(app, runnables.notes_runnable(kbs[0], max_query_chars=limit), path="/notes",
+                   per_req_config_modifier=policy)
         routes["/notes"] = f"add / search / list notes of {kbs[0].name!r}"
     except ImportError as e:
         log.warning("no /notes route: %s", e)
 
     health = {"status": "ok", "version": _version(), "knowledge_bases": [kb.name for kb in kbs],
-              "llm": llm_note, "routes": routes, "auth": s.server.auth_token is not None}
+              "llm": llm_note, "routes": routes, "auth": token is not None}
 
     @app.get("/health", tags=["meta"])
     def health_route() -> dict[str, Any]:
@@ -143,12 +197,19 @@ def create_app(
 
     app.state.knowledge_bases = kbs
     app.state.llm = llm
-    # the last added runs first: auth refuses before a large body is read; then the size limit; then the stream guard
+    # the last added runs first: auth refuses before a large body is read; then the cross-site guard; then the size
+    # limit; then the batch cap (on the bounded body); then the stream guard
+    expose = s.server.expose_paths
+    if expose != "always":  # intermediate steps (stream_log, stream_events) carry paths the final output hides
+        app.add_middleware(EventStreamRewriteMiddleware, rewrite=hide_paths_in_text,
+                           applies_to=lambda host: not _may_see_paths(expose, host))
     app.add_middleware(StreamErrorGuardMiddleware)
+    app.add_middleware(BatchSizeLimitMiddleware, max_inputs=s.server.max_batch_inputs)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=s.server.max_body_bytes)
-    token = s.server.auth_token
-    if token is not None and token.get_secret_value():
-        app.add_middleware(BearerAuthMiddleware, token=token, public_paths=("/health",))
+    app.add_middleware(LocalRequestGuardMiddleware, check_origin=token is None,
+                       allowed_hosts=[s.server.host, *s.server.allowed_hosts])
+    if token is not None:
+        app.add_middleware(BearerAuthMiddleware, token=s.server.auth_token, public_paths=("/health",))
     return app
 
 

@@ -1,7 +1,9 @@
-"""Pure-ASGI middleware for the HTTP endpoint: bearer-token auth and a request body size limit.
+"""Pure-ASGI middleware for the HTTP endpoint: bearer-token auth, a request body size limit, a batch size cap, the
+cross-site guard for a server without a token (JSON only, local Origin/Host), and source-path hiding in the
+intermediate-step streams.
 
-Both are plain ASGI (no ``BaseHTTPMiddleware``) so server-sent-event streams pass through untouched, and both answer
-with a JSON body ``{"detail": ...}`` like FastAPI's own errors.
+All are plain ASGI (no ``BaseHTTPMiddleware``) so server-sent-event streams pass through, and all answer with a
+JSON body ``{"detail": ...}`` like FastAPI's own errors.
 
 Example::
 
@@ -169,3 +171,182 @@ class StreamErrorGuardMiddleware:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except Exception:  # noqa: BLE001 - the client is gone
                     pass
+
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or []:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def host_of(value: str) -> str:
+    """The host name of a ``Host`` header or an ``Origin`` URL, lower-case, without port or brackets.
+
+    >>> host_of("http://[::1]:8000"), host_of("LocalHost:8000")
+    ('::1', 'localhost')
+    """
+    value = value.strip().lower()
+    if "://" in value:
+        value = value.split("://", 1)[1]
+    value = value.split("/", 1)[0].rsplit("@", 1)[-1]
+    if value.startswith("["):
+        return value[1:].split("]", 1)[0]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class LocalRequestGuardMiddleware:
+    """Cross-site request protection for a server without a token (any web page the user opens could POST to it).
+
+    Every POST must be ``application/json`` (415 otherwise): a browser sends JSON cross-site only after a CORS
+    preflight, which this server never grants. When `check_origin` is on (no token set), a POST whose ``Origin``
+    or ``Host`` names another host than localhost, 127.0.0.1, ::1 or one of `allowed_hosts` gets 403 (a foreign
+    page, or DNS rebinding).
+    """
+
+    def __init__(self, app: ASGIApp, *, check_origin: bool, allowed_hosts: Iterable[str] = ()) -> None:
+        self.app = app
+        self.check_origin = check_origin
+        self.allowed = LOCAL_HOSTS | {host_of(h) for h in allowed_hosts if h and h not in ("0.0.0.0", "::")}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        if self.check_origin:
+            for name in (b"origin", b"host"):
+                value = _header(scope, name)
+                if value is not None and value != "null" and host_of(value) not in self.allowed:
+                    await send_json(send, 403, {"detail": f"cross-site request refused: {name.decode().title()} "
+                                                          f"{value[:100]!r} is not this server (allowed hosts: "
+                                                          f"{sorted(self.allowed)}; add others with "
+                                                          "server.allowed_hosts, or set server.auth_token)"})
+                    return
+                if name == b"origin" and value == "null":  # sandboxed frames and file:// pages send "null"
+                    await send_json(send, 403, {"detail": "cross-site request refused: Origin 'null'"})
+                    return
+        content_type = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+        if content_type != "application/json":
+            await send_json(send, 415, {"detail": f"POST bodies must be sent as 'application/json', got "
+                                                  f"{content_type or 'no content type'!r}"})
+            return
+        await self.app(scope, receive, send)
+
+
+class BatchSizeLimitMiddleware:
+    """413 for a ``.../batch`` request carrying more than `max_inputs` inputs (LangServe's ``{"inputs": [...]}``).
+
+    Runs inside `BodySizeLimitMiddleware`, so the body it reads is already bounded; the body is replayed to the app.
+    """
+
+    def __init__(self, app: ASGIApp, max_inputs: int) -> None:
+        if max_inputs <= 0:
+            raise ValueError(f"max_inputs must be positive, got {max_inputs}")
+        self.app = app
+        self.max_inputs = max_inputs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or not scope.get("path", "").rstrip("/").endswith("/batch"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        try:
+            inputs = json.loads(body).get("inputs")
+        except (ValueError, AttributeError):
+            inputs = None  # malformed: the route answers it with its own 422
+        if isinstance(inputs, list) and len(inputs) > self.max_inputs:
+            await send_json(send, 413, {"detail": f"too many inputs in one batch: {len(inputs)} (limit {self.max_inputs};"
+                                                  " setting server.max_batch_inputs, env "
+                                                  "CTXRAG_SERVER__MAX_BATCH_INPUTS)"})
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def is_local_client(host: str | None) -> bool:
+    """True for a loopback client address (127.0.0.0/8, ::1, IPv4-mapped 127.x)."""
+    host = (host or "").lower()
+    return host in LOCAL_HOSTS or host.startswith("127.") or host.startswith("::ffff:127.")
+
+
+class EventStreamRewriteMiddleware:
+    """Rewrites every ``data:`` JSON of the server-sent events of ``/stream_log`` and ``/stream_events`` with
+    `rewrite`, for clients that `applies_to` selects (by client address).
+
+    Those two endpoints send the outputs of every intermediate step (the retriever's documents with their
+    source paths), which the per-request config of the final output does not reach.
+    """
+
+    _PATHS = ("/stream_log", "/stream_events")
+
+    def __init__(self, app: ASGIApp, *, rewrite: Callable[[Any], Any], applies_to: Callable[[str | None], bool]) -> None:
+        self.app = app
+        self.rewrite = rewrite
+        self.applies_to = applies_to
+
+    def _event(self, event: bytes) -> bytes:
+        lines = event.split(b"\r\n") if b"\r\n" in event else event.split(b"\n")
+        out = []
+        for line in lines:
+            if line.startswith(b"data: "):
+                try:
+                    data = json.loads(line[6:])
+                except ValueError:
+                    out.append(line)
+                    continue
+                line = b"data: " + json.dumps(self.rewrite(data), ensure_ascii=False).encode("utf-8")
+            out.append(line)
+        return (b"\r\n" if b"\r\n" in event else b"\n").join(out)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "").rstrip("/")
+        client = (scope.get("client") or (None, None))[0]
+        if scope["type"] != "http" or not path.endswith(self._PATHS) or not self.applies_to(client):
+            await self.app(scope, receive, send)
+            return
+        buffer = b""
+
+        async def rewriting_send(message: Message) -> None:
+            nonlocal buffer
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"content-length"]
+                await send({**message, "headers": headers})
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            buffer += message.get("body", b"")
+            more = message.get("more_body", False)
+            events = []
+            while True:  # complete events end with a blank line
+                cut = min((i for i in (buffer.find(b"\r\n\r\n"), buffer.find(b"\n\n")) if i >= 0), default=-1)
+                if cut < 0:
+                    break
+                sep = 4 if buffer[cut:cut + 4] == b"\r\n\r\n" else 2
+                events.append(self._event(buffer[:cut]) + buffer[cut:cut + sep])
+                buffer = buffer[cut + sep:]
+            if not more and buffer:
+                events.append(self._event(buffer))
+                buffer = b""
+            await send({"type": "http.response.body", "body": b"".join(events), "more_body": more})
+
+        await self.app(scope, receive, rewriting_send)

@@ -15,13 +15,23 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import threading
 from typing import Any, AsyncIterator, Iterator, Literal, Sequence
 
 from langchain_core.documents import Document
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator, RunnableLambda
 from langchain_core.runnables.utils import AddableDict
 from pydantic import BaseModel, Field
+
+from ctxrag.errors import DocumentNotFound
+from ctxrag.text import check_query
+
+DEFAULT_MAX_QUERY_CHARS = 4000
+"""The query length limit when none is given (``Settings.max_query_chars`` in the server)."""
+EXPOSE_PATHS_KEY = "ctxrag_expose_paths"
+"""Config metadata key: False makes the runnables send file names instead of absolute source paths."""
 
 Role = Literal["human", "user", "ai", "assistant", "system"]
 
@@ -29,7 +39,7 @@ Role = Literal["human", "user", "ai", "assistant", "system"]
 class AskInput(BaseModel):
     """A question for the RAG chain, with optional earlier turns."""
 
-    question: str = Field(..., min_length=1, max_length=4000, description="The question.")
+    question: str = Field(..., min_length=1, description="The question (at most max_query_chars characters).")
     history: list[tuple[Role, str]] = Field(default_factory=list, description="Earlier turns as (role, text).")
 
 
@@ -46,7 +56,7 @@ class AskOutput(BaseModel):
 class ChatInput(BaseModel):
     """A turn for the routing assistant."""
 
-    question: str = Field(..., min_length=1, max_length=4000, description="The question or message.")
+    question: str = Field(..., min_length=1, description="The question or message (at most max_query_chars).")
     selected_doc_ids: list[str] = Field(default_factory=list, description="Restrict answers to these documents.")
     history: list[tuple[Role, str]] = Field(default_factory=list, description="Earlier turns as (role, text).")
     allow_general_knowledge: bool = Field(False, description="Answer from general knowledge when the KB has nothing.")
@@ -86,30 +96,109 @@ class NotesOutput(BaseModel):
     notes: list[dict[str, Any]] = Field(default_factory=list)
 
 
-def _check_query(query: Any) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError(f"search needs a non-empty query string, got {query!r:.200}")
-    if len(query) > 4000:
-        raise ValueError(f"search query too long ({len(query)} characters, limit 4000)")
-    return query.strip()
+def _question_checker(max_chars: int) -> Runnable:
+    """Refuses a blank or over-long ``question`` (a `QueryError`, HTTP 400) before any model or index runs."""
+
+    def check(inp: Any) -> Any:
+        if isinstance(inp, BaseModel):
+            inp = inp.model_dump()
+        if isinstance(inp, dict):
+            return {**inp, "question": check_query(inp.get("question"), max_chars, what="question")}
+        return check_query(inp, max_chars, what="question")
+
+    return RunnableLambda(check, name="check_question")
 
 
-def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5) -> Runnable:
+def _short_source(source: str) -> str:
+    """An absolute file path -> its file name; URIs (``note://``) and relative names stay as they are."""
+    return os.path.basename(source) if os.path.isabs(source) else source
+
+
+def hide_paths(value: Any) -> Any:
+    """`value` with every ``source`` (Document metadata, source dicts, JSON-patch ops on a ``.../source`` path) cut
+    to its file name; copies, never mutates.
+
+    >>> hide_paths({"sources": [{"n": 1, "source": "/home/ann/docs/a.md"}]})
+    {'sources': [{'n': 1, 'source': 'a.md'}]}
+    """
+    if isinstance(value, Document):
+        return value.model_copy(update={"metadata": hide_paths(value.metadata)})
+    if isinstance(value, dict):
+        out = type(value)({k: _short_source(v) if k == "source" and isinstance(v, str) else hide_paths(v)
+                           for k, v in value.items()})
+        if isinstance(out.get("path"), str) and out["path"].endswith("/source") and isinstance(out.get("value"), str):
+            out["value"] = _short_source(out["value"])  # a stream_log patch that sets one source
+        return out
+    if isinstance(value, list):
+        return [hide_paths(v) for v in value]
+    if type(value) is tuple:
+        return tuple(hide_paths(v) for v in value)
+    return value
+
+
+# an absolute POSIX path inside free text (not a URL's path: no ':' or '/' or a word character right before it)
+_PATH_IN_TEXT = re.compile(r"(?<![\w.~:/-])/(?:[^/\s\"'()\[\],;:]+/)+([^/\s\"'()\[\],;:]+)")
+
+
+def hide_paths_in_text(value: Any) -> Any:
+    """`hide_paths`, and every absolute path inside any string cut to its file name (for the intermediate-step
+    streams, whose prompts quote ``(source: Title, /abs/path)``); JSON-like values only.
+
+    >>> hide_paths_in_text({"text": "(source: FAQ, /srv/kb/faq.md) see https://x.org/a/b"})
+    {'text': '(source: FAQ, faq.md) see https://x.org/a/b'}
+    """
+    if isinstance(value, str):
+        return _PATH_IN_TEXT.sub(r"\1", value)
+    if isinstance(value, dict):
+        return {k: hide_paths_in_text(v) for k, v in hide_paths(value).items()}
+    if isinstance(value, list):
+        return [hide_paths_in_text(v) for v in value]
+    return value
+
+
+def _exposes_paths(config: RunnableConfig | None) -> bool:
+    return bool(((config or {}).get("metadata") or {}).get(EXPOSE_PATHS_KEY, True))
+
+
+def _path_filter() -> Runnable:
+    """Passes outputs (and stream chunks) through, cut by `hide_paths` when the request's config says so."""
+
+    def transform(chunks: Iterator[Any], config: RunnableConfig) -> Iterator[Any]:
+        expose = _exposes_paths(config)
+        for chunk in chunks:
+            yield chunk if expose else hide_paths(chunk)
+
+    async def atransform(chunks: AsyncIterator[Any], config: RunnableConfig) -> AsyncIterator[Any]:
+        expose = _exposes_paths(config)
+        async for chunk in chunks:
+            yield chunk if expose else hide_paths(chunk)
+
+    return RunnableGenerator(transform, atransform, name="source_paths")
+
+
+def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
+                    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """Query string -> ranked chunks (`Document` with ``score`` metadata) over the knowledge bases `kbs`."""
     from ctxrag.retrievers.factory import make_multi_kb_retriever
 
     retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k)
-    chain = RunnableLambda(_check_query, name="check_query") | retriever
+
+    def check(query: Any) -> str:
+        return check_query(query, max_query_chars)
+
+    chain = RunnableLambda(check, name="check_query") | retriever | _path_filter()
     chain.name = "search_query"  # names the playground's input field
     return chain.with_types(input_type=str, output_type=list[Document]).with_config(run_name="ctxrag_search")
 
 
-def ask_runnable(kbs: Sequence[Any], llm: Any, *, mode: str = "hybrid", k: int = 4) -> Runnable:
+def ask_runnable(kbs: Sequence[Any], llm: Any, *, mode: str = "hybrid", k: int = 4,
+                 max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """The RAG chain (`ctxrag.chains.rag.build_rag_chain`) over the knowledge bases `kbs`, typed for serving."""
     from ctxrag.chains.rag import build_rag_chain
     from ctxrag.retrievers.factory import make_multi_kb_retriever
 
     chain = build_rag_chain(make_multi_kb_retriever(list(kbs), mode=mode, k=k), llm)
+    chain = _question_checker(max_query_chars) | chain | _path_filter()
     return chain.with_types(input_type=AskInput, output_type=AskOutput)
 
 
@@ -164,15 +253,30 @@ def streaming_adapter(runnable: Runnable, *, name: str) -> Runnable:
     return RunnableLambda(stream, afunc=astream, name=name)
 
 
-def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast") -> Runnable:
-    """The routing assistant (`ctxrag.chains.assistant.Assistant`) over `kb`, streaming sync and async, typed."""
+def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast",
+                  max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
+    """The routing assistant (`ctxrag.chains.assistant.Assistant`) over `kb`, streaming sync and async, typed.
+
+    Unknown ``selected_doc_ids`` raise `DocumentNotFound` naming them (HTTP 404) before the assistant runs."""
     from ctxrag.chains.assistant import build_assistant_chain
 
     bot = build_assistant_chain(kb, llm, router=router, k=k)
-    return streaming_adapter(bot, name="ctxrag_chat").with_types(input_type=ChatInput, output_type=ChatOutput)
+
+    def check_selected(inp: Any) -> Any:
+        selected = inp.get("selected_doc_ids") if isinstance(inp, dict) else None
+        if isinstance(selected, list):
+            unknown = [d for d in selected if isinstance(d, str) and kb.store.get_document(d) is None]
+            if unknown:
+                raise DocumentNotFound(f"unknown selected_doc_ids {unknown} in knowledge base {kb.name!r} "
+                                       f"(see `ctxrag doc list --kb {kb.name}`)")
+        return inp
+
+    chain = (_question_checker(max_query_chars) | RunnableLambda(check_selected, name="check_selected")
+             | streaming_adapter(bot, name="ctxrag_chat") | _path_filter())
+    return chain.with_types(input_type=ChatInput, output_type=ChatOutput)
 
 
-def notes_runnable(kb: Any) -> Runnable:
+def notes_runnable(kb: Any, *, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """Add, search and list notes of `kb` (see `NotesInput`); returns `NotesOutput` as a dict."""
     from ctxrag.notes import NoteBook
 
@@ -189,8 +293,10 @@ def notes_runnable(kb: Any) -> Runnable:
             query = x.query or x.text
             if not query or not query.strip():
                 raise ValueError("notes action 'search' needs a non-empty 'query'")
+            query = check_query(query, max_query_chars)
             return {"action": "search",
                     "notes": [{**n.to_dict(), "score": s} for n, s in book.search(query, k=x.k, tag=x.tag or None)]}
         return {"action": "list", "notes": [n.to_dict() for n in book.list(tag=x.tag or None)]}
 
-    return RunnableLambda(run, name="ctxrag_notes").with_types(input_type=NotesInput, output_type=NotesOutput)
+    chain = RunnableLambda(run, name="ctxrag_notes") | _path_filter()
+    return chain.with_types(input_type=NotesInput, output_type=NotesOutput)
