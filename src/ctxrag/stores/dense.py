@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import faiss
@@ -35,6 +37,19 @@ EXACT_FILTER_LIMIT = 20_000
 """A filtered HNSW search with at most this many allowed vectors scores them all exactly (fast, and never starved)."""
 _TOMBSTONE_FRACTION = 0.2
 _BLOCK = 50_000
+_THREADS = faiss.omp_get_max_threads()
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One query at a time gains nothing from OpenMP, and on a busy machine its thread barriers cost milliseconds
+    (measured: 24 ms instead of 0.2 ms for 3,000 flat vectors with 2 threads on 2 loaded cores). The OpenMP thread
+    count is per calling thread, so this does not slow a build running in another thread."""
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(_THREADS)
 
 
 class FaissIndex:
@@ -144,6 +159,10 @@ class FaissIndex:
         self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
     ) -> list[tuple[str, float]]:
         """Top-k (chunk id, cosine) for a unit query vector; `allowed_chunk_ids` restricts the candidates."""
+        with _one_thread():
+            return self._search(vector, k, allowed_chunk_ids)
+
+    def _search(self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None) -> list[tuple[str, float]]:
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
         if self._index is None or not self._int_of:
