@@ -42,12 +42,14 @@ BLOCK = 20_000
 
 
 def _vocab(rng: np.random.Generator) -> np.ndarray:
-    cons, vow = list("bcdfghjklmnprstvwz"), list("aeiou")
-    words: set[str] = set()
+    """VOCAB distinct pseudo-words of 2-4 consonant-vowel syllables, shortest first (the frequent ones)."""
+    syllables = np.array([c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"])
+    words: dict[str, None] = {}
     while len(words) < VOCAB:
         n = int(rng.integers(2, 5))
-        words.add("".join(rng.choice(cons) + rng.choice(vow) for _ in range(n)))
-    return np.array(sorted(words, key=lambda w: (len(w), w)))
+        for row in syllables[rng.integers(0, len(syllables), (VOCAB, n))].tolist():
+            words["".join(row)] = None
+    return np.array(sorted(list(words)[:VOCAB], key=lambda w: (len(w), w)))
 
 
 class Corpus:
@@ -86,9 +88,15 @@ class Corpus:
         rng = np.random.default_rng([self.seed, 999_999])
         picks = np.sort(rng.choice(self.n, size=q, replace=False))
         out = []
+        cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for j in picks.tolist():
-            _, vecs, cluster, ids = self.block(j - j % BLOCK, min(self.n, j - j % BLOCK + BLOCK))
-            i = j % BLOCK
+            start = j - j % BLOCK
+            if start not in cache:  # picks are sorted: one block generated at a time
+                cache.clear()
+                _, vecs, cluster, ids = self.block(start, min(self.n, start + BLOCK))
+                cache[start] = (vecs, cluster, ids)
+            vecs, cluster, ids = cache[start]
+            i = j - start
             rare = str(self.vocab[ids[i].max()])
             topic = self.vocab[self.topics[cluster[i]][rng.integers(0, 20, 3)]].tolist()
             v = vecs[i] + 0.05 * rng.standard_normal(DIM).astype(np.float32)

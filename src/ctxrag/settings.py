@@ -107,7 +107,7 @@ class DenseIndexSettings(BaseModel):
     """Vectors at which `auto` switches to HNSW (measured with bench/bench_scale.py --crossover, docs/scale.md)."""
     hnsw_m: int = Field(default=32, ge=4, le=128)
     """HNSW links per node (memory: about 2*M*4 bytes per vector on top of the vector)."""
-    hnsw_ef_construction: int = Field(default=80, ge=8)
+    hnsw_ef_construction: int = Field(default=40, ge=8)
     """HNSW build breadth: higher builds slower and finds better links."""
     hnsw_ef_search: int = Field(default=96, ge=8)
     """HNSW query breadth: higher is slower and more exact (recall@10 measured in bench/bench_scale.py)."""

@@ -186,3 +186,33 @@ def test_knowledge_base_uses_the_configured_kind_and_keeps_it(tmp_path: Path) ->
         assert "mem://3" not in [d.metadata["source"] for d in kb.search("note number 3 about valves", k=4, mode="dense")]
     finally:
         kb.close()
+
+
+def test_id_map_formats_and_damage(tmp_path: Path) -> None:
+    """Ids are saved as an int array plus one chunk id per line (fast to load at a million); ids holding a newline,
+    and saves made before, use JSON pairs; a damaged map is an IndexCorruptError naming the file."""
+    vecs = _clustered(20)
+    idx = FaissIndex()
+    idx.add(_chunks(vecs))
+    idx.delete(["d3:0"])
+    idx.save(tmp_path / "a")
+    assert (tmp_path / "a" / dense_mod.CHUNK_IDS_FILE).read_text().split("\n")[:2] == ["d0:0", "d1:0"]
+    again = FaissIndex.load(tmp_path / "a")
+    assert again.chunk_ids == idx.chunk_ids and again.search(vecs[4], 1) == idx.search(vecs[4], 1)
+    # the format before: pairs inside ids.json
+    meta = json.loads((tmp_path / "a" / dense_mod.IDS_FILE).read_text())
+    meta["ids"] = [[i, c] for c, i in idx._int_of.items()]
+    (tmp_path / "a" / dense_mod.IDS_FILE).write_text(json.dumps(meta))
+    (tmp_path / "a" / dense_mod.CHUNK_IDS_FILE).unlink()
+    assert FaissIndex.load(tmp_path / "a").search(vecs[4], 1) == idx.search(vecs[4], 1)
+    odd = FaissIndex()
+    odd.add([IndexedChunk("line\nbreak", "d", "t", "t", vector=vecs[0])])
+    odd.save(tmp_path / "b")
+    assert FaissIndex.load(tmp_path / "b").chunk_ids == ["line\nbreak"]
+    idx.save(tmp_path / "c")
+    (tmp_path / "c" / dense_mod.CHUNK_IDS_FILE).write_text("d0:0\nd1:0")
+    with pytest.raises(IndexCorruptError, match="unreadable dense index id map"):
+        FaissIndex.load(tmp_path / "c")
+    (tmp_path / "c" / dense_mod.INT_IDS_FILE).unlink()
+    with pytest.raises(IndexCorruptError, match="int_ids.npy"):
+        FaissIndex.load(tmp_path / "c")
