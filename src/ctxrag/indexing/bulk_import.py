@@ -208,8 +208,13 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
     pq = _pyarrow_parquet()
     n = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-        for row in batch.to_pylist():
+        vectors = _vector_block(batch)
+        columns = [c for c in batch.schema.names if vectors is None or c != "vector"]
+        rows = batch.select(columns).to_pylist()
+        for j, row in enumerate(rows):
             n += 1
+            if vectors is not None:
+                row["vector"] = vectors[j]
             md = row.get("metadata")
             if isinstance(md, str):  # metadata stored as a JSON string column
                 try:
@@ -217,6 +222,27 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 except ValueError as e:
                     row = _BadJSON(f"metadata is not valid JSON ({e})")
             yield n, row
+
+
+def _vector_block(batch: Any) -> np.ndarray | None:
+    """The batch's vectors as one float array when every row has one of the same length (the common case: no
+    Python float per number); None to fall back to row by row."""
+    if "vector" not in batch.schema.names:
+        return None
+    col = batch.column("vector")
+    try:
+        if col.null_count:
+            return None
+        flat = col.flatten().to_numpy(zero_copy_only=False)
+        lengths = np.diff(np.asarray(col.offsets)) if hasattr(col, "offsets") else None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    n = len(col)
+    if n == 0 or flat.dtype.kind not in "fiu" or len(flat) % n:
+        return None
+    if lengths is not None and not (lengths == len(flat) // n).all():
+        return None
+    return flat.reshape(n, -1)
 
 
 def _check(fields: Any, n: int, file_name: str, dim: int | None) -> _Record:
@@ -228,17 +254,21 @@ def _check(fields: Any, n: int, file_name: str, dim: int | None) -> _Record:
     if not isinstance(text, str) or not text.strip():
         raise ValueError("missing or empty 'text' (a non-empty string is required)")
     vec = fields.get("vector")
-    if not isinstance(vec, (list, tuple)) or not vec:
+    if isinstance(vec, np.ndarray):  # Parquet's vector block
+        vec = vec if vec.size else None
+    elif not isinstance(vec, (list, tuple)) or not vec:
         raise ValueError(f"missing 'vector' (a list of numbers is required), got {type(vec).__name__}")
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vec):
+    elif not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vec):
         bad = next(x for x in vec if not isinstance(x, (int, float)) or isinstance(x, bool))
         raise ValueError(f"'vector' holds a non-number {bad!r}")
+    if vec is None:
+        raise ValueError("missing 'vector' (a list of numbers is required), got an empty one")
     if dim is not None and len(vec) != dim:
         raise ValueError(f"'vector' has dimension {len(vec)}, the knowledge base's embedding dimension is {dim}")
     arr = np.asarray(vec, dtype=np.float64)
     if not np.isfinite(arr).all():
         i = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise ValueError(f"'vector'[{i}] is {vec[i]!r}; numbers must be finite")
+        raise ValueError(f"'vector'[{i}] is {arr[i]!r}; numbers must be finite")
     norm = float(np.linalg.norm(arr))
     if norm == 0.0 or not math.isfinite(norm):
         raise ValueError("'vector' is all zeros (cannot be normalised)")
