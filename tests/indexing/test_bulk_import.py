@@ -203,11 +203,18 @@ def test_parquet_import_names_bad_rows(kb: KnowledgeBase, tmp_path: Path) -> Non
     pq.write_table(table, tmp_path / "c.parquet")
     report = _import(kb, tmp_path / "c.parquet")
     assert len(report.added) == 2 and kb.stats()["chunks"] == 3
-    bad = pa.Table.from_pylist([{"text": "ok", "vector": _vec(1)}, {"text": "", "vector": _vec(2)}])
+    bad = pa.Table.from_pylist([{"text": "ok", "vector": _vec(1)}, {"text": "", "vector": _vec(2)},
+                                {"text": "nan", "vector": [float("nan")] + _vec(3)[1:]}, {"text": "d", "vector": [1.0, 2.0]}])
     pq.write_table(bad, tmp_path / "bad.parquet")
-    with pytest.raises(BulkImportError, match="row 2"):
+    with pytest.raises(BulkImportError) as info:
         _import(kb, tmp_path / "bad.parquet")
+    assert [n for n, _ in info.value.errors] == [2, 3, 4] and "row 2" in str(info.value)
+    assert "finite" in info.value.errors[1][1] and "dimension 2" in info.value.errors[2][1]
     assert kb.stats()["chunks"] == 3
+    # float32 fixed-size vectors (what a GPU job writes) go through as one block
+    vecs = pa.FixedSizeListArray.from_arrays(pa.array(np.asarray([_vec(6), _vec(7)], "float32").reshape(-1)), DIM)
+    pq.write_table(pa.table({"text": ["six", "seven"], "vector": vecs, "source": ["pq://a", "pq://a"]}), tmp_path / "f.parquet")
+    assert [f.chunks for f in _import(kb, tmp_path / "f.parquet").added] == [2] and kb.stats()["chunks"] == 5
 
 
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("pymilvus", "milvus_lite")),
