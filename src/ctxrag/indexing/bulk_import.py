@@ -80,7 +80,7 @@ class _Record:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def kb_dimension(dense: Any, settings: Settings) -> int | None:
+def kb_dimension(dense: object, settings: Settings) -> int | None:
     """The vector dimension a knowledge base expects: its dense index's, else the configured model's when known."""
     dim = getattr(dense, "dim", None)
     if dim:
