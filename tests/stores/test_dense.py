@@ -216,3 +216,26 @@ def test_id_map_formats_and_damage(tmp_path: Path) -> None:
     (tmp_path / "c" / dense_mod.INT_IDS_FILE).unlink()
     with pytest.raises(IndexCorruptError, match="int_ids.npy"):
         FaissIndex.load(tmp_path / "c")
+
+
+@pytest.mark.parametrize("config", [DenseIndexSettings(kind="flat"), HNSW], ids=["flat", "hnsw"])
+def test_loaded_index_is_memory_mapped_and_becomes_writable(config: DenseIndexSettings, tmp_path: Path) -> None:
+    """`load` maps the vectors (fast open at a million); the first write reads the file into memory, or, when that
+    generation folder is already gone, copies the vectors out of the mapping."""
+    vecs = _clustered(300)
+    idx = FaissIndex(config=config)
+    idx.add(_chunks(vecs))
+    idx.save(tmp_path / "g")
+    for remove_file in (False, True):
+        loaded = FaissIndex.load(tmp_path / "g", config)
+        assert (loaded._mapped_from is not None) == bool(dense_mod._MMAP_FLAG)
+        assert loaded.search(vecs[5], 3) == idx.search(vecs[5], 3)
+        loaded.save(tmp_path / "copy")  # saving a mapped index writes a full copy
+        assert FaissIndex.load(tmp_path / "copy", config).search(vecs[6], 2) == idx.search(vecs[6], 2)
+        if remove_file:
+            (tmp_path / "g" / dense_mod.INDEX_FILE).unlink()
+        loaded.delete(["d1:0"])
+        loaded.add(_chunks(_clustered(5, seed=9), prefix="new"))
+        assert loaded._mapped_from is None and len(loaded) == 304 and "d1:0" not in loaded
+        assert loaded.search(_clustered(5, seed=9)[2], 1)[0][0] == "new2:0"
+        assert loaded.search(vecs[7], 1)[0][0] == "d7:0"

@@ -5,6 +5,7 @@ Exact (``IndexFlatIP``) while small; HNSW (``IndexHNSWFlat``, approximate) for l
 ``IndexIDMap2`` keyed by int ids mapped to chunk ids. FAISS's HNSW cannot remove vectors, so a delete there leaves a
 tombstone that searches skip (an id selector) until tombstones pass a fifth of the index and the graph is rebuilt from
 the live vectors. Filters are FAISS id selectors; a filter that leaves few candidates is answered exactly.
+A saved index is opened as a memory map (``IO_FLAG_MMAP_IFC``), read into memory only before its first write.
 
 Example::
 
@@ -40,6 +41,8 @@ EXACT_FILTER_LIMIT = 20_000
 _TOMBSTONE_FRACTION = 0.2
 _BLOCK = 50_000
 _THREADS = faiss.omp_get_max_threads()
+_MMAP_FLAG = getattr(faiss, "IO_FLAG_MMAP_IFC", 0)
+"""Map flat vectors in place instead of copying them (FAISS 1.10+); 0 (a plain read) on older FAISS."""
 
 
 @contextmanager
@@ -68,6 +71,7 @@ class FaissIndex:
         self._chunk_of: dict[int, str] = {}
         self._dead: set[int] = set()  # HNSW tombstones: int ids still in the graph but deleted
         self._next_id = 0
+        self._mapped_from: Path | None = None  # loaded as a read-only memory map of this file
         if dim is not None:
             self._make(dim)
 
@@ -109,6 +113,7 @@ class FaissIndex:
             self._make(vecs.shape[1])
         if vecs.shape[1] != self.dim:
             raise ValueError(f"vector dimension {vecs.shape[1]} does not match the index dimension {self.dim}")
+        self._writable()
         self.delete([c.chunk_id for c in chunks if c.chunk_id in self._int_of])
         if (self.config.kind == "auto" and self.kind == "flat"
                 and len(self._int_of) + len(chunks) >= self.config.hnsw_threshold):
@@ -129,10 +134,23 @@ class FaissIndex:
         for i in ids:
             self._chunk_of.pop(i, None)
         if self.kind == "flat":
+            self._writable()
             self._index.remove_ids(np.asarray(ids, dtype=np.int64))
             return
         self._dead.update(ids)  # HNSW cannot remove: tombstone, compact when they pile up
         if len(self._dead) > max(1000, _TOMBSTONE_FRACTION * self._index.ntotal):
+            self.rebuild(self.kind)
+
+    def _writable(self) -> None:
+        """A memory-mapped index is read-only (FAISS aborts the process on a write into it): before the first write,
+        read the file into memory, or, if that file is gone (another process committed a newer generation), copy
+        the vectors out of the mapping into a new index."""
+        if self._mapped_from is None or self._index is None:
+            return
+        path, self._mapped_from = self._mapped_from, None
+        try:
+            self._index = faiss.read_index(str(path))
+        except RuntimeError:
             self.rebuild(self.kind)
 
     def rebuild(self, kind: str) -> None:
@@ -271,14 +289,15 @@ class FaissIndex:
         self._dead = set(dead)
         if dim is not None:
             index_path = directory / INDEX_FILE
-            try:
-                index = faiss.read_index(str(index_path))
+            try:  # memory-mapped: a million vectors open in a blink, pages come in as queries touch them
+                index = faiss.read_index(str(index_path), _MMAP_FLAG)
             except RuntimeError as e:
                 raise IndexCorruptError(f"{index_path}: cannot read FAISS index ({str(e).splitlines()[0][:200]})") from None
             if not isinstance(index, faiss.IndexIDMap2):
                 index = faiss.downcast_index(index)
             self.dim = int(dim)
             self._index = index
+            self._mapped_from = index_path if _MMAP_FLAG else None
             if index.ntotal != len(int_ids) + len(dead):
                 raise IndexCorruptError(
                     f"{index_path}: holds {index.ntotal} vectors but {ids_path} maps {len(int_ids)} ids"
