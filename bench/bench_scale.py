@@ -197,11 +197,11 @@ def worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path) -> di
         def embed_query(self, text: str) -> list[float]:
             return table[text]
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     kb = KnowledgeBase.open(kb_name, Settings(home=home), create=False, embeddings=LookupEmbeddings())
-    open_s = time.perf_counter() - start
+    open_s, open_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     rss_open, _ = _rss_mb()
-    out: dict[str, Any] = {"open_s": open_s, "rss_open_mb": rss_open, "dense_kind": getattr(kb.dense, "kind", "?"),
+    out: dict[str, Any] = {"open_s": open_s, "open_cpu_s": open_cpu_s, "rss_open_mb": rss_open, "dense_kind": getattr(kb.dense, "kind", "?"),
                            "chunks": len(kb.dense)}
     for mode in ("dense", "bm25", "hybrid"):
         for q in queries[:5]:  # warm up (first SQLite pages, lazy idf)
@@ -225,6 +225,7 @@ def worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path) -> di
             out["dense_recall10"] = float(np.mean(recalls))
     out["rss_queries_mb"], out["peak_rss_mb"] = _rss_mb()
     gen = kb.generation
+    out["hnsw_ef_search"] = kb.settings.dense_index.hnsw_ef_search
     start = time.perf_counter()
     report = kb.import_precomputed(read_precomputed(extra_path, kb.name, dim=kb_dimension(kb.dense, kb.settings)))
     out["incr100_s"] = time.perf_counter() - start

@@ -109,7 +109,7 @@ class DenseIndexSettings(BaseModel):
     """HNSW links per node (memory: about 2*M*4 bytes per vector on top of the vector)."""
     hnsw_ef_construction: int = Field(default=40, ge=8)
     """HNSW build breadth: higher builds slower and finds better links."""
-    hnsw_ef_search: int = Field(default=96, ge=8)
+    hnsw_ef_search: int = Field(default=256, ge=8)
     """HNSW query breadth: higher is slower and more exact (recall@10 measured in bench/bench_scale.py)."""
 
 
