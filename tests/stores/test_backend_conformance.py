@@ -15,7 +15,7 @@ from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_select
 from ctxrag.settings import Settings
 
-from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON, milvus_standalone  # noqa: F401 - the fixture
+from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
 
 DOCS = {
     "falcon.md": "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.\n",

@@ -212,8 +212,7 @@ def test_server_uri_reaches_a_running_milvus(tmp_path: Path, milvus_server: str)
 
 
 # ---- a real Milvus standalone server (PyPI's `milvus` package: Milvus 2.3, dense only) --------------------------------
-
-from milvus_standalone import milvus_standalone  # noqa: E402, F401 - the fixture (skips when `milvus` is absent)
+# the session fixture `milvus_standalone` (tests/stores/conftest.py) skips when the `milvus` package is absent
 
 
 @pytest.fixture
