@@ -20,7 +20,7 @@ transaction and one index generation: an import is all or nothing.
 Example::
 
     from ctxrag import KnowledgeBase
-    from ctxrag.indexing.bulk_import import read_precomputed
+    from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
     kb = KnowledgeBase.open("wiki")
     report = kb.import_precomputed(read_precomputed("chunks.jsonl", "wiki", dim=kb_dimension(kb.dense, kb.settings)))
 """
