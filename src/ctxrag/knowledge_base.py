@@ -23,7 +23,7 @@ import shutil
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -38,6 +38,9 @@ from ctxrag.stores.atomic import fsync_tree
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.indexing.bulk_import import PrecomputedDocument
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +285,40 @@ class KnowledgeBase:
             return self._ingest_loaded(loaded, contextualizer, precomputed_contexts)
 
         self._ingest_many(docs, one, report, desc=f"add {self.name}", unit="doc", progress=progress)
+        return report
+
+    def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
+        """Add documents whose chunks come with their vectors (`ctxrag.indexing.bulk_import`): no embedding model runs.
+
+        All or nothing: every batch is written in one transaction and committed as one new index generation; a bad
+        record (the reader raises) or any failure rolls everything back. A source already stored is replaced; an
+        identical one is skipped."""
+        report = IngestReport()
+        with self._writing():
+            for batch in batches:
+                indexed: list[IndexedChunk] = []
+                for item in batch:
+                    doc = item.document
+                    old = self.store.get_document(doc.doc_id)
+                    if old is not None and old.content_hash == doc.content_hash:
+                        report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)", doc.doc_id, old.n_chunks))
+                        continue
+                    if old is not None:
+                        old_ids = [c.chunk_id for c in self.store.chunks_of(doc.doc_id)]
+                        for index in self.indexes.values():
+                            index.delete(old_ids)
+                    for record, vector in zip(item.chunks, item.vectors):
+                        chunk = self._to_indexed(record)
+                        chunk.vector = vector
+                        indexed.append(chunk)
+                    self.store.upsert_document(doc, item.chunks)
+                    report.files.append(FileOutcome(doc.source, "updated" if old else "added", "", doc.doc_id, len(item.chunks)))
+                for index in self.indexes.values():
+                    index.add(indexed)
+            if report.added or report.updated:
+                self._commit()
+            else:
+                self.store.rollback()
         return report
 
     @contextmanager

@@ -106,6 +106,21 @@ class ServerSettings(BaseModel):
     127.0.0.1, ::1 and ``host``; add the name or address other machines reach this server by."""
 
 
+class DenseIndexSettings(BaseModel):
+    """The FAISS dense index: exact while small, HNSW (approximate, much faster) once large. See docs/scale.md."""
+
+    kind: Literal["auto", "flat", "hnsw"] = "auto"
+    """`flat`: exact inner product; `hnsw`: FAISS HNSW graph; `auto`: flat until `hnsw_threshold` vectors, then HNSW."""
+    hnsw_threshold: int = Field(default=50_000, gt=0)
+    """Vectors at which `auto` switches to HNSW (measured with bench/bench_scale.py --crossover, docs/scale.md)."""
+    hnsw_m: int = Field(default=32, ge=4, le=128)
+    """HNSW links per node (memory: about 2*M*4 bytes per vector on top of the vector)."""
+    hnsw_ef_construction: int = Field(default=40, ge=8)
+    """HNSW build breadth: higher builds slower and finds better links."""
+    hnsw_ef_search: int = Field(default=256, ge=8)
+    """HNSW query breadth: higher is slower and more exact (recall@10 measured in bench/bench_scale.py)."""
+
+
 class Settings(BaseSettings):
     """All of ctxrag's configuration."""
 
@@ -134,6 +149,8 @@ class Settings(BaseSettings):
     graph_rerank: Literal["ppr", "path", "embedding", "llm"] = "ppr"
     """How ``--mode graph`` ranks: ``ppr`` (Personalized PageRank, best measured on MuSiQue), ``path`` (two-relation
     chains), ``embedding`` (relation cosine) or ``llm`` (the chat model picks relations). See docs/graph_rag.md."""
+    dense_index: DenseIndexSettings = Field(default_factory=DenseIndexSettings)
+    """FAISS index kind by size (``CTXRAG_DENSE_INDEX__KIND=auto|flat|hnsw``, ``..__HNSW_THRESHOLD``)."""
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     rerank: RerankSettings = Field(default_factory=RerankSettings)

@@ -15,6 +15,8 @@ from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_select
 from ctxrag.settings import Settings
 
+from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
+
 DOCS = {
     "falcon.md": "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.\n",
     "falcon_copy.md": "# Falcon pump notes\n\nThe Falcon-7 pump moves 40 litres each minute and was designed in Oslo.\n",
@@ -28,13 +30,24 @@ _CLASS = {"faiss": "FaissIndex", "chroma": "ChromaIndex", "milvus": "MilvusIndex
 
 
 def _backend_param(name: str):  # noqa: ANN202
+    if name == "milvus-standalone":  # a real Milvus 2.3 server from PyPI's `milvus` package (dense only: no sparse)
+        marks = [pytest.mark.milvus_server] + ([] if HAVE_MILVUS_STANDALONE else [pytest.mark.skip(reason=SKIP_REASON)])
+        return pytest.param(name, marks=marks, id=name)
     missing = [m for m in _NEEDS.get(name, ()) if importlib.util.find_spec(m) is None]
     marks = [pytest.mark.skip(reason=f"{name}: {', '.join(missing)} not installed (pip install 'ctxrag[{name}]')")] if missing else []
     return pytest.param(name, marks=marks, id=name)
 
 
-BACKENDS = [_backend_param(b) for b in ("faiss", "chroma", "milvus")]
-SELF_PERSISTING = [_backend_param(b) for b in ("chroma", "milvus")]
+BACKENDS = [_backend_param(b) for b in ("faiss", "chroma", "milvus", "milvus-standalone")]
+SELF_PERSISTING = [_backend_param(b) for b in ("chroma", "milvus", "milvus-standalone")]
+_SERVER: dict[str, str] = {}
+"""URI of the Milvus standalone server, once a test has started it."""
+
+
+def _settings(home: Path, backend: str) -> Settings:
+    if backend == "milvus-standalone":
+        return Settings(home=home, vector_store="milvus", milvus_uri=_SERVER["uri"], milvus_sparse=False)
+    return Settings(home=home, vector_store=backend)
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +66,36 @@ def corpus(tmp_path: Path) -> Path:
 
 
 def _open(tmp_path: Path, backend: str, embeddings) -> KnowledgeBase:  # noqa: ANN001
-    return KnowledgeBase.open("conf", Settings(home=tmp_path / "home", vector_store=backend), embeddings=embeddings)
+    return KnowledgeBase.open("conf", _settings(tmp_path / "home", backend), embeddings=embeddings)
+
+
+def _backend_of(kb: KnowledgeBase) -> str:
+    return "milvus-standalone" if kb.settings.milvus_uri else kb.settings.vector_store
+
+
+def _drop_server_collection() -> None:
+    """Every test starts from an empty collection on the shared server (local backends get a fresh folder)."""
+    from ctxrag.stores.milvus import MilvusIndex, collection_name_for
+
+    index = MilvusIndex(_SERVER["uri"], collection_name_for("conf"), sparse=False)
+    try:
+        index.drop()
+    finally:
+        index.close()
 
 
 @pytest.fixture
 def kb(tmp_path: Path, corpus: Path, embeddings, request: pytest.FixtureRequest):  # noqa: ANN001, ANN201
+    if request.param == "milvus-standalone":
+        _SERVER["uri"] = request.getfixturevalue("milvus_standalone")
+        _drop_server_collection()
     kb = _open(tmp_path, request.param, embeddings)
     report = kb.ingest([corpus], progress=False)
     assert len(report.added) == len(DOCS) and not report.failed
     yield kb
     kb.close()
+    if request.param == "milvus-standalone":
+        _drop_server_collection()
 
 
 def _names(docs) -> list[str]:  # noqa: ANN001
@@ -100,7 +133,7 @@ def test_add_and_exact_similarity(kb: KnowledgeBase) -> None:
 @pytest.mark.parametrize("kb", BACKENDS, indirect=True)
 def test_reopen_gives_the_same_results(kb: KnowledgeBase, tmp_path: Path, embeddings) -> None:  # noqa: ANN001
     before = [(d.id, round(d.metadata["score"], 5)) for d in kb.search(QUERY, k=4)]
-    backend = kb.settings.vector_store
+    backend = _backend_of(kb)
     kb.close()
     again = _open(tmp_path, backend, embeddings)
     try:
@@ -139,7 +172,7 @@ def test_delete_removes_from_search(kb: KnowledgeBase, tmp_path: Path, embedding
     for search_type, extra in [("similarity", {}), ("mmr", {"fetch_k": 10})]:
         docs = DenseRetriever(kb=kb, search_type=search_type, search_kwargs={"k": 4, **extra}).invoke(QUERY)
         assert "falcon.md" not in _names(docs) and len(docs) == len(DOCS) - 1, search_type
-    backend = kb.settings.vector_store
+    backend = _backend_of(kb)
     kb.close()
     again = _open(tmp_path, backend, embeddings)
     try:
@@ -200,7 +233,7 @@ def test_reconcile_after_crash(kb: KnowledgeBase, tmp_path: Path, embeddings) ->
     """Backend writes that SQLite never committed (a crash between the two) are undone on the next open."""
     from ctxrag.stores.base import IndexedChunk
 
-    backend = kb.settings.vector_store
+    backend = _backend_of(kb)
     q = embed_array(kb.embeddings, [QUERY], is_query=True)[0]
     ids = [r.chunk_id for r in kb.store.iter_chunks()]
     victim, dropped = ids[0], ids[1]
@@ -268,8 +301,12 @@ _KILL_SCRIPT = """
 import os, signal, sys
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import Settings
-home, backend, more = sys.argv[1], sys.argv[2], sys.argv[3]
-kb = KnowledgeBase.open("conf", Settings(home=home, vector_store=backend))
+home, backend, more, uri = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+if backend == "milvus-standalone":
+    settings = Settings(home=home, vector_store="milvus", milvus_uri=uri, milvus_sparse=False)
+else:
+    settings = Settings(home=home, vector_store=backend)
+kb = KnowledgeBase.open("conf", settings)
 # die after the backend holds the new vectors but before the generation and SQLite commit
 KnowledgeBase._commit = lambda self: os.kill(os.getpid(), signal.SIGKILL)
 kb.ingest([more], progress=False)
@@ -277,13 +314,17 @@ kb.ingest([more], progress=False)
 
 
 @pytest.mark.parametrize("backend", SELF_PERSISTING)
-def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path, backend: str) -> None:
+def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path, backend: str,
+                                                    request: pytest.FixtureRequest) -> None:
     """A real SIGKILL between the backend write and the commit: the store still opens, and is back in step."""
     import signal
     import subprocess
     import sys
 
-    settings = Settings(home=tmp_path / "home", vector_store=backend)
+    if backend == "milvus-standalone":
+        _SERVER["uri"] = request.getfixturevalue("milvus_standalone")
+        _drop_server_collection()
+    settings = _settings(tmp_path / "home", backend)
     kb = KnowledgeBase.open("conf", settings)
     kb.ingest([corpus], progress=False)
     before = [d.id for d in kb.search(QUERY, k=4)]
@@ -291,7 +332,8 @@ def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path
     more = tmp_path / "more"
     more.mkdir()
     (more / "egret.md").write_text("# Egret\n\nThe Egret-9 fan spins at 900 rpm.\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(settings.home), backend, str(more)], timeout=300)
+    proc = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(settings.home), backend, str(more),
+                           _SERVER.get("uri", "")], timeout=300)
     assert proc.returncode == -signal.SIGKILL
     probe = KnowledgeBase.__new__(KnowledgeBase)  # only name/root/settings, to find the backend's own storage
     probe.name, probe.root, probe.settings = "conf", settings.kb_root / "conf", settings

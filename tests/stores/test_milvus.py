@@ -209,3 +209,77 @@ def test_server_uri_reaches_a_running_milvus(tmp_path: Path, milvus_server: str)
         assert not probe._client.has_collection(collection_name_for("srv"))
     finally:
         probe.close()
+
+
+# ---- a real Milvus standalone server (PyPI's `milvus` package: Milvus 2.3, dense only) --------------------------------
+# the session fixture `milvus_standalone` (tests/stores/conftest.py) skips when the `milvus` package is absent
+
+
+@pytest.fixture
+def server_index(milvus_standalone: str, request: pytest.FixtureRequest):  # noqa: ANN201
+    name = "unit_" + _short_hash(request.node.name)
+    idx = MilvusIndex(milvus_standalone, name, sparse=True)  # asks for sparse: a 2.3 server cannot, so it falls back
+    idx.drop()
+    idx.add([_chunk(f"{n}:0", deg) for n, deg in ANGLES.items()])
+    yield idx
+    idx.drop()
+    idx.close()
+
+
+def _short_hash(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+@pytest.mark.milvus_server
+def test_standalone_server_index_contract(server_index: MilvusIndex) -> None:
+    """The unit contract above, on the server: exact order, filters, replace, delete, vectors, fingerprints, reopen."""
+    assert server_index.is_server and server_index.sparse is False and not server_index.server_supports_sparse()
+    hits = server_index.search(_vec(0), k=4)
+    assert [c for c, _ in hits] == ["a:0", "b:0", "c:0", "d:0"]
+    for cid, cos in hits:
+        assert cos == pytest.approx(np.cos(np.deg2rad(ANGLES[cid[0]])), abs=1e-5)
+    assert [c for c, _ in server_index.search(_vec(0), k=3, allowed_chunk_ids={"c:0", "d:0", "zz:0"})] == ["c:0", "d:0"]
+    assert server_index.search(_vec(0), k=3, allowed_chunk_ids={'a:0" or chunk_id != "'}) == []
+    server_index.add([_chunk("d:0", 5, "new text")])
+    assert len(server_index) == 4 and server_index.search(_vec(0), k=1)[0][0] == "d:0"
+    assert server_index.fingerprints()["d:0"] == text_fingerprint("new text")
+    server_index.delete(["a:0", "unknown:1"])
+    assert len(server_index) == 3 and "a:0" not in server_index
+    np.testing.assert_allclose(server_index.vectors(["c:0", "b:0"]), np.stack([_vec(80), _vec(40)]), atol=1e-6)
+    with pytest.raises(ConfigError, match="no sparse vectors"):
+        server_index.hybrid_search(_vec(0), {1: 1.0}, k=2)
+    again = MilvusIndex(server_index.uri, server_index.collection, sparse=True)
+    try:
+        assert len(again) == 3 and again.dim == 2 and again.sparse is False
+    finally:
+        again.close()
+
+
+@pytest.mark.milvus_server
+def test_standalone_server_knowledge_base_hybrid_uses_our_bm25_and_bulk_import(tmp_path: Path, milvus_standalone: str) -> None:
+    from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.settings import Settings
+
+    s = Settings(home=tmp_path / "h", vector_store="milvus", milvus_uri=milvus_standalone)  # milvus_sparse: default on
+    KnowledgeBase.open("srv23", s).close()
+    KnowledgeBase.delete_kb("srv23", s)
+    kb = KnowledgeBase.open("srv23", s)
+    try:
+        kb.add_texts([{"text": "The Falcon-7 pump moves 40 litres per minute.", "source": "mem://falcon"},
+                      {"text": "Part XQ-4471 is a replacement gasket.", "source": "mem://xq"}])
+        assert kb.dense.is_server and kb.dense.sparse is False  # 2.3: dense only
+        assert [d.metadata["source"] for d in kb.search("Falcon pump flow", k=1)] == ["mem://falcon"]
+        assert [d.metadata["source"] for d in kb.search("XQ-4471", k=1, mode="hybrid")] == ["mem://xq"]
+        rows = [{"text": f"bulk chunk {i} about valves", "vector": np.eye(384)[i % 384].tolist(), "source": f"bulk://{i // 4}"}
+                for i in range(30)]
+        path = tmp_path / "bulk.jsonl"
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+        report = kb.import_precomputed(read_precomputed(path, kb.name, dim=kb_dimension(kb.dense, kb.settings), batch_size=8))
+        assert len(report.added) == 8 and len(kb.dense) == 32 and kb.stats()["chunks"] == 32
+        assert kb.dense.search(np.eye(384, dtype=np.float32)[5], k=1)[0][0] == kb.get_document("bulk://1").doc_id + ":1"
+    finally:
+        kb.close()
+    KnowledgeBase.delete_kb("srv23", s)

@@ -139,6 +139,37 @@ def ingest(
     _guard(body)
 
 
+@app.command("import")
+def import_chunks(
+    file: Path = typer.Argument(..., help="JSONL (or Parquet) of chunks: text, vector, optional source/title/metadata."),
+    kb: str = typer.Option(None, "--kb", help="Knowledge base (default: the shared 'general' one)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl or parquet (default: from the file suffix)."),
+    batch_size: int = typer.Option(10_000, "--batch-size", help="Chunks handed to the indexes per step."),
+    max_errors: int = typer.Option(20, "--max-errors", help="Stop reading after naming this many bad records."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Import chunks with precomputed vectors (no embedding model runs); all or nothing. See docs/scale.md."""
+    from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
+    from ctxrag.settings import get_settings
+
+    def body() -> None:
+        s = get_settings()
+        kbase = _open(kb or s.default_kb, create=True)
+        batches = read_precomputed(file, kbase.name, dim=kb_dimension(kbase.dense, kbase.settings), fmt=fmt,
+                                   batch_size=batch_size, max_errors=max_errors, progress=True)
+        report = kbase.import_precomputed(batches)
+        chunks = sum(f.chunks for f in report.added + report.updated)
+        summary = {"kb": kbase.name, "file": str(file), "added": len(report.added), "updated": len(report.updated),
+                   "skipped": len(report.skipped), "chunks": chunks, "generation": kbase.generation}
+        if json_out:
+            typer.echo(json.dumps(summary, ensure_ascii=False))
+        else:
+            typer.echo(f"{summary['added']} added, {summary['updated']} updated, {summary['skipped']} skipped documents "
+                       f"({chunks} chunks) -> knowledge base {kbase.name!r}, generation {summary['generation']}")
+
+    _guard(body)
+
+
 def _retriever(kbs: list[str], mode: str, k: int, rerank: str, search_type: str) -> Any:
     from ctxrag.retrievers.factory import make_multi_kb_retriever
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from ctxrag.errors import ConfigError
+from ctxrag.settings import DenseIndexSettings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.dense import IDS_FILE, FaissIndex
 
@@ -99,12 +100,12 @@ def reconcile(index: SelfPersistingIndex, kb: "KnowledgeBase") -> ReconcileRepor
     return report
 
 
-def _load_faiss(directory: Path) -> FaissIndex | None:
+def _load_faiss(directory: Path, config: DenseIndexSettings | None = None) -> FaissIndex | None:
     # a generation written while another backend was configured holds only BACKEND_FILE: rebuild from SQLite
     if (directory / BACKEND_FILE).exists() and not (directory / IDS_FILE).exists():
         log.warning("%s was written by another vector store; rebuilding the FAISS index from the document store", directory)
         return None
-    return FaissIndex.load(directory)
+    return FaissIndex.load(directory, config)
 
 
 def dense_factories(kb: "KnowledgeBase") -> tuple[Callable[[], Any], Callable[[Path], Any]]:
@@ -115,7 +116,8 @@ def dense_factories(kb: "KnowledgeBase") -> tuple[Callable[[], Any], Callable[[P
     """
     backend = kb.settings.vector_store
     if backend == "faiss":
-        return FaissIndex, _load_faiss
+        config = kb.settings.dense_index
+        return (lambda: FaissIndex(config=config)), (lambda directory: _load_faiss(directory, config))
     if backend == "chroma":
         from ctxrag.stores.chroma import ChromaIndex
 

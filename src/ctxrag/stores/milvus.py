@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import threading
 import weakref
@@ -33,6 +34,8 @@ import numpy as np
 from ctxrag.errors import ConfigError
 from ctxrag.stores.backends import text_fingerprint, write_backend_file
 from ctxrag.stores.base import IndexedChunk
+
+log = logging.getLogger(__name__)
 
 ID_MAX_LEN = 512
 _PLACEHOLDER = {4294967294: 1e-6}
@@ -165,10 +168,25 @@ class MilvusIndex:
         sparse = bool(getattr(settings, "milvus_sparse", True))
         return cls(uri, collection_name_for(kb_name), sparse=sparse, token=token)
 
+    def server_supports_sparse(self) -> bool:
+        """Sparse vectors need Milvus 2.4+; Milvus Lite and servers whose version cannot be read are assumed to."""
+        if not self.is_server:
+            return True
+        try:
+            version = str(self._client.get_server_version())
+        except Exception:  # noqa: BLE001 - an old or proxied server that does not say: try, and let Milvus answer
+            return True
+        m = re.match(r"v?(\d+)\.(\d+)", version)
+        return m is None or (int(m.group(1)), int(m.group(2))) >= (2, 4)
+
     # -- schema -----------------------------------------------------------------------
     def _create(self, dim: int) -> None:
         from pymilvus import DataType
 
+        if self.sparse and not self.server_supports_sparse():
+            log.warning("Milvus server at %s has no sparse vectors (2.4+ needed): collection %r is dense only; hybrid "
+                        "search uses ctxrag's BM25", _safe_uri(self.uri), self.collection)
+            self.sparse = False
         schema = self._client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=ID_MAX_LEN)
         schema.add_field("doc_id", DataType.VARCHAR, max_length=ID_MAX_LEN)

