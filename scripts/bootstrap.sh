@@ -10,9 +10,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-echo "bootstrap: installing ctxrag[local,server,chroma,milvus,dev] (the first run compiles llama.cpp: about 6 minutes on 2 cores)"
+echo "bootstrap: installing ctxrag[local,server,chroma,milvus,milvus-server,dev] (the first run compiles llama.cpp: about 6 minutes on 2 cores)"
 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[local,server,chroma,milvus,dev]"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[local,server,chroma,milvus,milvus-server,dev]"
 # the playground test drives Debian's chromium through playwright (never `playwright install`); best effort: without
 # chromium that test skips
 if ! command -v chromium >/dev/null 2>&1; then
