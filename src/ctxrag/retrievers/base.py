@@ -172,7 +172,7 @@ def sub_call_kwargs(retriever: Any, k: int | None, filter: MetadataFilter | None
     unfiltered results would leak documents the caller excluded.
     """
     out: dict[str, Any] = {}
-    if isinstance(retriever, CtxragRetriever) and k is not None:
+    if isinstance(retriever, CtxragRetriever) and k is not None and retriever.k is not None:  # None: returns all
         out["k"] = max(k, retriever.k)
     if filter is not None:
         if not accepts_filter(retriever):
