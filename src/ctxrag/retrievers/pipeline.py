@@ -123,12 +123,17 @@ class RetrievalPipeline(CtxragRetriever):
         warnings.warn("RetrievalPipeline.top_n is deprecated; use k", DeprecationWarning, stacklevel=2)
         return self.k
 
+    @top_n.setter
+    def top_n(self, value: int) -> None:
+        warnings.warn("RetrievalPipeline.top_n is deprecated; use k", DeprecationWarning, stacklevel=2)
+        self.k = value
+
     def _build(self) -> Runnable[dict[str, Any], list[Document]]:
         chain: Runnable[Any, dict[str, Any]] = _retrieve_step(self.base_retriever, self.fetch_k)
         chain = chain | _cut(lambda st: max(self.fetch_k, st["k"]), f"fetch_{self.fetch_k}")
         if self.reranker is not None:
             chain = chain | _compress_step(self.reranker, type(self.reranker).__name__, keep_k=True)
-        chain = chain | _cut(lambda st: st["k"], "top_k")
+        chain = chain | _cut(lambda st: st["k"], f"top_{self.k}")
         for compressor in self.compressors:
             chain = chain | _compress_step(compressor, type(compressor).__name__)
         if self.reorder:
