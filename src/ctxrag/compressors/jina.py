@@ -32,7 +32,7 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict, Field, SecretStr, model_validator
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from ctxrag.errors import ConfigError, ModelError
+from ctxrag.errors import ModelError
 from ctxrag.prompts.rerank import rerank_text
 from ctxrag.schema import SCORE
 
@@ -58,6 +58,15 @@ def _retryable(exc: BaseException) -> bool:
 
 PUBLIC_HOST = "api.jina.ai"
 """Jina's public API host, which needs an API key."""
+
+
+def missing_key_problem(base_url: str, api_key: SecretStr | str | None) -> str | None:
+    """Why a reranker on `base_url` with `api_key` cannot work without sending a request, or None."""
+    key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else (api_key or "")
+    if httpx.URL(base_url).host == PUBLIC_HOST and not key.strip():
+        return (f"JinaReranker: {base_url} needs an API key (set CTXRAG_RERANK__API_KEY, get one at https://jina.ai), "
+                "or point base_url at a self-hosted rerank server (CTXRAG_RERANK__BASE_URL)")
+    return None
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -108,13 +117,9 @@ class JinaReranker(BaseDocumentCompressor):
 
     @model_validator(mode="after")
     def _key_for_public_api(self) -> JinaReranker:
-        host = httpx.URL(self.base_url).host
-        key = self.api_key.get_secret_value().strip() if self.api_key is not None else ""
-        if host == PUBLIC_HOST and not key:
-            raise ConfigError(
-                f"JinaReranker: {self.base_url} needs an API key (set CTXRAG_RERANK__API_KEY, get one at "
-                "https://jina.ai), or point base_url at a self-hosted rerank server (CTXRAG_RERANK__BASE_URL)"
-            )
+        problem = missing_key_problem(self.base_url, self.api_key)
+        if problem:
+            raise ValueError(problem)
         return self
 
     # -- protocol ----------------------------------------------------------------------------------------------
@@ -194,8 +199,8 @@ class JinaReranker(BaseDocumentCompressor):
     def _final_error(self, exc: BaseException) -> ModelError:
         if isinstance(exc, ModelError):
             return exc
-        return ModelError(f"Jina rerank at {self._redact(self._url)} failed after {self.max_retries + 1} attempts: "
-                          f"{self._redact(_describe(exc))}")
+        how = f"after {self.max_retries + 1} attempts" if _retryable(exc) else "(no connection; not retried)"
+        return ModelError(f"Jina rerank at {self._redact(self._url)} failed {how}: {self._redact(_describe(exc))}")
 
     def _rerank_batch(self, client: httpx.Client, query: str, texts: list[str]) -> list[tuple[int, float]]:
         for attempt in Retrying(**self._retry_args()):
