@@ -76,3 +76,14 @@ def test_real_model_every_request_is_traced(sample_kb, llm_endpoint_env) -> None
     assert out["answer"]
     assert llm_endpoint_env.count >= 3  # rewrite, route and at least one answer call
     assert counter.calls == llm_endpoint_env.count
+
+
+def test_summary_route_calls_are_traced(sample_kb) -> None:
+    from assistant_helpers import doc_id
+
+    sel = [doc_id(sample_kb, "release_notes.txt"), doc_id(sample_kb, "support_policy.html")]
+    llm = ScriptedChat.of("版本记录摘要。", "Support policy summary.", "一篇是版本记录 [1]，一篇是支持政策 [2]。")
+    counter = LLMCallCounter()
+    out = build_assistant_chain(sample_kb, llm).invoke({"question": "这几篇文章讲了什么？", "selected_doc_ids": sel},
+                                                       {"callbacks": [counter]})
+    assert out["route"] == "summary" and len(llm.prompts) == 3 and counter.calls == 3

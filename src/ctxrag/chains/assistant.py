@@ -159,7 +159,7 @@ class Assistant(Runnable[Any, dict]):
                                          decision.router_used, decision.fallback, decision.signals)
                 docs = []
         elif decision.route is Route.SUMMARY:
-            docs = self._summaries(selected)
+            docs = self._summaries(selected, config)
         return {**x, "decision": decision, "documents": docs}
 
     def _answer_step(self, inputs: Iterator[dict[str, Any]], config: RunnableConfig) -> Iterator[AddableDict]:
@@ -253,13 +253,13 @@ class Assistant(Runnable[Any, dict]):
         for delta in self._llm_stream(messages, config):
             yield {"answer": delta}
 
-    def _summaries(self, selected: Sequence[str]) -> list[Document]:
+    def _summaries(self, selected: Sequence[str], config: RunnableConfig | None = None) -> list[Document]:
         docs = []
         for doc_id in selected:
             rec = self.kb.store.get_document(doc_id)
             if rec is None:
                 raise ValueError(f"selected document {doc_id!r} is not in knowledge base {self.kb.name!r}")
-            docs.append(Document(page_content=self.summarizer.summarize(doc_id), id=doc_id,
+            docs.append(Document(page_content=self.summarizer.summarize(doc_id, config), id=doc_id,
                                  metadata={"doc_id": doc_id, "source": rec.source, "title": rec.title,
                                            "kb": self.kb.name}))
         return docs
