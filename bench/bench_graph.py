@@ -156,7 +156,7 @@ def main() -> None:
         evaluate("graph, path rerank (embeddings), degree 1", graph_retriever(rerank="path", degree=1), questions),
         evaluate("RRF(dense, graph path rerank)", FusionRetriever(
             retrievers=[dense.model_copy(update={"k": 10}), graph_retriever(rerank="path").model_copy(update={"k": 10})],
-            mode="rrf", top_k=5), questions),
+            mode="rrf", k=5), questions),
         evaluate("graph, PageRank (ppr, default)", ppr(), questions),
         evaluate("  ppr without chain seeds", ppr(ppr_path_seeds=0), questions),
         evaluate("  ppr without dense passage seeds", ppr(ppr_passage_weight=0.0), questions),

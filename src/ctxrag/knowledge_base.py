@@ -519,3 +519,43 @@ class KnowledgeBase:
         from ctxrag.retrievers.factory import make_retriever
 
         return make_retriever(self, mode=mode, k=k, **kwargs)
+
+    # -- LangChain VectorStore face (ctxrag.vectorstore) ---------------------------------------------------------
+    def as_vectorstore(self) -> Any:
+        """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
+        from ctxrag.vectorstore import KnowledgeBaseVectorStore
+
+        return KnowledgeBaseVectorStore(self)
+
+    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
+        """Store documents that come already chunked (no splitting, no context), replacing any with the same doc id,
+        in one transaction and one index generation."""
+        if not documents:
+            return
+        with self._writing():
+            old = [c.chunk_id for doc, _ in documents for c in self.store.chunks_of(doc.doc_id)]
+            if old:
+                for index in self.indexes.values():
+                    index.delete(old)
+            indexed = [self._to_indexed(r) for _, records in documents for r in records]
+            for c, v in zip(indexed, embed_array(self.embeddings, [c.text for c in indexed])):
+                c.vector = v
+            for index in self.indexes.values():
+                index.add(indexed)
+            for doc, records in documents:
+                self.store.upsert_document(doc, records)
+            self._commit()
+
+    def delete_documents(self, doc_ids: list[str]) -> list[str]:
+        """Delete documents by id from the store and every index in one commit; unknown ids are ignored.
+        Returns the ids that were deleted."""
+        with self._writing():
+            deleted = [d for d in doc_ids if self.store.get_document(d) is not None]
+            if not deleted:
+                self.store.rollback()
+                return []
+            chunk_ids = [c for d in deleted for c in self.store.delete_document(d)]
+            for index in self.indexes.values():
+                index.delete(chunk_ids)
+            self._commit()
+        return deleted

@@ -50,6 +50,22 @@ def test_invoke_maps_citations_to_sources(kb: KnowledgeBase) -> None:
     assert out["invalid_citations"] == [7]
 
 
+def test_create_retrieval_chain_keys(kb: KnowledgeBase) -> None:
+    """LangChain's `create_retrieval_chain` contract: ``input`` (+ ``chat_history``) in; ``context`` and ``answer``
+    out, beside our own keys."""
+    from langchain_core.messages import AIMessage as AI, HumanMessage
+
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), _fake("It moves 40 litres per minute [1]."))
+    out = chain.invoke({"input": "How many litres per minute does the Falcon-7 pump move?",
+                        "chat_history": [HumanMessage("hi"), AI("hello")]})
+    assert out["input"] == "How many litres per minute does the Falcon-7 pump move?"
+    assert out["context"] == out["documents"] and Path(out["context"][0].metadata["source"]).name == "falcon.md"
+    assert out["answer"] == "It moves 40 litres per minute [1]." and [s["n"] for s in out["sources"]] == [1]
+    assert "context" in chain.invoke("How many litres per minute does the Falcon-7 pump move?")
+    with pytest.raises(ValueError, match="'input'"):
+        chain.invoke({"input": "  "})
+
+
 def test_uncited_answer_gets_inferred_sources(kb: KnowledgeBase) -> None:
     chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("The Falcon-7 pump moves 40 litres per minute."))
     out = chain.invoke("How many litres per minute does the Falcon-7 pump move?")

@@ -25,8 +25,16 @@ def test_jina_from_settings():
 
 
 def test_provider_from_settings_when_kind_is_none():
-    settings = Settings(rerank=RerankSettings(provider="jina"))
+    settings = Settings(rerank=RerankSettings(provider="jina", api_key="k"))
     assert isinstance(build_reranker(None, settings), JinaReranker)
+
+
+def test_jina_public_api_without_key_fails_at_build():
+    """No key and the public URL: a ConfigError naming the setting, before any request."""
+    with pytest.raises(ConfigError, match="CTXRAG_RERANK__API_KEY"):
+        build_reranker("jina", Settings(rerank=RerankSettings(provider="jina")))
+    local = build_reranker("jina", Settings(rerank=RerankSettings(base_url="http://127.0.0.1:9/v1")))
+    assert isinstance(local, JinaReranker)  # a self-hosted server needs no key
 
 
 def test_llm_uses_the_configured_chat_model():

@@ -177,6 +177,29 @@ def test_connection_refused_keeps_input_order():
     assert ids(reranker.compress_documents(DOCS, QUERY)) == ids(DOCS)
 
 
+def test_connection_refused_is_not_retried(caplog):
+    """No server listening: the first ConnectError falls back at once (429/5xx are retried, see above)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reranker = JinaReranker(base_url=f"http://127.0.0.1:{port}/v1", max_retries=3, backoff=5.0)
+    with caplog.at_level(logging.INFO, logger="ctxrag.compressors.jina"):
+        assert ids(reranker.compress_documents(DOCS, QUERY)) == ids(DOCS)
+        assert ids(asyncio.run(reranker.acompress_documents(DOCS, QUERY))) == ids(DOCS)
+    assert not [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert "after 4 attempts" not in caplog.text and "ConnectError" in caplog.text
+    with pytest.raises(ModelError, match="ConnectError"):
+        reranker.model_copy(update={"strict": True}).compress_documents(DOCS, QUERY)
+
+
+def test_public_api_without_key_is_refused_at_construction():
+    with pytest.raises(ValueError, match="needs an API key.*CTXRAG_RERANK__API_KEY"):
+        JinaReranker()
+    with pytest.raises(ValueError, match="needs an API key"):
+        JinaReranker(base_url="https://api.jina.ai/v1/", api_key="  ")
+    assert JinaReranker(api_key="jina_x").base_url == "https://api.jina.ai/v1"
+
+
 def test_batches_merge_by_score(server):
     docs = [Document(f"filler text number {i}", id=f"f{i}") for i in range(7)]
     docs.insert(5, Document("paris france capital", id="best"))

@@ -39,3 +39,16 @@ def test_input_untouched_and_async():
     out = asyncio.run(LongContextReorder().acompress_documents(original, "q"))
     assert [d.id for d in original] == ["1", "2", "3", "4", "5", "6"]
     assert sorted(d.id for d in out) == [d.id for d in original]
+
+
+def test_is_a_document_transformer_like_langchains():
+    from langchain_core.documents import BaseDocumentTransformer
+
+    reorder = LongContextReorder()
+    assert isinstance(reorder, BaseDocumentTransformer)
+    for n in range(0, 7):
+        expected = [d.id for d in CommunityReorder().transform_documents(docs(n))]
+        assert [d.id for d in reorder.transform_documents(docs(n))] == expected
+        assert [d.id for d in asyncio.run(reorder.atransform_documents(docs(n)))] == expected
+    with pytest.raises(TypeError, match="query"):
+        reorder.transform_documents(docs(2), query="q")

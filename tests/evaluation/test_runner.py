@@ -116,3 +116,39 @@ def test_errors_are_recorded_per_config(fixtures: Path) -> None:
     assert results[1].error is None and results[1].queries == 5
     with pytest.raises(Exception, match="has no contexts"):
         runner.run_all([builtin("contextual-bm25")], stop_on_error=True)
+
+
+def test_runner_config_reaches_the_rerankers_llm_calls(fixtures: Path, e5: CachedEmbeddings) -> None:
+    """EvalRunner(config=...) passes callbacks to every retriever call, so an LLM reranker's calls are traced."""
+    import itertools
+
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from ctxrag.compressors.llm_rerank import LLMReranker
+
+    class Counter(BaseCallbackHandler):
+        calls = 0
+
+        def on_chat_model_start(self, serialized, messages, **kwargs) -> None:  # noqa: ANN001
+            self.calls += 1
+
+    class CountingChat(GenericFakeChatModel):
+        answered: int = 0
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # noqa: ANN001
+            self.answered += 1
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    llm = CountingChat(messages=itertools.repeat(AIMessage("[1, 2, 3]")))
+    counter = Counter()
+
+    class LLMRerankRunner(EvalRunner):
+        def _reranker(self, config: ExperimentConfig) -> LLMReranker:
+            return LLMReranker(llm=llm, top_n=3)
+
+    runner = LLMRerankRunner(load_anthropic(fixtures / "anthropic_tiny"), ks=[3], progress=False, embeddings=e5,
+                             config={"callbacks": [counter]})
+    result = runner.run(builtin("hybrid-rerank-llm").model_copy(update={"rerank_top_n": 3}))
+    assert result.queries == 3 and llm.answered > 0 and counter.calls == llm.answered

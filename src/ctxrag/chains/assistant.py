@@ -17,6 +17,10 @@ Output of `invoke`: ``{"route", "decision", "question", "standalone_question", "
 "invalid_citations"}``. `stream` yields ``{"route", "decision", ...}`` first, then ``{"answer": delta}`` chunks, then
 ``{"documents", "sources", "invalid_citations"}``.
 
+The steps are LCEL runnables named ``rewrite`` -> ``route`` -> ``retrieve`` -> ``answer`` (`Assistant.chain`); the
+caller's config (callbacks, tags, ``--debug`` tracing) reaches each of them and every LLM call inside, so
+``astream_events`` shows the turn step by step.
+
 Example::
 
     from ctxrag import KnowledgeBase
@@ -28,11 +32,13 @@ Example::
 """
 from __future__ import annotations
 
+import inspect
 import logging
-from typing import Any, Iterator, Sequence
+from typing import Any, AsyncIterator, Iterator, Sequence
 
 from langchain_core.documents import Document
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator, RunnableLambda
+from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.citations import map_citations
@@ -99,38 +105,85 @@ class Assistant(Runnable[Any, dict]):
         self.max_words = max_words
         self.max_chars_per_chunk = max_chars_per_chunk
         self.summarizer = summarizer or DocumentSummarizer(kb, llm, catalog=self.catalog)
+        self._chain: Runnable[Any, dict] | None = None
 
-    # -- runnable ---------------------------------------------------------------------------
+    # -- runnable: rewrite -> route -> retrieve -> answer, composed with LCEL -------------------------------------
+    @property
+    def chain(self) -> Runnable[Any, dict]:
+        """The composed chain; every step gets the caller's config, so callbacks and tracing see each LLM call."""
+        if self._chain is None:
+            self._chain = (
+                RunnableLambda(_prepare, name="prepare")
+                | RunnableLambda(self._rewrite_step, name="rewrite")
+                | RunnableLambda(self._route_step, name="route")
+                | RunnableLambda(self._retrieve_step, name="retrieve")
+                | RunnableGenerator(self._answer_step, self._aanswer_step, name="answer")
+            ).with_config(run_name="Assistant")
+        return self._chain
+
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
-        out: dict[str, Any] = {"answer": ""}
-        for chunk in self.stream(input, config, **kwargs):
-            for key, value in chunk.items():
-                out[key] = out[key] + value if key == "answer" else value
-        return out
+        return dict(self.chain.invoke(input, config, **kwargs))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
+        return dict(await self.chain.ainvoke(input, config, **kwargs))
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[dict]:
-        x = _prepare(input)
-        question = self.rewriter.rewrite(x["question"], x["history"])
-        selected = x["selected_doc_ids"]
-        decision = self.router.route(question, selected or None, x["history"])
-        lang = detect_language(x["question"])
+        yield from self.chain.stream(input, config, **kwargs)
+
+    async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[dict]:
+        async for chunk in self.chain.astream(input, config, **kwargs):
+            yield chunk
+
+    # -- steps ------------------------------------------------------------------------------------------------
+    def _rewrite_step(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return {**x, "standalone_question": self.rewriter.rewrite(x["question"], x["history"], config=config)}
+
+    def _route_step(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        question, selected = x["standalone_question"], x["selected_doc_ids"]
+        route = self.router.route
+        if "config" in inspect.signature(route).parameters:
+            decision = route(question, selected or None, x["history"], config=config)
+        else:  # a custom router without config support
+            decision = route(question, selected or None, x["history"])
+        return {**x, "decision": decision}
+
+    def _retrieve_step(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        decision: RouteDecision = x["decision"]
+        question, selected = x["standalone_question"], x["selected_doc_ids"]
         docs: list[Document] = []
         if decision.route is Route.RAG:
-            docs = self._retrieve(question, selected)
-            relevant, why = self._relevant(question, docs, bool(selected))
+            docs = self._retrieve(question, selected, config)
+            relevant, why = self._relevant(question, docs, bool(selected), config)
             if not relevant:
                 decision = RouteDecision(Route.NO_KNOWLEDGE, decision.confidence, f"{decision.reason}; {why}",
                                          decision.router_used, decision.fallback, decision.signals)
                 docs = []
-        head = {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
-                "standalone_question": question}
-        yield head
+        elif decision.route is Route.SUMMARY:
+            docs = self._summaries(selected, config)
+        return {**x, "decision": decision, "documents": docs}
+
+    def _answer_step(self, inputs: Iterator[dict[str, Any]], config: RunnableConfig) -> Iterator[AddableDict]:
+        for x in inputs:
+            for chunk in self._answer(x, config):
+                yield AddableDict(chunk)
+
+    async def _aanswer_step(
+        self, inputs: AsyncIterator[dict[str, Any]], config: RunnableConfig
+    ) -> AsyncIterator[AddableDict]:
+        async for x in inputs:
+            for chunk in self._answer(x, config):  # the local model streams synchronously
+                yield AddableDict(chunk)
+
+    def _answer(self, x: dict[str, Any], config: RunnableConfig) -> Iterator[dict]:
+        decision: RouteDecision = x["decision"]
+        question, docs = x["standalone_question"], x["documents"]
+        lang = detect_language(x["question"])
+        yield {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
+               "standalone_question": question}
         if decision.route is Route.NO_KNOWLEDGE:
             yield from self._no_knowledge(x, question, lang, config)
             yield {"documents": [], "sources": [], "invalid_citations": []}
             return
-        if decision.route is Route.SUMMARY:
-            docs = self._summaries(selected)
         knowledge = self._knowledge(docs, decision.route)
         messages = self.prompts[lang].to_messages(
             route=decision.route.value, question=question, knowledge=knowledge, history=x["history"],
@@ -146,7 +199,6 @@ class Assistant(Runnable[Any, dict]):
                 s["doc_id"] = docs[s["n"] - 1].metadata.get("doc_id")
         yield {"documents": docs, **cites}
 
-    # -- steps ------------------------------------------------------------------------------
     def _llm(self) -> Any:
         if self.llm is None:
             raise ValueError("this route needs a chat model; the Assistant was built with llm=None")
@@ -158,15 +210,17 @@ class Assistant(Runnable[Any, dict]):
             if isinstance(text, str) and text:
                 yield text
 
-    def _retrieve(self, question: str, selected: Sequence[str]) -> list[Document]:
+    def _retrieve(self, question: str, selected: Sequence[str], config: RunnableConfig | None = None) -> list[Document]:
         doc_filter: dict[str, Any] | None = {"doc_id": list(selected)} if selected else None
         if doc_filter is None and self.catalog_first_stage:
             picked = [d for d, _ in self.catalog.search(question, self.catalog_first_stage)]
             doc_filter = {"doc_id": picked} if picked else None
         retriever = self.kb.as_retriever(mode=self.mode, k=self.k, filter=doc_filter)
-        return retriever.invoke(question)
+        return retriever.invoke(question, config)
 
-    def _relevant(self, question: str, docs: list[Document], selected: bool) -> tuple[bool, str]:
+    def _relevant(
+        self, question: str, docs: list[Document], selected: bool, config: RunnableConfig | None = None
+    ) -> tuple[bool, str]:
         if not docs:
             return False, "retrieval found nothing"
         t = self.fast.thresholds
@@ -181,7 +235,7 @@ class Assistant(Runnable[Any, dict]):
 
             try:
                 reply = self.llm.bind(max_tokens=4).invoke(
-                    relevance_messages(question, docs[0].page_content[:1200], detect_language(question)))
+                    relevance_messages(question, docs[0].page_content[:1200], detect_language(question)), config)
                 if parse_yes_no(str(getattr(reply, "content", reply))) is False:
                     return False, "the model judged the best chunk irrelevant"
             except Exception as e:  # noqa: BLE001 - the embedding check already passed
@@ -199,13 +253,13 @@ class Assistant(Runnable[Any, dict]):
         for delta in self._llm_stream(messages, config):
             yield {"answer": delta}
 
-    def _summaries(self, selected: Sequence[str]) -> list[Document]:
+    def _summaries(self, selected: Sequence[str], config: RunnableConfig | None = None) -> list[Document]:
         docs = []
         for doc_id in selected:
             rec = self.kb.store.get_document(doc_id)
             if rec is None:
                 raise ValueError(f"selected document {doc_id!r} is not in knowledge base {self.kb.name!r}")
-            docs.append(Document(page_content=self.summarizer.summarize(doc_id), id=doc_id,
+            docs.append(Document(page_content=self.summarizer.summarize(doc_id, config), id=doc_id,
                                  metadata={"doc_id": doc_id, "source": rec.source, "title": rec.title,
                                            "kb": self.kb.name}))
         return docs

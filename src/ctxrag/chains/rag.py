@@ -1,8 +1,9 @@
 """The basic RAG chain: retriever -> layered prompt -> LLM -> answer with `[n]` citations mapped to sources.
 
-Input: a question string, or ``{"question": str, "history": [(role, text), ...]}``. Output: a dict with ``question``,
-``documents`` (retrieved, numbered from 1 in the prompt), ``answer``, ``sources`` (the cited documents) and
-``invalid_citations``. Sync, async and streaming: `stream` yields ``{"answer": delta}`` chunks as the model writes, then
+Input: a question string, or ``{"question": str, "history": [(role, text), ...]}``, or LangChain's
+`create_retrieval_chain` keys ``{"input": str, "chat_history": [messages]}``. Output: a dict with ``question``,
+``documents`` (retrieved, numbered from 1 in the prompt), ``context`` (the same list, `create_retrieval_chain`'s
+name), ``answer``, ``sources`` (the cited documents) and ``invalid_citations``; ``input`` too when it was given. Sync, async and streaming: `stream` yields ``{"answer": delta}`` chunks as the model writes, then
 one ``{"sources": ..., "invalid_citations": ...}`` chunk.
 
 Example::
@@ -34,8 +35,11 @@ from ctxrag.text import detect_language
 def _prepare(inp: Any) -> dict[str, Any]:
     if isinstance(inp, str):
         inp = {"question": inp}
+    if isinstance(inp, dict) and "question" not in inp and "input" in inp:  # create_retrieval_chain's keys
+        out = _prepare({"question": inp["input"], "history": inp.get("chat_history") or inp.get("history")})
+        return {**out, "input": inp["input"]}
     if not isinstance(inp, dict) or not isinstance(inp.get("question"), str) or not inp["question"].strip():
-        raise ValueError(f"RAG input needs a non-empty 'question' string, got {inp!r:.200}")
+        raise ValueError(f"RAG input needs a non-empty 'question' (or 'input') string, got {inp!r:.200}")
     return {"question": inp["question"].strip(), "history": inp.get("history") or []}
 
 
@@ -92,6 +96,7 @@ def build_rag_chain(
     return (
         RunnableLambda(_prepare)
         | RunnablePassthrough.assign(documents=(lambda x: x["question"]) | retriever)
+        | RunnablePassthrough.assign(context=lambda x: x["documents"])
         | RunnablePassthrough.assign(answer=answer)
         | RunnableGenerator(finish, afinish)
     ).with_config(run_name="ctxrag_rag")

@@ -16,7 +16,7 @@ import logging
 import re
 from typing import Any, Sequence
 
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from ctxrag.text import detect_language
 
@@ -44,7 +44,10 @@ class QuestionRewriter:
         self.llm = llm
         self.max_tokens = max_tokens
 
-    def rewrite(self, question: str, history: Sequence[Any] | None = None) -> str:
+    def rewrite(
+        self, question: str, history: Sequence[Any] | None = None, *, config: RunnableConfig | None = None
+    ) -> str:
+        """The standalone question; `config` (callbacks, tags) is passed to the LLM call."""
         if self.llm is None or not history:
             return question
         from ctxrag.prompts.router import rewrite_messages
@@ -52,7 +55,7 @@ class QuestionRewriter:
         lang = detect_language(question)
         try:
             reply = self.llm.bind(max_tokens=self.max_tokens).invoke(
-                rewrite_messages(question, format_history(history), lang))
+                rewrite_messages(question, format_history(history), lang), config)
         except Exception as e:  # noqa: BLE001 - rewriting is an optimisation; keep the question on failure
             log.warning("question rewrite failed (%s); keeping the question as asked", e)
             return question
@@ -64,4 +67,7 @@ class QuestionRewriter:
 
     def as_runnable(self) -> Runnable:
         """``{"question", "history"}`` -> the same dict with ``standalone_question``."""
-        return RunnableLambda(lambda x: {**x, "standalone_question": self.rewrite(x["question"], x.get("history"))})
+        return RunnableLambda(
+            lambda x, config: {**x, "standalone_question": self.rewrite(x["question"], x.get("history"), config=config)},
+            name="rewrite",
+        )

@@ -27,6 +27,7 @@ from enum import Enum
 from typing import Any, Protocol, Sequence
 
 import numpy as np
+from langchain_core.runnables import RunnableConfig
 
 from ctxrag.catalog import DocumentCatalog
 from ctxrag.models.embeddings import embed_array
@@ -353,7 +354,8 @@ class LLMRouter:
         return "\n".join(lines)
 
     def route(self, question: str, selected_doc_ids: Sequence[str] | None = None,
-              history: Sequence[Any] | None = None) -> RouteDecision:
+              history: Sequence[Any] | None = None, *, config: RunnableConfig | None = None) -> RouteDecision:
+        """Route with the chat model; `config` (callbacks, tags) is passed to its call."""
         from ctxrag.models.parsing import extract_json
         from ctxrag.prompts.router import router_messages
 
@@ -364,7 +366,7 @@ class LLMRouter:
         msgs = router_messages(question, catalog=self._catalog_text(docs), selected=selected, lang=lang,
                                selected_titles=titles)
         try:
-            reply = self.llm.bind(max_tokens=self.max_tokens).invoke(msgs)
+            reply = self.llm.bind(max_tokens=self.max_tokens).invoke(msgs, config)
             text = str(getattr(reply, "content", reply))
             data = extract_json(text)
             if isinstance(data, list) and data and isinstance(data[0], dict):

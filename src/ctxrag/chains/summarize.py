@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+
 from ctxrag.catalog import DocumentCatalog, extractive_summary
 from ctxrag.text import detect_language
 
@@ -41,7 +43,8 @@ class DocumentSummarizer:
         self.calls = 0
         """LLM calls made so far (map + reduce), for tests and reports."""
 
-    def summarize(self, doc_id: str) -> str:
+    def summarize(self, doc_id: str, config: RunnableConfig | None = None) -> str:
+        """The document's summary; `config` (callbacks, tags) reaches every LLM call (map and reduce)."""
         doc = self.kb.store.get_document(doc_id)
         if doc is None:
             raise KeyError(f"no document {doc_id!r} in knowledge base {self.kb.name!r}")
@@ -51,14 +54,14 @@ class DocumentSummarizer:
             return extractive_summary(doc.title, doc.text)
         lang = detect_language(doc.text)
         if len(doc.text) <= self.window_chars:
-            return self._call("summary", doc.title, doc.text, lang) or extractive_summary(doc.title, doc.text)
+            return self._call("summary", doc.title, doc.text, lang, config) or extractive_summary(doc.title, doc.text)
         windows = self._windows([c.content for c in self.kb.store.chunks_of(doc_id)] or [doc.text])
-        parts = [p for p in (self._call("map", doc.title, w, lang) for w in windows) if p]
+        parts = [p for p in (self._call("map", doc.title, w, lang, config) for w in windows) if p]
         if not parts:
             return extractive_summary(doc.title, doc.text)
         while len(parts) > 1:
             groups = [parts[i : i + self.reduce_group] for i in range(0, len(parts), self.reduce_group)]
-            parts = [self._reduce(doc.title, g, lang) for g in groups]
+            parts = [self._reduce(doc.title, g, lang, config) for g in groups]
         return parts[0]
 
     def _windows(self, chunks: list[str]) -> list[str]:
@@ -74,20 +77,20 @@ class DocumentSummarizer:
             out.append(cur)
         return out
 
-    def _reduce(self, title: str, parts: list[str], lang: str) -> str:
+    def _reduce(self, title: str, parts: list[str], lang: str, config: RunnableConfig | None = None) -> str:
         if len(parts) == 1:
             return parts[0]
         from ctxrag.prompts.router import reduce_messages
 
-        return self._invoke(reduce_messages(title, parts, lang)) or " ".join(parts)[: self.window_chars]
+        return self._invoke(reduce_messages(title, parts, lang), config) or " ".join(parts)[: self.window_chars]
 
-    def _call(self, kind: str, title: str, text: str, lang: str) -> str:
+    def _call(self, kind: str, title: str, text: str, lang: str, config: RunnableConfig | None = None) -> str:
         from ctxrag.prompts.router import map_messages, summary_messages
 
         msgs = summary_messages(title, text, lang) if kind == "summary" else map_messages(title, text, lang)
-        return self._invoke(msgs)
+        return self._invoke(msgs, config)
 
-    def _invoke(self, msgs: list) -> str:
+    def _invoke(self, msgs: list, config: RunnableConfig | None = None) -> str:
         self.calls += 1
-        reply = self.llm.bind(max_tokens=self.max_tokens).invoke(msgs)
+        reply = self.llm.bind(max_tokens=self.max_tokens).invoke(msgs, config)
         return str(getattr(reply, "content", reply) or "").strip()

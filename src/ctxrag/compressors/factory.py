@@ -33,8 +33,11 @@ def build_reranker(kind: str | None = None, settings: Settings | None = None) ->
     if name == "none":
         return None
     if name == "jina":
-        from ctxrag.compressors.jina import JinaReranker
+        from ctxrag.compressors.jina import JinaReranker, missing_key_problem
 
+        problem = missing_key_problem(rerank.base_url, rerank.api_key)
+        if problem:
+            raise ConfigError(problem)
         return JinaReranker(
             base_url=rerank.base_url,
             model=rerank.model,

@@ -2,9 +2,12 @@
 
 Request ``POST {base_url}/rerank`` with ``{"model", "query", "documents", "top_n", "return_documents": false}``;
 response ``{"results": [{"index", "relevance_score"}, ...]}``. Large pools are sent in batches (scores of a
-cross-encoder are absolute, so batches merge by score). 429 and 5xx answers, timeouts and connection errors are
-retried with exponential backoff (honouring ``Retry-After``); when the service fails for good the documents come
-back in their input order, all of them, with a logged warning (``strict=True`` raises `ModelError` instead).
+cross-encoder are absolute, so batches merge by score). 429 and 5xx answers, read timeouts and dropped connections
+are retried with exponential backoff (honouring ``Retry-After``); a connection that cannot be made at all (DNS
+failure, connection refused, connect timeout) is not retried: the service is not there, and asking again only delays
+the fallback. When the service fails for good the documents come back in their input order, all of them, with a
+logged warning (``strict=True`` raises `ModelError` instead). Jina's public API without an API key is refused at
+construction (`ConfigError`), so no request is sent that can only fail.
 The API key is sent only in the ``Authorization`` header and is redacted from every log line and error message.
 
 Example::
@@ -26,7 +29,7 @@ from typing import Any
 import httpx
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
-from pydantic import ConfigDict, Field, SecretStr
+from pydantic import ConfigDict, Field, SecretStr, model_validator
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from ctxrag.errors import ModelError
@@ -47,7 +50,23 @@ class _TransientHTTPError(Exception):
 
 
 def _retryable(exc: BaseException) -> bool:
+    """429/5xx and transient transport failures; not a connection that cannot be made (DNS, refused)."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)):
+        return False
     return isinstance(exc, (_TransientHTTPError, httpx.TransportError))
+
+
+PUBLIC_HOST = "api.jina.ai"
+"""Jina's public API host, which needs an API key."""
+
+
+def missing_key_problem(base_url: str, api_key: SecretStr | str | None) -> str | None:
+    """Why a reranker on `base_url` with `api_key` cannot work without sending a request, or None."""
+    key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else (api_key or "")
+    if httpx.URL(base_url).host == PUBLIC_HOST and not key.strip():
+        return (f"JinaReranker: {base_url} needs an API key (set CTXRAG_RERANK__API_KEY, get one at https://jina.ai), "
+                "or point base_url at a self-hosted rerank server (CTXRAG_RERANK__BASE_URL)")
+    return None
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -86,7 +105,7 @@ class JinaReranker(BaseDocumentCompressor):
     timeout: float = Field(default=30.0, gt=0)
     """Seconds per request."""
     max_retries: int = Field(default=3, ge=0)
-    """Further attempts after a 429, 5xx, timeout or connection error."""
+    """Further attempts after a 429, 5xx, read timeout or dropped connection (not after DNS / refused)."""
     backoff: float = Field(default=0.5, ge=0)
     """First wait in seconds; doubles after every failed attempt."""
     max_backoff: float = Field(default=8.0, ge=0)
@@ -95,6 +114,13 @@ class JinaReranker(BaseDocumentCompressor):
     """Send a chunk's contextual-retrieval context before its text."""
     strict: bool = False
     """Raise `ModelError` when the service fails for good instead of returning the input order."""
+
+    @model_validator(mode="after")
+    def _key_for_public_api(self) -> JinaReranker:
+        problem = missing_key_problem(self.base_url, self.api_key)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     # -- protocol ----------------------------------------------------------------------------------------------
     @property
@@ -173,8 +199,8 @@ class JinaReranker(BaseDocumentCompressor):
     def _final_error(self, exc: BaseException) -> ModelError:
         if isinstance(exc, ModelError):
             return exc
-        return ModelError(f"Jina rerank at {self._redact(self._url)} failed after {self.max_retries + 1} attempts: "
-                          f"{self._redact(_describe(exc))}")
+        how = f"after {self.max_retries + 1} attempts" if _retryable(exc) else "(no connection; not retried)"
+        return ModelError(f"Jina rerank at {self._redact(self._url)} failed {how}: {self._redact(_describe(exc))}")
 
     def _rerank_batch(self, client: httpx.Client, query: str, texts: list[str]) -> list[tuple[int, float]]:
         for attempt in Retrying(**self._retry_args()):

@@ -1,21 +1,24 @@
 """Lost-in-the-middle reordering (Liu et al., 2023, https://arxiv.org/abs/2307.03172).
 
 Models read the start and end of a long context best, so the most relevant documents go to both ends and the least
-relevant to the middle. Input: documents best first. Same order as langchain_community's `LongContextReorder`, but
-as a `BaseDocumentCompressor`, so it plugs into compression pipelines.
+relevant to the middle. Input: documents best first. Same order as langchain_community's `LongContextReorder`, and
+both a `BaseDocumentTransformer` (``transform_documents``, as LangChain's) and a `BaseDocumentCompressor`, so it plugs
+into `DocumentCompressorPipeline` and `ContextualCompressionRetriever` alike.
 
 Example::
 
     from ctxrag.compressors.reorder import LongContextReorder
     [d.page_content for d in LongContextReorder().compress_documents(docs_1_to_5, "q")]
     # ['1', '3', '5', '4', '2']
+    LongContextReorder().transform_documents(docs_1_to_5)   # the same, as a document transformer
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.callbacks import Callbacks
-from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.documents import BaseDocumentCompressor, BaseDocumentTransformer, Document
 
 
 def lost_in_the_middle(documents: Sequence[Document]) -> list[Document]:
@@ -33,7 +36,7 @@ def lost_in_the_middle(documents: Sequence[Document]) -> list[Document]:
     return reordered
 
 
-class LongContextReorder(BaseDocumentCompressor):
+class LongContextReorder(BaseDocumentCompressor, BaseDocumentTransformer):
     """Puts the most relevant documents at the start and end of the list, the least relevant in the middle.
 
     Example::
@@ -50,3 +53,12 @@ class LongContextReorder(BaseDocumentCompressor):
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
         return lost_in_the_middle(documents)
+
+    def transform_documents(self, documents: Sequence[Document], **kwargs: Any) -> Sequence[Document]:
+        """`BaseDocumentTransformer` face: the same reordering, no query needed."""
+        if kwargs:
+            raise TypeError(f"LongContextReorder.transform_documents: unknown argument(s) {sorted(kwargs)}")
+        return lost_in_the_middle(documents)
+
+    async def atransform_documents(self, documents: Sequence[Document], **kwargs: Any) -> Sequence[Document]:
+        return self.transform_documents(documents, **kwargs)

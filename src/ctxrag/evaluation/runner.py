@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.runnables import RunnableConfig
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
@@ -145,8 +146,11 @@ class EvalRunner:
     """
 
     def __init__(self, dataset: EvalDataset, ks: Sequence[int] = (5, 10, 20), *, settings: Settings | None = None,
-                 embeddings: Embeddings | None = None, progress: bool = True) -> None:
+                 embeddings: Embeddings | None = None, progress: bool = True,
+                 config: RunnableConfig | None = None) -> None:
         self.dataset = dataset
+        self.config = config
+        """Passed to every retriever call (callbacks, tags): rerankers' and graph LLM calls are traced with it."""
         self.ks = sorted(set(ks))
         self.settings = settings or get_settings()
         self._embeddings = embeddings
@@ -255,7 +259,7 @@ class EvalRunner:
             from ctxrag.retrievers.fusion import FusionRetriever
 
             retriever = FusionRetriever(retrievers=parts, weights=config.weights, mode=config.fusion, c=config.c,
-                                        top_k=depth, name="hybrid")
+                                        k=depth, name="hybrid")
         if config.rerank is not RerankMode.NONE:
             retriever = RerankedRetriever(base=retriever, reranker=self._reranker(config), top_n=config.rerank_top_n)
         return retriever, seconds
@@ -286,11 +290,11 @@ class EvalRunner:
         k_max = max(self.ks)
         retriever, index_seconds = self.build_retriever(config, k_max)
         eq = ds.equivalence or {}
-        retriever.invoke(ds.queries[0].text)  # warm-up, untimed: model loading is not query latency
+        retriever.invoke(ds.queries[0].text, self.config)  # warm-up, untimed: model loading is not query latency
         results: list[QueryResult] = []
         for q in tqdm(ds.queries, desc=config.name, unit="q", disable=not self.progress, leave=False):
             start = time.perf_counter()
-            docs = retriever.invoke(q.text)
+            docs = retriever.invoke(q.text, self.config)
             ms = (time.perf_counter() - start) * 1000
             ranked = [str(d.metadata.get(CHUNK_ID, d.id)) for d in docs]
             scores = score_query([eq.get(r, r) for r in ranked], [eq.get(g, g) for g in q.gold_ids], self.ks,
@@ -327,7 +331,7 @@ class TopK(BaseRetriever):
     k: int = 4
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return self.base.invoke(query)[: self.k]
+        return self.base.invoke(query, {"callbacks": run_manager.get_child()})[: self.k]
 
 
 class RerankedRetriever(BaseRetriever):
@@ -343,9 +347,10 @@ class RerankedRetriever(BaseRetriever):
     top_n: int = 20
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        docs = self.base.invoke(query)
+        callbacks = run_manager.get_child()
+        docs = self.base.invoke(query, {"callbacks": callbacks})
         head, tail = docs[: self.top_n], docs[self.top_n :]
-        ranked = list(self.reranker.compress_documents(head, query))
+        ranked = list(self.reranker.compress_documents(head, query, callbacks=callbacks))
         seen = {str(d.metadata.get(CHUNK_ID, d.id)) for d in ranked}
         rest = [d for d in head if str(d.metadata.get(CHUNK_ID, d.id)) not in seen]
         return ranked + rest + tail

@@ -7,21 +7,20 @@ Example::
 
     from ctxrag import KnowledgeBase
     from ctxrag.retrievers.dense import DenseRetriever
-    r = DenseRetriever(kb=KnowledgeBase.open("demo"), search_type="mmr", search_kwargs={"k": 4, "fetch_k": 20})
-    r.invoke("what is contextual retrieval?", search_kwargs={"k": 2})   # per-call override
+    r = DenseRetriever(kb=KnowledgeBase.open("demo"), search_type="mmr", k=4, search_kwargs={"fetch_k": 20})
+    r.invoke("what is contextual retrieval?", k=2, filter={"doc_id": ["3f2a..."]})   # per-call overrides
 """
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
-from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ctxrag.models.embeddings import embed_array
+from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, UnknownArgumentError
 
 SearchType = Literal["similarity", "mmr", "similarity_score_threshold"]
 _ALLOWED_KWARGS = {"k", "fetch_k", "lambda_mult", "score_threshold", "filter"}
@@ -51,43 +50,58 @@ def mmr_select(query_vec: np.ndarray, cand_vecs: np.ndarray, k: int, lambda_mult
     return chosen
 
 
-class DenseRetriever(BaseRetriever):
-    """Dense retriever over a `KnowledgeBase` (FAISS inner product on unit vectors)."""
+class DenseRetriever(CtxragRetriever):
+    """Dense retriever over a `KnowledgeBase` (FAISS inner product on unit vectors).
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    ``k`` and ``filter`` are fields (``search_kwargs={"k": ..., "filter": ...}`` is accepted too, as for LangChain's
+    `VectorStoreRetriever`); per call: ``k``, ``filter``, ``fetch_k``, ``lambda_mult``, ``score_threshold`` or
+    ``search_kwargs``.
+    """
 
     kb: Any
     """The `KnowledgeBase` to search."""
     search_type: SearchType = "similarity"
-    search_kwargs: dict[str, Any] = Field(default_factory=lambda: {"k": 10})
-    """``k``, ``fetch_k`` (mmr pool, default 20), ``lambda_mult`` (mmr, default 0.5), ``score_threshold``
-    (relevance in [0, 1]), ``filter`` (dict of metadata values or a predicate)."""
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """``fetch_k`` (mmr pool, default 20), ``lambda_mult`` (mmr, default 0.5), ``score_threshold`` (relevance in
+    [0, 1]); ``k`` and ``filter`` given here move to the fields of the same name."""
+
+    call_options: ClassVar[frozenset[str]] = frozenset({"fetch_k", "lambda_mult", "score_threshold"})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_k_and_filter(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("search_kwargs"), dict):
+            return data
+        data = dict(data)
+        sk = _validate_kwargs(dict(data["search_kwargs"]))
+        for name in ("k", "filter"):
+            if name in sk:
+                value = sk.pop(name)
+                if name in data and data[name] != value:
+                    raise ValueError(f"DenseRetriever: {name} given twice ({data[name]!r} and search_kwargs[{name!r}]={value!r})")
+                data[name] = value
+        data["search_kwargs"] = sk
+        return data
 
     @field_validator("search_kwargs")
     @classmethod
     def _check_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _validate_kwargs(v)
 
-    def _params(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
-        params = {"k": 10, "fetch_k": 20, "lambda_mult": 0.5, "score_threshold": None, "filter": None}
-        params.update(self.search_kwargs)
-        if overrides:
-            params.update(_validate_kwargs(overrides))
-        if self.search_type == "similarity_score_threshold" and params["score_threshold"] is None:
-            raise ValueError("search_type='similarity_score_threshold' needs search_kwargs['score_threshold'] in [0, 1]")
-        return params
-
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, search_kwargs: dict[str, Any] | None = None
+    def _retrieve(
+        self, query: str, *, k: int, filter: MetadataFilter | None, run_manager: CallbackManagerForRetrieverRun,
+        **options: Any,
     ) -> list[Document]:
-        p = self._params(search_kwargs)
+        p = {"fetch_k": 20, "lambda_mult": 0.5, "score_threshold": None, **self.search_kwargs, **_validate_kwargs(options)}
+        if self.search_type == "similarity_score_threshold" and p["score_threshold"] is None:
+            raise ValueError("search_type='similarity_score_threshold' needs search_kwargs['score_threshold'] in [0, 1]")
         qvec = embed_array(self.kb.embeddings, [query], is_query=True)[0]
-        allowed = self.kb.allowed_chunk_ids(p["filter"])
-        pool_k = max(p["k"], p["fetch_k"]) if self.search_type == "mmr" else p["k"]
+        allowed = self.kb.allowed_chunk_ids(filter)
+        pool_k = max(k, p["fetch_k"]) if self.search_type == "mmr" else k
         hits = self.kb.dense.search(qvec, pool_k, allowed_chunk_ids=allowed)
         if self.search_type == "mmr" and hits:
             vecs = self.kb.dense.vectors([c for c, _ in hits])
-            order = mmr_select(qvec, vecs, p["k"], p["lambda_mult"])
+            order = mmr_select(qvec, vecs, k, p["lambda_mult"])
             hits = [hits[i] for i in order]
         scores = {}
         keep = []
@@ -99,18 +113,11 @@ class DenseRetriever(BaseRetriever):
             scores[cid] = {"score": rel, "dense_score": rel, "cosine": cos}
         return self.kb.get_chunks(keep, scores)
 
-    async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, search_kwargs: dict[str, Any] | None = None
-    ) -> list[Document]:
-        return await asyncio.to_thread(
-            self._get_relevant_documents, query, run_manager=run_manager.get_sync(), search_kwargs=search_kwargs
-        )
-
 
 def _validate_kwargs(v: dict[str, Any]) -> dict[str, Any]:
     unknown = set(v) - _ALLOWED_KWARGS
     if unknown:
-        raise ValueError(f"unknown search_kwargs {sorted(unknown)}; allowed: {sorted(_ALLOWED_KWARGS)}")
+        raise UnknownArgumentError(f"DenseRetriever: unknown search_kwargs {sorted(unknown)}; allowed: {sorted(_ALLOWED_KWARGS)}")
     if "k" in v and (not isinstance(v["k"], int) or v["k"] <= 0):
         raise ValueError(f"search_kwargs['k'] must be a positive int, got {v['k']!r}")
     if "fetch_k" in v and (not isinstance(v["fetch_k"], int) or v["fetch_k"] <= 0):

@@ -6,6 +6,9 @@ Example::
     kb = KnowledgeBase.open("demo")
     r = kb.as_retriever(mode="hybrid", k=5, rerank="llm", reorder=True)
     r.invoke("星河知识库支持哪些文件格式？")
+    kb.as_retriever(search_kwargs={"k": 2, "filter": {"file_type": "markdown"}})   # LangChain's FAISS spelling
+
+Every retriever built here takes ``k`` and ``filter`` per call too (`ctxrag.retrievers.base`).
 """
 from __future__ import annotations
 
@@ -15,10 +18,12 @@ from typing import Any, Sequence
 from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.errors import ConfigError
+from ctxrag.retrievers.base import call_arguments
 
 log = logging.getLogger(__name__)
 
 MODES = ("dense", "bm25", "hybrid", "graph")
+_SEARCH_KWARGS = frozenset({"k", "filter", "fetch_k", "lambda_mult", "score_threshold"})
 RERANK_POOL = {"jina": 150, "llm": 20}
 """Default pool sizes handed to a reranker: Anthropic's recipe reranks 150, but an LLM reranker on a small local
 model costs seconds per chunk, so it reranks 20 unless told otherwise."""
@@ -31,6 +36,7 @@ def make_retriever(
     *,
     filter: Any = None,
     search_type: str = "similarity",
+    search_kwargs: dict[str, Any] | None = None,
     fetch_k: int | None = None,
     lambda_mult: float = 0.5,
     score_threshold: float | None = None,
@@ -42,7 +48,18 @@ def make_retriever(
     compressors: Sequence[Any] = (),
     reorder: bool = False,
 ) -> BaseRetriever:
-    """A retriever over knowledge base `kb` (see the module docstring); `k` is the number of chunks returned."""
+    """A retriever over knowledge base `kb` (see the module docstring); `k` is the number of chunks returned.
+
+    ``search_kwargs`` (``k``, ``filter``, ``fetch_k``, ``lambda_mult``, ``score_threshold``) is LangChain's
+    `VectorStore.as_retriever` spelling of the same options; its values win over the keyword arguments.
+    """
+    if search_kwargs:
+        given = call_arguments("as_retriever", {"search_kwargs": search_kwargs}, _SEARCH_KWARGS)
+        k = given.get("k", k)
+        filter = given.get("filter", filter)
+        fetch_k = given.get("fetch_k", fetch_k)
+        lambda_mult = given.get("lambda_mult", lambda_mult)
+        score_threshold = given.get("score_threshold", score_threshold)
     if mode not in MODES:
         raise ConfigError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
     if k <= 0:
@@ -59,7 +76,8 @@ def make_retriever(
     from ctxrag.retrievers.pipeline import RetrievalPipeline
 
     return RetrievalPipeline(
-        base_retriever=base, fetch_k=pool, reranker=reranker, top_n=k, compressors=list(compressors), reorder=reorder
+        base_retriever=base, fetch_k=pool, reranker=reranker, k=k, filter=filter, compressors=list(compressors),
+        reorder=reorder, name=f"{mode}-pipeline",
     )
 
 
@@ -81,33 +99,34 @@ def _base(
     from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
 
     def dense(kk: int) -> DenseRetriever:
-        kwargs: dict[str, Any] = {"k": kk, "lambda_mult": lambda_mult, "filter": filter}
+        kwargs: dict[str, Any] = {"lambda_mult": lambda_mult}
         if fetch_k:
             kwargs["fetch_k"] = fetch_k
         if score_threshold is not None:
             kwargs["score_threshold"] = score_threshold
-        return DenseRetriever(kb=kb, search_type=search_type, search_kwargs=kwargs, name="dense")  # type: ignore[arg-type]
+        return DenseRetriever(kb=kb, k=kk, filter=filter, search_type=search_type, search_kwargs=kwargs,  # type: ignore[arg-type]
+                              name="dense")
 
     if mode == "dense":
         return dense(k)
     if mode == "graph":
         from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS
 
-        return _graph(kb, k, dense(max(k, PPR_PASSAGE_SEEDS)))  # its top passages also seed the PageRank walk
-    bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")
+        return _graph(kb, k, filter, dense(max(k, PPR_PASSAGE_SEEDS)))  # its top passages also seed the PageRank walk
     if mode == "bm25":
-        return bm25
+        return KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")  # fills up to k with zero-score chunks
+    bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, fill=False, name="bm25")  # zero-score filler would add noise
     from ctxrag.retrievers.fusion import FusionRetriever
 
     # each side contributes a deeper list than k so fusion has overlap to work with
     depth = max(k, 2 * k if k < 50 else k)
     return FusionRetriever(
         retrievers=[dense(depth), bm25.model_copy(update={"k": depth})], weights=list(weights), mode=fusion, c=c,
-        top_k=k, name="hybrid",
+        k=k, filter=filter, name="hybrid",
     )
 
 
-def _graph(kb: Any, k: int, fallback: BaseRetriever) -> BaseRetriever:
+def _graph(kb: Any, k: int, filter: Any, fallback: BaseRetriever) -> BaseRetriever:
     """Graph RAG over the knowledge base's ``graph`` index (entity/relation graph built at ingest), ranked as
     ``settings.graph_rerank`` says (default Personalized PageRank, the best measured: docs/graph_rag.md); dense
     retrieval gives the PageRank passage seeds and fills up."""
@@ -129,8 +148,9 @@ def _graph(kb: Any, k: int, fallback: BaseRetriever) -> BaseRetriever:
         except Exception as exc:  # noqa: BLE001 - no usable model: rank without one rather than fail the search
             log.warning("graph_rerank='llm' but no chat model (%s); ranking with 'ppr'", exc)
             how = "ppr"
-    return GraphRetriever(graph_index=graph, embeddings=kb.embeddings, k=k, rerank=how, llm=llm,
-                          fallback_retriever=fallback, document_lookup=kb.get_chunks, name="graph")
+    return GraphRetriever(graph_index=graph, embeddings=kb.embeddings, k=k, filter=filter, rerank=how, llm=llm,
+                          fallback_retriever=fallback, document_lookup=kb.get_chunks,
+                          filter_resolver=kb.allowed_chunk_ids, name="graph")
 
 
 def make_multi_kb_retriever(kbs: Sequence[Any], mode: str = "hybrid", k: int = 10, **kwargs: Any) -> BaseRetriever:
@@ -144,4 +164,4 @@ def make_multi_kb_retriever(kbs: Sequence[Any], mode: str = "hybrid", k: int = 1
     parts = [make_retriever(kb, mode=mode, k=k, **kwargs) for kb in kbs]
     for kb, p in zip(kbs, parts):
         p.name = f"kb:{kb.name}"
-    return FusionRetriever(retrievers=parts, mode="rrf", top_k=k, name="multi-kb")
+    return FusionRetriever(retrievers=parts, mode="rrf", k=k, name="multi-kb")

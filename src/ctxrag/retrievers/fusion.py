@@ -23,15 +23,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import warnings
 from enum import Enum
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever, RetrieverLike
+from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables.config import patch_config
-from pydantic import ConfigDict, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, rename_deprecated, sub_call_kwargs
 from ctxrag.schema import CHUNK_ID, SCORE, SOURCE
 
 FUSION_SCORE = "fusion_score"
@@ -151,12 +153,15 @@ def fuse(
     mode: FusionMode | str = FusionMode.RRF,
     weights: list[float] | None = None,
     c: float = 60,
-    top_k: int | None = None,
+    k: int | None = None,
     names: list[str | int] | None = None,
+    *,
+    top_k: int | None = None,
 ) -> list[Document]:
     """Fuse ranked lists (best first) into one list sorted by ``fusion_score``, best first.
 
-    ``weights`` default to 1 each; ``c`` is the RRF rank constant; ``top_k`` keeps the best k (None: all);
+    ``weights`` default to 1 each; ``c`` is the RRF rank constant; ``k`` keeps the best k (None: all; ``top_k`` is
+    its deprecated name);
     ``names`` label each list in ``fusion_sources`` (default: its index). Ties keep first-appearance order.
     Inputs are not modified.
     """
@@ -164,8 +169,11 @@ def fuse(
     weights = _check_weights(weights, len(ranked_lists))
     if not math.isfinite(c) or c < 0:
         raise ValueError(f"c={c!r} must be a finite number >= 0")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k={top_k!r} must be >= 1 or None")
+    if top_k is not None:
+        warnings.warn("fuse(top_k=...) is deprecated; use k=...", DeprecationWarning, stacklevel=2)
+        k = top_k if k is None else k
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"k={k!r} must be a positive int or None")
     if names is not None and len(names) != len(ranked_lists):
         raise ValueError(f"got {len(names)} names for {len(ranked_lists)} ranked lists")
     labels: list[str | int] = list(names) if names is not None else list(range(len(ranked_lists)))
@@ -195,14 +203,14 @@ def fuse(
                 merged_meta[key] = dict(doc.metadata)
                 sources[key] = []
             else:
-                for k, v in doc.metadata.items():
-                    merged_meta[key].setdefault(k, v)
+                for meta_key, value in doc.metadata.items():
+                    merged_meta[key].setdefault(meta_key, value)
             total[key] += part
             sources[key].append({"retriever": labels[index], "rank": rank, "score": score})
 
-    order = sorted(first, key=lambda k: total[k], reverse=True)  # stable: ties keep first appearance
-    if top_k is not None:
-        order = order[:top_k]
+    order = sorted(first, key=lambda key: total[key], reverse=True)  # stable: ties keep first appearance
+    if k is not None:
+        order = order[:k]
     fused: list[Document] = []
     for key in order:
         score = min(1.0, max(0.0, total[key]))  # guard float round-off at the ends
@@ -214,19 +222,21 @@ def fuse(
     return fused
 
 
-class FusionRetriever(BaseRetriever):
+class FusionRetriever(CtxragRetriever):
     """Queries several retrievers (concurrently on the async path) and fuses their lists with `fuse`.
+
+    Per call, ``k`` cuts the fused list (and deepens a ctxrag sub-retriever that fetches fewer) and ``filter`` is
+    passed to every sub-retriever, which applies it inside its index; a sub-retriever that cannot apply a filter
+    makes a filtered call fail rather than leak other documents.
 
     Example::
 
-        from langchain_community.retrievers import BM25Retriever
+        from ctxrag.retrievers.bm25 import BM25Retriever
         from ctxrag.retrievers.fusion import FusionRetriever
-        bm25 = BM25Retriever.from_texts(["alpha beta", "beta gamma"], ids=["1", "2"])
-        hybrid = FusionRetriever(retrievers=[bm25, bm25], weights=[0.7, 0.3], mode="rrf", top_k=10)
-        hybrid.invoke("beta")
+        bm25 = BM25Retriever.from_texts(["alpha beta", "beta gamma"], fill=False)
+        hybrid = FusionRetriever(retrievers=[bm25, bm25], weights=[0.7, 0.3], mode="rrf", k=10)
+        hybrid.invoke("beta", k=1)
     """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     retrievers: list[RetrieverLike]
     """The retrievers to fuse; a retriever's ``name`` (if set) labels it in ``fusion_sources``, else its index."""
@@ -236,8 +246,19 @@ class FusionRetriever(BaseRetriever):
     """Fusion method (a `FusionMode` or its name)."""
     c: float = 60
     """RRF rank constant: larger values flatten the difference between top and lower ranks."""
-    top_k: int | None = None
+    k: int | None = Field(default=None, gt=0)  # type: ignore[assignment]
     """How many fused documents to return (None: all)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_top_k(cls, data: Any) -> Any:
+        return rename_deprecated(data, "top_k", "k", cls.__name__)
+
+    @property
+    def top_k(self) -> int | None:
+        """Deprecated name of `k`."""
+        warnings.warn("FusionRetriever.top_k is deprecated; use k", DeprecationWarning, stacklevel=2)
+        return self.k
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -251,30 +272,41 @@ class FusionRetriever(BaseRetriever):
         _check_weights(self.weights, len(self.retrievers))
         if not math.isfinite(self.c) or self.c < 0:
             raise ValueError(f"c={self.c!r} must be a finite number >= 0")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k={self.top_k!r} must be >= 1 or None")
         return self
 
     def _labels(self) -> list[str | int]:
         return [getattr(r, "name", None) or i for i, r in enumerate(self.retrievers)]
 
-    def _fuse(self, lists: list[list[Document]]) -> list[Document]:
-        return fuse(lists, mode=self.mode, weights=self.weights, c=self.c, top_k=self.top_k, names=self._labels())
+    def _fuse(self, lists: list[list[Document]], k: int | None) -> list[Document]:
+        return fuse(lists, mode=self.mode, weights=self.weights, c=self.c, k=k, names=self._labels())
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        lists = [
-            retriever.invoke(query, patch_config(None, callbacks=run_manager.get_child(tag=f"retriever_{i + 1}")))
-            for i, retriever in enumerate(self.retrievers)
-        ]
-        return self._fuse(lists)
+    def _sub_kwargs(self, k: int | None, filter: MetadataFilter | None) -> list[dict[str, Any]]:
+        return [sub_call_kwargs(r, k, filter, "FusionRetriever") for r in self.retrievers]
 
-    async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    def _retrieve(
+        self, query: str, *, k: int | None, filter: MetadataFilter | None,
+        run_manager: CallbackManagerForRetrieverRun, **options: Any,
     ) -> list[Document]:
+        subs = self._sub_kwargs(k, filter)
+        lists = [
+            retriever.invoke(
+                query, patch_config(None, callbacks=run_manager.get_child(tag=f"retriever_{i + 1}")), **kwargs
+            )
+            for i, (retriever, kwargs) in enumerate(zip(self.retrievers, subs))
+        ]
+        return self._fuse(lists, k)
+
+    async def _aretrieve(
+        self, query: str, *, k: int | None, filter: MetadataFilter | None,
+        run_manager: AsyncCallbackManagerForRetrieverRun, **options: Any,
+    ) -> list[Document]:
+        subs = self._sub_kwargs(k, filter)
         lists = await asyncio.gather(
             *(
-                retriever.ainvoke(query, patch_config(None, callbacks=run_manager.get_child(tag=f"retriever_{i + 1}")))
-                for i, retriever in enumerate(self.retrievers)
+                retriever.ainvoke(
+                    query, patch_config(None, callbacks=run_manager.get_child(tag=f"retriever_{i + 1}")), **kwargs
+                )
+                for i, (retriever, kwargs) in enumerate(zip(self.retrievers, subs))
             )
         )
-        return self._fuse(list(lists))
+        return self._fuse(list(lists), k)

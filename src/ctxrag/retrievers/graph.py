@@ -42,8 +42,8 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from langchain_core.runnables import Runnable, RunnableConfig
+from pydantic import Field, field_validator, model_validator
 
 from ctxrag.graph.expand import expand_relations
 from ctxrag.graph.index import GraphIndex
@@ -52,6 +52,7 @@ from ctxrag.graph.ppr import PassageGraph, personalized_pagerank
 from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import extract_json
 from ctxrag.prompts.graph import entity_prompt, relation_rerank_messages
+from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, metadata_matches, sub_call_kwargs
 from ctxrag.retrievers.fusion import dedup_by_chunk, min_max
 from ctxrag.schema import CHUNK_ID, SCORE
 
@@ -129,7 +130,7 @@ def parse_relation_choice(reply: str, candidates: list[str]) -> list[int] | None
     return chosen
 
 
-class GraphRetriever(BaseRetriever):
+class GraphRetriever(CtxragRetriever):
     """Multi-hop retrieval over a `GraphIndex`: entities and relations -> subgraph expansion -> ranked relations ->
     passages (see the module docstring). Usable alone or inside fusion with dense / BM25 retrievers.
 
@@ -140,15 +141,14 @@ class GraphRetriever(BaseRetriever):
         r.invoke("Who was in charge of the country where the composer of Aschenbrodel was a citizen?")
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     graph_index: GraphIndex
     embeddings: Embeddings
     llm: BaseChatModel | Runnable | None = None
     """A chat model, or one with bound options (``llm.bind(max_tokens=256)``)."""
     rerank: GraphRerank = GraphRerank.EMBEDDING
     degree: int = 1
-    k: int = 5
+    k: int = Field(default=5, gt=0)
+    """How many passages to return."""
     entity_top_k: int = 3
     """Similar graph entities taken per question entity."""
     relation_top_k: int = 3
@@ -180,6 +180,9 @@ class GraphRetriever(BaseRetriever):
     """Optional: full chunk Documents by id (e.g. ``KnowledgeBase.get_chunks``); default: the graph's stored text."""
     relation_preview: int = Field(default=5, ge=0)
     """How many relations each Document lists in ``graph_relations``."""
+    filter_resolver: Callable[[MetadataFilter], set[str] | None] | None = None
+    """Chunk ids a metadata filter allows (e.g. ``KnowledgeBase.allowed_chunk_ids``); without it a filter is matched
+    against the graph's own passage metadata. Either way passages are filtered before the top-k cut."""
 
     @field_validator("rerank", mode="before")
     @classmethod
@@ -193,7 +196,7 @@ class GraphRetriever(BaseRetriever):
             raise ValueError(f"degree must be 1 or 2, got {v}")
         return v
 
-    @field_validator("k", "entity_top_k", "relation_top_k", "max_candidates", "llm_top_n", "path_beam", "path_fanout",
+    @field_validator("entity_top_k", "relation_top_k", "max_candidates", "llm_top_n", "path_beam", "path_fanout",
                      "ppr_fact_top_k", "ppr_passage_seeds")
     @classmethod
     def _positive(cls, v: int, info: Any) -> int:
@@ -208,12 +211,14 @@ class GraphRetriever(BaseRetriever):
         return self
 
     # ---- steps -------------------------------------------------------------------------------------------------
-    def question_entities(self, question: str) -> list[str]:
-        """Entity mentions of the question: the LLM's (if any) then vocabulary matches, deduplicated."""
+    def question_entities(self, question: str, config: RunnableConfig | None = None) -> list[str]:
+        """Entity mentions of the question: the LLM's (if any) then vocabulary matches, deduplicated.
+
+        `config` (callbacks, tags) is passed to the LLM call, so tracing sees it."""
         mentions: list[str] = []
         if self.llm is not None and self.llm_entities:
             try:
-                reply = self.llm.invoke(entity_prompt("auto", question).format_messages(question=question))
+                reply = self.llm.invoke(entity_prompt("auto", question).format_messages(question=question), config)
                 value = extract_json(str(reply.content))
                 items = value.get("entities", []) if isinstance(value, dict) else value
                 mentions += [str(x) for x in items if isinstance(x, (str, int)) and str(x).strip()]
@@ -234,12 +239,14 @@ class GraphRetriever(BaseRetriever):
             ids += [i for i, _ in g.search_entities(vec, self.entity_top_k)]
         return list(dict.fromkeys(ids))
 
-    def candidate_relations(self, question: str, query_vec: np.ndarray) -> tuple[list[int], list[str]]:
+    def candidate_relations(
+        self, question: str, query_vec: np.ndarray, config: RunnableConfig | None = None
+    ) -> tuple[list[int], list[str]]:
         """Candidate relation ids ranked by cosine with the question, and the question entities used."""
         g = self.graph_index
         if g.n_relations == 0:
             return [], []
-        mentions = self.question_entities(question)
+        mentions = self.question_entities(question, config)
         entities = self.seed_entities(mentions)
         seed_relations = [i for i, _ in g.search_relations(query_vec, self.relation_top_k)]
         ids = expand_relations(g.incidence, entities, seed_relations, self.degree) | set(seed_relations)
@@ -274,7 +281,8 @@ class GraphRetriever(BaseRetriever):
         return [(float(scores[i]), pairs[i][0], pairs[i][1]) for i in order]
 
     def rank_relations(
-        self, question: str, candidates: list[int], query_vec: np.ndarray | None = None
+        self, question: str, candidates: list[int], query_vec: np.ndarray | None = None,
+        config: RunnableConfig | None = None,
     ) -> tuple[list[int], str]:
         """Candidates reordered by the chosen method (rest in embedding order) and how ranking went."""
         if self.rerank is GraphRerank.PATH and candidates:
@@ -287,7 +295,7 @@ class GraphRetriever(BaseRetriever):
         shown = candidates[: self.max_candidates]
         texts = [self.graph_index.relation_text(i) for i in shown]
         try:
-            reply = self.llm.invoke(relation_rerank_messages(question, texts, top_n=self.llm_top_n))
+            reply = self.llm.invoke(relation_rerank_messages(question, texts, top_n=self.llm_top_n), config)
             chosen = parse_relation_choice(str(reply.content), texts)
         except Exception as exc:  # noqa: BLE001 - degrade to embedding order, never fail the query
             log.warning("LLM relation ranking failed (%s); using embedding order", exc)
@@ -300,7 +308,7 @@ class GraphRetriever(BaseRetriever):
 
     # ---- retrieval ---------------------------------------------------------------------------------------------
     def rank_passages_ppr(
-        self, question: str, query_vec: np.ndarray, seed_docs: list[Document]
+        self, question: str, query_vec: np.ndarray, seed_docs: list[Document], config: RunnableConfig | None = None
     ) -> list[tuple[str, float]]:
         """``rerank="ppr"``: passages by Personalized PageRank probability (best first, positive only)."""
         g = self.graph_index
@@ -318,12 +326,12 @@ class GraphRetriever(BaseRetriever):
             for e in set(g.relation_entities(int(rid))):
                 seed(e, (float(fact_scores[rid]) - lo) / span)
         if self.ppr_path_seeds:
-            candidates, mentions = self.candidate_relations(question, query_vec)
+            candidates, mentions = self.candidate_relations(question, query_vec, config)
             for score, a, b in self.rank_paths(query_vec, candidates)[: self.ppr_path_seeds]:
                 for e in {*g.relation_entities(a), *g.relation_entities(b)}:
                     seed(e, (score - lo) / span)
         else:
-            mentions = self.question_entities(question)
+            mentions = self.question_entities(question, config)
         for m in mentions:
             if (e := g.entity_id(m)) is not None:
                 seed(e, 1.0)
@@ -335,21 +343,33 @@ class GraphRetriever(BaseRetriever):
         scores = pg.passage_scores(stationary)
         return sorted(((p, s) for p, s in scores.items() if s > 0), key=lambda x: -x[1])
 
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun | None = None
+    def _allowed(self, filter: MetadataFilter | None) -> Callable[[str], bool]:
+        if filter is None:
+            return lambda pid: True
+        if self.filter_resolver is not None:
+            allowed = self.filter_resolver(filter)
+            return (lambda pid: True) if allowed is None else allowed.__contains__
+        return lambda pid: metadata_matches(self.graph_index.passage_metadata(pid), filter)
+
+    def _retrieve(
+        self, query: str, *, k: int, filter: MetadataFilter | None,
+        run_manager: CallbackManagerForRetrieverRun | None = None, **options: Any,
     ) -> list[Document]:
         g = self.graph_index
+        allowed = self._allowed(filter)
+        config: RunnableConfig | None = {"callbacks": run_manager.get_child()} if run_manager else None
         query_vec = embed_array(self.embeddings, [query], is_query=True)[0]
         fallback_docs: list[Document] | None = None
 
         def fallback() -> list[Document]:
             nonlocal fallback_docs
             if fallback_docs is None:
-                callbacks = run_manager.get_child() if run_manager else None
-                fallback_docs = (
-                    self.fallback_retriever.invoke(query, config={"callbacks": callbacks})
-                    if self.fallback_retriever is not None else []
-                )
+                if self.fallback_retriever is None:
+                    fallback_docs = []
+                else:
+                    kwargs = sub_call_kwargs(self.fallback_retriever, k, filter, "GraphRetriever")
+                    callbacks = run_manager.get_child() if run_manager else None
+                    fallback_docs = self.fallback_retriever.invoke(query, config={"callbacks": callbacks}, **kwargs)
             return fallback_docs
 
         order: list[str] = []
@@ -357,9 +377,10 @@ class GraphRetriever(BaseRetriever):
         best: dict[str, float] = {}
         if self.rerank is GraphRerank.PPR:
             how = GraphRerank.PPR.value
-            ranked_passages = self.rank_passages_ppr(query, query_vec, fallback()) if g.n_relations else []
+            ranked = self.rank_passages_ppr(query, query_vec, fallback(), config) if g.n_relations else []
+            ranked_passages = [(pid, prob) for pid, prob in ranked if allowed(pid)]
             top = ranked_passages[0][1] if ranked_passages else 1.0
-            for pid, prob in ranked_passages[: self.k]:
+            for pid, prob in ranked_passages[:k]:
                 order.append(pid)
                 best[pid] = prob / top
                 rels = g.passage_relations(pid)
@@ -367,15 +388,15 @@ class GraphRetriever(BaseRetriever):
                 closest = np.argsort(-sims, kind="stable")[: self.relation_preview]
                 reasons[pid] = [g.relation_text(rels[i]) for i in closest]
         else:
-            candidates, _ = self.candidate_relations(query, query_vec)
-            ranked, how = self.rank_relations(query, candidates, query_vec)
+            candidates, _ = self.candidate_relations(query, query_vec, config)
+            ranked_ids, how = self.rank_relations(query, candidates, query_vec, config)
             sims = dict(zip(candidates, g.relation_similarity(query_vec, candidates).tolist()))
-            sims.update({r: sims.get(r) or float(g.relation_similarity(query_vec, [r])[0]) for r in ranked})
-            for rank, rid in enumerate(ranked):
+            sims.update({r: sims.get(r) or float(g.relation_similarity(query_vec, [r])[0]) for r in ranked_ids})
+            for rank, rid in enumerate(ranked_ids):
                 score = sims[rid] if how in ("embedding", "llm-failed") else 1.0 / (1 + rank)
                 for pid in g.relation_passages(rid):
                     if pid not in reasons:
-                        if len(order) >= self.k:
+                        if len(order) >= k or not allowed(pid):
                             continue
                         order.append(pid)
                         reasons[pid] = []
@@ -389,11 +410,12 @@ class GraphRetriever(BaseRetriever):
                 {CHUNK_ID: pid, SCORE: best[pid], GRAPH_SCORE: best[pid], GRAPH_RELATIONS: reasons[pid],
                  GRAPH_RANK: rank + 1, GRAPH_RERANK: how, GRAPH_FALLBACK: False}
             )
-        if len(docs) < self.k and self.fallback_retriever is not None:
+        if len(docs) < k and self.fallback_retriever is not None:
             have = {d.metadata[CHUNK_ID] for d in docs}
             for doc in fallback():
                 cid = doc.metadata.get(CHUNK_ID) or doc.id
-                if cid in have or len(docs) >= self.k:
+                ok = allowed(str(cid)) if self.filter_resolver is not None else metadata_matches(doc.metadata, filter)
+                if cid in have or len(docs) >= k or not ok:
                     continue
                 have.add(cid)
                 doc = Document(doc.page_content, id=doc.id, metadata={**doc.metadata, GRAPH_FALLBACK: True})

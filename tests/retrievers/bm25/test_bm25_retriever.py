@@ -19,7 +19,7 @@ DOCS = [
 
 
 def test_retriever_returns_documents_with_scores():
-    retriever = BM25Retriever.from_documents(DOCS, k=2)
+    retriever = BM25Retriever.from_documents(DOCS, k=2, fill=False)
     docs = retriever.invoke("lexical ranking")
     assert [d.id for d in docs] == ["bm25"]
     assert docs[0].metadata["source"] == "b.md"
@@ -28,8 +28,18 @@ def test_retriever_returns_documents_with_scores():
     assert [d.id for d in retriever.invoke("retrieval embeddings")] == ["dense"]
 
 
+def test_retriever_fills_to_k_like_langchain():
+    """LangChain's BM25Retriever always returns k documents; so does ours by default (zero scores, index order)."""
+    docs = BM25Retriever.from_documents(DOCS, k=3).invoke("lexical ranking")
+    assert [d.id for d in docs] == ["bm25", "rag", "dense"]
+    assert [d.metadata["score"] for d in docs[1:]] == [0.0, 0.0]
+    assert [d.id for d in BM25Retriever.from_documents(DOCS, k=2).invoke("")] == ["rag", "bm25"]
+    only = BM25Retriever.from_documents(DOCS, k=3, filter={"source": ["a.md", "b.md"]}).invoke("lexical")
+    assert [d.id for d in only] == ["bm25", "rag"]  # the fill respects the filter
+
+
 def test_retriever_empty_query_and_runtime_options():
-    retriever = BM25Retriever.from_documents(DOCS)
+    retriever = BM25Retriever.from_documents(DOCS, fill=False)
     assert retriever.invoke("") == []
     assert retriever.invoke("the of") == []
     assert [d.id for d in retriever.invoke("中文 检索 English", allowed_ids={"mixed"})] == ["mixed"]
@@ -37,13 +47,13 @@ def test_retriever_empty_query_and_runtime_options():
 
 
 def test_retriever_async_and_batch():
-    retriever = BM25Retriever.from_documents(DOCS)
+    retriever = BM25Retriever.from_documents(DOCS, fill=False)
     assert [d.id for d in asyncio.run(retriever.ainvoke("embeddings"))] == ["dense"]
     assert [[d.id for d in r] for r in retriever.batch(["embeddings", "lexical"])] == [["dense"], ["bm25"]]
 
 
 def test_retriever_add_delete_and_lookup():
-    retriever = BM25Retriever.from_documents(DOCS)
+    retriever = BM25Retriever.from_documents(DOCS, fill=False)
     retriever.delete(["bm25"])
     assert retriever.invoke("lexical") == []
     retriever.add_documents([Document("lexical search again", id="new")])
@@ -51,7 +61,7 @@ def test_retriever_add_delete_and_lookup():
     store = {d.id or d.metadata["chunk_id"]: d for d in DOCS}
     index = BM25Index()
     index.add([d.page_content for d in DOCS], ids=list(store))
-    looked_up = BM25Retriever(index=index, lookup=lambda ids: [store[i] for i in ids if i != "rag"])
+    looked_up = BM25Retriever(index=index, lookup=lambda ids: [store[i] for i in ids if i != "rag"], fill=False)
     assert [d.id for d in looked_up.invoke("lexical ranking")] == ["bm25"]
     assert looked_up.invoke("检索增强") == []  # the store no longer has it: skipped, not an error
 

@@ -41,10 +41,11 @@ class BM25ChunkIndex:
         self.index.delete(chunk_ids)
 
     def search(
-        self, query: str, k: int, allowed_chunk_ids: Iterable[str] | None = None
+        self, query: str, k: int, allowed_chunk_ids: Iterable[str] | None = None, *, fill: bool = False
     ) -> list[tuple[str, float]]:
-        """Best `k` chunks for `query` as ``(chunk_id, bm25 score)``; ``[]`` when no query term is indexed."""
-        return self.index.search(query, k=k, allowed_ids=allowed_chunk_ids)
+        """Best `k` chunks for `query` as ``(chunk_id, bm25 score)``; ``[]`` when no query term is indexed, unless
+        `fill` (zero-score chunks in index order up to `k`, see `BM25Index.search`)."""
+        return self.index.search(query, k=k, allowed_ids=allowed_chunk_ids, fill=fill)
 
     def save(self, directory: Path) -> None:
         self.index.save(directory)

@@ -203,12 +203,14 @@ class BM25Index:
         return (scores + constant)[self._live]
 
     def search(
-        self, query: str | Sequence[str], k: int = 10, allowed_ids: Iterable[str] | None = None
+        self, query: str | Sequence[str], k: int = 10, allowed_ids: Iterable[str] | None = None, *, fill: bool = False
     ) -> list[tuple[str, float]]:
         """Best `k` documents containing a query term, as ``(id, score)``, best first.
 
-        `allowed_ids` restricts the result to those documents (a metadata filter); unknown ids are ignored.
-        A query with no indexed term (empty, only stopwords, unseen words) returns ``[]``.
+        `allowed_ids` restricts the result to those documents (a metadata filter, applied before the cut); unknown
+        ids are ignored. A query with no indexed term (empty, only stopwords, unseen words) returns ``[]``, unless
+        `fill`: then documents without a query term follow, in index order, with the score a document without any
+        query term gets (0 for Okapi), up to `k` (LangChain's `BM25Retriever` also always returns k).
         """
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
@@ -216,8 +218,24 @@ class BM25Index:
         if allowed_ids is not None:
             allowed = np.zeros(len(self._live), dtype=bool)
             allowed[self._keys.slots_of(list(allowed_ids))] = True
-        slots, scores = self.search_slots(self.tokenize_query(query), k, allowed)
+        tokens = self.tokenize_query(query)
+        slots, scores = self.search_slots(tokens, k, allowed)
+        if fill and len(slots) < k:
+            slots, scores = self._fill(tokens, slots, scores, k, allowed)
         return list(zip(self._keys.keys(slots), scores.tolist()))
+
+    def _fill(
+        self, tokens: Sequence[str], slots: np.ndarray, scores: np.ndarray, k: int, allowed: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Append live (and allowed) slots not in `slots`, in slot order, up to `k`."""
+        free = self._live.copy()
+        if allowed is not None:
+            free &= allowed
+        free[slots] = False
+        extra = np.flatnonzero(free)[: k - len(slots)]
+        _, _, constant = self._accumulate(tokens, dense=False)
+        return (np.concatenate([slots, extra]).astype(np.int64),
+                np.concatenate([scores, np.full(len(extra), constant, dtype=float)]))
 
     def search_slots(
         self, tokens: Sequence[str], k: int, allowed: np.ndarray | None = None

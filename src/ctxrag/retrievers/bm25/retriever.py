@@ -9,36 +9,39 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from ctxrag import schema
+from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, metadata_matches
 from ctxrag.retrievers.bm25.index import BM25Index
 from ctxrag.retrievers.bm25.tokenize import Tokenizer
 
 
-class BM25Retriever(BaseRetriever):
+class BM25Retriever(CtxragRetriever):
     """Lexical retrieval with ctxrag's BM25.
 
     Documents come from `documents` (kept by `from_documents`/`add_documents`) or from `lookup`, a function from
-    ids to documents such as a knowledge base's ``get_chunks``. ``invoke(query, k=..., allowed_ids=...)``
-    overrides `k` and restricts results to the given ids (a metadata filter).
+    ids to documents such as a knowledge base's ``get_chunks``. ``invoke(query, k=..., filter=..., allowed_ids=...)``
+    overrides `k`, filters by metadata (documents it owns) and restricts results to the given ids, all before the
+    top-k cut. Like LangChain's `BM25Retriever` it returns `k` documents when fewer contain a query word (``fill``).
     """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     index: BM25Index
     """The index searched."""
     k: int = Field(4, gt=0)
     """How many documents to return."""
+    fill: bool = True
+    """Return ``k`` documents when fewer contain a query word: zero-score documents follow in index order."""
     documents: dict[str, Document] = Field(default_factory=dict)
     """Documents by id, when the retriever owns them."""
     lookup: Callable[[list[str]], list[Document]] | None = None
     """Fetches documents by id (in the given order) when they live elsewhere, e.g. ``KnowledgeBase.get_chunks``."""
+
+    call_options: ClassVar[frozenset[str]] = frozenset({"allowed_ids"})
 
     @classmethod
     def from_documents(
@@ -50,8 +53,12 @@ class BM25Retriever(BaseRetriever):
         k: int = 4,
         **params: Any,
     ) -> BM25Retriever:
-        """Index `documents`; each is keyed by its ``id``, else ``metadata["chunk_id"]``, else its position."""
-        retriever = cls(index=BM25Index(tokenizer, variant, **params), k=k)
+        """Index `documents`; each is keyed by its ``id``, else ``metadata["chunk_id"]``, else its position.
+
+        `params` are `BM25Index` options (``k1``, ``b``, ...) or retriever fields (``filter``, ``fill``, ``name``).
+        """
+        fields = {name: params.pop(name) for name in list(params) if name in cls.model_fields}
+        retriever = cls(index=BM25Index(tokenizer, variant, **params), k=k, **fields)
         retriever.add_documents(list(documents))
         return retriever
 
@@ -74,15 +81,24 @@ class BM25Retriever(BaseRetriever):
             self.documents.pop(doc_id, None)
         return self.index.delete(ids)
 
-    def _get_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: CallbackManagerForRetrieverRun,
-        k: int | None = None,
-        allowed_ids: Iterable[str] | None = None,
+    def _allowed(self, filter: MetadataFilter | None, allowed_ids: Iterable[str] | None) -> set[str] | None:
+        allowed = None if allowed_ids is None else set(allowed_ids)
+        if filter is not None:
+            if not self.documents:
+                raise ValueError(
+                    "BM25Retriever: a metadata filter needs the documents (from_documents/add_documents); "
+                    "with only `lookup`, pass allowed_ids instead"
+                )
+            matching = {i for i, d in self.documents.items() if metadata_matches(d.metadata, filter)}
+            allowed = matching if allowed is None else allowed & matching
+        return allowed
+
+    def _retrieve(
+        self, query: str, *, k: int, filter: MetadataFilter | None, run_manager: CallbackManagerForRetrieverRun,
+        allowed_ids: Iterable[str] | None = None, **options: Any,
     ) -> list[Document]:
-        hits = self.index.search(query, k=k or self.k, allowed_ids=allowed_ids)
+        allowed = self._allowed(filter, allowed_ids)
+        hits = self.index.search(query, k=k, allowed_ids=allowed, fill=self.fill)
         if not hits:
             return []
         ids = [doc_id for doc_id, _ in hits]
