@@ -47,3 +47,11 @@ class ModelError(CtxragError):
 
 class ModelFileError(ModelError):
     """The local model file could not be assembled or failed its checksum."""
+
+
+class KnowledgeBaseLocked(CtxragError):
+    """Another process holds a knowledge base's write lock for longer than the configured timeout."""
+
+
+class StoreCorruptError(CtxragError):
+    """A knowledge base's document store (``kb.sqlite``) is missing, truncated or not a SQLite database."""

@@ -20,9 +20,11 @@ import logging
 import re
 import shutil
 import threading
+from collections.abc import Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal, NamedTuple
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -30,13 +32,15 @@ from tqdm.auto import tqdm
 
 from ctxrag import schema
 from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
+from ctxrag.errors import (ConfigError, DocumentNotFound, IndexCorruptError, KnowledgeBaseNotFound, LoadError,
+                           StoreCorruptError)
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
-from ctxrag.stores.atomic import fsync_tree
+from ctxrag.stores.backends import SelfPersistingIndex, reconcile
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.stores.generations import GenerationStore
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +104,58 @@ class _LazyTripletExtractor:
         return self._inner(text)
 
 
+_LOAD_ATTEMPTS = 5
+
+
+def _missing_from(indexes: Mapping[str, ChunkIndex], chunk_ids: list[str]) -> list[str]:
+    """Names of the indexes that lack any of `chunk_ids` (self-persisting stores are reconciled when opened)."""
+    out = []
+    for name, index in indexes.items():
+        contains = getattr(index, "__contains__", None)
+        if contains is not None and not isinstance(index, SelfPersistingIndex) and not all(contains(c) for c in chunk_ids):
+            out.append(name)
+    return out
+
+
+class _Snapshot(NamedTuple):
+    """The indexes of one committed generation, as searches see them. Never mutated once published (only
+    self-persisting stores such as Chroma and Milvus are shared live objects)."""
+
+    generation: int
+    indexes: dict[str, ChunkIndex]
+
+
+@dataclass
+class _WriteSession:
+    """One write under the inter-process lock: its own SQLite connection and private copies of the indexes loaded
+    from the generation current when the lock was taken, so the change goes on top of every earlier commit."""
+
+    store: DocStore
+    generation: int
+    indexes: dict[str, ChunkIndex]
+
+
+@dataclass
+class _Prepared:
+    """A document split, contextualized and embedded outside the write lock, ready to be applied."""
+
+    doc_id: str
+    source: str
+    title: str
+    content_hash: str
+    text: str
+    metadata: dict[str, Any]
+    records: list[ChunkRecord]
+    indexed: list[IndexedChunk]
+    reason: str = ""
+
+
 class KnowledgeBase:
-    """A named knowledge base under ``$CTXRAG_HOME/kb/NAME``. Use `KnowledgeBase.open`."""
+    """A named knowledge base under ``$CTXRAG_HOME/kb/NAME``. Use `KnowledgeBase.open`.
+
+    Any number of processes may read and write it at once (see docs/reliability.md): writers take an inter-process
+    lock, apply their change on top of the current generation and commit the next one; a long-lived reader checks
+    for a newer generation on every index access (``PRAGMA data_version``, microseconds) and switches to it."""
 
     def __init__(self, name: str, root: Path, settings: Settings, embeddings: Embeddings | None = None) -> None:
         self.name = validate_kb_name(name)
@@ -109,21 +163,30 @@ class KnowledgeBase:
         self.settings = settings
         self._embeddings = embeddings
         self._lock = threading.RLock()
-        self.store = DocStore(self.root / "kb.sqlite")
-        self.indexes: dict[str, ChunkIndex] = {}
+        """Held by the thread writing through this object (one writer thread per object)."""
+        self._refresh_lock = threading.Lock()
+        self.generations = GenerationStore(self.root, self.name, lock_timeout=settings.write_lock_timeout)
+        db = self.root / "kb.sqlite"
+        if not db.exists() and self.generations.committed():
+            raise StoreCorruptError(
+                f"{db}: the document store is missing but index generations exist in {self.generations.base}; "
+                "restore kb.sqlite from a backup, or move the folder away and ingest again")
+        self.store = DocStore(db)
+        self._snapshot: _Snapshot | None = None
+        self._data_version = -1
+        self._session: _WriteSession | None = None
         self._filter_cache: dict[tuple[int, str], set[str]] = {}
-        self._load_indexes()
 
     # -- opening ----------------------------------------------------------------------
     @classmethod
     def open(
         cls, name: str, settings: Settings | None = None, *, create: bool = True, embeddings: Embeddings | None = None
     ) -> "KnowledgeBase":
-        """Open (and by default create) the knowledge base `name`."""
+        """Open (and by default create) the knowledge base `name`. Indexes are loaded on first use."""
         s = settings or get_settings()
         validate_kb_name(name)
         root = s.kb_root / name
-        if not (root / "kb.sqlite").exists() and not create:
+        if not (root / "kb.sqlite").exists() and not create and not (root / "indexes").is_dir():
             raise KnowledgeBaseNotFound(name, s.kb_root)
         return cls(name, root, s, embeddings)
 
@@ -151,10 +214,11 @@ class KnowledgeBase:
         shutil.rmtree(root)
 
     def close(self) -> None:
-        for index in self.indexes.values():
-            close = getattr(index, "close", None)  # Chroma / Milvus clients
-            if close is not None:
-                close()
+        if self._snapshot is not None:
+            for index in self._snapshot.indexes.values():
+                close = getattr(index, "close", None)  # Chroma / Milvus clients
+                if close is not None:
+                    close()
         self.store.close()
 
     def __enter__(self) -> "KnowledgeBase":
@@ -170,6 +234,14 @@ class KnowledgeBase:
         return self._embeddings
 
     @property
+    def indexes(self) -> dict[str, ChunkIndex]:
+        """The indexes of the newest committed generation (checked on every access; reloaded when a writer, in this
+        process or another, committed a newer one)."""
+        self.refresh()
+        assert self._snapshot is not None
+        return self._snapshot.indexes
+
+    @property
     def dense(self) -> FaissIndex:
         return self.indexes["dense"]  # type: ignore[return-value]
 
@@ -178,51 +250,131 @@ class KnowledgeBase:
         return int(self.store.get_meta("generation") or 0)
 
     def _gen_dir(self, gen: int) -> Path:
-        return self.root / "indexes" / f"gen-{gen:06d}"
+        return self.generations.gen_dir(gen)
 
-    def _load_indexes(self) -> None:
-        gen = self.generation
-        gen_dir = self._gen_dir(gen)
+    # -- reading generations ------------------------------------------------------------
+    def refresh(self) -> bool:
+        """Switch to a newer committed generation if there is one; True when it did. Cheap when nothing changed
+        (one ``PRAGMA data_version``); while one thread loads, others keep answering from the current snapshot."""
+        if self._snapshot is not None and self.store.data_version() == self._data_version:
+            return False
+        first = self._snapshot is None
+        if not self._refresh_lock.acquire(blocking=first):
+            return False
+        try:
+            version = self.store.data_version()
+            if self._snapshot is not None and version == self._data_version:
+                return False
+            gen = self.generation
+            changed = self._snapshot is None or gen != self._snapshot.generation
+            if changed:
+                self._snapshot = self._load_current()
+            self._data_version = version
+            return changed
+        finally:
+            self._refresh_lock.release()
+
+    def _publish(self, snapshot: _Snapshot) -> None:
+        with self._refresh_lock:
+            self._snapshot = snapshot
+            self._data_version = self.store.data_version()
+
+    def _load_current(self) -> _Snapshot:
+        """Load the current generation; if a writer committed (and cleaned up) meanwhile, load the newer one."""
+        reuse = self._snapshot.indexes if self._snapshot is not None else None
+        for _attempt in range(_LOAD_ATTEMPTS):
+            gen = self.generation
+            try:
+                return _Snapshot(gen, self._load_generation(gen, self.store, reuse))
+            except IndexCorruptError:
+                if self.generation == gen:
+                    raise
+                log.info("knowledge base %r: generation %d was replaced while loading; loading the newer one",
+                         self.name, gen)
+        raise IndexCorruptError(f"{self.generations.base}: generations of knowledge base {self.name!r} kept changing "
+                                f"while loading ({_LOAD_ATTEMPTS} attempts)")
+
+    def _load_generation(
+        self, gen: int, store: DocStore, reuse: Mapping[str, ChunkIndex] | None = None
+    ) -> dict[str, ChunkIndex]:
+        """Every index of generation `gen`, checksums verified; a kind the generation lacks is rebuilt from `store`."""
+        manifest = self.generations.manifest(gen) if gen else None
+        out: dict[str, ChunkIndex] = {}
         for name, (make, load) in _index_factories(self).items():
-            loaded = load(gen_dir / name) if gen and (gen_dir / name).is_dir() else None
-            if loaded is not None:
-                self.indexes[name] = loaded
-            else:
-                self.indexes[name] = make()
+            if reuse and name in reuse and isinstance(reuse[name], SelfPersistingIndex):
+                out[name] = reuse[name]  # a live store (Chroma, Milvus): already current
+                continue
+            present = bool(gen) and self.generations.verify(gen, name, manifest)
+            loaded = load(self._gen_dir(gen) / name) if present else None
+            if loaded is None:
+                loaded = make()
                 if gen:
-                    log.warning("knowledge base %r: index %r missing in %s; rebuilding from the document store",
-                                self.name, name, gen_dir)
-                    self._rebuild(name)
-        self._remove_stale_generations(keep=gen)
+                    log.warning("knowledge base %r: index %r is not in %s; rebuilt in memory from the document store "
+                                "(`ctxrag kb repair %s` saves it)", self.name, name, self._gen_dir(gen), self.name)
+                    self._rebuild_into(loaded, name, store)
+            out[name] = loaded
+        return out
 
-    def _rebuild(self, name: str) -> None:
-        chunks = [self._to_indexed(c) for c in self.store.iter_chunks()]
+    def _rebuild_into(self, index: ChunkIndex, name: str, store: DocStore) -> None:
+        chunks = [self._to_indexed(c) for c in store.iter_chunks_in_write_order()]
+        if isinstance(index, SelfPersistingIndex):
+            return  # opened reconciled with the store
         if name == "dense" and chunks:
             vecs = embed_array(self.embeddings, [c.text for c in chunks])
             for c, v in zip(chunks, vecs):
                 c.vector = v
-        self.indexes[name].add(chunks)
+        index.add(chunks)
 
-    def _remove_stale_generations(self, keep: int) -> None:
-        base = self.root / "indexes"
-        if not base.is_dir():
-            return
-        for p in base.iterdir():
-            if p.name != f"gen-{keep:06d}":
-                shutil.rmtree(p, ignore_errors=True)
+    # -- writing generations ----------------------------------------------------------
+    @contextmanager
+    def _write_session(self) -> Iterator[_WriteSession]:
+        """Take the write lock, load the current generation privately, and yield; `_commit` publishes. On failure
+        SQLite rolls back and nothing published changes (self-persisting stores are reconciled)."""
+        with self._lock, self.generations.write_lock():
+            store = DocStore(self.root / "kb.sqlite", check=False)
+            session: _WriteSession | None = None
+            try:
+                gen = int(store.get_meta("generation") or 0)
+                if self._snapshot is not None and gen != self._snapshot.generation:
+                    log.info("knowledge base %r: generation moved from %d to %d since it was loaded; applying the "
+                             "change on top of %d", self.name, self._snapshot.generation, gen, gen)
+                reuse = self._snapshot.indexes if self._snapshot is not None else None
+                session = _WriteSession(store, gen, self._load_generation(gen, store, reuse))
+                store.begin()
+                self._session = session
+                yield session
+                store.rollback()  # nothing left uncommitted on purpose
+            except BaseException:
+                store.rollback()
+                if session is not None:
+                    self._reconcile_live(session.indexes)
+                raise
+            finally:
+                self._session = None
+                store.close()
+
+    def _reconcile_live(self, indexes: Mapping[str, ChunkIndex]) -> None:
+        for index in indexes.values():
+            if isinstance(index, SelfPersistingIndex):
+                try:
+                    reconcile(index, self)
+                except Exception as e:  # noqa: BLE001 - the original error matters more; next open reconciles
+                    log.warning("knowledge base %r: reconciling %s after a failed write failed: %s",
+                                self.name, type(index).__name__, e)
 
     def _commit(self) -> None:
-        """Write every index into a new generation, fsync, then commit SQLite pointing at it."""
-        new = self.generation + 1
-        gen_dir = self._gen_dir(new)
-        shutil.rmtree(gen_dir, ignore_errors=True)
-        for name, index in self.indexes.items():
-            (gen_dir / name).mkdir(parents=True, exist_ok=True)
-            index.save(gen_dir / name)
-        fsync_tree(gen_dir)
-        self.store.set_meta("generation", str(new))
-        self.store.commit()
-        self._remove_stale_generations(keep=new)
+        """Write the session's indexes as the next generation (temp folder, fsync, rename), commit SQLite pointing
+        at it, publish them to readers of this object, and clean up old generations."""
+        session = self._session
+        if session is None:
+            raise RuntimeError("_commit outside a write session")
+        new = session.generation + 1
+        self.generations.write(new, session.indexes)
+        session.store.set_meta("generation", str(new))
+        session.store.commit()
+        session.generation = new
+        self._publish(_Snapshot(new, session.indexes))
+        self.generations.clean(new)
 
     # -- ingest -----------------------------------------------------------------------
     def ingest(
@@ -274,80 +426,99 @@ class KnowledgeBase:
                 item = LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
                                       dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
             docs.append(item)
-        def one(loaded: Any) -> FileOutcome:
+        def one(loaded: Any) -> "FileOutcome | _Prepared":
             if not loaded.text.strip():
                 raise LoadError(loaded.source, "empty text")
-            return self._ingest_loaded(loaded, contextualizer, precomputed_contexts)
+            return self._prepare(loaded, contextualizer, precomputed_contexts)
 
         self._ingest_many(docs, one, report, desc=f"add {self.name}", unit="doc", progress=progress)
         return report
 
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """One write transaction: on any failure SQLite rolls back and the indexes return to the last generation."""
-        with self._lock:
-            self.store.begin()
-            try:
-                yield
-            except BaseException:
-                self.store.rollback()
-                self.indexes.clear()
-                self._load_indexes()
-                raise
-
     def _ingest_many(
-        self, items: list[Any], one: Callable[[Any], FileOutcome], report: IngestReport, *,
+        self, items: list[Any], prepare: Callable[[Any], "FileOutcome | _Prepared"], report: IngestReport, *,
         desc: str, unit: str, progress: bool, commit_every: int = 1_000_000,
     ) -> None:
-        """Ingest items one by one (a `LoadError` fails that item only), committing every `commit_every` changes."""
+        """Prepare items one by one outside the write lock (a `LoadError` fails that item only), then apply and
+        commit them under the lock every `commit_every` changes; outcomes keep the order of `items`."""
+        batch: list[FileOutcome | _Prepared] = []
         pending = 0
-        with self._writing():
-            for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
-                try:
-                    outcome = one(item)
-                except LoadError as e:
-                    outcome = FileOutcome(e.path, "failed", e.reason)
-                report.files.append(outcome)
-                if outcome.status in ("added", "updated"):
-                    pending += 1
-                    if pending >= commit_every:
-                        self._commit()
-                        self.store.begin()
-                        pending = 0
-            if pending:
+        for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
+            try:
+                outcome = prepare(item)
+            except LoadError as e:
+                outcome = FileOutcome(e.path, "failed", e.reason)
+            batch.append(outcome)
+            if isinstance(outcome, _Prepared):
+                pending += 1
+                if pending >= commit_every:
+                    self._apply(batch, report)
+                    batch, pending = [], 0
+        self._apply(batch, report)
+
+    def _apply(self, batch: list["FileOutcome | _Prepared"], report: IngestReport) -> None:
+        """Under the write lock: re-check each prepared document against the current store (another writer may
+        have stored it meanwhile), replace its chunks in every index and the store, and commit one generation."""
+        if not any(isinstance(x, _Prepared) for x in batch):
+            report.files.extend(x for x in batch if isinstance(x, FileOutcome))
+            return
+        outcomes: list[FileOutcome] = []
+        with self._write_session() as session:
+            changed = 0
+            for item in batch:
+                if isinstance(item, FileOutcome):
+                    outcomes.append(item)
+                    continue
+                outcome = self._apply_one(session, item)
+                changed += outcome.status in ("added", "updated")
+                outcomes.append(outcome)
+            if changed:
                 self._commit()
-            else:
-                self.store.rollback()
+        report.files.extend(outcomes)
 
-    def _ingest_file(self, path: Path, load_file: Callable, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
-        return self._ingest_loaded(load_file(path), contextualizer, precomputed)
+    def _apply_one(self, session: _WriteSession, p: _Prepared) -> FileOutcome:
+        old = session.store.get_document(p.doc_id)
+        if old is not None and old.content_hash == p.content_hash:
+            missing = _missing_from(session.indexes, [c.chunk_id for c in session.store.chunks_of(p.doc_id)])
+            if not missing:
+                return FileOutcome(p.source, "skipped", "unchanged (same content hash)", p.doc_id, old.n_chunks)
+            p.reason = f"re-indexed: was missing from index {', '.join(missing)}"
+        if old is not None:
+            old_ids = [c.chunk_id for c in session.store.chunks_of(p.doc_id)]
+            for index in session.indexes.values():
+                index.delete(old_ids)
+        for index in session.indexes.values():
+            index.add(p.indexed)
+        session.store.upsert_document(
+            DocumentRecord(p.doc_id, p.source, p.title, p.content_hash, p.text, len(p.records), p.metadata), p.records
+        )
+        status = "updated" if old is not None else "added"
+        return FileOutcome(p.source, status, p.reason or ("content changed" if old else ""), p.doc_id, len(p.records))
 
-    def _ingest_loaded(self, loaded: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
+    def _ingest_file(self, path: Path, load_file: Callable, contextualizer: Any, precomputed: dict[str, str] | None) -> "FileOutcome | _Prepared":
+        return self._prepare(load_file(path), contextualizer, precomputed)
+
+    def _prepare(self, loaded: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> "FileOutcome | _Prepared":
+        """Split, contextualize and embed a loaded document (no lock held); an unchanged, fully indexed one is
+        skipped, one stored but missing from an index is indexed again."""
         source = loaded.source
         doc_id = schema.make_doc_id(self.name, source)
         chash = schema.content_hash(loaded.text)
         old = self.store.get_document(doc_id)
+        reason = ""
         if old is not None and old.content_hash == chash:
-            return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
+            missing = _missing_from(self.indexes, [c.chunk_id for c in self.store.chunks_of(doc_id)])
+            if not missing:
+                return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
+            reason = f"re-indexed: was missing from index {', '.join(missing)}"
         meta = dict(loaded.metadata)
         records = self._make_chunks(doc_id, source, loaded.title, loaded.text, meta, contextualizer, precomputed)
         if not records:
             raise LoadError(source, "no text to index after splitting")
-        if old is not None:
-            old_ids = [c.chunk_id for c in self.store.chunks_of(doc_id)]
-            for index in self.indexes.values():
-                index.delete(old_ids)
         indexed = [self._to_indexed(r) for r in records]
         vecs = embed_array(self.embeddings, [c.text for c in indexed])
         for c, v in zip(indexed, vecs):
             c.vector = v
-        for index in self.indexes.values():
-            index.add(indexed)
-        self.store.upsert_document(
-            DocumentRecord(doc_id, source, loaded.title, chash, loaded.text, len(records), meta), records
-        )
-        status = "updated" if old is not None else "added"
-        return FileOutcome(source, status, "content changed" if old else "", doc_id, len(records))
+        return _Prepared(doc_id, source, loaded.title, chash, loaded.text, meta, records, indexed, reason)
 
     def _splitter(self) -> Any:
         from ctxrag.loading import ChunkSplitter
@@ -407,9 +578,11 @@ class KnowledgeBase:
     def delete_document(self, key: str) -> DocumentRecord:
         """Delete a document (by id, source path or unique file name) from the store and every index."""
         doc = self.get_document(key)
-        with self._writing():
-            ids = self.store.delete_document(doc.doc_id)
-            for index in self.indexes.values():
+        with self._write_session() as session:
+            if session.store.get_document(doc.doc_id) is None:  # deleted by another writer meanwhile
+                raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (deleted meanwhile)")
+            ids = session.store.delete_document(doc.doc_id)
+            for index in session.indexes.values():
                 index.delete(ids)
             self._commit()
         return doc

@@ -127,6 +127,8 @@ class Settings(BaseSettings):
     rerank: RerankSettings = Field(default_factory=RerankSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    write_lock_timeout: float = Field(default=600.0, ge=0)
+    """Seconds a writer (ingest, delete, note) waits for another process's write lock on a knowledge base."""
 
     @classmethod
     def settings_customise_sources(
