@@ -14,12 +14,13 @@ Example::
 from __future__ import annotations
 
 from ctxrag.errors import IndexCorruptError
-from ctxrag.knowledge_base import KnowledgeBase, _index_factories, _Snapshot
+from ctxrag.knowledge_base import KnowledgeBase, _index_factories
 from ctxrag.models.embeddings import embed_array
 from ctxrag.stores.backends import SelfPersistingIndex, open_unreconciled
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport, compare_ids, index_chunk_ids
 from ctxrag.stores.docstore import ChunkRecord, DocStore
+from ctxrag.stores.snapshots import Snapshot
 
 _PATCHED = {"graph"}
 """Indexes repaired in place rather than rebuilt (rebuilding the graph would extract every chunk's triplets again)."""
@@ -124,7 +125,7 @@ def repair(kb: KnowledgeBase) -> RepairReport:
                 store.begin()
                 store.set_meta("generation", str(new))
                 store.commit()
-                kb._publish(_Snapshot(new, indexes))
+                kb._snapshots.publish(Snapshot(new, indexes))
                 kb.generations.clean(new)
                 report.generation = new
         finally:

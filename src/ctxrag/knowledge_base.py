@@ -20,11 +20,9 @@ import logging
 import re
 import shutil
 import threading
-from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -32,8 +30,7 @@ from tqdm.auto import tqdm
 
 from ctxrag import schema
 from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.errors import (ConfigError, DocumentNotFound, IndexCorruptError, KnowledgeBaseNotFound, LoadError,
-                           StoreCorruptError)
+from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError, StoreCorruptError
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import SelfPersistingIndex, reconcile
@@ -41,6 +38,8 @@ from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.generations import GenerationStore
+from ctxrag.stores.snapshots import IndexSnapshots, WriteSession, missing_from
+from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_reason
 
 log = logging.getLogger(__name__)
 
@@ -104,52 +103,6 @@ class _LazyTripletExtractor:
         return self._inner(text)
 
 
-_LOAD_ATTEMPTS = 5
-
-
-def _missing_from(indexes: Mapping[str, ChunkIndex], chunk_ids: list[str]) -> list[str]:
-    """Names of the indexes that lack any of `chunk_ids` (self-persisting stores are reconciled when opened)."""
-    out = []
-    for name, index in indexes.items():
-        contains = getattr(index, "__contains__", None)
-        if contains is not None and not isinstance(index, SelfPersistingIndex) and not all(contains(c) for c in chunk_ids):
-            out.append(name)
-    return out
-
-
-class _Snapshot(NamedTuple):
-    """The indexes of one committed generation, as searches see them. Never mutated once published (only
-    self-persisting stores such as Chroma and Milvus are shared live objects)."""
-
-    generation: int
-    indexes: dict[str, ChunkIndex]
-
-
-@dataclass
-class _WriteSession:
-    """One write under the inter-process lock: its own SQLite connection and private copies of the indexes loaded
-    from the generation current when the lock was taken, so the change goes on top of every earlier commit."""
-
-    store: DocStore
-    generation: int
-    indexes: dict[str, ChunkIndex]
-
-
-@dataclass
-class _Prepared:
-    """A document split, contextualized and embedded outside the write lock, ready to be applied."""
-
-    doc_id: str
-    source: str
-    title: str
-    content_hash: str
-    text: str
-    metadata: dict[str, Any]
-    records: list[ChunkRecord]
-    indexed: list[IndexedChunk]
-    reason: str = ""
-
-
 class KnowledgeBase:
     """A named knowledge base under ``$CTXRAG_HOME/kb/NAME``. Use `KnowledgeBase.open`.
 
@@ -164,7 +117,6 @@ class KnowledgeBase:
         self._embeddings = embeddings
         self._lock = threading.RLock()
         """Held by the thread writing through this object (one writer thread per object)."""
-        self._refresh_lock = threading.Lock()
         self.generations = GenerationStore(self.root, self.name, lock_timeout=settings.write_lock_timeout)
         db = self.root / "kb.sqlite"
         if not db.exists() and self.generations.committed():
@@ -172,9 +124,10 @@ class KnowledgeBase:
                 f"{db}: the document store is missing but index generations exist in {self.generations.base}; "
                 "restore kb.sqlite from a backup, or move the folder away and ingest again")
         self.store = DocStore(db)
-        self._snapshot: _Snapshot | None = None
-        self._data_version = -1
-        self._session: _WriteSession | None = None
+        self._snapshots = IndexSnapshots(
+            self.generations, self.store, factories=lambda: _index_factories(self), reconcile=self._reconcile,
+            embed=lambda texts: embed_array(self.embeddings, texts), writer_lock=self._lock)
+        self._session: WriteSession | None = None
         self._filter_cache: dict[tuple[int, str], set[str]] = {}
 
     # -- opening ----------------------------------------------------------------------
@@ -214,11 +167,7 @@ class KnowledgeBase:
         shutil.rmtree(root)
 
     def close(self) -> None:
-        if self._snapshot is not None:
-            for index in self._snapshot.indexes.values():
-                close = getattr(index, "close", None)  # Chroma / Milvus clients
-                if close is not None:
-                    close()
+        self._snapshots.close()
         self.store.close()
 
     def __enter__(self) -> "KnowledgeBase":
@@ -236,10 +185,12 @@ class KnowledgeBase:
     @property
     def indexes(self) -> dict[str, ChunkIndex]:
         """The indexes of the newest committed generation (checked on every access; reloaded when a writer, in this
-        process or another, committed a newer one)."""
-        self.refresh()
-        assert self._snapshot is not None
-        return self._snapshot.indexes
+        process or another, committed a newer one). See `ctxrag.stores.snapshots`."""
+        return self._snapshots.current()
+
+    def refresh(self) -> bool:
+        """Switch to a newer committed generation now if there is one; True when it did."""
+        return self._snapshots.refresh()
 
     @property
     def dense(self) -> FaissIndex:
@@ -252,129 +203,28 @@ class KnowledgeBase:
     def _gen_dir(self, gen: int) -> Path:
         return self.generations.gen_dir(gen)
 
-    # -- reading generations ------------------------------------------------------------
-    def refresh(self) -> bool:
-        """Switch to a newer committed generation if there is one; True when it did. Cheap when nothing changed
-        (one ``PRAGMA data_version``); while one thread loads, others keep answering from the current snapshot."""
-        if self._snapshot is not None and self.store.data_version() == self._data_version:
-            return False
-        first = self._snapshot is None
-        if not self._refresh_lock.acquire(blocking=first):
-            return False
+    def _reconcile(self, index: ChunkIndex) -> None:
         try:
-            version = self.store.data_version()
-            if self._snapshot is not None and version == self._data_version:
-                return False
-            gen = self.generation
-            changed = self._snapshot is None or gen != self._snapshot.generation
-            if changed:
-                self._snapshot = self._load_current()
-            self._data_version = version
-            return changed
-        finally:
-            self._refresh_lock.release()
+            reconcile(index, self)  # type: ignore[arg-type]
+        except Exception as e:  # noqa: BLE001 - the write's own error matters more; the next open reconciles
+            log.warning("knowledge base %r: reconciling %s after a failed write failed: %s",
+                        self.name, type(index).__name__, e)
 
-    def _publish(self, snapshot: _Snapshot) -> None:
-        with self._refresh_lock:
-            self._snapshot = snapshot
-            self._data_version = self.store.data_version()
-
-    def _load_current(self) -> _Snapshot:
-        """Load the current generation; if a writer committed (and cleaned up) meanwhile, load the newer one."""
-        reuse = self._snapshot.indexes if self._snapshot is not None else None
-        for _attempt in range(_LOAD_ATTEMPTS):
-            gen = self.generation
-            try:
-                return _Snapshot(gen, self._load_generation(gen, self.store, reuse))
-            except IndexCorruptError:
-                if self.generation == gen:
-                    raise
-                log.info("knowledge base %r: generation %d was replaced while loading; loading the newer one",
-                         self.name, gen)
-        raise IndexCorruptError(f"{self.generations.base}: generations of knowledge base {self.name!r} kept changing "
-                                f"while loading ({_LOAD_ATTEMPTS} attempts)")
-
-    def _load_generation(
-        self, gen: int, store: DocStore, reuse: Mapping[str, ChunkIndex] | None = None
-    ) -> dict[str, ChunkIndex]:
-        """Every index of generation `gen`, checksums verified; a kind the generation lacks is rebuilt from `store`."""
-        manifest = self.generations.manifest(gen) if gen else None
-        out: dict[str, ChunkIndex] = {}
-        for name, (make, load) in _index_factories(self).items():
-            if reuse and name in reuse and isinstance(reuse[name], SelfPersistingIndex):
-                out[name] = reuse[name]  # a live store (Chroma, Milvus): already current
-                continue
-            present = bool(gen) and self.generations.verify(gen, name, manifest)
-            loaded = load(self._gen_dir(gen) / name) if present else None
-            if loaded is None:
-                loaded = make()
-                if gen:
-                    log.warning("knowledge base %r: index %r is not in %s; rebuilt in memory from the document store "
-                                "(`ctxrag kb repair %s` saves it)", self.name, name, self._gen_dir(gen), self.name)
-                    self._rebuild_into(loaded, name, store)
-            out[name] = loaded
-        return out
-
-    def _rebuild_into(self, index: ChunkIndex, name: str, store: DocStore) -> None:
-        chunks = [self._to_indexed(c) for c in store.iter_chunks_in_write_order()]
-        if isinstance(index, SelfPersistingIndex):
-            return  # opened reconciled with the store
-        if name == "dense" and chunks:
-            vecs = embed_array(self.embeddings, [c.text for c in chunks])
-            for c, v in zip(chunks, vecs):
-                c.vector = v
-        index.add(chunks)
-
-    # -- writing generations ----------------------------------------------------------
     @contextmanager
-    def _write_session(self) -> Iterator[_WriteSession]:
-        """Take the write lock, load the current generation privately, and yield; `_commit` publishes. On failure
-        SQLite rolls back and nothing published changes (self-persisting stores are reconciled)."""
-        with self._lock, self.generations.write_lock():
-            store = DocStore(self.root / "kb.sqlite", check=False)
-            session: _WriteSession | None = None
+    def _write_session(self) -> Iterator[WriteSession]:
+        """Write lock + private indexes of the current generation; `_commit` publishes (see `IndexSnapshots`)."""
+        with self._snapshots.session() as session:
+            self._session = session
             try:
-                gen = int(store.get_meta("generation") or 0)
-                if self._snapshot is not None and gen != self._snapshot.generation:
-                    log.info("knowledge base %r: generation moved from %d to %d since it was loaded; applying the "
-                             "change on top of %d", self.name, self._snapshot.generation, gen, gen)
-                reuse = self._snapshot.indexes if self._snapshot is not None else None
-                session = _WriteSession(store, gen, self._load_generation(gen, store, reuse))
-                store.begin()
-                self._session = session
                 yield session
-                store.rollback()  # nothing left uncommitted on purpose
-            except BaseException:
-                store.rollback()
-                if session is not None:
-                    self._reconcile_live(session.indexes)
-                raise
             finally:
                 self._session = None
-                store.close()
-
-    def _reconcile_live(self, indexes: Mapping[str, ChunkIndex]) -> None:
-        for index in indexes.values():
-            if isinstance(index, SelfPersistingIndex):
-                try:
-                    reconcile(index, self)
-                except Exception as e:  # noqa: BLE001 - the original error matters more; next open reconciles
-                    log.warning("knowledge base %r: reconciling %s after a failed write failed: %s",
-                                self.name, type(index).__name__, e)
 
     def _commit(self) -> None:
-        """Write the session's indexes as the next generation (temp folder, fsync, rename), commit SQLite pointing
-        at it, publish them to readers of this object, and clean up old generations."""
-        session = self._session
-        if session is None:
+        """Commit the open write session as the next generation."""
+        if self._session is None:
             raise RuntimeError("_commit outside a write session")
-        new = session.generation + 1
-        self.generations.write(new, session.indexes)
-        session.store.set_meta("generation", str(new))
-        session.store.commit()
-        session.generation = new
-        self._publish(_Snapshot(new, session.indexes))
-        self.generations.clean(new)
+        self._snapshots.commit(self._session)
 
     # -- ingest -----------------------------------------------------------------------
     def ingest(
@@ -398,7 +248,7 @@ class KnowledgeBase:
         for e in errors:
             report.files.append(FileOutcome(e.path, "failed", e.reason))
         self._ingest_many(
-            files, lambda path: self._ingest_file(path, load_file, contextualizer, precomputed_contexts), report,
+            files, lambda path: self._prepare(load_file(path), contextualizer, precomputed_contexts), report,
             desc=f"ingest {self.name}", unit="file", progress=progress, commit_every=commit_every,
         )
         if contextualizer is not None and hasattr(contextualizer, "report"):
@@ -426,7 +276,7 @@ class KnowledgeBase:
                 item = LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
                                       dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
             docs.append(item)
-        def one(loaded: Any) -> "FileOutcome | _Prepared":
+        def one(loaded: Any) -> "FileOutcome | PreparedDocument":
             if not loaded.text.strip():
                 raise LoadError(loaded.source, "empty text")
             return self._prepare(loaded, contextualizer, precomputed_contexts)
@@ -435,12 +285,12 @@ class KnowledgeBase:
         return report
 
     def _ingest_many(
-        self, items: list[Any], prepare: Callable[[Any], "FileOutcome | _Prepared"], report: IngestReport, *,
+        self, items: list[Any], prepare: Callable[[Any], "FileOutcome | PreparedDocument"], report: IngestReport, *,
         desc: str, unit: str, progress: bool, commit_every: int = 1_000_000,
     ) -> None:
         """Prepare items one by one outside the write lock (a `LoadError` fails that item only), then apply and
         commit them under the lock every `commit_every` changes; outcomes keep the order of `items`."""
-        batch: list[FileOutcome | _Prepared] = []
+        batch: list[FileOutcome | PreparedDocument] = []
         pending = 0
         for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
             try:
@@ -448,17 +298,17 @@ class KnowledgeBase:
             except LoadError as e:
                 outcome = FileOutcome(e.path, "failed", e.reason)
             batch.append(outcome)
-            if isinstance(outcome, _Prepared):
+            if isinstance(outcome, PreparedDocument):
                 pending += 1
                 if pending >= commit_every:
                     self._apply(batch, report)
                     batch, pending = [], 0
         self._apply(batch, report)
 
-    def _apply(self, batch: list["FileOutcome | _Prepared"], report: IngestReport) -> None:
+    def _apply(self, batch: list["FileOutcome | PreparedDocument"], report: IngestReport) -> None:
         """Under the write lock: re-check each prepared document against the current store (another writer may
         have stored it meanwhile), replace its chunks in every index and the store, and commit one generation."""
-        if not any(isinstance(x, _Prepared) for x in batch):
+        if not any(isinstance(x, PreparedDocument) for x in batch):
             report.files.extend(x for x in batch if isinstance(x, FileOutcome))
             return
         outcomes: list[FileOutcome] = []
@@ -468,36 +318,14 @@ class KnowledgeBase:
                 if isinstance(item, FileOutcome):
                     outcomes.append(item)
                     continue
-                outcome = self._apply_one(session, item)
+                outcome = apply_prepared(session, item)
                 changed += outcome.status in ("added", "updated")
                 outcomes.append(outcome)
             if changed:
                 self._commit()
         report.files.extend(outcomes)
 
-    def _apply_one(self, session: _WriteSession, p: _Prepared) -> FileOutcome:
-        old = session.store.get_document(p.doc_id)
-        if old is not None and old.content_hash == p.content_hash:
-            missing = _missing_from(session.indexes, [c.chunk_id for c in session.store.chunks_of(p.doc_id)])
-            if not missing:
-                return FileOutcome(p.source, "skipped", "unchanged (same content hash)", p.doc_id, old.n_chunks)
-            p.reason = f"re-indexed: was missing from index {', '.join(missing)}"
-        if old is not None:
-            old_ids = [c.chunk_id for c in session.store.chunks_of(p.doc_id)]
-            for index in session.indexes.values():
-                index.delete(old_ids)
-        for index in session.indexes.values():
-            index.add(p.indexed)
-        session.store.upsert_document(
-            DocumentRecord(p.doc_id, p.source, p.title, p.content_hash, p.text, len(p.records), p.metadata), p.records
-        )
-        status = "updated" if old is not None else "added"
-        return FileOutcome(p.source, status, p.reason or ("content changed" if old else ""), p.doc_id, len(p.records))
-
-    def _ingest_file(self, path: Path, load_file: Callable, contextualizer: Any, precomputed: dict[str, str] | None) -> "FileOutcome | _Prepared":
-        return self._prepare(load_file(path), contextualizer, precomputed)
-
-    def _prepare(self, loaded: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> "FileOutcome | _Prepared":
+    def _prepare(self, loaded: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> "FileOutcome | PreparedDocument":
         """Split, contextualize and embed a loaded document (no lock held); an unchanged, fully indexed one is
         skipped, one stored but missing from an index is indexed again."""
         source = loaded.source
@@ -506,10 +334,10 @@ class KnowledgeBase:
         old = self.store.get_document(doc_id)
         reason = ""
         if old is not None and old.content_hash == chash:
-            missing = _missing_from(self.indexes, [c.chunk_id for c in self.store.chunks_of(doc_id)])
+            missing = missing_from(self.indexes, [c.chunk_id for c in self.store.chunks_of(doc_id)])
             if not missing:
                 return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
-            reason = f"re-indexed: was missing from index {', '.join(missing)}"
+            reason = reindex_reason(missing)
         meta = dict(loaded.metadata)
         records = self._make_chunks(doc_id, source, loaded.title, loaded.text, meta, contextualizer, precomputed)
         if not records:
@@ -518,7 +346,7 @@ class KnowledgeBase:
         vecs = embed_array(self.embeddings, [c.text for c in indexed])
         for c, v in zip(indexed, vecs):
             c.vector = v
-        return _Prepared(doc_id, source, loaded.title, chash, loaded.text, meta, records, indexed, reason)
+        return PreparedDocument(doc_id, source, loaded.title, chash, loaded.text, meta, records, indexed, reason)
 
     def _splitter(self) -> Any:
         from ctxrag.loading import ChunkSplitter
