@@ -294,3 +294,46 @@ def test_thirty_note_adds_with_a_hundred_searches_over_http(tmp_path: Path) -> N
     kb = KnowledgeBase.open(KB, _settings(home, "fake"), create=False)
     assert kb.stats()["documents"] == 31 and check(kb).clean
     kb.close()
+
+
+_LOCK_HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from ctxrag.stores.generations import GenerationStore
+    gens = GenerationStore(Path(sys.argv[1]), "shared")
+    with gens.write_lock():
+        Path(sys.argv[2]).write_text("x")
+        time.sleep(float(sys.argv[3]))
+""")
+
+
+@pytest.mark.timeout(300)
+def test_cli_ingest_says_it_waits_and_times_out_naming_the_holder(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = _env(home, "fake")
+    _seed_kb(tmp_path, env)
+    corpus = tmp_path / "more"
+    corpus.mkdir()
+    (corpus / "late.md").write_text("# Late\n\nA file about the moonquarry.\n", encoding="utf-8")
+    for hold, timeout, want_rc in ((15, "90", 0), (90, "2", 1)):  # the ingest needs a few seconds to start
+        ready = tmp_path / f"ready-{hold}"
+        holder = subprocess.Popen([sys.executable, "-c", _LOCK_HOLDER, str(home / "kb" / KB), str(ready), str(hold)],
+                                  env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert holder.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            r = subprocess.run(_cli("ingest", str(corpus), "--kb", KB), env={**env, "CTXRAG_WRITE_LOCK_TIMEOUT": timeout},
+                               capture_output=True, text=True, timeout=200)
+        finally:
+            holder.kill()
+            holder.wait()
+        assert r.returncode == want_rc, r.stdout + r.stderr
+        assert "waiting for the write lock" in r.stderr and f"held by pid {holder.pid}" in r.stderr, r.stderr
+        if want_rc:
+            assert f"locked for writing by pid {holder.pid}" in r.stderr and "Traceback" not in r.stderr
+            assert "late.md" not in r.stdout or "added" not in r.stdout
+        else:
+            assert "1 added" in r.stdout
+        (corpus / "late.md").write_text(f"# Late\n\nA file about the moonquarry, take {hold}.\n", encoding="utf-8")
