@@ -274,7 +274,23 @@ def test_running_server_sees_ingests_and_deletes_while_answering(tmp_path: Path)
                     del missing[stem]
         assert not missing, f"not found by the running server within 5 s: {sorted(missing)}"
         assert "seed" not in _search(client, url, "trapdoor")[1]
-    assert time.monotonic() - done < 30
+        # an updated document comes back with its new text AND its new vector's score
+        (folders[0] / "f0_00.md").write_text("# File f0_00\n\nRewritten: now about the quokkaharp.\n", encoding="utf-8")
+        r = subprocess.run(_cli("ingest", str(folders[0]), "--kb", KB), env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0 and "1 updated" in r.stdout, r.stdout + r.stderr
+        kb = KnowledgeBase.open(KB, _settings(home, "fake"), create=False)
+        new_text = next(c.indexed_text for c in kb.store.iter_chunks() if "quokkaharp" in c.indexed_text)
+        kb.close()
+        updated = time.monotonic()
+        while True:
+            hits = client.post(f"{url}/search/invoke", json={"input": new_text}, timeout=60).json()["output"]
+            top = hits[0] if hits else {"page_content": "", "metadata": {}}
+            if "quokkaharp" in top["page_content"] and top["metadata"].get("dense_score", 0) > 0.999:
+                break  # the fake vector of the new text equals the query's: only the new vector scores 1
+            assert time.monotonic() - updated < 5, f"stale after 5 s: {top}"
+            time.sleep(0.2)
+    assert time.monotonic() - done < 60
 
 
 @pytest.mark.timeout(600)
