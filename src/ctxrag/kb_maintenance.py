@@ -16,7 +16,7 @@ from __future__ import annotations
 from ctxrag.errors import IndexCorruptError
 from ctxrag.knowledge_base import KnowledgeBase, _index_factories
 from ctxrag.models.embeddings import embed_array
-from ctxrag.stores.backends import SelfPersistingIndex, open_unreconciled
+from ctxrag.stores.backends import SelfPersistingIndex, open_unreconciled, reconcile
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport, compare_ids, index_chunk_ids
 from ctxrag.stores.docstore import ChunkRecord, DocStore
@@ -88,6 +88,13 @@ def repair(kb: KnowledgeBase) -> RepairReport:
             changed = False
             indexes: dict[str, ChunkIndex] = {}
             for name, (make, load) in _index_factories(kb).items():
+                raw = open_unreconciled(kb) if name == "dense" else None
+                if raw is not None:  # Chroma / Milvus: bring the live store in step with the document store
+                    fixed = reconcile(raw, kb)
+                    report.actions[name] = (f"reconciled: removed {len(fixed.removed)} chunks not stored, re-added "
+                                            f"{len(fixed.added)}" if fixed.changed else "ok")
+                    indexes[name] = raw
+                    continue
                 index = None
                 why = "not saved in the current generation"
                 try:
@@ -128,6 +135,10 @@ def repair(kb: KnowledgeBase) -> RepairReport:
                 kb._snapshots.publish(Snapshot(new, indexes))
                 kb.generations.clean(new)
                 report.generation = new
+            else:
+                for index in indexes.values():
+                    if isinstance(index, SelfPersistingIndex):
+                        index.close()  # opened for the repair only; the knowledge base keeps its own
         finally:
             store.rollback()
             store.close()
