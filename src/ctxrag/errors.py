@@ -51,3 +51,11 @@ class ModelFileError(ModelError):
 
 class QueryError(CtxragError, ValueError):
     """A query or question is empty or longer than ``Settings.max_query_chars``."""
+
+
+class KnowledgeBaseLocked(CtxragError):
+    """Another process holds a knowledge base's write lock for longer than the configured timeout."""
+
+
+class StoreCorruptError(CtxragError):
+    """A knowledge base's document store (``kb.sqlite``) is missing, truncated or not a SQLite database."""

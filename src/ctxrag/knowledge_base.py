@@ -31,13 +31,16 @@ from tqdm.auto import tqdm
 
 from ctxrag import schema
 from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
+from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError, StoreCorruptError
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
-from ctxrag.stores.atomic import fsync_tree
+from ctxrag.stores.backends import SelfPersistingIndex, reconcile
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.stores.generations import GenerationStore
+from ctxrag.stores.snapshots import IndexSnapshots, WriteSession, missing_from
+from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_reason
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument
@@ -105,7 +108,11 @@ class _LazyTripletExtractor:
 
 
 class KnowledgeBase:
-    """A named knowledge base under ``$CTXRAG_HOME/kb/NAME``. Use `KnowledgeBase.open`."""
+    """A named knowledge base under ``$CTXRAG_HOME/kb/NAME``. Use `KnowledgeBase.open`.
+
+    Any number of processes may read and write it at once (see docs/reliability.md): writers take an inter-process
+    lock, apply their change on top of the current generation and commit the next one; a long-lived reader checks
+    for a newer generation on every index access (``PRAGMA data_version``, microseconds) and switches to it."""
 
     def __init__(self, name: str, root: Path, settings: Settings, embeddings: Embeddings | None = None) -> None:
         self.name = validate_kb_name(name)
@@ -113,21 +120,30 @@ class KnowledgeBase:
         self.settings = settings
         self._embeddings = embeddings
         self._lock = threading.RLock()
-        self.store = DocStore(self.root / "kb.sqlite")
-        self.indexes: dict[str, ChunkIndex] = {}
+        """Held by the thread writing through this object (one writer thread per object)."""
+        self.generations = GenerationStore(self.root, self.name, lock_timeout=settings.write_lock_timeout)
+        db = self.root / "kb.sqlite"
+        if not db.exists() and self.generations.committed():
+            raise StoreCorruptError(
+                f"{db}: the document store is missing but index generations exist in {self.generations.base}; "
+                "restore kb.sqlite from a backup, or move the folder away and ingest again")
+        self.store = DocStore(db)
+        self._snapshots = IndexSnapshots(
+            self.generations, self.store, factories=lambda: _index_factories(self), reconcile=self._reconcile,
+            embed=lambda texts: embed_array(self.embeddings, texts), writer_lock=self._lock)
+        self._session: WriteSession | None = None
         self._filter_cache: dict[tuple[int, str], set[str]] = {}
-        self._load_indexes()
 
     # -- opening ----------------------------------------------------------------------
     @classmethod
     def open(
         cls, name: str, settings: Settings | None = None, *, create: bool = True, embeddings: Embeddings | None = None
     ) -> "KnowledgeBase":
-        """Open (and by default create) the knowledge base `name`."""
+        """Open (and by default create) the knowledge base `name`. Indexes are loaded on first use."""
         s = settings or get_settings()
         validate_kb_name(name)
         root = s.kb_root / name
-        if not (root / "kb.sqlite").exists() and not create:
+        if not (root / "kb.sqlite").exists() and not create and not (root / "indexes").is_dir():
             raise KnowledgeBaseNotFound(name, s.kb_root)
         return cls(name, root, s, embeddings)
 
@@ -155,10 +171,7 @@ class KnowledgeBase:
         shutil.rmtree(root)
 
     def close(self) -> None:
-        for index in self.indexes.values():
-            close = getattr(index, "close", None)  # Chroma / Milvus clients
-            if close is not None:
-                close()
+        self._snapshots.close()
         self.store.close()
 
     def __enter__(self) -> "KnowledgeBase":
@@ -174,6 +187,16 @@ class KnowledgeBase:
         return self._embeddings
 
     @property
+    def indexes(self) -> dict[str, ChunkIndex]:
+        """The indexes of the newest committed generation (checked on every access; reloaded when a writer, in this
+        process or another, committed a newer one). See `ctxrag.stores.snapshots`."""
+        return self._snapshots.current()
+
+    def refresh(self) -> bool:
+        """Switch to a newer committed generation now if there is one; True when it did."""
+        return self._snapshots.refresh()
+
+    @property
     def dense(self) -> FaissIndex:
         return self.indexes["dense"]  # type: ignore[return-value]
 
@@ -182,51 +205,30 @@ class KnowledgeBase:
         return int(self.store.get_meta("generation") or 0)
 
     def _gen_dir(self, gen: int) -> Path:
-        return self.root / "indexes" / f"gen-{gen:06d}"
+        return self.generations.gen_dir(gen)
 
-    def _load_indexes(self) -> None:
-        gen = self.generation
-        gen_dir = self._gen_dir(gen)
-        for name, (make, load) in _index_factories(self).items():
-            loaded = load(gen_dir / name) if gen and (gen_dir / name).is_dir() else None
-            if loaded is not None:
-                self.indexes[name] = loaded
-            else:
-                self.indexes[name] = make()
-                if gen:
-                    log.warning("knowledge base %r: index %r missing in %s; rebuilding from the document store",
-                                self.name, name, gen_dir)
-                    self._rebuild(name)
-        self._remove_stale_generations(keep=gen)
+    def _reconcile(self, index: ChunkIndex) -> None:
+        try:
+            reconcile(index, self)  # type: ignore[arg-type]
+        except Exception as e:  # noqa: BLE001 - the write's own error matters more; the next open reconciles
+            log.warning("knowledge base %r: reconciling %s after a failed write failed: %s",
+                        self.name, type(index).__name__, e)
 
-    def _rebuild(self, name: str) -> None:
-        chunks = [self._to_indexed(c) for c in self.store.iter_chunks()]
-        if name == "dense" and chunks:
-            vecs = embed_array(self.embeddings, [c.text for c in chunks])
-            for c, v in zip(chunks, vecs):
-                c.vector = v
-        self.indexes[name].add(chunks)
-
-    def _remove_stale_generations(self, keep: int) -> None:
-        base = self.root / "indexes"
-        if not base.is_dir():
-            return
-        for p in base.iterdir():
-            if p.name != f"gen-{keep:06d}":
-                shutil.rmtree(p, ignore_errors=True)
+    @contextmanager
+    def _write_session(self) -> Iterator[WriteSession]:
+        """Write lock + private indexes of the current generation; `_commit` publishes (see `IndexSnapshots`)."""
+        with self._snapshots.session() as session:
+            self._session = session
+            try:
+                yield session
+            finally:
+                self._session = None
 
     def _commit(self) -> None:
-        """Write every index into a new generation, fsync, then commit SQLite pointing at it."""
-        new = self.generation + 1
-        gen_dir = self._gen_dir(new)
-        shutil.rmtree(gen_dir, ignore_errors=True)
-        for name, index in self.indexes.items():
-            (gen_dir / name).mkdir(parents=True, exist_ok=True)
-            index.save(gen_dir / name)
-        fsync_tree(gen_dir)
-        self.store.set_meta("generation", str(new))
-        self.store.commit()
-        self._remove_stale_generations(keep=new)
+        """Commit the open write session as the next generation."""
+        if self._session is None:
+            raise RuntimeError("_commit outside a write session")
+        self._snapshots.commit(self._session)
 
     # -- ingest -----------------------------------------------------------------------
     def ingest(
@@ -251,7 +253,7 @@ class KnowledgeBase:
             report.files.append(FileOutcome(e.path, "failed", e.reason))
         limited = functools.partial(load_file, max_bytes=self.settings.max_file_bytes)
         self._ingest_many(
-            files, lambda path: self._ingest_file(path, limited, contextualizer, precomputed_contexts), report,
+            files, lambda path: self._prepare(limited(path), contextualizer, precomputed_contexts), report,
             desc=f"ingest {self.name}", unit="file", progress=progress, commit_every=commit_every,
         )
         if contextualizer is not None and hasattr(contextualizer, "report"):
@@ -279,10 +281,10 @@ class KnowledgeBase:
                 item = LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
                                       dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
             docs.append(item)
-        def one(loaded: Any) -> FileOutcome:
+        def one(loaded: Any) -> "FileOutcome | PreparedDocument":
             if not loaded.text.strip():
                 raise LoadError(loaded.source, "empty text")
-            return self._ingest_loaded(loaded, contextualizer, precomputed_contexts)
+            return self._prepare(loaded, contextualizer, precomputed_contexts)
 
         self._ingest_many(docs, one, report, desc=f"add {self.name}", unit="doc", progress=progress)
         return report
@@ -290,104 +292,102 @@ class KnowledgeBase:
     def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
         """Add documents whose chunks come with their vectors (`ctxrag.indexing.bulk_import`): no embedding model runs.
 
-        All or nothing: every batch is written in one transaction and committed as one new index generation; a bad
+        All or nothing: every batch is written in one write session and committed as one new index generation; a bad
         record (the reader raises) or any failure rolls everything back. A source already stored is replaced; an
         identical one is skipped."""
         report = IngestReport()
-        with self._writing():
+        with self._write_session() as session:
             for batch in batches:
                 indexed: list[IndexedChunk] = []
                 for item in batch:
                     doc = item.document
-                    old = self.store.get_document(doc.doc_id)
+                    old = session.store.get_document(doc.doc_id)
                     if old is not None and old.content_hash == doc.content_hash:
-                        report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)", doc.doc_id, old.n_chunks))
+                        report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)",
+                                                        doc.doc_id, old.n_chunks))
                         continue
                     if old is not None:
-                        old_ids = [c.chunk_id for c in self.store.chunks_of(doc.doc_id)]
-                        for index in self.indexes.values():
+                        old_ids = [c.chunk_id for c in session.store.chunks_of(doc.doc_id)]
+                        for index in session.indexes.values():
                             index.delete(old_ids)
                     for record, vector in zip(item.chunks, item.vectors):
                         chunk = self._to_indexed(record)
                         chunk.vector = vector
                         indexed.append(chunk)
-                    self.store.upsert_document(doc, item.chunks)
-                    report.files.append(FileOutcome(doc.source, "updated" if old else "added", "", doc.doc_id, len(item.chunks)))
-                for index in self.indexes.values():
+                    session.store.upsert_document(doc, item.chunks)
+                    report.files.append(FileOutcome(doc.source, "updated" if old else "added", "", doc.doc_id,
+                                                    len(item.chunks)))
+                for index in session.indexes.values():
                     index.add(indexed)
             if report.added or report.updated:
                 self._commit()
-            else:
-                self.store.rollback()
         return report
 
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """One write transaction: on any failure SQLite rolls back and the indexes return to the last generation."""
-        with self._lock:
-            self.store.begin()
-            try:
-                yield
-            except BaseException:
-                self.store.rollback()
-                self.indexes.clear()
-                self._load_indexes()
-                raise
-
     def _ingest_many(
-        self, items: list[Any], one: Callable[[Any], FileOutcome], report: IngestReport, *,
+        self, items: list[Any], prepare: Callable[[Any], "FileOutcome | PreparedDocument"], report: IngestReport, *,
         desc: str, unit: str, progress: bool, commit_every: int = 1_000_000,
     ) -> None:
-        """Ingest items one by one (a `LoadError` fails that item only), committing every `commit_every` changes."""
+        """Prepare items one by one outside the write lock (a `LoadError` fails that item only), then apply and
+        commit them under the lock every `commit_every` changes; outcomes keep the order of `items`."""
+        batch: list[FileOutcome | PreparedDocument] = []
         pending = 0
-        with self._writing():
-            for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
-                try:
-                    outcome = one(item)
-                except LoadError as e:
-                    outcome = FileOutcome(e.path, "failed", e.reason)
-                report.files.append(outcome)
-                if outcome.status in ("added", "updated"):
-                    pending += 1
-                    if pending >= commit_every:
-                        self._commit()
-                        self.store.begin()
-                        pending = 0
-            if pending:
+        for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
+            try:
+                outcome = prepare(item)
+            except LoadError as e:
+                outcome = FileOutcome(e.path, "failed", e.reason)
+            batch.append(outcome)
+            if isinstance(outcome, PreparedDocument):
+                pending += 1
+                if pending >= commit_every:
+                    self._apply(batch, report)
+                    batch, pending = [], 0
+        self._apply(batch, report)
+
+    def _apply(self, batch: list["FileOutcome | PreparedDocument"], report: IngestReport) -> None:
+        """Under the write lock: re-check each prepared document against the current store (another writer may
+        have stored it meanwhile), replace its chunks in every index and the store, and commit one generation."""
+        if not any(isinstance(x, PreparedDocument) for x in batch):
+            report.files.extend(x for x in batch if isinstance(x, FileOutcome))
+            return
+        outcomes: list[FileOutcome] = []
+        with self._write_session() as session:
+            changed = 0
+            for item in batch:
+                if isinstance(item, FileOutcome):
+                    outcomes.append(item)
+                    continue
+                outcome = apply_prepared(session, item)
+                changed += outcome.status in ("added", "updated")
+                outcomes.append(outcome)
+            if changed:
                 self._commit()
-            else:
-                self.store.rollback()
+        report.files.extend(outcomes)
 
-    def _ingest_file(self, path: Path, load_file: Callable, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
-        return self._ingest_loaded(load_file(path), contextualizer, precomputed)
-
-    def _ingest_loaded(self, loaded: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
+    def _prepare(self, loaded: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> "FileOutcome | PreparedDocument":
+        """Split, contextualize and embed a loaded document (no lock held); an unchanged, fully indexed one is
+        skipped, one stored but missing from an index is indexed again."""
         source = loaded.source
         doc_id = schema.make_doc_id(self.name, source)
         chash = schema.content_hash(loaded.text)
         old = self.store.get_document(doc_id)
+        reason = ""
         if old is not None and old.content_hash == chash:
-            return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
+            missing = missing_from(self.indexes, [c.chunk_id for c in self.store.chunks_of(doc_id)])
+            if not missing:
+                return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
+            reason = reindex_reason(missing)
         meta = dict(loaded.metadata)
         records = self._make_chunks(doc_id, source, loaded.title, loaded.text, meta, contextualizer, precomputed)
         if not records:
             raise LoadError(source, "no text to index after splitting")
-        if old is not None:
-            old_ids = [c.chunk_id for c in self.store.chunks_of(doc_id)]
-            for index in self.indexes.values():
-                index.delete(old_ids)
         indexed = [self._to_indexed(r) for r in records]
         vecs = embed_array(self.embeddings, [c.text for c in indexed])
         for c, v in zip(indexed, vecs):
             c.vector = v
-        for index in self.indexes.values():
-            index.add(indexed)
-        self.store.upsert_document(
-            DocumentRecord(doc_id, source, loaded.title, chash, loaded.text, len(records), meta), records
-        )
-        status = "updated" if old is not None else "added"
-        notes = (["content changed"] if old else []) + list(getattr(loaded, "warnings", []))
-        return FileOutcome(source, status, "; ".join(notes), doc_id, len(records))
+        warnings = list(getattr(loaded, "warnings", []))  # e.g. malformed JSONL lines skipped
+        return PreparedDocument(doc_id, source, loaded.title, chash, loaded.text, meta, records, indexed, reason,
+                                warnings=warnings)
 
     def _splitter(self) -> Any:
         from ctxrag.loading import ChunkSplitter
@@ -447,9 +447,11 @@ class KnowledgeBase:
     def delete_document(self, key: str) -> DocumentRecord:
         """Delete a document (by id, source path or unique file name) from the store and every index."""
         doc = self.get_document(key)
-        with self._writing():
-            ids = self.store.delete_document(doc.doc_id)
-            for index in self.indexes.values():
+        with self._write_session() as session:
+            if session.store.get_document(doc.doc_id) is None:  # deleted by another writer meanwhile
+                raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (deleted meanwhile)")
+            ids = session.store.delete_document(doc.doc_id)
+            for index in session.indexes.values():
                 index.delete(ids)
             self._commit()
         return doc
@@ -529,33 +531,31 @@ class KnowledgeBase:
 
     def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
         """Store documents that come already chunked (no splitting, no context), replacing any with the same doc id,
-        in one transaction and one index generation."""
+        in one write session and one index generation."""
         if not documents:
             return
-        with self._writing():
-            old = [c.chunk_id for doc, _ in documents for c in self.store.chunks_of(doc.doc_id)]
-            if old:
-                for index in self.indexes.values():
+        indexed = [self._to_indexed(r) for _, records in documents for r in records]
+        for c, v in zip(indexed, embed_array(self.embeddings, [c.text for c in indexed])):  # outside the lock
+            c.vector = v
+        with self._write_session() as session:
+            old = [c.chunk_id for doc, _ in documents for c in session.store.chunks_of(doc.doc_id)]
+            for index in session.indexes.values():
+                if old:
                     index.delete(old)
-            indexed = [self._to_indexed(r) for _, records in documents for r in records]
-            for c, v in zip(indexed, embed_array(self.embeddings, [c.text for c in indexed])):
-                c.vector = v
-            for index in self.indexes.values():
                 index.add(indexed)
             for doc, records in documents:
-                self.store.upsert_document(doc, records)
+                session.store.upsert_document(doc, records)
             self._commit()
 
     def delete_documents(self, doc_ids: list[str]) -> list[str]:
         """Delete documents by id from the store and every index in one commit; unknown ids are ignored.
         Returns the ids that were deleted."""
-        with self._writing():
-            deleted = [d for d in doc_ids if self.store.get_document(d) is not None]
+        with self._write_session() as session:
+            deleted = [d for d in doc_ids if session.store.get_document(d) is not None]
             if not deleted:
-                self.store.rollback()
                 return []
-            chunk_ids = [c for d in deleted for c in self.store.delete_document(d)]
-            for index in self.indexes.values():
+            chunk_ids = [c for d in deleted for c in session.store.delete_document(d)]
+            for index in session.indexes.values():
                 index.delete(chunk_ids)
             self._commit()
         return deleted

@@ -102,7 +102,9 @@ class NoteBook:
         self.path = kb.root / "notes.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=60)
+        # a note add holds this database while it waits for the knowledge base's write lock: wait as long here
+        wait = max(60.0, float(getattr(getattr(kb, "settings", None), "write_lock_timeout", 60.0)))
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=wait)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.executescript(_SCHEMA)
 

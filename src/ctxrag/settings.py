@@ -160,6 +160,8 @@ class Settings(BaseSettings):
     """Files larger than this are refused at ingest (reported by name, the others still ingested)."""
     max_query_chars: int = Field(4000, ge=1)
     """Longest query or question accepted by ``ctxrag search/ask`` and the HTTP routes."""
+    write_lock_timeout: float = Field(default=600.0, ge=0)
+    """Seconds a writer (ingest, delete, note) waits for another process's write lock on a knowledge base."""
 
     @classmethod
     def settings_customise_sources(

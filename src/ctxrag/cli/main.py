@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -83,6 +84,8 @@ def _guard(fn: Any) -> Any:
         raise
     except CtxragError as e:
         _err(str(e))
+    except sqlite3.DatabaseError as e:  # a store damaged past what opening it checks
+        _err(f"a SQLite database is damaged or busy ({e}); see `ctxrag kb check NAME`")
 
 
 @app.command()
@@ -299,7 +302,51 @@ def kb_list() -> None:
 @kb_app.command("show")
 def kb_show(name: str = typer.Argument(...)) -> None:
     """Details of one knowledge base."""
-    _guard(lambda: typer.echo(json.dumps(_open(name).stats(), indent=1)))
+
+    def body() -> None:
+        st = _open(name).stats()
+        typer.echo(json.dumps(st, indent=1))
+        for index, n in st["indexes"].items():
+            if n != st["chunks"]:
+                typer.echo(f"warning: index {index!r} holds {n} chunks, the document store {st['chunks']}; "
+                           f"run `ctxrag kb check {name}`", err=True)
+
+    _guard(body)
+
+
+@kb_app.command("check")
+def kb_check(name: str = typer.Argument(...), json_out: bool = typer.Option(False, "--json")) -> None:
+    """Compare the document store with every index by chunk id; list each difference; exit 1 unless clean."""
+    from ctxrag.kb_maintenance import check
+
+    def body() -> None:
+        report = check(_open(name))
+        if json_out:
+            typer.echo(json.dumps({"kb": report.kb, "generation": report.generation, "chunks": report.chunks,
+                                   "clean": report.clean, "counts": report.counts,
+                                   "differences": [d.__dict__ for d in report.differences if not d.clean]}, indent=1))
+        else:
+            typer.echo("\n".join(report.lines()))
+        if not report.clean:
+            raise typer.Exit(1)
+
+    _guard(body)
+
+
+@kb_app.command("repair")
+def kb_repair(name: str = typer.Argument(...)) -> None:
+    """Rebuild missing or damaged indexes from the stored chunk texts and commit them as a new generation."""
+    from ctxrag.kb_maintenance import check, repair
+
+    def body() -> None:
+        kbase = _open(name)
+        typer.echo("\n".join(repair(kbase).lines()))
+        after = check(kbase)
+        if not after.clean:
+            typer.echo("\n".join(after.lines()), err=True)
+            raise typer.Exit(1)
+
+    _guard(body)
 
 
 @kb_app.command("summarize")

@@ -137,3 +137,18 @@ def dense_factories(kb: "KnowledgeBase") -> tuple[Callable[[], Any], Callable[[P
 
         return open_milvus, open_milvus
     raise ConfigError(f"unknown vector_store {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def open_unreconciled(kb: "KnowledgeBase") -> SelfPersistingIndex | None:
+    """The dense store of a self-persisting backend as it is, without reconciling it (for ``ctxrag kb check``);
+    None for FAISS, whose index lives in the generation folder."""
+    backend = kb.settings.vector_store
+    if backend == "chroma":
+        from ctxrag.stores.chroma import ChromaIndex
+
+        return ChromaIndex(kb.root / "chroma")
+    if backend == "milvus":
+        from ctxrag.stores.milvus import MilvusIndex
+
+        return MilvusIndex.for_knowledge_base(kb.name, kb.root, kb.settings)
+    return None

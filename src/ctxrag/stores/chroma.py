@@ -26,6 +26,7 @@ import numpy as np
 from ctxrag.errors import ConfigError
 from ctxrag.stores.backends import text_fingerprint, write_backend_file
 from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.process_lock import SingleProcessLock
 
 COLLECTION = "ctxrag_dense"
 
@@ -38,10 +39,14 @@ def _chromadb() -> Any:
     return chromadb
 
 
-def _close_client(client: Any) -> None:
-    close = getattr(client, "close", None)  # chromadb >= 1.x
-    if close is not None:
-        close()
+def _close_client(client: Any, process_lock: SingleProcessLock | None = None) -> None:
+    try:
+        close = getattr(client, "close", None)  # chromadb >= 1.x
+        if close is not None:
+            close()
+    finally:
+        if process_lock is not None:
+            process_lock.release()
 
 
 class ChromaIndex:
@@ -58,9 +63,18 @@ class ChromaIndex:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.collection_name = collection
-        self._client = chromadb.PersistentClient(
-            path=str(self.path), settings=ChromaSettings(anonymized_telemetry=False, allow_reset=False)
-        )
+        # Chroma keeps its HNSW index in this process's memory: a second process would write over it
+        process_lock = SingleProcessLock(self.path.with_name(self.path.name + ".process.lock"),
+                                         f"the Chroma store {self.path}")
+        process_lock.acquire()
+        try:
+            self._client = chromadb.PersistentClient(
+                path=str(self.path), settings=ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+            )
+        except BaseException:
+            process_lock.release()
+            raise
+        self._finalizer = weakref.finalize(self, _close_client, self._client, process_lock)
         self._col = self._client.get_or_create_collection(
             collection,
             embedding_function=None,  # never Chroma's default (it downloads a model); we always pass vectors
@@ -70,8 +84,8 @@ class ChromaIndex:
             warnings.simplefilter("ignore", DeprecationWarning)
             space = (self._col.configuration or {}).get("hnsw", {}) or {}
         if space.get("space", "cosine") != "cosine":
+            self._finalizer()
             raise ConfigError(f"Chroma collection {collection!r} in {self.path} uses space {space.get('space')!r}, not cosine")
-        self._finalizer = weakref.finalize(self, _close_client, self._client)
         self._max_batch = int(getattr(self._client, "get_max_batch_size", lambda: 5000)())
 
     def __len__(self) -> int:

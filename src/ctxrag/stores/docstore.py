@@ -6,13 +6,67 @@ disk, so a crash leaves the previous state intact.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ctxrag.errors import StoreCorruptError
+
 SCHEMA_VERSION = "1"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_QUICK_CHECK_MAX_BYTES = 256 << 20
+
+
+def _damaged(path: Path, what: str) -> str:
+    return (f"{path}: the document store is damaged ({what}); restore it from a backup, or delete the knowledge "
+            f"base folder {path.parent} and ingest again (its index generations were left untouched)")
+
+
+def _check_file(path: Path) -> None:
+    """Refuse an empty, foreign or truncated database file before SQLite would treat it as a new empty one."""
+    size = path.stat().st_size
+    if size == 0:
+        raise StoreCorruptError(_damaged(path, "0 bytes"))
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+        raise StoreCorruptError(_damaged(path, f"{size} bytes, not a SQLite database"))
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    valid_for, change_counter = header[92:96], header[24:28]
+    if valid_for == change_counter and pages and size < pages * page_size:
+        raise StoreCorruptError(_damaged(path, f"truncated: {size} bytes, its header says {pages * page_size}"))
+
+
+def _create(path: Path) -> None:
+    """Write a complete empty store under a temporary name and link it into place (another process may race us)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # created by another process meanwhile: use theirs
+            pass
+        except OSError:  # a file system without hard links
+            if not path.exists():
+                os.replace(tmp, path)
+    finally:
+        for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            p.unlink(missing_ok=True)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,18 +121,43 @@ class ChunkRecord:
 
 
 class DocStore:
-    """SQLite store of one knowledge base. Not thread-safe for writes; one writer at a time."""
+    """SQLite store of one knowledge base. Not thread-safe for writes; one writer at a time.
 
-    def __init__(self, path: Path) -> None:
+    A new store is created complete (schema written into a temporary file, then linked into place), so an existing
+    ``kb.sqlite`` that is empty, truncated or not SQLite is damage: `StoreCorruptError` says so in one line and
+    nothing is re-created over it. `check` runs SQLite's quick_check on stores up to 256 MB.
+    """
+
+    def __init__(self, path: Path, *, check: bool = True, busy_timeout: float = 60.0) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=60)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self.conn.executescript(_SCHEMA)
-        if self.get_meta("schema_version") is None:
-            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        if not self.path.exists():
+            _create(self.path)
+        elif check:
+            _check_file(self.path)
+        try:
+            self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not {"meta", "documents", "chunks"} <= tables:
+                raise StoreCorruptError(_damaged(self.path, f"tables {sorted(tables)} instead of the ctxrag schema"))
+            if check and self.path.stat().st_size <= _QUICK_CHECK_MAX_BYTES:
+                result = self.conn.execute("PRAGMA quick_check(1)").fetchone()
+                if not result or result[0] != "ok":
+                    raise StoreCorruptError(_damaged(self.path, f"SQLite quick_check says {result[0] if result else None!r}"))
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise
+            raise StoreCorruptError(_damaged(self.path, str(e))) from None
+        except StoreCorruptError:
+            self.conn.close()
+            raise
+
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: changes when another connection commits (a cheap staleness probe)."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def close(self) -> None:
         self.conn.close()
@@ -198,4 +277,12 @@ class DocStore:
 
     def iter_chunks(self) -> Iterator[ChunkRecord]:
         for r in self.conn.execute(f"SELECT {self._CHUNK_COLS} FROM chunks ORDER BY doc_id, chunk_index"):
+            yield self._chunk(r)
+
+    def iter_chunks_in_write_order(self) -> Iterator[ChunkRecord]:
+        """Chunks in the order their documents were last written: rebuilding an index in this order gives the same
+        tie order as the index built by the ingests (BM25 breaks equal scores by insertion order)."""
+        cols = ", ".join(f"c.{c.strip()}" for c in self._CHUNK_COLS.split(","))
+        for r in self.conn.execute(f"SELECT {cols} FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
+                                   "ORDER BY d.updated_at, d.rowid, c.chunk_index"):
             yield self._chunk(r)

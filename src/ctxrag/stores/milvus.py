@@ -34,6 +34,7 @@ import numpy as np
 from ctxrag.errors import ConfigError
 from ctxrag.stores.backends import text_fingerprint, write_backend_file
 from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.process_lock import SingleProcessLock
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +144,21 @@ class MilvusIndex:
         kwargs: dict[str, Any] = {"uri": self.uri}
         if token:
             kwargs["token"] = token
-        self._client = pymilvus.MilvusClient(**kwargs)
+        process_lock = None
+        if not self.is_server:  # Milvus Lite runs an embedded server per process: one process per file
+            process_lock = SingleProcessLock(Path(self.uri + ".process.lock"), f"the Milvus Lite file {self.uri}")
+            process_lock.acquire()
+        try:
+            self._client = pymilvus.MilvusClient(**kwargs)
+        except BaseException:
+            if process_lock is not None:
+                process_lock.release()
+            raise
         if not self.is_server:
             with _LITE_LOCK:
                 _LITE_REFS[self.uri] = _LITE_REFS.get(self.uri, 0) + 1
-        self._finalizer = weakref.finalize(self, _release, self._client, None if self.is_server else self.uri)
+        self._finalizer = weakref.finalize(self, _release, self._client, None if self.is_server else self.uri,
+                                           process_lock)
         self.dim: int | None = None
         self.sparse = sparse
         if self._client.has_collection(collection):
@@ -362,7 +373,15 @@ class MilvusIndex:
         return f"MilvusIndex(uri={where!r}, collection={self.collection!r}, sparse={self.sparse})"
 
 
-def _release(client: Any, lite_path: str | None) -> None:
+def _release(client: Any, lite_path: str | None, process_lock: SingleProcessLock | None = None) -> None:
+    try:
+        _close_lite(client, lite_path)
+    finally:
+        if process_lock is not None:
+            process_lock.release()
+
+
+def _close_lite(client: Any, lite_path: str | None) -> None:
     client.close()
     if lite_path is None:
         return

@@ -1,0 +1,224 @@
+"""Which index generation a knowledge base object searches, and write sessions that commit the next one.
+
+* Readers: `IndexSnapshots.current` returns the indexes of the newest committed generation. Each call runs one
+  ``PRAGMA data_version`` (microseconds); when another connection committed and the generation moved, it loads the
+  new one (checksums verified) and switches to it. While one thread loads, the others keep answering from the
+  previous snapshot. A published snapshot is never mutated (only self-persisting stores, Chroma and Milvus, are
+  shared live objects), so a search never sees a half-applied change.
+* Writers: `IndexSnapshots.session` takes the inter-process write lock, opens its own SQLite connection, loads the
+  generation current *now* into private index objects and begins a transaction; `commit` writes them as the next
+  generation, commits SQLite, publishes them and cleans up. A failure rolls SQLite back and publishes nothing.
+
+Example::
+
+    snapshots = IndexSnapshots(generations, store, factories=lambda: {...}, embed=..., reconcile=...)
+    snapshots.current()["bm25"].search("query", k=5)
+    with snapshots.session() as s:
+        s.indexes["bm25"].add(chunks)
+        s.store.upsert_document(doc, records)
+        snapshots.commit(s)
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ctxrag.errors import IndexCorruptError
+from ctxrag.stores.backends import SelfPersistingIndex
+from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.docstore import DocStore
+from ctxrag.stores.generations import GenerationStore
+
+log = logging.getLogger(__name__)
+
+IndexFactories = Mapping[str, tuple[Callable[[], ChunkIndex], Callable[[Path], "ChunkIndex | None"]]]
+"""Index name -> (make an empty one, load one from a generation folder; None means "rebuild from the store")."""
+LOAD_ATTEMPTS = 5
+"""How often a reader retries when the generation it is loading was replaced and cleaned up meanwhile."""
+
+
+class Snapshot(NamedTuple):
+    """The indexes of one committed generation, as searches see them."""
+
+    generation: int
+    indexes: dict[str, ChunkIndex]
+
+
+@dataclass
+class WriteSession:
+    """One write under the inter-process lock: its own SQLite connection (in a transaction) and private indexes
+    loaded from the generation that was current when the lock was taken."""
+
+    store: DocStore
+    generation: int
+    indexes: dict[str, ChunkIndex]
+
+
+def missing_from(indexes: Mapping[str, ChunkIndex], chunk_ids: list[str]) -> list[str]:
+    """Names of the indexes lacking any of `chunk_ids` (self-persisting stores are reconciled when opened)."""
+    out = []
+    for name, index in indexes.items():
+        contains = getattr(index, "__contains__", None)
+        if contains is not None and not isinstance(index, SelfPersistingIndex) and not all(contains(c) for c in chunk_ids):
+            out.append(name)
+    return out
+
+
+class IndexSnapshots:
+    """The published index snapshot of one knowledge base object, and its write sessions (see the module docstring).
+
+    `factories` lists the index kinds; `embed(texts)` gives passage vectors for rebuilding a dense index (for a kind
+    the generation lacks); `reconcile(index)` brings a self-persisting store back in step after a failed write."""
+
+    def __init__(
+        self, generations: GenerationStore, store: DocStore, *, factories: Callable[[], IndexFactories],
+        embed: Callable[[list[str]], np.ndarray], reconcile: Callable[[ChunkIndex], None],
+        writer_lock: threading.RLock | None = None,
+    ) -> None:
+        self.generations = generations
+        self.store = store
+        self._factories = factories
+        self._embed = embed
+        self._reconcile = reconcile
+        self._refresh_lock = threading.Lock()
+        self._writer_lock = writer_lock or threading.RLock()
+        self.snapshot: Snapshot | None = None
+        self._data_version = -1
+
+    @property
+    def kb_name(self) -> str:
+        return self.generations.kb_name
+
+    def committed_generation(self, store: DocStore | None = None) -> int:
+        return int((store or self.store).get_meta("generation") or 0)
+
+    # -- readers ------------------------------------------------------------------------
+    def current(self) -> dict[str, ChunkIndex]:
+        """The indexes of the newest committed generation (loaded on first use)."""
+        self.refresh()
+        assert self.snapshot is not None
+        return self.snapshot.indexes
+
+    def refresh(self) -> bool:
+        """Switch to a newer committed generation if there is one; True when it did."""
+        if self.snapshot is not None and self.store.data_version() == self._data_version:
+            return False
+        first = self.snapshot is None
+        if not self._refresh_lock.acquire(blocking=first):
+            return False  # another thread is loading: keep answering from the current snapshot
+        try:
+            version = self.store.data_version()
+            if self.snapshot is not None and version == self._data_version:
+                return False
+            changed = self.snapshot is None or self.committed_generation() != self.snapshot.generation
+            if changed:
+                self.snapshot = self._load_current()
+            self._data_version = version
+            return changed
+        finally:
+            self._refresh_lock.release()
+
+    def publish(self, snapshot: Snapshot) -> None:
+        with self._refresh_lock:
+            self.snapshot = snapshot
+            self._data_version = self.store.data_version()
+
+    def _load_current(self) -> Snapshot:
+        reuse = self.snapshot.indexes if self.snapshot is not None else None
+        for _attempt in range(LOAD_ATTEMPTS):
+            gen = self.committed_generation()
+            try:
+                return Snapshot(gen, self.load_generation(gen, self.store, reuse))
+            except IndexCorruptError:
+                if self.committed_generation() == gen:
+                    raise
+                log.info("knowledge base %r: generation %d was replaced while loading; loading the newer one",
+                         self.kb_name, gen)
+        raise IndexCorruptError(f"{self.generations.base}: generations of knowledge base {self.kb_name!r} kept "
+                                f"changing while loading ({LOAD_ATTEMPTS} attempts)")
+
+    def load_generation(
+        self, gen: int, store: DocStore, reuse: Mapping[str, ChunkIndex] | None = None
+    ) -> dict[str, ChunkIndex]:
+        """Every index of generation `gen`, checksums verified; a kind the generation lacks is rebuilt from `store`
+        (with a warning: ``kb repair`` or the next write saves it)."""
+        manifest = self.generations.manifest(gen) if gen else None
+        out: dict[str, ChunkIndex] = {}
+        for name, (make, load) in self._factories().items():
+            if reuse and name in reuse and isinstance(reuse[name], SelfPersistingIndex):
+                out[name] = reuse[name]  # a live store (Chroma, Milvus): already current
+                continue
+            present = bool(gen) and self.generations.verify(gen, name, manifest)
+            loaded = load(self.generations.gen_dir(gen) / name) if present else None
+            if loaded is None:
+                loaded = make()
+                if gen:
+                    log.warning("knowledge base %r: index %r is not in %s; rebuilt in memory from the document store "
+                                "(`ctxrag kb repair %s` saves it)", self.kb_name, name, self.generations.gen_dir(gen),
+                                self.kb_name)
+                    self._rebuild(loaded, name, store)
+            out[name] = loaded
+        return out
+
+    def _rebuild(self, index: ChunkIndex, name: str, store: DocStore) -> None:
+        """Fill an empty index from the stored chunks, in write order (the tie order the ingests gave it)."""
+        if isinstance(index, SelfPersistingIndex):
+            return  # opened reconciled with the store
+        chunks = [IndexedChunk(r.chunk_id, r.doc_id, r.indexed_text, r.content, dict(r.metadata))
+                  for r in store.iter_chunks_in_write_order()]
+        if name == "dense" and chunks:
+            for c, v in zip(chunks, self._embed([c.text for c in chunks])):
+                c.vector = v
+        index.add(chunks)
+
+    def close(self) -> None:
+        if self.snapshot is not None:
+            for index in self.snapshot.indexes.values():
+                close = getattr(index, "close", None)  # Chroma / Milvus clients
+                if close is not None:
+                    close()
+
+    # -- writers ------------------------------------------------------------------------
+    @contextmanager
+    def session(self) -> Iterator[WriteSession]:
+        """Hold the write lock with private indexes of the current generation (see the module docstring)."""
+        with self._writer_lock, self.generations.write_lock():
+            store = DocStore(self.store.path, check=False)
+            session: WriteSession | None = None
+            try:
+                gen = self.committed_generation(store)
+                if self.snapshot is not None and gen != self.snapshot.generation:
+                    log.info("knowledge base %r: generation moved from %d to %d since it was loaded; applying the "
+                             "change on top of %d", self.kb_name, self.snapshot.generation, gen, gen)
+                reuse = self.snapshot.indexes if self.snapshot is not None else None
+                session = WriteSession(store, gen, self.load_generation(gen, store, reuse))
+                store.begin()
+                yield session
+                store.rollback()  # nothing is left uncommitted on purpose
+            except BaseException:
+                store.rollback()
+                if session is not None:
+                    for index in session.indexes.values():
+                        if isinstance(index, SelfPersistingIndex):
+                            self._reconcile(index)
+                raise
+            finally:
+                store.close()
+
+    def commit(self, session: WriteSession) -> None:
+        """Write the session's indexes as the next generation (temp folder, fsync, rename), commit SQLite pointing
+        at it, publish them to this object's readers and clean up old generations."""
+        new = session.generation + 1
+        self.generations.write(new, session.indexes)
+        session.store.set_meta("generation", str(new))
+        session.store.commit()
+        session.generation = new
+        self.publish(Snapshot(new, session.indexes))
+        self.generations.clean(new)
