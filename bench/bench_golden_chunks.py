@@ -202,6 +202,25 @@ def evaluate(fmt: str, data: Path, context_files: dict[str, Path | None], ks: li
     return results, format_table(results, ks, ())
 
 
+def anthropic_subset(data: Path, n_docs: int, out: Path) -> Path:
+    """A copy of the benchmark restricted to its first `n_docs` documents and the queries whose golden chunks all lie
+    in them (for a partial run; the table says so)."""
+    corpus = json.loads((data / "codebase_chunks.json").read_text(encoding="utf-8"))[:n_docs]
+    uuids = {d["original_uuid"] for d in corpus}
+    folder = out / f"subset-{n_docs}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "codebase_chunks.json").write_text(json.dumps(corpus), encoding="utf-8")
+    queries = [line for line in (data / "evaluation_set.jsonl").read_text(encoding="utf-8").splitlines()
+               if line.strip() and all(g[0] in uuids for g in json.loads(line)["golden_chunk_uuids"])]
+    (folder / "evaluation_set.jsonl").write_text("\n".join(queries) + "\n", encoding="utf-8")
+    ids = {d["doc_id"] for d in corpus}
+    for source in sorted(data.glob("contexts*.jsonl")):  # DeepSeek's (or a fixture's) contexts, same documents
+        contexts = [line for line in source.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line)["doc_id"] in ids]
+        (folder / source.name).write_text("\n".join(contexts) + "\n", encoding="utf-8")
+    return folder
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=("anthropic", "drcd"), default="anthropic",
@@ -213,6 +232,9 @@ def main() -> int:
     parser.add_argument("--docs", type=int, default=None, help="only the first N documents (a quick look)")
     parser.add_argument("--no-eval", action="store_true", help="write contexts only")
     parser.add_argument("--sample", type=int, default=None, help="questions scored (drcd default 500, seed 0)")
+    parser.add_argument("--eval-docs", type=int, default=None,
+                        help="anthropic: contextualize and score only the first N documents and the queries whose "
+                             "golden chunks all lie in them (a partial run; say so next to its numbers)")
     args = parser.parse_args()
     anthropic = args.dataset == "anthropic"
     data = args.data or (DATA if anthropic else ROOT.parent / "shared" / "data" / "chinese" / "DRCD_dev.json")
@@ -227,7 +249,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     out = args.out or ROOT / "bench" / "out" / f"golden-{args.dataset}"
     out.mkdir(parents=True, exist_ok=True)
-    corpus = (anthropic_docs(data) if anthropic else drcd_docs(data))[: args.docs]
+    corpus = (anthropic_docs(data) if anthropic else drcd_docs(data))[: args.eval_docs or args.docs]
     print(f"{len(corpus)} documents, {sum(len(d.chunks) for d in corpus)} chunks; {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f} at start", file=sys.stderr)
     files: dict[str, Path | None] = {"no contexts": None}
@@ -236,6 +258,8 @@ def main() -> int:
         for v in variants:
             files[v.name] = contextualize(v, corpus, out, cache)
             costs[v.name] = cost_summary(out, v)
+    if anthropic and args.eval_docs:
+        data = anthropic_subset(data, args.eval_docs, out)
     if anthropic:
         files["deepseek"] = data / "contexts_deepseek_extracted.jsonl"
     print("\ncost of the local variants (documents contextualized by the model, not the cache):")
@@ -245,7 +269,7 @@ def main() -> int:
         print(f"| {name} | {c['docs_timed']} | {c['chunks_timed']} | {c['s_per_chunk']} | {c['llm_calls']} | "
               f"{c['prompt_tokens']} | {c['evaluated_prompt_tokens']} | {c['completion_tokens']} |")
     (out / "costs.json").write_text(json.dumps(costs, indent=1), encoding="utf-8")
-    if args.no_eval or args.docs:
+    if args.no_eval or (args.docs and not args.eval_docs):
         return 0
     ks = [5, 10, 20] if anthropic else [1, 5, 10]
     _, table = evaluate("anthropic" if anthropic else "squad", data, files, ks,

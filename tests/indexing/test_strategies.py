@@ -217,3 +217,16 @@ def test_drcd_documents_match_the_squad_loader_ids() -> None:
     for d in docs:
         for cid, text in d.chunks:
             assert corpus[cid].text == text and text in d.content
+
+
+def test_anthropic_subset_keeps_queries_inside_the_first_documents(tmp_path: Path) -> None:
+    bench = _load_bench()
+    data = Path(__file__).resolve().parents[1] / "evaluation" / "fixtures" / "anthropic_tiny"
+    corpus = json.loads((data / "codebase_chunks.json").read_text(encoding="utf-8"))
+    folder = bench.anthropic_subset(data, 1, tmp_path)
+    kept = {corpus[0]["original_uuid"]}
+    queries = [json.loads(x) for x in (folder / "evaluation_set.jsonl").read_text(encoding="utf-8").splitlines() if x]
+    all_q = [json.loads(x) for x in (data / "evaluation_set.jsonl").read_text(encoding="utf-8").splitlines() if x]
+    assert queries == [q for q in all_q if all(g[0] in kept for g in q["golden_chunk_uuids"])]
+    assert [d["doc_id"] for d in json.loads((folder / "codebase_chunks.json").read_text(encoding="utf-8"))] == [
+        corpus[0]["doc_id"]]
