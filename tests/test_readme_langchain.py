@@ -33,3 +33,9 @@ def test_langchain_user_code_runs_unchanged(capsys) -> None:  # noqa: ANN001
     assert best and len(best) <= 3 and "bm25" in ids(best)
     assert all(d.metadata.get("rerank_score") is not None for d in best)
     assert "bm25" in capsys.readouterr().out
+
+
+def test_readme_shows_the_same_code() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "as_vectorstore" in b]
+    assert blocks == [_snippet()], "README.md's LangChain example must equal docs/langchain.md's (which runs here)"
