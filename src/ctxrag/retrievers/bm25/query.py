@@ -141,7 +141,7 @@ def score_slots(slots: np.ndarray, columns: list[TermColumn]) -> np.ndarray:
             lo, hi = np.searchsorted(slots, [offset + int(rows[0]), offset + int(rows[-1]) + 1])
             if lo == hi:
                 continue
-            local = slots[lo:hi] - offset
+            local = (slots[lo:hi] - offset).astype(rows.dtype)  # same dtype: searchsorted would copy `rows` else
             pos = np.searchsorted(rows, local)
             pos[pos == len(rows)] = len(rows) - 1
             found = rows[pos] == local
