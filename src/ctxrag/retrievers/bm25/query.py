@@ -25,28 +25,34 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-_SEED = 2048  # documents scored exactly to find theta; small next to the postings of a head term
+_SEED = 512  # documents scored exactly to find theta; small next to the postings of a head term
+SEEDS_PER_TERM = 32  # of them, the best-weighted postings of each query term
 SPARSE_MIN = 4096  # up to this many postings (or n_docs / SPARSE_FRACTION) are merged directly
 SPARSE_FRACTION = 16
+_LOOKUP_COST = 16  # a binary-search lookup costs about this many sequential posting additions
 _SLACK = 1e-9  # relative margin on pruning bounds so float rounding never drops a document that ties theta
 _EMPTY_SLOTS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass
 class TermColumn:
-    """One query term's postings: ``(slot offset, rows in the segment, weights)`` per segment, and ``scale``
-    (idf times how often the term occurs in the query), so the term adds ``scale * weight`` to a row's score."""
+    """One query term's postings: ``(slot offset, rows in the segment, weights)`` per segment, and ``scale`` (how
+    often the term occurs in the query), so the term adds ``scale * weight`` to a row's score. `positive`: every
+    weight is > 0 (idf > 0), which the pruning bounds need."""
 
     parts: list[tuple[int, np.ndarray, np.ndarray]]
-    scale: float
-    max_weight: float = field(default=-1.0)
+    scale: float = 1.0
+    max_weight: float | None = None
+    positive: bool = True
+    seeds: np.ndarray | None = None
+    """Slots of the term's highest weights (any real postings do; these give a tight threshold)."""
 
     def __post_init__(self) -> None:
-        if self.max_weight < 0:
+        if self.max_weight is None:
             self.max_weight = max((float(w.max()) for _, _, w in self.parts if len(w)), default=0.0)
 
     @property
@@ -55,8 +61,12 @@ class TermColumn:
 
     @property
     def bound(self) -> float:
-        """No document gets more than this from the term (valid when ``scale >= 0``)."""
-        return self.scale * self.max_weight
+        """No document gets more than this from the term (valid when `positive`)."""
+        return self.scale * float(self.max_weight or 0.0)
+
+    def contribution(self, weights: np.ndarray) -> np.ndarray:
+        """What the term adds for these postings (no copy when the term occurs once in the query)."""
+        return weights if self.scale == 1.0 else self.scale * weights
 
     def slots(self, limit: int | None = None) -> np.ndarray:
         """Slots containing the term (ascending), at most the first `limit`."""
@@ -103,29 +113,38 @@ def top_k_slots(
     sparse_limit = max(SPARSE_MIN, n // SPARSE_FRACTION)
     if sum(c.length for c in columns) <= sparse_limit:
         return _merge(columns, columns, k, eligible)
-    if all(c.scale > 0 for c in columns):
+    if all(c.positive and c.scale > 0 for c in columns):
         theta = _seed_threshold(columns, k, eligible)
         if theta is not None:
             essential = _essential(columns, theta)
             if sum(c.length for c in essential) <= sparse_limit:
-                return _merge(essential, columns, k, eligible)
+                return _merge(essential, columns, k, eligible, theta)
             kept = {id(c) for c in essential}
-            rest_bound = sum(c.bound for c in columns if id(c) not in kept)
-            with accumulator.borrow(n) as partial:
-                _accumulate(essential, partial)
+            rest = [c for c in columns if id(c) not in kept]
+            rest_bound = sum(c.bound for c in rest)
+            with accumulator.borrow(n) as scores:
+                _accumulate(essential, scores)
                 # a document can still reach theta only if its essential part plus the others' bounds can;
-                # the slack absorbs rounding (extra candidates are scored exactly below, never wrongly kept)
-                candidates = np.flatnonzero(partial >= (theta - rest_bound) * (1 - _SLACK))
+                # the slack absorbs rounding (extra candidates are scored exactly, never wrongly kept)
+                candidates = np.flatnonzero(scores >= (theta - rest_bound) * (1 - _SLACK))
                 candidates = candidates[eligible[candidates]]
-                if rest_bound == 0.0:
-                    return _select(candidates, partial[candidates], k)
+                if not rest:
+                    return _select(candidates, scores[candidates], k)
+                # looking the rest up costs ~ candidates * columns * log(length); adding them in costs ~ their
+                # postings: take the cheaper (adding in redoes the sum in query order, for identical scores)
+                if len(candidates) * len(columns) * _LOOKUP_COST > sum(c.length for c in rest):
+                    scores.fill(0.0)
+                    _accumulate(columns, scores)
+                    candidates = np.flatnonzero(scores >= theta * (1 - _SLACK))
+                    candidates = candidates[eligible[candidates]]
+                    return _select(candidates, scores[candidates], k)
             return _select(candidates, score_slots(candidates, columns), k)
     # weights of either sign (a negative idf without Okapi's floor): track which slots were hit
     with accumulator.borrow(n) as scores:
         hit = np.zeros(n, dtype=bool)
         for column in columns:
             for offset, rows, weights in column.parts:
-                scores[offset : offset + _span(rows)][rows] += column.scale * weights
+                scores[offset : offset + _span(rows)][rows] += column.contribution(weights)
                 hit[offset : offset + _span(rows)][rows] = True
         candidates = np.flatnonzero(hit & eligible)
         return _select(candidates, scores[candidates], k)
@@ -145,7 +164,7 @@ def score_slots(slots: np.ndarray, columns: list[TermColumn]) -> np.ndarray:
             pos = np.searchsorted(rows, local)
             pos[pos == len(rows)] = len(rows) - 1
             found = rows[pos] == local
-            scores[lo:hi][found] += column.scale * weights[pos[found]]
+            scores[lo:hi][found] += column.contribution(weights[pos[found]])
     return scores
 
 
@@ -157,21 +176,39 @@ def _accumulate(columns: list[TermColumn], scores: np.ndarray) -> None:
     for column in columns:
         for offset, rows, weights in column.parts:
             # rows are unique within a column, so plain fancy-index += is exact (no np.add.at needed)
-            scores[offset : offset + _span(rows)][rows] += column.scale * weights
+            scores[offset : offset + _span(rows)][rows] += column.contribution(weights)
 
 
 def _merge(
-    candidates_from: list[TermColumn], columns: list[TermColumn], k: int, eligible: np.ndarray
+    essential: list[TermColumn], columns: list[TermColumn], k: int, eligible: np.ndarray, theta: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    slots = np.unique(np.concatenate([c.slots() for c in candidates_from]))
-    slots = slots[eligible[slots]]
-    return _select(slots, score_slots(slots, columns), k)
+    """Top k among the slots of the `essential` columns, summed per slot without a corpus-sized array.
+
+    With every column essential the per-slot sums are the scores (``bincount`` adds each slot's contributions in
+    column order, as the accumulation does). Otherwise slots whose partial sum plus the other columns' bounds
+    cannot reach `theta` are dropped first, and only the rest are scored over every column."""
+    slots = np.concatenate([c.slots() for c in essential])
+    contributions = np.concatenate([c.contribution(w) for c in essential for _, _, w in c.parts])
+    unique, inverse = np.unique(slots, return_inverse=True)
+    partial = np.bincount(inverse, weights=contributions, minlength=len(unique))
+    if len(essential) == len(columns):
+        keep = eligible[unique]
+        return _select(unique[keep], partial[keep], k)
+    kept = {id(c) for c in essential}
+    rest_bound = sum(c.bound for c in columns if id(c) not in kept)
+    keep = eligible[unique]
+    if theta is not None:
+        keep &= partial >= (theta - rest_bound) * (1 - _SLACK)
+    candidates = unique[keep]
+    return _select(candidates, score_slots(candidates, columns), k)
 
 
 def _seed_threshold(columns: list[TermColumn], k: int, eligible: np.ndarray) -> float | None:
-    """The k-th best exact score among up to `_SEED` documents that contain query terms (short columns whole, the
-    budget left split among long ones); None when fewer than k of them are eligible or theta is not positive."""
-    pieces, budget = [], _SEED
+    """The k-th best exact score among up to `_SEED` documents that contain query terms: each term's best-weighted
+    postings, short columns whole, the budget left split among long ones' first postings. None when fewer than k
+    of them are eligible or theta is not positive."""
+    pieces = [c.seeds for c in columns if c.seeds is not None]
+    budget = _SEED - sum(len(p) for p in pieces)
     by_length = sorted(columns, key=lambda c: c.length)
     for i, column in enumerate(by_length):
         share = max(k, budget // (len(by_length) - i))
