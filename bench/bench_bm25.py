@@ -30,7 +30,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "contextual-retrieval"
+# shared/ sits beside the checkout (one folder further up from a git worktree)
+DATA = next((d for d in (REPO.parent / "shared" / "data" / "contextual-retrieval",
+                         REPO.parent.parent / "shared" / "data" / "contextual-retrieval") if d.exists()),
+            REPO.parent / "shared" / "data" / "contextual-retrieval")
 ENGINES = ["ctxrag", "rank_bm25", "bm25s"]
 CORPORA = ["codebase", "zipf100k", "zipf1m", "chinese"]
 # rank_bm25 scores every document in Python per query term: at 1M documents a query takes seconds

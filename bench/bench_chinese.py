@@ -38,17 +38,23 @@ from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.dense import FaissIndex
 
 REPO = Path(__file__).resolve().parents[1]
-DRCD = REPO.parent / "shared" / "data" / "chinese" / "DRCD_dev.json"
+DRCD = next((p for p in (REPO.parent / "shared" / "data" / "chinese" / "DRCD_dev.json",
+                         REPO.parent.parent / "shared" / "data" / "chinese" / "DRCD_dev.json") if p.exists()),
+            REPO.parent / "shared" / "data" / "chinese" / "DRCD_dev.json")
 K = 10
 FUSION_OPTIONS: dict[str, FusionPreset] = {
     "rrf 0.5/0.5 (old default)": FusionPreset(mode="rrf", weights=(0.5, 0.5), c=60),
     "rrf 0.3/0.7": FusionPreset(mode="rrf", weights=(0.3, 0.7), c=60),
     "rrf 0.2/0.8": FusionPreset(mode="rrf", weights=(0.2, 0.8), c=60),
     "rrf c=10 0.3/0.7": FusionPreset(mode="rrf", weights=(0.3, 0.7), c=10),
+    "rrf c=10 0.2/0.8": FusionPreset(mode="rrf", weights=(0.2, 0.8), c=10),
     "relative_score 0.5/0.5": FusionPreset(mode="relative_score", weights=(0.5, 0.5)),
+    "relative_score 0.4/0.6": FusionPreset(mode="relative_score", weights=(0.4, 0.6)),
     "relative_score 0.3/0.7": FusionPreset(mode="relative_score", weights=(0.3, 0.7)),
+    "relative_score 0.2/0.8": FusionPreset(mode="relative_score", weights=(0.2, 0.8)),
     "dbsf 0.5/0.5": FusionPreset(mode="dbsf", weights=(0.5, 0.5)),
     "dbsf 0.3/0.7": FusionPreset(mode="dbsf", weights=(0.3, 0.7)),
+    "dbsf 0.2/0.8": FusionPreset(mode="dbsf", weights=(0.2, 0.8)),
 }
 _PUNCT = re.compile(r"^[\W_]+$")
 

