@@ -369,6 +369,21 @@ def test_language_defaults_pick_the_preset_of_the_query_language():
     assert set(LANGUAGE_DEFAULTS) == {"zh", "en"}
 
 
+def test_chinese_default_keeps_a_confident_bm25_first_where_equal_rrf_flips_it():
+    """The measured failure of equal-weight RRF on Chinese (docs/chinese_retrieval.md): BM25 is sure of its top
+    hit, dense ranks it third; RRF 0.5/0.5 puts dense's first instead, the zh default keeps BM25's."""
+    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
+
+    dense = ListRetriever(docs=[chunk("other", 0.86), chunk("x", 0.85), chunk("gold", 0.84)], name="dense")
+    bm25 = ListRetriever(docs=[chunk("gold", 30.0), chunk("other", 12.0), chunk("y", 11.0)], name="bm25")
+    zh = FusionRetriever(retrievers=[dense, bm25], by_language=dict(LANGUAGE_DEFAULTS))
+    assert ids(zh.invoke("臺灣第一條高速鐵路何時通車？"))[0] == "gold"
+    assert ids(FusionRetriever(retrievers=[dense, bm25], weights=[0.5, 0.5]).invoke("q"))[0] == "other"
+    # English keeps the RRF 0.5/0.5 every English benchmark number was measured with
+    en = LANGUAGE_DEFAULTS["en"]
+    assert (en.mode, en.weights, en.c) == (FusionMode.RRF, (0.5, 0.5), 60)
+
+
 def test_language_presets_are_checked_against_the_retriever_count():
     from ctxrag.retrievers.fusion import FusionPreset
 
