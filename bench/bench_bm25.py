@@ -2,11 +2,17 @@
 
 Columns: index build seconds, single-query top-10 latency p50/p99, peak memory of the build (RSS high-water mark
 above the process's RSS with the tokens already in memory), and load time from disk. Every engine/corpus pair runs
-in its own subprocess so peaks do not mix. Corpora: (a) the 737 contextual-retrieval codebase chunks, (b) synthetic
-Zipf corpora of 100k and 1M documents, (c) a synthetic Chinese corpus tokenised with jieba.
+in its own subprocess so peaks do not mix. bm25s is timed two ways on the same index: `bm25s.retrieve` (its public
+API) and `bm25s-fast`, its fastest path (`get_scores` on token ids + `argpartition` top-10, no result formatting).
+Corpora: (a) the 737 contextual-retrieval codebase chunks, (b) synthetic Zipf corpora of 100k and 1M documents
+(50k-term vocabulary, exponent 1.05, 8-60 tokens per document, 2-6-term queries from the same distribution, so
+most queries hit a head term with a posting list spanning most of the corpus), (c) a synthetic Chinese corpus
+tokenised with jieba.
 
     python bench/bench_bm25.py                   # everything
     python bench/bench_bm25.py --corpora codebase zipf100k
+    # also time an older ctxrag (e.g. `git archive BASE src | tar -x -C /tmp/base`) as engine "ctxrag-base"
+    python bench/bench_bm25.py --corpora zipf100k --baseline-src /tmp/base/src
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,7 +30,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "contextual-retrieval"
+# shared/ sits beside the checkout (one folder further up from a git worktree)
+DATA = next((d for d in (REPO.parent / "shared" / "data" / "contextual-retrieval",
+                         REPO.parent.parent / "shared" / "data" / "contextual-retrieval") if d.exists()),
+            REPO.parent / "shared" / "data" / "contextual-retrieval")
 ENGINES = ["ctxrag", "rank_bm25", "bm25s"]
 CORPORA = ["codebase", "zipf100k", "zipf1m", "chinese"]
 # rank_bm25 scores every document in Python per query term: at 1M documents a query takes seconds
@@ -41,18 +51,18 @@ ZH_WORDS = (
 
 
 # ---- corpora (deterministic, so every worker builds the same tokens) --------------------------------------------
-def zipf_corpus(n_docs: int, seed: int = 0, vocab_size: int = 200_000) -> tuple[list[list[str]], list[list[str]]]:
+def zipf_corpus(n_docs: int, seed: int = 0, vocab_size: int = 50_000) -> tuple[list[list[str]], list[list[str]]]:
     rng = np.random.default_rng(seed)
     vocab = [f"t{i}" for i in range(vocab_size)]
-    p = 1.0 / np.arange(1, vocab_size + 1) ** 1.1
+    p = 1.0 / np.arange(1, vocab_size + 1) ** 1.05
     p /= p.sum()
-    lengths = rng.integers(10, 51, size=n_docs)  # mean 30 tokens
+    lengths = rng.integers(8, 61, size=n_docs)  # mean 34 tokens
     # map through numpy scalars, not a list of Python ints, so no freed garbage lowers the measured peaks
     flat = list(map(vocab.__getitem__, rng.choice(vocab_size, size=int(lengths.sum()), p=p)))
     bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
     docs = [flat[bounds[i] : bounds[i + 1]] for i in range(n_docs)]
-    # queries: 2-5 terms drawn from the same distribution (so common terms appear, as in real queries)
-    queries = [[vocab[i] for i in rng.choice(vocab_size, size=rng.integers(2, 6), p=p)] for _ in range(200)]
+    # queries: 2-6 terms drawn from the same distribution (so common terms appear, as in real queries)
+    queries = [[vocab[i] for i in rng.choice(vocab_size, size=rng.integers(2, 7), p=p)] for _ in range(200)]
     return docs, queries
 
 
@@ -106,11 +116,35 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux)
 
 
-def run_worker(engine: str, corpus: str, cache: Path) -> dict:
+def _latencies(search, queries) -> dict:
+    search(queries[0])  # warm-up (lazy statistics, first page faults)
+    latencies = []
+    for q in queries:
+        t = time.perf_counter()
+        search(q)
+        latencies.append(time.perf_counter() - t)
+    ms = np.array(latencies) * 1000
+    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "n_queries": len(ms)}
+
+
+def _bm25s_fast(index):
+    """bm25s's fastest path: query tokens to ids, `get_scores` (sums precomputed CSC columns), argpartition top-10."""
+    vocab = index.vocab_dict
+
+    def search(q):
+        ids = [vocab[t] for t in q if t in vocab]
+        scores = index.get_scores(ids)
+        top = np.argpartition(scores, -10)[-10:]
+        return top[np.argsort(-scores[top])]
+
+    return search
+
+
+def run_worker(engine: str, corpus: str, cache: Path) -> list[dict]:
     docs, queries = load_corpus(corpus, cache)
     n_queries = QUERIES.get((engine, corpus), QUERIES["default"])
     queries = (queries * (n_queries // max(len(queries), 1) + 1))[:n_queries]
-    if engine == "ctxrag":
+    if engine.startswith("ctxrag"):
         from ctxrag.retrievers.bm25 import BM25Index
     elif engine == "rank_bm25":
         from rank_bm25 import BM25Okapi
@@ -121,7 +155,7 @@ def run_worker(engine: str, corpus: str, cache: Path) -> dict:
     _reset_peak()
     base = _rss_mb("VmRSS")
     t0 = time.perf_counter()
-    if engine == "ctxrag":
+    if engine.startswith("ctxrag"):
         index = BM25Index(tokenizer=str.split, show_progress=False)
         index.add_tokens(docs)
         search = lambda q: index.search_slots(q, 10)  # noqa: E731
@@ -138,12 +172,10 @@ def run_worker(engine: str, corpus: str, cache: Path) -> dict:
         search = lambda q: index.retrieve([q], k=10, show_progress=False, n_threads=0)  # noqa: E731
     build_s = time.perf_counter() - t0
     peak_mb = _rss_mb("VmHWM") - base
-    search(queries[0])  # warm-up (lazy statistics, first page faults)
-    latencies = []
-    for q in queries:
-        t = time.perf_counter()
-        search(q)
-        latencies.append(time.perf_counter() - t)
+    timings = {engine: _latencies(search, queries)}
+    if engine == "bm25s":
+        timings["bm25s-fast"] = _latencies(_bm25s_fast(index), queries)
+    resident_mb = _rss_mb("VmRSS") - base  # index + whatever querying cached (ctxrag: the touched columns' weights)
     load_s = None
     if engine != "rank_bm25":  # rank_bm25 can only be persisted with pickle, which we do not use
         with tempfile.TemporaryDirectory() as tmp:
@@ -151,22 +183,22 @@ def run_worker(engine: str, corpus: str, cache: Path) -> dict:
             del index, search
             gc.collect()
             t = time.perf_counter()
-            if engine == "ctxrag":
+            if engine.startswith("ctxrag"):
                 loaded = BM25Index.load(tmp, tokenizer=str.split)
                 loaded.search_slots(queries[0], 10)
             else:
                 loaded = bm25s.BM25.load(tmp, mmap=True)
                 loaded.retrieve([queries[0]], k=10, show_progress=False, n_threads=0)
             load_s = time.perf_counter() - t
-    ms = np.array(latencies) * 1000
-    return {"engine": engine, "corpus": corpus, "docs": len(docs), "build_s": build_s, "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "n_queries": len(latencies), "peak_mb": peak_mb, "load_s": load_s}
+    return [{"engine": name, "corpus": corpus, "docs": len(docs), "build_s": build_s, "peak_mb": peak_mb,
+             "resident_mb": resident_mb, "load_s": load_s, **timing} for name, timing in timings.items()]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", nargs="+", default=CORPORA, choices=CORPORA)
     parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    parser.add_argument("--baseline-src", type=Path, help="a ctxrag src/ folder to time as engine 'ctxrag-base'")
     parser.add_argument("--worker", nargs=3, metavar=("ENGINE", "CORPUS", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -174,25 +206,31 @@ def main() -> None:
         print(json.dumps(run_worker(engine, corpus, Path(cache))))
         return
     rows = []
+    engines = list(args.engines)
+    if args.baseline_src:
+        engines.insert(engines.index("ctxrag") + 1 if "ctxrag" in engines else 0, "ctxrag-base")
     with tempfile.TemporaryDirectory() as cache:
         prepare_text_corpora(Path(cache), args.corpora)
         for corpus in args.corpora:
-            for engine in args.engines:
+            for engine in engines:
+                env = dict(os.environ)
+                if engine == "ctxrag-base":
+                    env["PYTHONPATH"] = str(args.baseline_src.resolve())
                 proc = subprocess.run([sys.executable, __file__, "--worker", engine, corpus, cache],
-                                      capture_output=True, text=True)
+                                      capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     print(f"{engine} on {corpus} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
                     continue
-                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                rows.extend(json.loads(proc.stdout.strip().splitlines()[-1]))
                 print(f"done: {engine} {corpus}", file=sys.stderr, flush=True)
-    header = f"| {'corpus':<9} | {'docs':>9} | {'engine':<9} | {'build s':>8} | {'p50 ms':>8} | {'p99 ms':>8} | " \
-             f"{'queries':>7} | {'peak MB':>8} | {'load s':>7} |"
+    header = f"| {'corpus':<9} | {'docs':>9} | {'engine':<10} | {'build s':>8} | {'p50 ms':>8} | {'p99 ms':>8} | " \
+             f"{'queries':>7} | {'peak MB':>8} | {'after q MB':>10} | {'load s':>7} |"
     print(header)
     print("|" + "|".join("-" * (len(c) + 0) for c in header.split("|")[1:-1]) + "|")
     for r in rows:
         load = f"{r['load_s']:.3f}" if r["load_s"] is not None else "n/a"
-        print(f"| {r['corpus']:<9} | {r['docs']:>9} | {r['engine']:<9} | {r['build_s']:>8.3f} | {r['p50_ms']:>8.3f} | "
-              f"{r['p99_ms']:>8.3f} | {r['n_queries']:>7} | {r['peak_mb']:>8.1f} | {load:>7} |")
+        print(f"| {r['corpus']:<9} | {r['docs']:>9} | {r['engine']:<10} | {r['build_s']:>8.3f} | {r['p50_ms']:>8.3f} | "
+              f"{r['p99_ms']:>8.3f} | {r['n_queries']:>7} | {r['peak_mb']:>8.1f} | {r['resident_mb']:>10.1f} | {load:>7} |")
 
 
 if __name__ == "__main__":

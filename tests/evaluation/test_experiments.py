@@ -67,3 +67,9 @@ def test_config_errors(tmp_path: Path) -> None:
         load_configs(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match="repeated"):
         resolve_configs(["dense", "dense"])
+
+
+def test_hybrid_fusion_defaults_to_the_library_default_per_language():
+    assert ExperimentConfig(name="h", retrieval="hybrid").fusion == "auto"
+    assert ExperimentConfig(name="h", retrieval="hybrid", fusion="AUTO").fusion == "auto"
+    assert ExperimentConfig(name="h", retrieval="hybrid", fusion="rsf").fusion == "relative_score"

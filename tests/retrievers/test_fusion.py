@@ -351,3 +351,58 @@ def test_async_path_queries_retrievers_concurrently():
         return await asyncio.wait_for(fusion.ainvoke("q"), timeout=5)  # sequential calls would deadlock
 
     assert ids(asyncio.run(main())) == ["a", "b"]
+
+
+def test_language_defaults_pick_the_preset_of_the_query_language():
+    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionPreset
+
+    dense = ListRetriever(docs=[chunk("d1", 0.9), chunk("b1", 0.8)], name="dense")
+    bm25 = ListRetriever(docs=[chunk("b1", 12.0), chunk("d1", 3.0)], name="bm25")
+    presets = {"zh": FusionPreset(mode="rrf", weights=(0.1, 0.9), c=1), "en": FusionPreset(mode="rrf", weights=(0.9, 0.1))}
+    hybrid = FusionRetriever(retrievers=[dense, bm25], by_language=presets)
+    assert hybrid.preset_for("台湾的首都是哪里？") == presets["zh"]
+    assert hybrid.preset_for("where is the capital") == presets["en"]
+    assert ids(hybrid.invoke("台湾的首都是哪里？"))[0] == "b1"  # the BM25-heavy Chinese preset
+    assert ids(hybrid.invoke("where is the capital"))[0] == "d1"
+    # without by_language (or for a language it lacks) the retriever's own settings apply
+    assert FusionRetriever(retrievers=[dense, bm25], mode="dbsf").preset_for("台湾").mode is FusionMode.DBSF
+    assert FusionRetriever(retrievers=[dense, bm25], by_language={"zh": presets["zh"]}).preset_for("hi").weights is None
+    assert set(LANGUAGE_DEFAULTS) == {"zh", "en"}
+
+
+def test_chinese_default_keeps_a_confident_bm25_first_where_equal_rrf_flips_it():
+    """The measured failure of equal-weight RRF on Chinese (docs/chinese_retrieval.md): BM25 is sure of its top
+    hit, dense ranks it third; RRF 0.5/0.5 puts dense's first instead, the zh default keeps BM25's."""
+    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
+
+    dense = ListRetriever(docs=[chunk("other", 0.86), chunk("x", 0.85), chunk("gold", 0.84)], name="dense")
+    bm25 = ListRetriever(docs=[chunk("gold", 30.0), chunk("other", 12.0), chunk("y", 11.0)], name="bm25")
+    zh = FusionRetriever(retrievers=[dense, bm25], by_language=dict(LANGUAGE_DEFAULTS))
+    assert ids(zh.invoke("臺灣第一條高速鐵路何時通車？"))[0] == "gold"
+    assert ids(FusionRetriever(retrievers=[dense, bm25], weights=[0.5, 0.5]).invoke("q"))[0] == "other"
+    # English keeps the RRF 0.5/0.5 every English benchmark number was measured with
+    en = LANGUAGE_DEFAULTS["en"]
+    assert (en.mode, en.weights, en.c) == (FusionMode.RRF, (0.5, 0.5), 60)
+
+
+def test_language_presets_are_checked_against_the_retriever_count():
+    from ctxrag.retrievers.fusion import FusionPreset
+
+    dense, bm25 = ListRetriever(docs=[]), ListRetriever(docs=[])
+    with pytest.raises(ValueError, match="by_language\\['zh'\\]"):
+        FusionRetriever(retrievers=[dense, bm25], by_language={"zh": FusionPreset(mode="rrf", weights=(1, 1, 1))})
+    with pytest.raises(ValueError, match="unknown fusion mode"):
+        FusionPreset(mode="borda")
+
+
+def test_make_retriever_hybrid_defaults_to_the_language_presets():
+    from ctxrag.retrievers.factory import make_retriever
+    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
+
+    class KB:  # what make_retriever reads for a hybrid retriever without rerank
+        settings = None
+
+    hybrid = make_retriever(KB(), mode="hybrid", k=5)
+    assert hybrid.by_language == LANGUAGE_DEFAULTS
+    explicit = make_retriever(KB(), mode="hybrid", k=5, fusion="dbsf", weights=(0.3, 0.7))
+    assert explicit.by_language is None and explicit.mode is FusionMode.DBSF and explicit.weights == [0.3, 0.7]

@@ -68,8 +68,8 @@ class ExperimentConfig(BaseModel):
     contextual: bool = False
     """Index chunks with their contexts prepended (contexts from ``contexts_file`` or the dataset's own)."""
     contexts_file: Path | None = None
-    fusion: str = "rrf"
-    """Fusion mode for hybrid: rrf, relative_score, dbsf."""
+    fusion: str = "auto"
+    """Fusion mode for hybrid: auto (the library default per query language), rrf, relative_score, dbsf."""
     weights: list[float] | None = None
     """Hybrid weights, [dense, bm25]; None: equal."""
     c: float = 60
@@ -95,7 +95,7 @@ class ExperimentConfig(BaseModel):
     def _fusion(cls, v: str) -> str:
         from ctxrag.retrievers.fusion import FusionMode
 
-        return FusionMode.from_str(v).value
+        return "auto" if str(v).strip().lower() == "auto" else FusionMode.from_str(v).value
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentConfig:

@@ -258,8 +258,12 @@ class EvalRunner:
         if len(parts) > 1:
             from ctxrag.retrievers.fusion import FusionRetriever
 
-            retriever = FusionRetriever(retrievers=parts, weights=config.weights, mode=config.fusion, c=config.c,
-                                        k=depth, name="hybrid")
+            from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
+
+            auto = config.fusion == "auto"  # the library default: per query language, as `make_retriever` does
+            retriever = FusionRetriever(retrievers=parts, weights=config.weights, mode="rrf" if auto else config.fusion,
+                                        c=config.c, k=depth, name="hybrid",
+                                        by_language=dict(LANGUAGE_DEFAULTS) if auto and not config.weights else None)
         if config.rerank is not RerankMode.NONE:
             retriever = RerankedRetriever(base=retriever, reranker=self._reranker(config), top_n=config.rerank_top_n)
         return retriever, seconds

@@ -40,8 +40,8 @@ def make_retriever(
     fetch_k: int | None = None,
     lambda_mult: float = 0.5,
     score_threshold: float | None = None,
-    weights: Sequence[float] = (0.5, 0.5),
-    fusion: str = "rrf",
+    weights: Sequence[float] | None = None,
+    fusion: str = "auto",
     c: float = 60,
     rerank: str | Any = "none",
     rerank_pool: int | None = None,
@@ -52,6 +52,10 @@ def make_retriever(
 
     ``search_kwargs`` (``k``, ``filter``, ``fetch_k``, ``lambda_mult``, ``score_threshold``) is LangChain's
     `VectorStore.as_retriever` spelling of the same options; its values win over the keyword arguments.
+
+    Hybrid fusion: ``fusion="auto"`` (default) takes mode, weights and c per query language from
+    `ctxrag.retrievers.fusion.LANGUAGE_DEFAULTS` (Chinese and English differ); a named mode (``"rrf"``,
+    ``"relative_score"``, ``"dbsf"``) uses `weights` (default 0.5/0.5, as [dense, bm25]) and `c` as given.
     """
     if search_kwargs:
         given = call_arguments("as_retriever", {"search_kwargs": search_kwargs}, _SEARCH_KWARGS)
@@ -93,7 +97,7 @@ def _reranker(rerank: str | Any, kb: Any) -> Any:
 
 def _base(
     kb: Any, mode: str, k: int, filter: Any, search_type: str, fetch_k: int | None, lambda_mult: float,
-    score_threshold: float | None, weights: Sequence[float], fusion: str, c: float,
+    score_threshold: float | None, weights: Sequence[float] | None, fusion: str, c: float,
 ) -> BaseRetriever:
     from ctxrag.retrievers.dense import DenseRetriever
     from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
@@ -116,13 +120,15 @@ def _base(
     if mode == "bm25":
         return KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")  # fills up to k with zero-score chunks
     bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, fill=False, name="bm25")  # zero-score filler would add noise
-    from ctxrag.retrievers.fusion import FusionRetriever
+    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionRetriever
 
     # each side contributes a deeper list than k so fusion has overlap to work with
     depth = max(k, 2 * k if k < 50 else k)
+    auto = fusion == "auto"
     return FusionRetriever(
-        retrievers=[dense(depth), bm25.model_copy(update={"k": depth})], weights=list(weights), mode=fusion, c=c,
-        k=k, filter=filter, name="hybrid",
+        retrievers=[dense(depth), bm25.model_copy(update={"k": depth})],
+        weights=list(weights) if weights is not None else [0.5, 0.5], mode="rrf" if auto else fusion, c=c,
+        k=k, filter=filter, name="hybrid", by_language=dict(LANGUAGE_DEFAULTS) if auto and weights is None else None,
     )
 
 

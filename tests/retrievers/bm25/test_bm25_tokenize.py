@@ -98,3 +98,50 @@ def test_make_tokenizer_accepts_callables_and_rejects_bad_specs():
         make_tokenizer(str.split, stem=True)
     with pytest.raises(ConfigError, match="string"):
         EnglishTokenizer(stopwords="the")
+
+
+QUESTION_WORDS = {"什么", "什麼", "哪", "哪里", "哪裡", "为什么", "為什麼", "谁", "誰", "吗", "嗎", "呢", "的", "是", "了"}
+
+
+@pytest.mark.parametrize("text,content", [
+    ("为什么天空是蓝色的呢？", {"天空", "蓝色"}),                 # zh-Hans
+    ("為什麼天空是藍色的呢？", {"天空", "蓝色"}),                 # zh-Hant: converted, then filtered
+    ("台湾的首都是哪里？谁设计了它？", {"台湾", "首都", "设计"}),
+    ("臺灣的首都是哪裡？誰設計了它？", {"台湾", "首都", "设计"}),
+])
+def test_chinese_question_words_particles_and_punctuation_are_dropped(text, content):
+    for tok in (ChineseTokenizer(), MixedTokenizer()):
+        tokens = tok(text)
+        assert content <= set(tokens), tokens
+        assert not QUESTION_WORDS & set(tokens), tokens
+        assert not any(t in "？，。" for t in tokens)
+
+
+def test_traditional_and_simplified_give_the_same_tokens():
+    tok = ChineseTokenizer()
+    assert tok("臺灣大學圖書館開放時間為什麼調整？") == tok("台湾大学图书馆开放时间为什么调整？")
+    assert tok("臺灣大學") != ChineseTokenizer(script="keep")("臺灣大學")
+
+
+def test_keep_script_still_drops_traditional_stopwords():
+    tokens = ChineseTokenizer(script="keep")("為什麼天空是藍色的呢？這個問題誰能回答嗎")
+    assert "天空" in tokens and not QUESTION_WORDS & set(tokens) and "這個" not in tokens
+
+
+def test_zh_hans_query_finds_zh_hant_passage():
+    from ctxrag.retrievers.bm25 import BM25Index
+
+    index = BM25Index()
+    index.add(["臺灣高速鐵路於2007年通車，連接臺北與高雄。", "长江是中国最长的河流。", "The Great Wall is long."],
+              ids=["hant", "hans", "en"])
+    assert index.search("台湾高速铁路哪一年通车？", k=1)[0][0] == "hant"
+    assert index.search("長江是哪個國家的河流？", k=1)[0][0] == "hans"
+
+
+def test_script_option_is_saved_and_old_configs_keep_their_tokens():
+    assert tokenizer_config(MixedTokenizer())["script"] == "simplified"
+    # a config saved before the option existed rebuilds the tokenizer that built that index (no conversion)
+    assert make_tokenizer({"name": "mixed", "search_mode": False, "stopwords": True}).chinese.script == "keep"
+    assert make_tokenizer({"name": "chinese", "stopwords": True}).script == "keep"
+    with pytest.raises(ConfigError, match="'hant'"):
+        ChineseTokenizer(script="hant")

@@ -1,8 +1,9 @@
 """`BM25Index`: tokenize -> index -> score -> top-k, incremental and exact.
 
 Corpus statistics (document count, total length, per-term document frequency) are kept exact under add and
-delete, and weights are computed per query from raw term frequencies (see `scoring`), so an index built in many
-batches with deletions in between scores exactly like one built once from the surviving documents.
+delete; per-posting weights are cached per column until the next change (see `weights`) and idf is applied at query
+time (see `scoring`), so an index built in many batches with deletions in between scores exactly like one built once
+from the surviving documents. Queries are evaluated by `query` (exact top-k with MaxScore pruning).
 """
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from tqdm.auto import tqdm
 from ctxrag.errors import ConfigError, IndexCorruptError
 from ctxrag.retrievers.bm25 import storage
 from ctxrag.retrievers.bm25.doc_keys import DocKeys
-from ctxrag.retrievers.bm25.scoring import (
-    BM25Params, absent_term_score, length_norm, posting_weights, term_idf,
-)
+from ctxrag.retrievers.bm25.query import SEEDS_PER_TERM, Accumulator, TermColumn, top_k_slots
+from ctxrag.retrievers.bm25.scoring import BM25Params, absent_term_score, length_norm, term_idf
 from ctxrag.retrievers.bm25.segment import INDEX_DTYPE, Segment, merge_segments
 from ctxrag.retrievers.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
+from ctxrag.retrievers.bm25.weights import SegmentWeights
 
 FORMAT = "ctxrag-bm25"
 FORMAT_VERSION = 1
@@ -72,7 +73,8 @@ class BM25Index:
         self._n_live = 0
         self._total_len = 0
         self._idf: np.ndarray | None = None  # per term, recomputed lazily after a change
-        self._norm: np.ndarray | None = None  # per slot
+        self._weights: list[SegmentWeights] | None = None  # per segment, filled per column on first use
+        self._accumulator = Accumulator()
 
     # ---- building -------------------------------------------------------------------------------------------
     def add(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> None:
@@ -167,7 +169,8 @@ class BM25Index:
         self._changed()
 
     def _changed(self) -> None:
-        self._idf = self._norm = None
+        # idf and avgdl moved: every cached weight is stale (they are refilled per column as queries need them)
+        self._idf = self._weights = None
 
     def _progress(self, n: int) -> bool:
         return self.show_progress and n >= 200_000
@@ -199,7 +202,11 @@ class BM25Index:
 
     def get_scores(self, query: str | Sequence[str]) -> np.ndarray:
         """Score of every live document, in `ids` order (as rank_bm25's `get_scores`)."""
-        scores, _, constant = self._accumulate(self.tokenize_query(query), dense=True)
+        columns, constant = self._columns(self.tokenize_query(query))
+        scores = np.zeros(len(self._live))
+        for column in columns:
+            for offset, rows, weights in column.parts:
+                scores[offset + rows.astype(np.int64)] += column.contribution(weights)
         return (scores + constant)[self._live]
 
     def search(
@@ -233,7 +240,7 @@ class BM25Index:
             free &= allowed
         free[slots] = False
         extra = np.flatnonzero(free)[: k - len(slots)]
-        _, _, constant = self._accumulate(tokens, dense=False)
+        _, constant = self._columns(list(tokens))  # BM25+/BM25L give every document a floor; Okapi 0
         return (np.concatenate([slots, extra]).astype(np.int64),
                 np.concatenate([scores, np.full(len(extra), constant, dtype=float)]))
 
@@ -241,47 +248,39 @@ class BM25Index:
         self, tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """`search` on tokens, returning slots and scores as arrays; `allowed` is a bool mask over slots."""
-        candidates, scores, constant = self._accumulate(tokens, dense=False)
-        keep = self._live[candidates]
-        if allowed is not None:
-            keep &= allowed[candidates]
-        candidates, scores = candidates[keep], scores[keep]
-        order = _top_k(scores, k)
-        return candidates[order], scores[order] + constant
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        columns, constant = self._columns(tokens)
+        if not columns:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        eligible = self._live if allowed is None else self._live & allowed
+        slots, scores = top_k_slots(columns, k, eligible, self._accumulator)
+        return slots, scores + constant
 
-    def _accumulate(self, tokens: Sequence[str], *, dense: bool) -> tuple[np.ndarray, np.ndarray, float]:
-        """Scores of the query. Dense: (scores per slot, None, constant). Sparse: (slots with a hit, their
-        scores, constant), where `constant` is what every document scores regardless of its terms (BM25+)."""
-        n_slots = len(self._live)
+    def _columns(self, tokens: Sequence[str]) -> tuple[list[TermColumn], float]:
+        """The query's terms as columns over every segment, and what every document scores regardless of its
+        terms (BM25+'s ``idf * delta`` per query term, else 0)."""
         terms = self._query_terms(tokens)
         if not terms:
-            empty = np.zeros(n_slots) if dense else np.zeros(0)
-            return empty if dense else np.zeros(0, dtype=np.int64), empty, 0.0
-        idf, norm = self._statistics()
+            return [], 0.0
+        idf, weights = self._statistics()
         constant = 0.0
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        columns = []
         for term, count in terms:
             # a repeated query token counts once per repetition, as in rank_bm25
-            term_idf_value = float(idf[term]) * count
-            constant += absent_term_score(term_idf_value, self.params)
+            constant += absent_term_score(float(idf[term]) * count, self.params)
+            parts, best, seeds = [], 0.0, []
             offset = 0
-            for segment in self._segments:
-                rows, tf = segment.postings(term)
+            for segment, segment_weights in zip(self._segments, weights):
+                rows, values, top = segment_weights.column(term)
                 if len(rows):
-                    slots = rows + offset if offset else rows
-                    parts.append((slots, posting_weights(tf, norm[slots], term_idf_value, self.params)))
+                    parts.append((offset, rows, values))
+                    best = max(best, top)
+                    seeds.append(segment_weights.best_rows(term, SEEDS_PER_TERM).astype(np.int64) + offset)
                 offset += segment.n_docs
-        if not dense and len(parts) == 1:
-            return parts[0][0].astype(np.int64), parts[0][1], constant
-        scores = np.zeros(n_slots)
-        hit = np.zeros(n_slots, dtype=bool)
-        for slots, weights in parts:
-            scores[slots] += weights  # slots are unique within one column, so no np.add.at needed
-            hit[slots] = True
-        if dense:
-            return scores, None, constant
-        candidates = np.flatnonzero(hit)
-        return candidates, scores[candidates], constant
+            columns.append(TermColumn(parts, float(count), best, positive=bool(idf[term] > 0),
+                                      seeds=np.concatenate(seeds) if seeds else None))
+        return columns, constant
 
     def _query_terms(self, tokens: Sequence[str]) -> list[tuple[int, int]]:
         if isinstance(tokens, str):
@@ -293,15 +292,20 @@ class BM25Index:
                 out.append((term, count))
         return out
 
-    def _statistics(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._idf is None or self._norm is None:
+    def _statistics(self) -> tuple[np.ndarray, list[SegmentWeights]]:
+        """idf per term and the (lazily filled) posting weights per segment, rebuilt after a change."""
+        if self._idf is None or self._weights is None:
             present = self._df > 0
             idf = np.zeros(len(self._df))
             idf[present] = term_idf(self._df[present], self._n_live, self.params)
             avgdl = self._total_len / self._n_live if self._n_live else 0.0
-            self._norm = length_norm(self._doc_len, avgdl, self.params) if avgdl > 0 else np.ones(len(self._doc_len))
-            self._idf = idf
-        return self._idf, self._norm
+            norm = length_norm(self._doc_len, avgdl, self.params) if avgdl > 0 else np.ones(len(self._doc_len))
+            weights, offset = [], 0
+            for segment in self._segments:
+                weights.append(SegmentWeights(segment, norm[offset : offset + segment.n_docs], idf, self.params))
+                offset += segment.n_docs
+            self._idf, self._weights = idf, weights
+        return self._idf, self._weights
 
     # ---- persistence ----------------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
@@ -387,18 +391,6 @@ class _Vocabulary(dict):
     def __missing__(self, token: str) -> int:
         term = self[token] = len(self)
         return term
-
-
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the `k` largest scores, best first; equal scores keep their (ascending slot) order."""
-    n = len(scores)
-    if n > k:
-        threshold = np.partition(scores, n - k)[n - k]
-        chosen = np.flatnonzero(scores >= threshold)
-    else:
-        chosen = np.arange(n)
-    order = np.argsort(-scores[chosen], kind="stable")[:k]
-    return chosen[order]
 
 
 def _check_loaded(index: BM25Index, manifest: dict[str, Any], directory: Path) -> None:

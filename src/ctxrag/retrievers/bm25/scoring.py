@@ -1,9 +1,10 @@
 """Stage 3 of BM25: the formulas. Okapi BM25, BM25+ and BM25L exactly as rank_bm25 0.2.2 computes them.
 
-The index keeps raw term frequencies and document lengths, never precomputed weights: idf depends on the whole
-vocabulary (Okapi's epsilon floor uses the average idf of every term) and length normalisation on the average
-document length, and both change with every add or delete. Weights are computed at query time for the query's few
-columns only, vectorised, which keeps incremental updates exact at the price of a gather and a division per posting.
+The index stores raw term frequencies and document lengths: idf depends on the whole vocabulary (Okapi's epsilon
+floor uses the average idf of every term) and length normalisation on the average document length, and both change
+with every add or delete. What is cached is split along that line: ``tf_part`` per posting (depends on avgdl only,
+filled per column on first use and dropped when avgdl changes, see `weights`) and idf per term (recomputed after a
+change), multiplied at query time. So incremental updates stay exact and a query does one multiply per posting.
 
 >>> params = BM25Params.for_variant("okapi")
 >>> idf = term_idf(np.array([1, 3]), n_docs=3, params=params)
@@ -91,20 +92,27 @@ def length_norm(doc_len: np.ndarray, avgdl: float, params: BM25Params) -> np.nda
     return 1 - params.b + params.b * doc_len / avgdl
 
 
+def tf_part(tf: np.ndarray, norm: np.ndarray, params: BM25Params) -> np.ndarray:
+    """The idf-free part of each posting's weight: ``posting_weights(tf, norm, idf) == idf * tf_part(tf, norm)``.
+
+    It depends on the document lengths and the average length only, so an index can keep it per posting and
+    recompute it when avgdl changes, multiplying by the query term's idf at query time.
+    """
+    tf = tf.astype(np.float64)
+    k1 = params.k1
+    if params.variant is BM25Variant.L:
+        ctd = tf / norm
+        return tf * (k1 + 1) * (ctd + params.delta) / (k1 + ctd + params.delta)
+    return tf * (k1 + 1) / (tf + k1 * norm)  # Okapi and BM25+ share it (BM25+ adds idf * delta to every document)
+
+
 def posting_weights(tf: np.ndarray, norm: np.ndarray, idf: float, params: BM25Params) -> np.ndarray:
     """Score contribution of one query term for the documents that contain it.
 
     `tf` are the term's frequencies in those documents and `norm` their ``length_norm``. For BM25+ the part every
     document gets whether it contains the term or not (``idf * delta``) is left out; see ``absent_term_score``.
     """
-    tf = tf.astype(np.float64)
-    k1 = params.k1
-    if params.variant is BM25Variant.OKAPI:
-        return idf * (tf * (k1 + 1) / (tf + k1 * norm))
-    if params.variant is BM25Variant.L:
-        ctd = tf / norm
-        return idf * tf * (k1 + 1) * (ctd + params.delta) / (k1 + ctd + params.delta)
-    return idf * (tf * (k1 + 1)) / (k1 * norm + tf)
+    return idf * tf_part(tf, norm, params)
 
 
 def absent_term_score(idf: float, params: BM25Params) -> float:

@@ -113,21 +113,31 @@ class EnglishTokenizer:
 class ChineseTokenizer:
     """jieba word segmentation; ``search_mode`` also emits the short words inside long ones (``lcut_for_search``).
 
-    Punctuation and whitespace tokens are dropped, Latin words are lowercased.
+    Punctuation and whitespace tokens are dropped, Latin words are lowercased. With ``script="simplified"`` (the
+    default) Traditional characters are converted to Simplified before segmentation, so zh-Hant and zh-Hans text
+    (documents and queries alike) give the same tokens and jieba's Simplified dictionary segments both well.
 
     >>> ChineseTokenizer(search_mode=True)("中华人民共和国成立了")
     ['中华', '华人', '人民', '共和', '共和国', '中华人民共和国', '成立']
+    >>> ChineseTokenizer()("臺灣的首都是哪裡？") == ChineseTokenizer()("台湾的首都是哪里？")
+    True
     """
 
     name = "chinese"
 
-    def __init__(self, *, search_mode: bool = False, stopwords: bool | Iterable[str] = True) -> None:
+    def __init__(
+        self, *, search_mode: bool = False, stopwords: bool | Iterable[str] = True, script: str = "simplified"
+    ) -> None:
         self.search_mode = search_mode
+        self.script = _check_script(script)
         self.stopwords = _resolve_stopwords(stopwords, ("zh", "en"))
         self._custom_stopwords = None if isinstance(stopwords, bool) else sorted(self.stopwords)
+        self._convert = to_simplified if self.script == "simplified" else None
 
     def __call__(self, text: str) -> list[str]:
         cut = _jieba().lcut_for_search if self.search_mode else _jieba().lcut
+        if self._convert is not None:
+            text = self._convert(text)
         out = []
         for token in cut(text):
             token = token.strip().lower()
@@ -140,6 +150,7 @@ class ChineseTokenizer:
             "name": self.name,
             "search_mode": self.search_mode,
             "stopwords": self._custom_stopwords if self._custom_stopwords is not None else bool(self.stopwords),
+            "script": self.script,
         }
 
 
@@ -160,12 +171,13 @@ class MixedTokenizer:
         keep_identifiers: bool = True,
         stem: bool = False,
         stopwords: bool | Iterable[str] = True,
+        script: str = "simplified",
     ) -> None:
         words = _resolve_stopwords(stopwords, ("en", "zh"))
         self.english = EnglishTokenizer(
             split_identifiers=split_identifiers, keep_identifiers=keep_identifiers, stem=stem, stopwords=words
         )
-        self.chinese = ChineseTokenizer(search_mode=search_mode, stopwords=words)
+        self.chinese = ChineseTokenizer(search_mode=search_mode, stopwords=words, script=script)
         self._custom_stopwords = None if isinstance(stopwords, bool) else sorted(words)
         self._has_stopwords = bool(words)
 
@@ -189,6 +201,7 @@ class MixedTokenizer:
             "keep_identifiers": self.english.keep_identifiers,
             "stem": self.english.stem,
             "stopwords": self._custom_stopwords if self._custom_stopwords is not None else self._has_stopwords,
+            "script": self.chinese.script,
         }
 
 
@@ -200,6 +213,23 @@ _NAMES: dict[str, type] = {
     "mixed": MixedTokenizer,
 }
 CALLABLE_TOKENIZER = "callable"
+_SCRIPT_AWARE = ("chinese", "jieba", "mixed")
+SCRIPTS = ("simplified", "keep")
+
+
+def _check_script(script: str) -> str:
+    if script not in SCRIPTS:
+        raise ConfigError(f"unknown Chinese script option {script!r}; expected one of {SCRIPTS}")
+    return script
+
+
+def to_simplified(text: str) -> str:
+    """Traditional Chinese characters converted to Simplified (others unchanged), character by character.
+
+    >>> to_simplified("為什麼臺灣")
+    '为什么台湾'
+    """
+    return _t2s()(text)
 
 
 def make_tokenizer(spec: str | dict[str, Any] | Tokenizer = "mixed", **options: Any) -> Tokenizer:
@@ -214,7 +244,10 @@ def make_tokenizer(spec: str | dict[str, Any] | Tokenizer = "mixed", **options: 
             raise ConfigError(f"tokenizer options {sorted(options)} only apply to named tokenizers, not {spec!r}")
         return spec
     if isinstance(spec, dict):
-        options = {**{k: v for k, v in spec.items() if k != "name"}, **options}
+        saved = {k: v for k, v in spec.items() if k != "name"}
+        if spec.get("name") in _SCRIPT_AWARE and "script" not in saved:
+            saved["script"] = "keep"  # saved before Traditional->Simplified conversion existed: tokenize as it was built
+        options = {**saved, **options}
         spec = spec.get("name", "")
     if not isinstance(spec, str) or spec.lower() not in _NAMES:
         raise ConfigError(f"unknown tokenizer {spec!r}; expected one of {sorted(_NAMES)} or a callable")
@@ -260,3 +293,10 @@ def _english_stemmer() -> Callable[[list[str]], list[str]]:
         return out
 
     return stem_words
+
+
+@lru_cache(maxsize=1)
+def _t2s() -> Callable[[str], str]:
+    import opencc
+
+    return opencc.OpenCC("t2s").convert
