@@ -122,25 +122,32 @@ def _usage(usage: dict[str, int] | None) -> UsageMetadata | None:
 
 
 class _LoopStop:
-    """llama.cpp stopping criterion: detokenizes the tokens generated so far and stops at a degenerate loop."""
+    """llama.cpp logits processor: detokenizes the tokens generated so far and, at a degenerate loop, leaves only the
+    end-of-generation token possible, so generation stops there (``create_chat_completion`` has no stopping criteria)."""
 
     def __init__(self, llama: Any, limits: LoopLimits) -> None:
         self.llama = llama
         self.limits = limits
         self.seen: int | None = None
         self.buffer = b""
+        self.fired = False
 
-    def __call__(self, input_ids: Any, logits: Any) -> bool:
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
         n = len(input_ids)
         if self.seen is None:  # first call: only the prompt has been evaluated
             self.seen = n
-            return False
+            return scores
         new = [int(t) for t in input_ids[self.seen : n]]
         self.seen = n
         if new:
             self.buffer += self.llama.detokenize(new)
         text = self.buffer[-4 * self.limits.window :].decode("utf-8", errors="ignore")
-        return find_loop(text, self.limits) is not None
+        if self.fired or find_loop(text, self.limits) is not None:
+            self.fired = True
+            eos = int(self.llama.token_eos())
+            scores[:] = -float("inf")
+            scores[eos] = 0.0
+        return scores
 
 
 class LocalLlamaChatModel(BaseChatModel):
@@ -218,9 +225,9 @@ class LocalLlamaChatModel(BaseChatModel):
             message = AIMessage(content=text, response_metadata=metadata, usage_metadata=_usage(usage))
             return ChatResult(generations=[ChatGeneration(message=message)])
         if self.loop_guard:
-            from llama_cpp import StoppingCriteriaList
+            from llama_cpp import LogitsProcessorList
 
-            params["stopping_criteria"] = StoppingCriteriaList([_LoopStop(shared.llama, self.loop_limits)])
+            params["logits_processor"] = LogitsProcessorList([_LoopStop(shared.llama, self.loop_limits)])
         with shared.lock:
             try:
                 response = shared.llama.create_chat_completion(messages=dicts, **params)
