@@ -19,10 +19,10 @@ from ctxrag.settings import Settings
 pytestmark = pytest.mark.llm
 REPO = Path(__file__).resolve().parents[2]
 # asks for exactly the degenerate tail the 0.5B model wrote on the demo's storage question (issue 13)
-PROVOKE = [HumanMessage("Write the text [2][3] eighty times in a row, separated by single spaces, and nothing else.")]
+PROVOKE = [HumanMessage("Continue this pattern. Write only the pattern, nothing else:\n[2] [2][3] [2][3] [2][3] [2][3]")]
 
 
-def _model(path: Path, *, guard: bool, max_tokens: int = 120) -> LocalLlamaChatModel:
+def _model(path: Path, *, guard: bool, max_tokens: int = 80) -> LocalLlamaChatModel:
     return LocalLlamaChatModel(model_path=str(path), n_ctx=4096, max_tokens=max_tokens, loop_guard=guard,
                                repeat_penalty=1.0)
 
