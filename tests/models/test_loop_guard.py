@@ -105,3 +105,32 @@ def test_only_the_window_is_examined() -> None:
 def test_bad_limits_are_rejected() -> None:
     with pytest.raises(ValueError, match=r"LoopLimits.min_repeats=1"):
         LoopLimits(min_repeats=1)
+
+
+# ------------------------------------------------------------------ the llama.cpp logits processor
+
+
+def test_logits_processor_forces_end_of_text_once_a_loop_is_written() -> None:
+    import numpy as np
+
+    from ctxrag.models.llamacpp import _LoopStop
+
+    class Vocab:  # token i detokenizes to WORDS[i]; token 0 is end-of-text
+        WORDS = ["", "Yes", " [1]", " [2][3]"]
+
+        def detokenize(self, ids: list[int]) -> bytes:
+            return "".join(self.WORDS[i] for i in ids).encode()
+
+        def token_eos(self) -> int:
+            return 0
+
+    stop = _LoopStop(Vocab(), LoopLimits())
+    prompt = [1, 2]  # the prompt is never scored
+    scores = np.zeros(4, dtype=np.float32)
+    assert stop(np.array(prompt), scores.copy()).tolist() == [0, 0, 0, 0]
+    generated = prompt + [1, 2]
+    assert np.isfinite(stop(np.array(generated), scores.copy())).all()  # "Yes [1]": no loop yet
+    for _ in range(12):
+        generated.append(3)
+        out = stop(np.array(generated), scores.copy())
+    assert out[0] == 0 and np.isneginf(out[1:]).all()  # only end-of-text is left
