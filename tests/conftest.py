@@ -3,13 +3,15 @@
 Isolation: every test gets its own ``CTXRAG_HOME`` (a tmp dir), no stray ``CTXRAG_*`` variables from the shell, and
 a fresh ``get_settings()``.
 
-Local LLM: the GGUF is assembled ONCE into a shared cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models``
-(491 MB, ~5 s the first time, an mtime/size check afterwards), never into the per-test home. Tests marked
+Local LLM: the default GGUF (Qwen2.5-Coder-1.5B, ``ctxrag.models.gguf.DEFAULT_LOCAL_MODEL``) is assembled ONCE into a
+shared cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models`` (1.1 GB, seconds the first time, an mtime/size
+check afterwards), never into the per-test home. Tests marked
 ``@pytest.mark.llm`` (or using ``local_model_path``) also get ``CTXRAG_LLM__MODEL_PATH`` pointing at it, so
 ``make_chat_model()`` finds the model without assembling (and ``CTXRAG_LLM__N_CTX=4096``, so it reuses the loaded
 ``local_chat_model`` instead of loading a second copy). All of it skips cleanly when llama-cpp-python is absent.
 
-    local_model_path     session  Path of the verified GGUF
+    local_model_path     session  Path of the verified default GGUF (the 1.5B)
+    small_model_path     session  Path of the verified 0.5B GGUF, for a test that needs the small model itself
     local_chat_model     session  LocalLlamaChatModel (in-process, n_ctx 4096, temperature 0, max_tokens 64)
     llama_server_url     session  "http://127.0.0.1:PORT/v1" of a real llama_cpp.server with that model
     counting_llm_url     function that URL behind a CountingProxy: a str with .count / .requests / .reset()
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_server import CountingProxy, CountingURL, models_cache_dir, run_llama_server
+from llm_server import SERVER_MODEL_ALIAS, CountingProxy, CountingURL, models_cache_dir, run_llama_server
 
 # variables of the test infrastructure itself, kept when the rest of CTXRAG_* is cleared
 _KEEP_ENV = {"CTXRAG_MODELS_CACHE"}
@@ -66,15 +68,27 @@ def _need_llama_cpp() -> None:
         pytest.skip("llama-cpp-python is not installed (pip install 'ctxrag[local]'); the local LLM tests need it")
 
 
-@pytest.fixture(scope="session")
-def local_model_path() -> Path:
-    """The verified Qwen2.5-Coder-0.5B GGUF, assembled once into ``models_cache_dir()``."""
+def _assembled(key: str) -> Path:
     _need_llama_cpp()
     from ctxrag.models.gguf import local_model_path as assemble
     from ctxrag.settings import LLMSettings, Settings
 
     # explicit llm settings: a CTXRAG_LLM__MODEL_PATH in the shell must not bypass the real assembly
-    return assemble(Settings(llm=LLMSettings(model_path=None)), models_dir=models_cache_dir(), progress=False)
+    return assemble(Settings(llm=LLMSettings(model_path=None)), spec=key, models_dir=models_cache_dir(), progress=False)
+
+
+@pytest.fixture(scope="session")
+def local_model_path() -> Path:
+    """The verified default GGUF (Qwen2.5-Coder-1.5B), assembled once into ``models_cache_dir()``."""
+    from ctxrag.models.gguf import DEFAULT_LOCAL_MODEL
+
+    return _assembled(DEFAULT_LOCAL_MODEL)
+
+
+@pytest.fixture(scope="session")
+def small_model_path() -> Path:
+    """The verified Qwen2.5-Coder-0.5B GGUF (``llm.local_model="0.5b"``), assembled once into ``models_cache_dir()``."""
+    return _assembled("0.5b")
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +123,7 @@ def llm_endpoint_env(counting_llm_url: CountingURL, monkeypatch: pytest.MonkeyPa
     """Settings-driven code (``make_chat_model()``, the CLI) talks to the counting endpoint of the real server."""
     monkeypatch.setenv("CTXRAG_LLM__PROVIDER", "openai")
     monkeypatch.setenv("CTXRAG_LLM__BASE_URL", str(counting_llm_url))
-    monkeypatch.setenv("CTXRAG_LLM__MODEL", "qwen2.5-coder-0.5b-instruct")
+    monkeypatch.setenv("CTXRAG_LLM__MODEL", SERVER_MODEL_ALIAS)
     monkeypatch.setenv("CTXRAG_LLM__MAX_RETRIES", "0")
     _clear_settings_cache()
     return counting_llm_url

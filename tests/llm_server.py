@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-SERVER_MODEL_ALIAS = "qwen2.5-coder-0.5b-instruct"
+SERVER_MODEL_ALIAS = "qwen2.5-coder-1.5b-instruct"
 
 
 def models_cache_dir() -> Path:

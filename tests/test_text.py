@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxrag.text import count_cjk, detect_language, estimate_tokens
+from ctxrag.text import count_cjk, detect_language, estimate_tokens, is_traditional_chinese
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,18 @@ def test_estimate_tokens() -> None:
     assert estimate_tokens("中文abcd") == 3
     assert estimate_tokens("abcdef", chars_per_token=2) == 3
     assert count_cjk("日本語のテキスト and 한국어") == 11
+
+
+@pytest.mark.parametrize(
+    ("text", "traditional"),
+    [
+        ("臺灣的首都在哪裡？", True),
+        ("《戰爭與和平》的作者是誰？", True),
+        ("团队版包含多少存储空间？", False),
+        ("星河知识库 2.0 版是什么时候发布的？", False),
+        ("", False),
+        ("Only English here.", False),
+    ],
+)
+def test_traditional_chinese_detection(text: str, traditional: bool) -> None:
+    assert is_traditional_chinese(text) is traditional

@@ -27,11 +27,12 @@ class LLMSettings(BaseModel):
     """Chat model."""
 
     provider: Literal["local", "openai", "none"] = "local"
-    """`local`: the embedded Qwen2.5 0.5B GGUF through llama.cpp; `openai`: any OpenAI-compatible endpoint; `none`: no LLM."""
+    """`local`: the embedded Qwen2.5-Coder GGUF (see `local_model`) through llama.cpp; `openai`: any OpenAI-compatible
+    endpoint; `none`: no LLM."""
     base_url: str | None = None
     """OpenAI-compatible base URL (vLLM, Xinference, Ollama, llama_cpp.server), e.g. http://127.0.0.1:8000/v1."""
-    model: str = "qwen2.5-0.5b-instruct"
-    """Model name sent to the endpoint."""
+    model: str = "qwen2.5-coder-1.5b-instruct"
+    """Model name sent to the endpoint (provider `openai`)."""
     api_key: SecretStr | None = None
     """Endpoint key; never logged."""
     temperature: float = 0.0
@@ -44,6 +45,12 @@ class LLMSettings(BaseModel):
     n_ctx: int = 8192
     """Context window of the local model (tokens)."""
     n_threads: int | None = None
+    local_model: Literal["1.5b", "0.5b"] = "1.5b"
+    """Which embedded GGUF `local` runs: `1.5b` (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, the default) or `0.5b`
+    (Qwen2.5-Coder-0.5B-Instruct Q4_K_M: 2-3x faster, weaker answers; e.g. for contexts at ingest; measured trade-off in
+    the README). Ignored when `model_path` is set."""
+    repeat_penalty: float = 1.1
+    """llama.cpp repeat penalty of the local model (1.0 = off); with the loop guard it stops `[2][3] [2][3] ...` tails."""
 
 
 class EmbeddingSettings(BaseModel):

@@ -54,3 +54,26 @@ def check_query(query: object, max_chars: int, *, what: str = "query") -> str:
         raise QueryError(f"the {what} is too long ({len(query):,} characters, limit {max_chars:,}; "
                          "setting max_query_chars, env CTXRAG_MAX_QUERY_CHARS)")
     return query.strip()
+
+
+# common characters written differently in Traditional and Simplified Chinese (Traditional first in each pair)
+_HANT_HANS = (
+    "們们這这個个來来說说時时會会為为與与對对開开關关學学國国過过還还發发當当點点無无經经門门問问長长見见車车東东"
+    "書书實实灣湾區区華华歷历麼么從从體体電电話话間间現现種种樣样機机動动產产業业專专義义議议認认頭头陽阳戰战歲岁"
+    "萬万億亿衛卫術术總总線线聯联證证讀读寫写語语員员處处號号辦办單单級级隊队團团廣广島岛鐵铁將将藝艺畫画數数據据"
+    "權权屬属際际報报軍军類类領领選选傳传維维變变興兴農农醫医藥药營营質质達达設设計计論论記记並并擇择幾几誰谁於于嗎吗換换鄉乡顆颗費费倫伦龍龙蘇苏條条約约註注溫温頒颁軟软舊旧賀贺築筑萊莱漢汉鄰邻獲获稱称羅罗亞亚歐欧爾尔蘭兰馬马鳥鸟魚鱼齊齐邊边穩稳環环軌轨圓圆"
+)
+_HANT = set(_HANT_HANS[0::2])
+_HANS = set(_HANT_HANS[1::2])
+
+
+def is_traditional_chinese(text: str) -> bool:
+    """True when the text uses more Traditional-only than Simplified-only characters (of ~140 common pairs).
+
+    >>> is_traditional_chinese("臺灣的首都在哪裡？"), is_traditional_chinese("团队版包含多少存储空间？")
+    (True, False)
+    """
+    sample = text[:_SAMPLE_CHARS]
+    hant = sum(1 for ch in sample if ch in _HANT)
+    hans = sum(1 for ch in sample if ch in _HANS)
+    return hant > hans

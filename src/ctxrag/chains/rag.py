@@ -29,7 +29,9 @@ from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.chains.citations import format_knowledge, map_citations
 from ctxrag.prompts.layers import LayeredPrompt
-from ctxrag.text import detect_language
+from ctxrag.text import detect_language, is_traditional_chinese
+
+ANSWER_STYLES = ("full", "short")
 
 
 def _prepare(inp: Any) -> dict[str, Any]:
@@ -61,18 +63,32 @@ def build_rag_chain(
     prompts: dict[str, LayeredPrompt] | None = None,
     max_words: int = 200,
     max_chars_per_chunk: int | None = 1500,
+    answer_style: str = "full",
 ) -> Runnable:
-    """Build the chain described in the module docstring."""
+    """Build the chain described in the module docstring.
+
+    The answer follows the question's language, and a Traditional Chinese question gets Traditional Chinese
+    instructions. ``answer_style="short"`` asks for the answer phrase alone plus its `[n]` (for short-answer
+    benchmarks such as DRCD and MuSiQue, scored by exact match / F1); ``"full"`` is the normal cited answer.
+    ``prompts`` (by language, ``"zh"``/``"en"``) replace the built-in prompts for both styles.
+    """
     if lang not in ("auto", "zh", "en"):
         raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {lang!r}")
-    table = {"zh": LayeredPrompt.default("zh"), "en": LayeredPrompt.default("en")}
-    table.update(prompts or {})
+    if answer_style not in ANSWER_STYLES:
+        raise ValueError(f"answer_style must be one of {ANSWER_STYLES}, got {answer_style!r}")
+    custom = dict(prompts or {})
+
+    def prompt_for(lng: str, question: str) -> LayeredPrompt:
+        if lng in custom:
+            return custom[lng]
+        return LayeredPrompt.for_question(lng, traditional=lng == "zh" and is_traditional_chinese(question),  # type: ignore[arg-type]
+                                          short=answer_style == "short")
 
     def to_messages(x: dict[str, Any]) -> list:
         lng = detect_language(x["question"]) if lang == "auto" else lang
         docs: list[Document] = x["documents"]
         route = "rag" if docs else "no_knowledge"
-        return table[lng].to_messages(
+        return prompt_for(lng, x["question"]).to_messages(
             route=route, question=x["question"], knowledge=format_knowledge(docs, max_chars_per_chunk),
             history=x["history"], max_words=max_words,
         )

@@ -2,11 +2,13 @@
 
     ctxrag eval retrieval --format anthropic ../shared/data/contextual-retrieval          # the six default configs
     ctxrag eval retrieval --format beir data/scifact --config dense --config hybrid -k 5,10 --json out.json
-    ctxrag eval answers --format squad cmrc_dev.json --config hybrid --sample 20
+    ctxrag eval answers --format squad ../shared/data/chinese/DRCD_dev.json --sample 200 --answer-style short
+    ctxrag eval answers --format keyfacts examples/sample_corpus --questions examples/sample_questions.json
 """
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -112,32 +114,62 @@ def retrieval(
         raise typer.Exit(1)
 
 
+KEYFACTS = "keyfacts"
+
+
 @eval_app.command("answers")
 def answers(
-    paths: list[Path] = typer.Argument(..., help="Dataset folder (or SQuAD files)."),
-    fmt: str = typer.Option(..., "--format", "-f", help=FORMAT_HELP),
+    paths: list[Path] = typer.Argument(..., help="Dataset folder (or SQuAD files); for --format keyfacts the folder "
+                                       "of documents to ingest."),
+    fmt: str = typer.Option(..., "--format", "-f", help=FORMAT_HELP + " Or keyfacts: a document folder plus "
+                            "--questions (the demo set: examples/sample_corpus + examples/sample_questions.json)."),
     config: Optional[list[str]] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     contexts: Optional[Path] = typer.Option(None, "--contexts", help="JSONL of chunk_id -> context."),
     k: int = typer.Option(4, "-k", "--k", min=1, help="Chunks given to the model."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write results (with answers and reasons) here."),
-    sample: Optional[int] = typer.Option(10, "--sample", min=1, help="Queries to answer (LLM time adds up)."),
+    sample: Optional[int] = typer.Option(10, "--sample", min=1, help="Queries to answer, drawn with --seed "
+                                         "(LLM time adds up)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Answer only the first N queries of the "
+                                        "sample (a fixed prefix of the same seeded sample)."),
     seed: int = typer.Option(0, "--seed"),
     split: str = typer.Option("test", "--split"),
+    answer_style: str = typer.Option("full", "--answer-style", help="full: the normal cited answer; short: the "
+                                     "answer phrase alone plus its [n] (for EM/F1 on short-answer sets)."),
+    judge: Optional[bool] = typer.Option(None, "--judge/--no-judge", help="Also score answers with the LLM judge "
+                                         "(default: on for keyfacts, off for short-answer sets)."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length cap (default: "
+                                             "llm.max_tokens)."),
+    questions: Optional[Path] = typer.Option(None, "--questions", help="keyfacts: JSON list of {question, answer, "
+                                             "key_facts}."),
+    kb: str = typer.Option("eval-keyfacts", "--kb", help="keyfacts: knowledge base to ingest the folder into."),
 ) -> None:
-    """Answer quality (LLM judge 1-5 against the reference) and faithfulness to the retrieved context."""
+    """End-to-end answer accuracy through the RAG chain: EM/F1 and cited-chunk checks on short-answer sets, key facts
+    on the demo set, the LLM judge beside them; seconds per answer (p50)."""
     from ctxrag.evaluation.answers import format_answer_table, run_answer_eval
     from ctxrag.evaluation.report import write_json
     from ctxrag.evaluation.runner import EvalRunner
     from ctxrag.models.chat import make_chat_model
 
+    results: list[Any] = []
     try:
-        dataset, configs, _ = _prepare(fmt, paths, config or ["hybrid"], contexts, "5", sample, seed, split)
-        typer.echo(_summary(dataset), err=True)
-        llm = make_chat_model()
-        results = run_answer_eval(EvalRunner(dataset, [k], progress=sys.stderr.isatty()), configs, llm, k=k)
+        if answer_style not in ("full", "short"):
+            raise CtxragError(f"--answer-style {answer_style!r}: choose full or short")
+        llm = make_chat_model(**({"max_tokens": max_tokens} if max_tokens else {}))
+        if fmt.strip().lower() == KEYFACTS:
+            results = [_key_facts(paths, questions, kb, k, llm, answer_style, judge is not False)]
+            dataset_name = results[0].dataset
+        else:
+            dataset, configs, _ = _prepare(fmt, paths, config or ["hybrid"], contexts, "5", sample, seed, split)
+            if limit is not None and limit < len(dataset.queries):
+                dataset = replace(dataset, queries=dataset.queries[:limit])
+            typer.echo(_summary(dataset), err=True)
+            results = run_answer_eval(EvalRunner(dataset, [k], progress=sys.stderr.isatty()), configs, llm, k=k,
+                                      judge=bool(judge), answer_style=answer_style)
+            dataset_name = dataset.name
         typer.echo(format_answer_table(results))
         if json_out:
-            write_json(results, json_out, per_query=True, dataset=dataset.name, format=fmt, k=k, sample=sample, seed=seed)
+            write_json(results, json_out, per_query=True, dataset=dataset_name, format=fmt, k=k, sample=sample,
+                       limit=limit, seed=seed, answer_style=answer_style, model=getattr(llm, "model_name", None))
             typer.echo(f"wrote {json_out}", err=True)
     except CtxragError as e:
         _fail(str(e))
@@ -146,6 +178,29 @@ def answers(
             if r.error:
                 typer.echo(f"error: config {r.config.name}: {r.error}", err=True)
         raise typer.Exit(1)
+
+
+def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: int, llm: Any, answer_style: str,
+               judge: bool) -> Any:
+    """Ingest the folder into ``kb_name`` and answer the key-fact questions through the demo's chain."""
+    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.evaluation.answers import AnswerJudge, load_key_fact_questions, run_key_fact_eval
+    from ctxrag.evaluation.experiments import builtin
+    from ctxrag.knowledge_base import KnowledgeBase
+
+    if len(paths) != 1 or not paths[0].is_dir():
+        raise CtxragError(f"--format keyfacts takes one folder of documents, got {[str(p) for p in paths]}")
+    if questions is None:
+        raise CtxragError("--format keyfacts needs --questions FILE (e.g. examples/sample_questions.json)")
+    items = load_key_fact_questions(questions)
+    kbase = KnowledgeBase.open(kb_name, create=True)
+    report = kbase.ingest([paths[0]])
+    typer.echo(f"ingested {paths[0]} into {kb_name!r}: {len(report.added)} added, {len(report.updated)} updated, "
+               f"{len(report.skipped)} skipped, {len(report.failed)} failed", err=True)
+    chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=k), llm, answer_style=answer_style)
+    cfg = builtin("hybrid")
+    return run_key_fact_eval(chain, items, name=f"keyfacts:{questions.name}", config=cfg,
+                             judge=AnswerJudge(llm) if judge else None, progress=sys.stderr.isatty())
 
 
 eval_app.command("routing")(__import__("ctxrag.cli.routing_eval", fromlist=["routing"]).routing)

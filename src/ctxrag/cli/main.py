@@ -433,6 +433,7 @@ def demo(
             typer.echo(f"  failed {f.path}: {f.reason}")
         items = json.loads(questions.read_text(encoding="utf-8"))
         llm = make_chat_model()
+        typer.echo(f"answering with {describe_model(llm)}")
         chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm)
         for item in items:
             q = item["question"] if isinstance(item, dict) else str(item)
@@ -440,6 +441,15 @@ def demo(
             stream_answer(chain, llm, q, {"callbacks": _callbacks()})
 
     _guard(body)
+
+
+def describe_model(llm: Any) -> str:
+    """One line naming the chat model for the demo: the local GGUF (and how to switch) or the endpoint's model."""
+    path = getattr(llm, "model_path", None)
+    if path:
+        return (f"the local model {getattr(llm, 'model_name', '') or Path(path).stem} (in-process llama.cpp; "
+                "CTXRAG_LLM__LOCAL_MODEL=0.5b picks the faster, weaker 0.5B)")
+    return f"{getattr(llm, 'model_name', None) or getattr(llm, 'model', '?')} at {getattr(llm, 'openai_api_base', '?')}"
 
 
 def _mount_optional() -> None:

@@ -1,46 +1,80 @@
-"""Answer-quality evaluation: retrieve with a configuration, answer with the RAG chain, judge with an LLM.
+"""End-to-end answer accuracy: retrieve with a configuration, answer with the real RAG chain, score the answer.
 
-Per configuration: ``answer_score`` (mean of (score - 1) / 4 of the 1-5 correctness judgement, against the reference
-answer when the dataset has one), ``faithfulness`` (same scale, answer vs retrieved context), their raw 1-5 means,
-and how many judge replies had no parsable score (those are left out of the means, not guessed).
+Two kinds of sets:
+
+- **short-answer sets** (SQuAD-format DRCD/CMRC, MuSiQue): exact match and F1 against the reference answers
+  (`ctxrag.evaluation.answer_metrics`: CMRC rules for Chinese, SQuAD rules for English, best over the references),
+  ``cited_contains`` (share of answers whose cited chunks contain a reference answer) and seconds per answer. With
+  ``answer_style="short"`` the chain is asked for the answer phrase alone (a documented chain option, not a scorer
+  trick). The LLM judge is optional here.
+- **key-fact sets** (the demo's questions, ``examples/sample_questions.json``): each question ships a ``key_facts``
+  list; an answer is right when it states every key fact. The LLM judge (`AnswerJudge`) is reported beside it for
+  these long answers, never alone.
 
 Example::
 
     from ctxrag.evaluation.answers import run_answer_eval
-    results = run_answer_eval(runner, configs, llm=make_chat_model(max_tokens=256), k=4)
+    results = run_answer_eval(runner, configs, llm=make_chat_model(max_tokens=64), k=4, judge=False,
+                              answer_style="short")
+    print(format_answer_table(results))
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable
 from tqdm.auto import tqdm
 
-from ctxrag.errors import CtxragError
+from ctxrag.chains.rag import build_rag_chain
+from ctxrag.errors import CtxragError, LoadError
+from ctxrag.evaluation.answer_metrics import contains_answer, exact_match, f1_score, key_fact_hits
+from ctxrag.evaluation.datasets import EvalQuery
 from ctxrag.evaluation.experiments import ExperimentConfig
 from ctxrag.evaluation.judge import AnswerJudge, Judgement
-from ctxrag.evaluation.runner import ConfigResult, EvalRunner
+from ctxrag.evaluation.runner import ConfigResult, EvalRunner, TopK
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class AnswerRecord:
-    """One query's answer and its two judgements."""
+    """One query's answer, its scores and (when the judge ran) its two judgements."""
 
     query_id: str
     question: str
     answer: str
     reference: str | None
     retrieved_ids: list[str]
-    correctness: Judgement
-    faithfulness: Judgement
+    correctness: Judgement | None
+    faithfulness: Judgement | None
     answer_ms: float
+    references: list[str] = field(default_factory=list)
+    cited_ids: list[str] = field(default_factory=list)
+    em: float | None = None
+    f1: float | None = None
+    cited_contains: bool | None = None
+    key_facts: list[bool] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.query_id, "question": self.question, "answer": self.answer, "reference": self.reference,
+            "references": self.references, "retrieved_ids": self.retrieved_ids, "cited_ids": self.cited_ids,
+            "em": self.em, "f1": self.f1, "cited_contains": self.cited_contains, "key_facts": self.key_facts,
+            "answer_ms": round(self.answer_ms, 1),
+        }
+        if self.correctness is not None:
+            out.update(score=self.correctness.score, reason=self.correctness.reason)
+        if self.faithfulness is not None:
+            out.update(faithfulness=self.faithfulness.score, faithfulness_reason=self.faithfulness.reason)
+        return out
 
 
 @dataclass
@@ -52,59 +86,111 @@ class AnswerResult(ConfigResult):
     def to_json(self, per_query: bool = False) -> dict[str, Any]:
         out = super().to_json(per_query=False)
         if per_query:
-            out["per_query"] = [
-                {"id": r.query_id, "question": r.question, "answer": r.answer, "reference": r.reference,
-                 "retrieved_ids": r.retrieved_ids, "score": r.correctness.score, "reason": r.correctness.reason,
-                 "faithfulness": r.faithfulness.score, "faithfulness_reason": r.faithfulness.reason,
-                 "answer_ms": round(r.answer_ms, 1)}
-                for r in self.records
-            ]
+            out["per_query"] = [r.to_json() for r in self.records]
         return out
 
 
-def _mean(values: list[float | None]) -> tuple[float, int]:
+def _mean(values: Sequence[float | None]) -> tuple[float | None, int]:
     got = [v for v in values if v is not None]
-    return (float(np.mean(got)) if got else 0.0), len(values) - len(got)
+    return (float(np.mean(got)) if got else None), len(values) - len(got)
 
 
 def answer_metrics(records: Sequence[AnswerRecord]) -> dict[str, float]:
-    """Aggregate judgements; unparsed judge replies are excluded from the means and counted."""
-    score, bad_score = _mean([r.correctness.normalized for r in records])
-    faith, bad_faith = _mean([r.faithfulness.normalized for r in records])
-    return {
-        "answer_score": score,
-        "faithfulness": faith,
-        "answer_score_1to5": 1 + 4 * score,
-        "faithfulness_1to5": 1 + 4 * faith,
-        "judge_unparsed": float(bad_score + bad_faith),
-    }
+    """Aggregate the records: EM/F1/cited_contains/key facts where scored, judge means where judged (unparsed judge
+    replies are excluded from the means and counted), and seconds per answer (p50)."""
+    out: dict[str, float] = {}
+    if not records:
+        return out
+    for key in ("em", "f1"):
+        mean, _ = _mean([getattr(r, key) for r in records])
+        if mean is not None:
+            out[key] = mean
+    cited, _ = _mean([None if r.cited_contains is None else float(r.cited_contains) for r in records])
+    if cited is not None:
+        out["cited_contains"] = cited
+    facts = [r.key_facts for r in records if r.key_facts is not None]
+    if facts:
+        out["key_facts_all"] = float(np.mean([all(f) for f in facts]))
+        out["key_facts_share"] = float(np.mean([np.mean(f) if f else 1.0 for f in facts]))
+        out["answers_right"] = float(sum(all(f) for f in facts))
+    judged = [r for r in records if r.correctness is not None]
+    if judged:
+        score, bad_score = _mean([r.correctness.normalized for r in judged if r.correctness])
+        faith, bad_faith = _mean([r.faithfulness.normalized for r in judged if r.faithfulness])
+        score, faith = score or 0.0, faith or 0.0
+        out.update(answer_score=score, faithfulness=faith, answer_score_1to5=1 + 4 * score,
+                   faithfulness_1to5=1 + 4 * faith, judge_unparsed=float(bad_score + bad_faith))
+    out["s_per_answer_p50"] = float(np.percentile([r.answer_ms for r in records], 50)) / 1000
+    return out
+
+
+def references_of(query: EvalQuery) -> list[str]:
+    """All reference answers of a query: SQuAD ``answers``, MuSiQue ``answer`` + ``answer_aliases``."""
+    refs = [query.answer] if query.answer else []
+    for key in ("answers", "answer_aliases"):
+        refs += [str(a) for a in (query.metadata.get(key) or []) if a]
+    return list(dict.fromkeys(r.strip() for r in refs if r and r.strip()))
+
+
+def answer_one(chain: Runnable, question: str) -> tuple[dict[str, Any], float]:
+    """Run the chain on one question; its output dict and the milliseconds it took."""
+    start = time.perf_counter()
+    res = chain.invoke(question)
+    return res, (time.perf_counter() - start) * 1000
+
+
+def _ids(docs: Sequence[Any]) -> list[str]:
+    return [str(d.metadata.get("chunk_id", d.id)) for d in docs]
+
+
+def _cited(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sources the model itself cited (attributed-by-overlap ones are left out)."""
+    return [s for s in res.get("sources", []) if not s.get("inferred")]
+
+
+def score_record(query_id: str, question: str, res: dict[str, Any], ms: float, references: Sequence[str], *,
+                 judge: AnswerJudge | None = None, key_facts: Sequence[Any] | None = None) -> AnswerRecord:
+    """Score one chain output against its references (and key facts), judging it when a judge is given."""
+    answer = str(res.get("answer", ""))
+    docs = res.get("documents", [])
+    cited = _cited(res)
+    refs = list(references)
+    ref = refs[0] if refs else None
+    record = AnswerRecord(
+        query_id, question, answer, ref, _ids(docs), None, None, ms, references=refs,
+        cited_ids=[str(s.get("chunk_id")) for s in cited],
+    )
+    if refs:
+        record.em = exact_match(answer, refs)
+        record.f1 = f1_score(answer, refs)
+        record.cited_contains = contains_answer([str(s.get("text", "")) for s in cited], refs)
+    if key_facts is not None:
+        record.key_facts = key_fact_hits(answer, key_facts)
+    if judge is not None:
+        record.correctness = judge.correctness(question, answer, ref)
+        record.faithfulness = judge.faithfulness(answer, [d.page_content for d in docs])
+    return record
 
 
 def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm: BaseChatModel, *, k: int = 4,
-                    judge_llm: BaseChatModel | None = None) -> list[AnswerResult]:
-    """Answer every query of ``runner.dataset`` with the top ``k`` chunks of each config, then judge."""
-    from ctxrag.chains.rag import build_rag_chain
+                    judge_llm: BaseChatModel | None = None, judge: bool = True,
+                    answer_style: str = "full") -> list[AnswerResult]:
+    """Answer every query of ``runner.dataset`` with the top ``k`` chunks of each config and score the answers.
 
-    judge = AnswerJudge(judge_llm or llm)
+    EM/F1/cited_contains are always computed for queries with reference answers; the LLM judge runs when ``judge``.
+    ``answer_style`` goes to `build_rag_chain` (``"short"`` for short-answer sets).
+    """
+    grader = AnswerJudge(judge_llm or llm) if judge else None
     out: list[AnswerResult] = []
     ds = runner.dataset
     for cfg in configs:
         try:
             retriever, index_seconds = runner.build_retriever(cfg, k)
-            from ctxrag.evaluation.runner import TopK
-
-            chain = build_rag_chain(TopK(base=retriever, k=k), llm)
+            chain = build_rag_chain(TopK(base=retriever, k=k), llm, answer_style=answer_style)
             records: list[AnswerRecord] = []
             for q in tqdm(ds.queries, desc=f"answers {cfg.name}", unit="q", disable=not runner.progress, leave=False):
-                start = time.perf_counter()
-                res = chain.invoke(q.text)
-                ms = (time.perf_counter() - start) * 1000
-                docs = res["documents"]
-                answer = str(res.get("answer", ""))
-                records.append(AnswerRecord(
-                    q.id, q.text, answer, q.answer, [str(d.metadata.get("chunk_id", d.id)) for d in docs],
-                    judge.correctness(q.text, answer, q.answer),
-                    judge.faithfulness(answer, [d.page_content for d in docs]), ms))
+                res, ms = answer_one(chain, q.text)
+                records.append(score_record(q.id, q.text, res, ms, references_of(q), judge=grader))
             lat = np.asarray([r.answer_ms for r in records], dtype=float)
             out.append(AnswerResult(
                 config=cfg, dataset=ds.name, queries=len(records), metrics=answer_metrics(records),
@@ -117,19 +203,86 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
     return out
 
 
+# ---------------------------------------------------------------- key-fact sets (the demo questions)
+
+
+@dataclass(frozen=True)
+class KeyFactQuestion:
+    """A question with its reference answer and the key facts a right answer states (each a string or a list of
+    equivalent spellings)."""
+
+    question: str
+    answer: str
+    key_facts: tuple[Any, ...]
+    source: str | None = None
+
+
+def load_key_fact_questions(path: str | Path) -> list[KeyFactQuestion]:
+    """Read a JSON list of ``{"question", "answer", "key_facts": [...]}``; LoadError naming the item and field."""
+    path = Path(path)
+    try:
+        items = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LoadError(path, f"not a readable JSON file: {exc}") from None
+    if not isinstance(items, list) or not items:
+        raise LoadError(path, "expected a non-empty JSON list of questions")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not item["question"].strip():
+            raise LoadError(path, f"item {i}: needs a non-empty 'question' string")
+        facts = item.get("key_facts")
+        if not isinstance(facts, list) or not facts:
+            raise LoadError(path, f"item {i} ({item['question'][:40]!r}): needs a non-empty 'key_facts' list")
+        for fact in facts:
+            ok = (isinstance(fact, str) and fact.strip()) or (
+                isinstance(fact, list) and fact and all(isinstance(s, str) and s.strip() for s in fact))
+            if not ok:
+                raise LoadError(path, f"item {i}: key fact {fact!r} must be a string or a list of strings")
+        out.append(KeyFactQuestion(item["question"], str(item.get("answer") or ""), tuple(facts), item.get("source")))
+    return out
+
+
+def run_key_fact_eval(chain: Runnable, questions: Sequence[KeyFactQuestion], *, name: str,
+                      config: ExperimentConfig, judge: AnswerJudge | None = None,
+                      progress: bool = False) -> AnswerResult:
+    """Answer each question with ``chain`` (a `build_rag_chain` over the set's knowledge base) and check its key
+    facts; the judge, when given, scores each answer against the reference answer beside them."""
+    records = []
+    for i, q in enumerate(tqdm(questions, desc=f"answers {name}", unit="q", disable=not progress, leave=False)):
+        res, ms = answer_one(chain, q.question)
+        records.append(score_record(str(i), q.question, res, ms, [], judge=judge, key_facts=q.key_facts))
+        records[-1].reference = q.answer or None
+    lat = np.asarray([r.answer_ms for r in records], dtype=float)
+    return AnswerResult(config=config, dataset=name, queries=len(records), metrics=answer_metrics(records),
+                        query_ms_p50=float(np.percentile(lat, 50)), query_ms_p95=float(np.percentile(lat, 95)),
+                        records=records)
+
+
+# ---------------------------------------------------------------- report
+
+
+def _pct(m: dict[str, float], key: str) -> str:
+    return f"{100 * m[key]:.1f}" if key in m else "—"
+
+
 def format_answer_table(results: Sequence[AnswerResult]) -> str:
-    """Markdown table of answer metrics (1-5 means and [0, 1] fractions)."""
-    head = ["configuration", "queries", "answer 1-5", "faithfulness 1-5", "answer [0,1]", "faithfulness [0,1]",
-            "unparsed", "ms p50"]
+    """Markdown table: EM, F1 and cited-contains-answer in %, key facts (answers right / questions), judge 1-5 means
+    (— when not judged) and seconds per answer (p50)."""
+    head = ["configuration", "queries", "EM", "F1", "cited ⊇ answer", "key facts right", "judge 1-5",
+            "faithfulness 1-5", "unparsed", "s/answer p50"]
     rows = []
     for r in results:
         if r.error:
-            rows.append([r.config.name, "0", "—", "—", "—", "—", "—", f"error: {r.error[:80]}"])
+            rows.append([r.config.name, "0", *["—"] * 7, f"error: {r.error[:80]}"])
             continue
         m = r.metrics
-        rows.append([r.config.name, str(r.queries), f"{m['answer_score_1to5']:.2f}", f"{m['faithfulness_1to5']:.2f}",
-                     f"{m['answer_score']:.3f}", f"{m['faithfulness']:.3f}", f"{int(m['judge_unparsed'])}",
-                     f"{r.query_ms_p50:.0f}"])
+        facts = f"{int(m['answers_right'])}/{r.queries}" if "answers_right" in m else "—"
+        judged = "answer_score_1to5" in m
+        rows.append([
+            r.config.name, str(r.queries), _pct(m, "em"), _pct(m, "f1"), _pct(m, "cited_contains"), facts,
+            f"{m['answer_score_1to5']:.2f}" if judged else "—", f"{m['faithfulness_1to5']:.2f}" if judged else "—",
+            f"{int(m['judge_unparsed'])}" if judged else "—", f"{m.get('s_per_answer_p50', r.query_ms_p50 / 1000):.1f}",
+        ])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]

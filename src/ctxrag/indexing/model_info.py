@@ -27,9 +27,9 @@ def default_model_name(settings: Any) -> str:
     """The name `make_chat_model(settings)` would give, without building the model (all-cached ingests load none)."""
     llm = settings.llm
     if llm.provider == "local":
-        from ctxrag.models.gguf import MODEL_FILENAME
+        from ctxrag.models.gguf import model_name_for
 
-        return Path(llm.model_path).name if llm.model_path else MODEL_FILENAME
+        return model_name_for(settings)
     return str(llm.model)
 
 

@@ -48,8 +48,8 @@ def _llm_settings(settings: Settings | None, overrides: dict[str, Any]) -> LLMSe
 def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseChatModel:
     """The chat model that ``settings.llm`` describes; keyword ``overrides`` replace single ``llm`` fields.
 
-    ``provider="local"``: the GGUF (``llm.model_path`` or the one assembled from the data wheels), loaded once per
-    process; ``"openai"``: ``ChatOpenAI`` on ``llm.base_url``; ``"none"``: raises ModelError (callers degrade).
+    ``provider="local"``: the GGUF (``llm.model_path``, else the ``llm.local_model`` spec, default the 1.5B,
+    assembled from its data wheels), loaded once per process; ``"openai"``: ``ChatOpenAI`` on ``llm.base_url``; ``"none"``: raises ModelError (callers degrade).
     """
     llm = _llm_settings(settings, overrides)
     if llm.provider == "none":
@@ -57,23 +57,28 @@ def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseC
     if llm.provider == "openai":
         return _openai_chat_model(llm)
     if llm.provider == "local":
-        from ctxrag.models.gguf import local_model_path
+        from ctxrag.models.gguf import local_model_path, model_spec
         from ctxrag.models.llamacpp import LocalLlamaChatModel
 
         if llm.model_path is not None:
             path = Path(llm.model_path).expanduser()
             if not path.is_file():
                 raise ModelError(f"llm.model_path={str(path)!r}: no such file")
+            name = path.stem
         else:
             from ctxrag.settings import get_settings
 
-            path = local_model_path(settings or get_settings())
+            spec = model_spec(llm.local_model)
+            path = local_model_path(settings or get_settings(), spec=spec)
+            name = spec.name
         return LocalLlamaChatModel(
             model_path=str(path),
             n_ctx=llm.n_ctx,
             n_threads=llm.n_threads,
             temperature=llm.temperature,
             max_tokens=llm.max_tokens,
+            repeat_penalty=llm.repeat_penalty,
+            model_name=name,
         )
     raise ConfigError(f"llm.provider={llm.provider!r}: expected one of 'local', 'openai', 'none'")
 

@@ -8,7 +8,7 @@ Example::
 
     from ctxrag.models.gguf import local_model_path
     from ctxrag.models.llamacpp import LocalLlamaChatModel
-    llm = LocalLlamaChatModel(model_path=str(local_model_path()), max_tokens=16)
+    llm = LocalLlamaChatModel(model_path=str(local_model_path()), max_tokens=16)   # the default 1.5B
     print(llm.invoke("Say hello in French.").content)
     # top-5 token alternatives in the OpenAI format, as ChatOpenAI returns them:
     print(llm.bind(logprobs=True, top_logprobs=5).invoke("Yes or no?").response_metadata["logprobs"])
@@ -37,6 +37,10 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import Field
 
 from ctxrag.errors import ModelError
+from ctxrag.models.loop_guard import DEFAULT_LIMITS, LoopLimits, StreamingLoopGuard, find_loop, trim_loop
+
+LOOP_FINISH = "loop"
+"""``finish_reason`` of a reply cut short by the loop guard (its repeating tail trimmed)."""
 
 
 @dataclass
@@ -117,11 +121,43 @@ def _usage(usage: dict[str, int] | None) -> UsageMetadata | None:
     return UsageMetadata(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
 
 
+class _LoopStop:
+    """llama.cpp logits processor: detokenizes the tokens generated so far and, at a degenerate loop, leaves only the
+    end-of-generation token possible, so generation stops there (``create_chat_completion`` has no stopping criteria)."""
+
+    def __init__(self, llama: Any, limits: LoopLimits) -> None:
+        self.llama = llama
+        self.limits = limits
+        self.seen: int | None = None
+        self.buffer = b""
+        self.fired = False
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        n = len(input_ids)
+        if self.seen is None:  # first call: only the prompt has been evaluated
+            self.seen = n
+            return scores
+        new = [int(t) for t in input_ids[self.seen : n]]
+        self.seen = n
+        if new:
+            self.buffer += self.llama.detokenize(new)
+        text = self.buffer[-4 * self.limits.window :].decode("utf-8", errors="ignore")
+        if self.fired or find_loop(text, self.limits) is not None:
+            self.fired = True
+            eos = int(self.llama.token_eos())
+            scores[:] = -float("inf")
+            scores[eos] = 0.0
+        return scores
+
+
 class LocalLlamaChatModel(BaseChatModel):
     """A GGUF chat model run in-process by llama.cpp; temperature 0 is greedy and repeatable.
 
-    Honours ``stop``, ``max_tokens``, ``temperature`` and ``seed`` (as fields or ``.bind(...)`` kwargs), streams
-    token by token, and returns OpenAI-format token logprobs with ``.bind(logprobs=True, top_logprobs=5)``.
+    Honours ``stop``, ``max_tokens``, ``temperature``, ``seed`` and ``repeat_penalty`` (as fields or ``.bind(...)``
+    kwargs), streams token by token, and returns OpenAI-format token logprobs with
+    ``.bind(logprobs=True, top_logprobs=5)``. With ``loop_guard`` (default) a reply that falls into a degenerate loop
+    (``[2][3] [2][3] ...``, a sentence over and over) stops there, its repeating tail trimmed to one copy, with
+    ``finish_reason="loop"``; streaming shows the same text (see `ctxrag.models.loop_guard`).
 
     Example::
 
@@ -136,7 +172,11 @@ class LocalLlamaChatModel(BaseChatModel):
     max_tokens: int = 512
     seed: int = 0
     stop: list[str] | None = None
-    model_name: str = Field(default="qwen2.5-coder-0.5b-instruct-q4_k_m")
+    repeat_penalty: float = 1.1
+    """llama.cpp's penalty on recently generated tokens (1.0 = off)."""
+    loop_guard: bool = True
+    loop_limits: LoopLimits = Field(default=DEFAULT_LIMITS)
+    model_name: str = Field(default="qwen2.5-coder-1.5b-instruct-q4_k_m")
 
     @property
     def _llm_type(self) -> str:
@@ -155,6 +195,7 @@ class LocalLlamaChatModel(BaseChatModel):
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             "seed": self.seed,
+            "repeat_penalty": self.repeat_penalty,
             "stop": list(stop if stop is not None else (self.stop or [])),
         }
         for key in ("temperature", "max_tokens", "seed", "top_p", "top_k", "repeat_penalty"):
@@ -183,6 +224,10 @@ class LocalLlamaChatModel(BaseChatModel):
             metadata = {"finish_reason": finish, "model_name": self.model_name, "logprobs": logprobs}
             message = AIMessage(content=text, response_metadata=metadata, usage_metadata=_usage(usage))
             return ChatResult(generations=[ChatGeneration(message=message)])
+        if self.loop_guard:
+            from llama_cpp import LogitsProcessorList
+
+            params["logits_processor"] = LogitsProcessorList([_LoopStop(shared.llama, self.loop_limits)])
         with shared.lock:
             try:
                 response = shared.llama.create_chat_completion(messages=dicts, **params)
@@ -190,7 +235,11 @@ class LocalLlamaChatModel(BaseChatModel):
                 raise ModelError(f"local chat model {Path(self.model_path).name}: {exc}") from exc
         choice = response["choices"][0]
         text = choice["message"].get("content") or ""
-        metadata = {"finish_reason": choice.get("finish_reason"), "model_name": self.model_name}
+        finish = choice.get("finish_reason")
+        if self.loop_guard:
+            text, trimmed = trim_loop(text, self.loop_limits)
+            finish = LOOP_FINISH if trimmed else finish
+        metadata = {"finish_reason": finish, "model_name": self.model_name}
         message = AIMessage(content=text, response_metadata=metadata, usage_metadata=_usage(response.get("usage")))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -213,21 +262,42 @@ class LocalLlamaChatModel(BaseChatModel):
         shared = self.load()
         dicts = [_to_dict(m) for m in messages]
         params = self._params(stop, kwargs)
+        guard = StreamingLoopGuard(self.loop_limits) if self.loop_guard else None
+
+        def emit(delta: str, finish: str | None) -> ChatGenerationChunk:
+            metadata = {"finish_reason": finish, "model_name": self.model_name} if finish else {}
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=delta, response_metadata=metadata))
+            if run_manager and delta:
+                run_manager.on_llm_new_token(delta, chunk=chunk)
+            return chunk
+
         # hold the lock for the whole stream: the shared context can serve one generation at a time
         with shared.lock:
             try:
                 stream = shared.llama.create_chat_completion(messages=dicts, stream=True, **params)
-                for part in stream:
-                    choice = part["choices"][0]
-                    delta = choice.get("delta", {}).get("content") or ""
-                    finish = choice.get("finish_reason")
-                    if not delta and not finish:
-                        continue
-                    metadata = {"finish_reason": finish, "model_name": self.model_name} if finish else {}
-                    chunk = ChatGenerationChunk(message=AIMessageChunk(content=delta, response_metadata=metadata))
-                    if run_manager and delta:
-                        run_manager.on_llm_new_token(delta, chunk=chunk)
-                    yield chunk
+                try:
+                    for part in stream:
+                        choice = part["choices"][0]
+                        delta = choice.get("delta", {}).get("content") or ""
+                        finish = choice.get("finish_reason")
+                        if guard is not None:
+                            delta = guard.feed(delta)
+                            if guard.stopped:  # closing the generator stops llama.cpp generating
+                                yield emit(delta, LOOP_FINISH)
+                                break
+                            if finish:
+                                delta += guard.flush()
+                        if not delta and not finish:
+                            continue
+                        yield emit(delta, finish)
+                    else:
+                        rest = guard.flush() if guard is not None else ""
+                        if rest:  # the stream ended without a finish chunk
+                            yield emit(rest, None)
+                finally:
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        close()
             except ValueError as exc:
                 raise ModelError(f"local chat model {Path(self.model_path).name}: {exc}") from exc
 

@@ -25,11 +25,11 @@ ROUTES = ("chat", "rag", "summary", "no_knowledge")
 SYSTEM = {
     "en": (
         "You are ctxrag, a careful assistant that answers from a knowledge base. Never invent facts or sources. "
-        "When you use a numbered source, cite it with its number in square brackets, like [1] or [2][3]."
+        "When you use a numbered source, cite it with its number in square brackets, like [1]."
     ),
     "zh": (
         "你是 ctxrag，一个严谨的知识库问答助手。不要编造事实或出处。"
-        "使用编号资料时，用方括号标注编号引用，例如 [1] 或 [2][3]。"
+        "使用编号资料时，用方括号标注编号引用，例如 [1]。"
     ),
 }
 
@@ -82,6 +82,22 @@ CITATION_CLAUSE = {
 }
 
 
+# Traditional Chinese questions get Traditional Chinese instructions, so the answer keeps the question's script
+# (the 1.5B model answers a Traditional question in Simplified when told 请用中文).
+QUESTION_HANT = "問題：{question}\n\n請用繁體中文簡潔回答（不超過 {max_words} 字）{citation_clause}。"
+CITATION_CLAUSE_HANT = "；用自己的話回答，並用方括號標註資料編號"
+
+SHORT_QUESTION = {
+    # answer_style="short" (short-answer benchmarks such as DRCD, MuSiQue): the answer phrase alone, then its source
+    "en": (
+        "Question: {question}\n\nReply in English with only the answer itself: the exact name, number, date or short "
+        "phrase from the sources, not a sentence, followed by its source number in square brackets."
+    ),
+    "zh": "问题：{question}\n\n只用中文写出答案本身：资料中的原词、名称、数字、日期或短语，不要写成句子，后面用方括号标注资料编号。",
+    "zh-hant": "問題：{question}\n\n只用繁體中文寫出答案本身：資料中的原詞、名稱、數字、日期或短語，不要寫成句子，後面用方括號標註資料編號。",
+}
+
+
 @dataclass(frozen=True)
 class LayeredPrompt:
     """The five prompt levels for one language; every level is a replaceable template string."""
@@ -91,12 +107,26 @@ class LayeredPrompt:
     route: dict[str, str] = field(default_factory=dict)
     knowledge: str = ""
     question: str = ""
+    citation_clause: str | None = None
+    """Replaces the language's default citation clause of the question level when set."""
 
     @classmethod
     def default(cls, lang: Lang = "en") -> "LayeredPrompt":
         if lang not in ("zh", "en"):
             raise ValueError(f"unknown prompt language {lang!r}; use 'zh' or 'en'")
         return cls(lang, SYSTEM[lang], dict(ROUTE[lang]), KNOWLEDGE[lang], QUESTION[lang])
+
+    @classmethod
+    def for_question(cls, lang: Lang, *, traditional: bool = False, short: bool = False) -> "LayeredPrompt":
+        """The default prompt adapted to a question: Traditional Chinese instructions for a Traditional Chinese
+        question, and with ``short`` the short-answer question level (the answer phrase alone plus its `[n]`)."""
+        prompt = cls.default(lang)
+        hant = lang == "zh" and traditional
+        if short:
+            return prompt.replace(question=SHORT_QUESTION["zh-hant" if hant else lang])
+        if hant:
+            return prompt.replace(question=QUESTION_HANT, citation_clause=CITATION_CLAUSE_HANT)
+        return prompt
 
     def replace(self, **levels: object) -> "LayeredPrompt":
         """A copy with some levels replaced (``system=...``, ``route={...}``, ``knowledge=...``, ``question=...``)."""
@@ -132,6 +162,7 @@ class LayeredPrompt:
             else:
                 role, text = item
                 msgs.append(HumanMessage(text) if role in ("human", "user") else AIMessage(text))
-        cite = CITATION_CLAUSE[self.lang] if route in ("rag", "summary") else ""
+        clause = self.citation_clause if self.citation_clause is not None else CITATION_CLAUSE[self.lang]
+        cite = clause if route in ("rag", "summary") else ""
         msgs.append(HumanMessage(self.question.format(question=question, max_words=max_words, citation_clause=cite)))
         return msgs

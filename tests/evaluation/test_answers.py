@@ -1,0 +1,143 @@
+"""`run_answer_eval` / `run_key_fact_eval` / `ctxrag eval answers`: composition with a scripted chat model (fast), and
+one smoke test through the real default local model."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from typer.testing import CliRunner
+
+from ctxrag.cli.eval import eval_app
+from ctxrag.errors import LoadError
+from ctxrag.evaluation.answers import (
+    answer_metrics,
+    format_answer_table,
+    load_key_fact_questions,
+    references_of,
+    run_answer_eval,
+)
+from ctxrag.evaluation.datasets import EvalQuery, load_squad
+from ctxrag.evaluation.experiments import builtin
+from ctxrag.evaluation.runner import EvalRunner
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def _fake(*replies: str) -> GenericFakeChatModel:
+    return GenericFakeChatModel(messages=iter([AIMessage(r) for r in replies]))
+
+
+def test_references_pool_squad_answers_and_musique_aliases() -> None:
+    q = EvalQuery("1", "q", ["p"], answer="Paris", metadata={"answers": ["Paris", "City of Paris"]})
+    assert references_of(q) == ["Paris", "City of Paris"]
+    m = EvalQuery("2", "q", ["p"], answer="1962", metadata={"answer_aliases": ["nineteen sixty-two", ""]})
+    assert references_of(m) == ["1962", "nineteen sixty-two"]
+
+
+def test_short_answer_eval_scores_em_f1_and_cited_chunks(fixtures: Path) -> None:
+    ds = load_squad([fixtures / "squad_zh.json"])
+    ds = ds.sample(2, seed=0)  # zh-... two fixed questions
+    golds = [q.answer for q in ds.queries]
+    # first: the right phrase citing a retrieved chunk; second: a wrong phrase, no citation
+    llm = _fake(f"{golds[0]} [1]", "不知道")
+    results = run_answer_eval(EvalRunner(ds, [2], progress=False), [builtin("bm25")], llm, k=2, judge=False,
+                              answer_style="short")
+    r = results[0]
+    assert r.error is None and r.queries == 2
+    assert r.metrics["em"] == pytest.approx(0.5) and r.metrics["f1"] == pytest.approx(0.5)
+    assert r.metrics["cited_contains"] == pytest.approx(0.5)  # bm25 top-1 is the gold paragraph for the first
+    assert "answer_score" not in r.metrics and r.metrics["s_per_answer_p50"] >= 0
+    per = r.to_json(per_query=True)["per_query"]
+    assert per[0]["em"] == 1.0 and per[0]["cited_ids"] and per[1]["cited_ids"] == [] and "score" not in per[0]
+    table = format_answer_table(results)
+    assert "| bm25" in table and "50.0" in table and "—" in table
+
+
+def test_answer_metrics_without_records_is_empty() -> None:
+    assert answer_metrics([]) == {}
+
+
+def test_key_fact_questions_file_is_checked(tmp_path: Path) -> None:
+    good = load_key_fact_questions(REPO / "examples" / "sample_questions.json")
+    assert len(good) == 6 and all(q.key_facts for q in good)
+    bad = tmp_path / "q.json"
+    bad.write_text(json.dumps([{"question": "Port?", "answer": "7420"}]), encoding="utf-8")
+    with pytest.raises(LoadError, match=r"item 0 \('Port\?'\): needs a non-empty 'key_facts' list"):
+        load_key_fact_questions(bad)
+    bad.write_text(json.dumps([{"question": "Port?", "key_facts": [3]}]), encoding="utf-8")
+    with pytest.raises(LoadError, match="key fact 3 must be a string"):
+        load_key_fact_questions(bad)
+
+
+def test_cli_short_answers_on_a_tiny_fixture(fixtures: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctxrag.models.chat as chat
+
+    seen: dict[str, object] = {}
+
+    def fake_model(**overrides: object) -> GenericFakeChatModel:
+        seen.update(overrides)
+        return _fake("山海关 [1]", "明朝 [1]", "延庆区 [1]")
+
+    monkeypatch.setattr(chat, "make_chat_model", fake_model)
+    out = tmp_path / "a.json"
+    res = runner.invoke(eval_app, ["answers", "-f", "squad", str(fixtures / "squad_zh.json"), "-c", "bm25", "-k", "2",
+                                   "--sample", "5", "--limit", "3", "--answer-style", "short", "--max-tokens", "32",
+                                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert seen == {"max_tokens": 32}
+    doc = json.loads(out.read_text())
+    rec = doc["results"][0]
+    assert rec["queries"] == 3 and doc["limit"] == 3 and doc["answer_style"] == "short"
+    assert {"em", "f1", "cited_contains", "s_per_answer_p50"} <= set(rec["metrics"])
+    assert "| bm25" in res.stdout
+    res = runner.invoke(eval_app, ["answers", "-f", "squad", str(fixtures / "squad_zh.json"), "--answer-style", "long"])
+    assert res.exit_code == 1 and "--answer-style 'long'" in res.output
+
+
+def test_cli_key_facts_on_the_demo_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctxrag.models.chat as chat
+
+    monkeypatch.setenv("CTXRAG_EMBEDDINGS__PROVIDER", "fake")  # composition only: the retrieval is not the subject
+    questions = tmp_path / "q.json"
+    items = json.loads((REPO / "examples" / "sample_questions.json").read_text(encoding="utf-8"))[3:5]
+    questions.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
+    # answers, then per question the judge's correctness and faithfulness verdicts
+    replies = ["Port 7420 [1].", '{"score": 5, "reason": "right"}', '{"score": 5, "reason": "ok"}',
+               "Within 4 hours [1].", '{"score": 2, "reason": "wrong"}', '{"score": 3, "reason": "?"}']
+    monkeypatch.setattr(chat, "make_chat_model", lambda **_: _fake(*replies))
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "examples" / "sample_corpus", corpus)
+    out = tmp_path / "k.json"
+    res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus), "--questions", str(questions),
+                                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    rec = json.loads(out.read_text())["results"][0]
+    assert rec["metrics"]["answers_right"] == 1.0 and rec["metrics"]["key_facts_all"] == 0.5
+    assert rec["metrics"]["answer_score_1to5"] == pytest.approx(3.5)  # the judge beside the key facts
+    assert [p["key_facts"] for p in rec["per_query"]] == [[True], [False]]
+    assert "1/2" in res.stdout
+    res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus)])
+    assert res.exit_code == 1 and "needs --questions" in res.output
+
+
+# ------------------------------------------------------------------ the real default model
+
+
+@pytest.mark.llm
+def test_real_model_answers_short_questions_and_the_scores_follow(fixtures: Path, local_chat_model) -> None:  # noqa: ANN001
+    ds = load_squad([fixtures / "squad_zh.json"])
+    ds = ds.sample(3, seed=1)
+    llm = local_chat_model.bind(max_tokens=48)
+    results = run_answer_eval(EvalRunner(ds, [2], progress=False), [builtin("bm25")], llm, k=2, judge=False,
+                              answer_style="short")
+    r = results[0]
+    assert r.error is None and r.queries == 3
+    for rec in r.records:
+        assert rec.answer.strip() and len(rec.answer) < 80  # short answers, not essays or loops
+    # the paragraphs are tiny and bm25 finds them: the 1.5B model gets most of these right
+    assert r.metrics["f1"] >= 0.5, [(x.question, x.answer, x.references) for x in r.records]
