@@ -25,8 +25,8 @@ def _doc(folder: Path, name: str, word: str) -> Path:
 
 
 def _bm25_top(kb: KnowledgeBase, word: str) -> str | None:
-    hits = kb.search(word, k=1, mode="bm25")
-    return Path(hits[0].metadata["source"]).stem if hits else None
+    hits = kb.search(word, k=1, mode="bm25")  # BM25 fills to k with non-matching chunks: only a match counts
+    return Path(hits[0].metadata["source"]).stem if hits and word in hits[0].page_content.lower() else None
 
 
 def test_two_writers_on_stale_objects_lose_nothing(settings: Settings, tmp_path: Path) -> None:
