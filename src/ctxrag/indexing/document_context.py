@@ -88,10 +88,12 @@ class DocumentContextualizer(Contextualizer):
                               prompt_text=prompt_text, windowed=cut))
         return plan
 
-    def _spread(self, context: str, chunks: Sequence[str]) -> list[str]:
-        with self._lock:  # the parent counted one chunk for the document
+    def _spread(self, context: str, chunks: Sequence[str], hits_before: int) -> list[str]:
+        """The one context for every chunk; the report counts all chunks (the parent counted the document once)."""
+        with self._lock:
+            cached = self._stats.cache_hits > hits_before
             self._stats.chunks += len(chunks) - 1
-            self._stats.cache_hits += (len(chunks) - 1) if self._last_was_cached else 0
+            self._stats.cache_hits += (len(chunks) - 1) if cached else 0
         return [context] * len(chunks)
 
     def contextualize_document(
@@ -108,8 +110,7 @@ class DocumentContextualizer(Contextualizer):
             return []
         before = self.report().cache_hits
         [context] = super().contextualize_document(document_text, [document_text[:200]], title=title)
-        self._last_was_cached = self.report().cache_hits > before
-        return self._spread(context, chunks)
+        return self._spread(context, chunks, before)
 
     async def acontextualize_document(
         self,
@@ -125,10 +126,7 @@ class DocumentContextualizer(Contextualizer):
             return []
         before = self.report().cache_hits
         [context] = await super().acontextualize_document(document_text, [document_text[:200]], title=title)
-        self._last_was_cached = self.report().cache_hits > before
-        return self._spread(context, chunks)
-
-    _last_was_cached: bool = False
+        return self._spread(context, chunks, before)
 
     def __repr__(self) -> str:
         return f"DocumentContextualizer(model={self.model_name!r}, cache={self.cache!r})"
