@@ -135,12 +135,30 @@ def test_traditional_chinese_question_gets_traditional_instructions(kb: Knowledg
 
 
 @pytest.mark.parametrize(("question", "cue"), [("What is the default port of Xinghe?", "only the answer itself"),
-                                               ("星河知识库的默认端口是多少？", "只用中文写出答案本身"),
-                                               ("星河知識庫的預設連接埠是多少？這個呢", "只用繁體中文寫出答案本身")])
-def test_short_answer_style_asks_for_the_phrase_and_its_citation(kb: KnowledgeBase, question: str, cue: str) -> None:
+                                               ("星河知识库的默认端口是多少？", "只写答案本身"),
+                                               ("星河知識庫的預設連接埠是多少？這個呢", "只寫答案本身")])
+def test_short_answer_style_asks_for_the_phrase_alone(kb: KnowledgeBase, question: str, cue: str) -> None:
     system, asked = _spy_messages(kb, question, answer_style="short")
     assert cue in asked and "[" not in asked.split("\n")[-1].replace("[1]", "")  # no example to copy
     assert "9321" in system  # the knowledge is the same as for full answers
+    assert "[n]" not in asked and "方括號" not in asked and "方括号" not in asked  # no citation asked of the model
+
+
+def test_short_answer_is_cited_by_the_chunk_containing_it(kb: KnowledgeBase) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("「9321」"), answer_style="short")
+    out = chain.invoke("星河知识库的默认端口是多少？")
+    n = next(i for i, d in enumerate(out["documents"], 1) if "9321" in d.page_content)
+    assert out["answer"] == f"「9321」 [{n}]"
+    assert [s["n"] for s in out["sources"]] == [n] and "inferred" not in out["sources"][0]
+    streamed = list(build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("9321"),
+                                    answer_style="short").stream("星河知识库的默认端口是多少？"))
+    assert "".join(p.get("answer", "") for p in streamed) == f"9321 [{n}]"
+
+
+def test_short_answer_not_in_any_chunk_gets_no_citation(kb: KnowledgeBase) -> None:
+    out = build_rag_chain(kb.as_retriever(mode="dense", k=2), _fake("8080"), answer_style="short").invoke(
+        "星河知识库的默认端口是多少？")
+    assert out["answer"] == "8080" and all(s.get("inferred") for s in out["sources"])
 
 
 def test_unknown_answer_style_is_rejected(kb: KnowledgeBase) -> None:

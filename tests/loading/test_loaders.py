@@ -211,7 +211,7 @@ def test_html_headings_and_dropped_tags(tmp_path: Path) -> None:
     assert "# Support\n\nOpen a ticket ." in doc.text or "# Support\n\nOpen a ticket." in doc.text
     assert "\n## Hours\n" in doc.text
     assert "- Monday\n- Friday" in doc.text
-    assert "| Team | 4 hours |" in doc.text
+    assert "| Plan | Time |\n| Plan: Team | Time: 4 hours |" in doc.text  # each cell names its column
     assert "def f():\n    return 1" in doc.text  # <pre> keeps its indentation
     for dropped in ("do not index", "color: red", "Home", "menu"):
         assert dropped not in doc.text
@@ -407,3 +407,12 @@ def assert_load_error_kw(path: Path, kwargs: dict, *fragments: str) -> None:
     assert str(path) in str(info.value)
     for fragment in fragments:
         assert fragment in str(info.value), str(info.value)
+
+
+def test_html_table_without_header_row_keeps_plain_cells(tmp_path: Path) -> None:
+    html = ("<html><body><p>Rates</p><table><caption>Prices</caption><thead><tr><th>Plan</th><th>Price</th></tr></thead>"
+            "<tbody><tr><td>Team</td><td>99</td></tr></tbody></table>"
+            "<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table></body></html>")
+    text = load_file(write(tmp_path, "t.html", html)).text
+    assert "Prices\n| Plan | Price |\n| Plan: Team | Price: 99 |" in text  # header under <thead>, caption first
+    assert "| a | b |\n| c | d |" in text  # no <th> row: nothing to name the cells with

@@ -27,7 +27,7 @@ from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableGenerator, RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.utils import AddableDict
 
-from ctxrag.chains.citations import format_knowledge, map_citations
+from ctxrag.chains.citations import cited_numbers, format_knowledge, locate, map_citations
 from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.text import detect_language, is_traditional_chinese
 
@@ -55,6 +55,15 @@ def _citations(acc: dict[str, Any]) -> AddableDict:
     return AddableDict(map_citations(acc.get("answer", ""), acc.get("documents", [])))
 
 
+def _located_citation(acc: dict[str, Any]) -> AddableDict | None:
+    """For a short answer that cites nothing: ``{"answer": " [n]"}`` naming the chunk containing the phrase."""
+    answer = acc.get("answer", "")
+    if cited_numbers(answer):
+        return None
+    n = locate(answer, acc.get("documents", []))
+    return AddableDict(answer=f" [{n}]") if n else None
+
+
 def build_rag_chain(
     retriever: RetrieverLike,
     llm: BaseChatModel,
@@ -68,8 +77,9 @@ def build_rag_chain(
     """Build the chain described in the module docstring.
 
     The answer follows the question's language, and a Traditional Chinese question gets Traditional Chinese
-    instructions. ``answer_style="short"`` asks for the answer phrase alone plus its `[n]` (for short-answer
-    benchmarks such as DRCD and MuSiQue, scored by exact match / F1); ``"full"`` is the normal cited answer.
+    instructions. ``answer_style="short"`` asks for the answer phrase alone (for short-answer benchmarks such as DRCD
+    and MuSiQue, scored by exact match / F1) and cites, as `` [n]`` after it, the first retrieved chunk containing
+    the phrase verbatim (`citations.locate`); ``"full"`` is the normal answer with the model's own `[n]` citations.
     ``prompts`` (by language, ``"zh"``/``"en"``) replace the built-in prompts for both styles.
     """
     if lang not in ("auto", "zh", "en"):
@@ -95,11 +105,20 @@ def build_rag_chain(
 
     answer = RunnableLambda(to_messages) | llm | StrOutputParser()
 
+    short = answer_style == "short"
+
+    def located(acc: dict[str, Any]) -> list[AddableDict]:
+        extra = _located_citation(acc) if short else None
+        if extra is not None:
+            _accumulate(acc, extra)
+        return [extra] if extra is not None else []
+
     def finish(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         for c in chunks:
             _accumulate(acc, c)
             yield c
+        yield from located(acc)
         yield _citations(acc)
 
     async def afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
@@ -107,6 +126,8 @@ def build_rag_chain(
         async for c in chunks:
             _accumulate(acc, c)
             yield c
+        for extra in located(acc):
+            yield extra
         yield _citations(acc)
 
     return (

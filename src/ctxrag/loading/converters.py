@@ -37,6 +37,29 @@ _PARAGRAPH = "\x00"
 _PRE = "\x01"
 
 
+def _table_text(table: Tag) -> str:
+    """A table as ``| a | b |`` rows; when the first row is a header (all ``<th>``), every later cell is written
+    ``header: value``, so a row read alone (a chunk, a small model) still says what each value is.
+
+    ``<tr><th>Plan</th><th>P1</th></tr><tr><td>Team</td><td>4 hours</td></tr>`` gives
+    ``| Plan | P1 |`` then ``| Plan: Team | P1: 4 hours |``."""
+    lines = []
+    caption = table.find("caption")
+    if caption is not None and _inline_text(caption):
+        lines.append(_inline_text(caption))
+    header: list[str] = []
+    for i, row in enumerate(table.find_all("tr")):
+        cells = row.find_all(["td", "th"], recursive=False)
+        texts = [_inline_text(c) for c in cells]
+        if i == 0 and cells and all(c.name == "th" for c in cells):
+            header = texts
+        elif header and len(header) == len(texts):
+            texts = [f"{h}: {t}" if h and t else t for h, t in zip(header, texts)]
+        if any(texts):
+            lines.append("| " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
 def _walk_html(node: Tag, out: list[str], pres: list[str]) -> None:
     for child in node.children:
         if isinstance(child, NavigableString):
@@ -56,6 +79,8 @@ def _walk_html(node: Tag, out: list[str], pres: list[str]) -> None:
             out.append(f"\n{_PARAGRAPH}\n{_PRE}{len(pres) - 1}{_PRE}\n{_PARAGRAPH}\n")
         elif name == "br":
             out.append("\n")
+        elif name == "table":
+            out.append(f"\n{_PARAGRAPH}\n{_table_text(child)}\n{_PARAGRAPH}\n")
         elif name in ("td", "th"):
             out.append(" " + _inline_text(child) + " |")
         elif name == "tr":

@@ -88,13 +88,23 @@ QUESTION_HANT = "問題：{question}\n\n請用繁體中文簡潔回答（不超�
 CITATION_CLAUSE_HANT = "；用自己的話回答，並用方括號標註資料編號"
 
 SHORT_QUESTION = {
-    # answer_style="short" (short-answer benchmarks such as DRCD, MuSiQue): the answer phrase alone, then its source
+    # answer_style="short" (short-answer benchmarks such as DRCD, MuSiQue): the answer phrase alone. The model is not
+    # asked for `[n]` here: the 1.5B model, asked for "phrase [n]", wrote the marker alone or first in 6 of 30 DRCD
+    # answers; the chain cites the chunk that contains the phrase instead (`chains.citations.locate`). One generic
+    # example (not from any benchmark) shows the expected length.
     "en": (
-        "Question: {question}\n\nReply in English with only the answer itself: the exact name, number, date or short "
-        "phrase from the sources, not a sentence, followed by its source number in square brackets."
+        "Question: {question}\n\nAnswer with only the answer itself, copied from the sources: a name, number, date "
+        "or short phrase, usually under ten words. No sentence, no explanation, no source numbers.\n"
+        "Example: Question: Who wrote Hamlet? Answer: William Shakespeare"
     ),
-    "zh": "问题：{question}\n\n只用中文写出答案本身：资料中的原词、名称、数字、日期或短语，不要写成句子，后面用方括号标注资料编号。",
-    "zh-hant": "問題：{question}\n\n只用繁體中文寫出答案本身：資料中的原詞、名稱、數字、日期或短語，不要寫成句子，後面用方括號標註資料編號。",
+    "zh": (
+        "问题：{question}\n\n从上面的资料中找出答案，只写答案本身：资料中的原词（人名、地名、名称、数字、日期或短语），"
+        "通常不超过十个字。不要写成句子，不要解释，不要写资料编号。\n例：问题：中国最长的河流是哪一条？答案：长江"
+    ),
+    "zh-hant": (
+        "問題：{question}\n\n從上面的資料中找出答案，只寫答案本身：資料中的原詞（人名、地名、名稱、數字、日期或短語），"
+        "通常不超過十個字。不要寫成句子，不要解釋，不要寫資料編號。\n例：問題：臺灣最高的山是哪一座？答案：玉山"
+    ),
 }
 
 
