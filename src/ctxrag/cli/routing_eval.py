@@ -24,7 +24,7 @@ def routing(
 ) -> None:
     """Route every labelled question with each router and print accuracy per scenario (1.1 ... 2.3)."""
     from ctxrag.evaluation.routing import build_routing_kbs, evaluate_router, format_table, load_routing_set
-    from ctxrag.stores.atomic import atomic_write_json
+    from ctxrag.fileio import atomic_write_json
 
     kinds = {"both": ["fast", "llm"], "fast": ["fast"], "llm": ["llm"]}.get(router)
     try:

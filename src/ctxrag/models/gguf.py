@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxrag.errors import ConfigError, ModelFileError
-from ctxrag.stores.atomic import fsync_dir
+from ctxrag.fileio import fsync_dir
 
 if TYPE_CHECKING:
     from ctxrag.settings import Settings

@@ -1,7 +1,7 @@
 """Fusion of several ranked lists into one: weighted reciprocal rank fusion, relative-score fusion and
 distribution-based score fusion, deduplicated by stable chunk id.
 
-Chunk identity (``chunk_key``): ``metadata["chunk_id"]``, else ``Document.id``, else a sha256 of
+Chunk identity (``ctxrag.schema.chunk_key``): ``metadata["chunk_id"]``, else ``Document.id``, else a sha256 of
 ``metadata["source"]`` and ``page_content``. Two different chunks with the same text (boilerplate, repeated headers)
 therefore stay two chunks; LangChain's `EnsembleRetriever` merges them because it keys on the page text.
 
@@ -21,7 +21,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import warnings
 from enum import Enum
@@ -34,7 +33,7 @@ from langchain_core.runnables.config import patch_config
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, rename_deprecated, sub_call_kwargs
-from ctxrag.schema import CHUNK_ID, SCORE, SOURCE
+from ctxrag.schema import SCORE, chunk_key
 from ctxrag.text import detect_language
 
 FUSION_SCORE = "fusion_score"
@@ -102,17 +101,6 @@ LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
 }
 """Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen by the
 numbers in docs/chinese_retrieval.md (bench/bench_chinese.py) and the README's contextual-retrieval table."""
-
-
-def chunk_key(doc: Document) -> str:
-    """The identity fusion deduplicates on (see the module docstring)."""
-    chunk_id = doc.metadata.get(CHUNK_ID)
-    if chunk_id is not None and chunk_id != "":
-        return str(chunk_id)
-    if doc.id:
-        return str(doc.id)
-    source = str(doc.metadata.get(SOURCE, ""))
-    return "sha256:" + hashlib.sha256(f"{source}\x00{doc.page_content}".encode("utf-8")).hexdigest()
 
 
 def _check_weights(weights: list[float] | None, n: int) -> list[float]:
