@@ -25,7 +25,6 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -33,6 +32,7 @@ import numpy as np
 from langchain_core.runnables import RunnableConfig
 
 from ctxrag.catalog import DocumentCatalog
+from ctxrag.enums import ChoiceEnum
 from ctxrag.fileio import atomic_write_bytes, atomic_write_json
 from ctxrag.history import with_last_user_turn
 from ctxrag.models.embeddings import embed_array
@@ -44,21 +44,15 @@ from ctxrag.text import detect_language
 log = logging.getLogger(__name__)
 
 
-class Route(str, Enum):
+class Route(ChoiceEnum):
     """How a question is answered."""
+
+    __label__ = "route"
 
     CHAT = "chat"
     RAG = "rag"
     NO_KNOWLEDGE = "no_knowledge"
     SUMMARY = "summary"
-
-    @classmethod
-    def from_str(cls, value: str) -> "Route":
-        v = str(value).strip().lower().replace("-", "_").replace(" ", "_")
-        for r in cls:
-            if r.value == v:
-                return r
-        raise ValueError(f"unknown route {value!r}; choose one of {', '.join(r.value for r in cls)}")
 
 
 SCENARIOS = {

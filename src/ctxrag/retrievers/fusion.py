@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
-from enum import Enum
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -32,6 +31,7 @@ from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables.config import patch_config
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, rename_deprecated, sub_call_kwargs
 from ctxrag.schema import SCORE, chunk_key
 from ctxrag.text import detect_language
@@ -40,8 +40,13 @@ FUSION_SCORE = "fusion_score"
 FUSION_SOURCES = "fusion_sources"
 
 
-class FusionMode(str, Enum):
+class FusionMode(ChoiceEnum):
     """How ranked lists are combined."""
+
+    __label__ = "fusion mode"
+    __aliases__ = {"reciprocal_rank_fusion": "rrf", "relative_score_fusion": "relative_score", "rsf": "relative_score",
+                   "distribution_based": "dbsf", "distribution_based_score_fusion": "dbsf",
+                   "distribution_based_rank_fusion": "dbsf"}
 
     RRF = "rrf"
     """Weighted reciprocal rank fusion: sum of ``w / (c + rank)``; uses ranks only."""
@@ -49,31 +54,6 @@ class FusionMode(str, Enum):
     """Min-max normalise each list's scores to [0, 1], then take the weighted mean (Weaviate's relativeScoreFusion)."""
     DBSF = "dbsf"
     """Distribution-based score fusion: map ``mean +- 3 std`` of each list to [0, 1], then the weighted mean."""
-
-    @classmethod
-    def from_str(cls, value: str | FusionMode) -> FusionMode:
-        """Parse a mode name; accepts the long names too (``reciprocal_rank_fusion``, ``distribution_based``...)."""
-        if isinstance(value, FusionMode):
-            return value
-        key = str(value).strip().lower().replace("-", "_").replace(" ", "_")
-        mode = _ALIASES.get(key)
-        if mode is None:
-            choices = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown fusion mode {value!r}; choose one of: {choices}")
-        return mode
-
-
-_ALIASES: dict[str, FusionMode] = {
-    "rrf": FusionMode.RRF,
-    "reciprocal_rank_fusion": FusionMode.RRF,
-    "relative_score": FusionMode.RELATIVE_SCORE,
-    "relative_score_fusion": FusionMode.RELATIVE_SCORE,
-    "rsf": FusionMode.RELATIVE_SCORE,
-    "dbsf": FusionMode.DBSF,
-    "distribution_based": FusionMode.DBSF,
-    "distribution_based_score_fusion": FusionMode.DBSF,
-    "distribution_based_rank_fusion": FusionMode.DBSF,
-}
 
 
 class FusionPreset(BaseModel):
