@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import typer
 
+from ctxrag.cli.common import callbacks
+from ctxrag.cli.query import print_sources
 from ctxrag.errors import CtxragError
 
 
@@ -26,7 +28,6 @@ def chat(
 ) -> None:
     """Ask anything: the assistant decides whether to use the knowledge base, and says when it has nothing."""
     from ctxrag.chains.assistant import build_assistant_chain
-    from ctxrag.cli.main import _callbacks, print_sources
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
     from ctxrag.settings import get_settings
@@ -40,7 +41,7 @@ def chat(
 
         def ask(q: str) -> None:
             inp = {"question": q, "selected_doc_ids": selected, "history": history, "allow_general_knowledge": general}
-            cfg: Any = {"callbacks": _callbacks()}
+            cfg: Any = {"callbacks": callbacks()}
             with wrap_model_errors(llm):
                 if json_out:
                     out = bot.invoke(inp, cfg)
