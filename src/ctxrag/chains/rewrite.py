@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from ctxrag.history import format_history
+from ctxrag.prompts.router import rewrite_messages
 from ctxrag.text import detect_language
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,6 @@ class QuestionRewriter:
         """The standalone question; `config` (callbacks, tags) is passed to the LLM call."""
         if self.llm is None or not history:
             return question
-        from ctxrag.prompts.router import rewrite_messages
-
         lang = detect_language(question)
         try:
             reply = self.llm.bind(max_tokens=self.max_tokens).invoke(

@@ -14,6 +14,7 @@ import typer
 from ctxrag.cli.common import callbacks
 from ctxrag.cli.query import print_sources
 from ctxrag.errors import CtxragError
+from ctxrag.settings import get_settings
 
 
 def chat(
@@ -30,12 +31,11 @@ def chat(
     from ctxrag.chains.assistant import build_assistant_chain
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
-    from ctxrag.settings import get_settings
 
     try:
-        kbase = KnowledgeBase.open(kb or get_settings().default_kb, create=False)
+        kbase = KnowledgeBase.open(kb or get_settings().default_kb, get_settings(), create=False)
         selected = [kbase.get_document(d).doc_id for d in doc or []]
-        llm = make_chat_model()
+        llm = make_chat_model(get_settings())
         bot = build_assistant_chain(kbase, llm, router=router, k=k)
         history: list[tuple[str, str]] = []
 

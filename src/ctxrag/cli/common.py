@@ -14,6 +14,7 @@ from typing import Any, Optional
 import typer
 
 from ctxrag.errors import CtxragError
+from ctxrag.settings import get_settings
 
 STATE: dict[str, Any] = {"debug": False}
 
@@ -34,19 +35,17 @@ def callbacks() -> list:
 def open_kb(name: str, create: bool = False) -> Any:
     from ctxrag.knowledge_base import KnowledgeBase
 
-    return KnowledgeBase.open(name, create=create)
+    return KnowledgeBase.open(name, get_settings(), create=create)
 
 
 def kb_or_default(kb: Optional[str]) -> str:
     """`--kb` as given (an empty one is an error, not the default), or the default knowledge base."""
     from ctxrag.knowledge_base import validate_kb_name
-    from ctxrag.settings import get_settings
 
     return get_settings().default_kb if kb is None else validate_kb_name(kb)
 
 
 def check_text(text: str, what: str) -> str:
-    from ctxrag.settings import get_settings
     from ctxrag.text import check_query
 
     return check_query(text, get_settings().max_query_chars, what=what)
@@ -72,6 +71,4 @@ def retriever_for(kbs: list[str], mode: str, k: int, rerank: str, search_type: s
 
 
 def kb_names(kb: Optional[list[str]]) -> list[str]:
-    from ctxrag.settings import get_settings
-
     return kb or [get_settings().default_kb]

@@ -14,6 +14,7 @@ import typer
 
 from ctxrag.cli.common import guard, kb_or_default, open_kb
 from ctxrag.cli.display import printable
+from ctxrag.settings import get_settings
 
 def ingest(
     paths: list[Path] = typer.Argument(..., help="Files or folders."),
@@ -24,8 +25,6 @@ def ingest(
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Add or update files in a knowledge base; unchanged files are skipped."""
-    from ctxrag.settings import get_settings
-
     def body() -> None:
         from ctxrag.knowledge_base import KnowledgeBase
 
@@ -78,7 +77,6 @@ def import_chunks(
 ) -> None:
     """Import chunks with precomputed vectors (no embedding model runs); all or nothing. See docs/scale.md."""
     from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
-    from ctxrag.settings import get_settings
 
     def body() -> None:
         s = get_settings()

@@ -10,6 +10,7 @@ import typer
 
 from ctxrag.cli.common import guard, kb_or_default, open_kb
 from ctxrag.cli.display import printable
+from ctxrag.settings import get_settings
 
 kb_app = typer.Typer(help="List, show, summarize and delete knowledge bases.", no_args_is_help=True)
 doc_app = typer.Typer(help="List and delete documents of a knowledge base.", no_args_is_help=True)
@@ -21,7 +22,7 @@ def kb_list() -> None:
     from ctxrag.knowledge_base import KnowledgeBase
 
     def body() -> None:
-        names = KnowledgeBase.list_names()
+        names = KnowledgeBase.list_names(get_settings())
         if not names:
             typer.echo("no knowledge bases yet; create one with `ctxrag ingest PATH --kb NAME`")
         for n in names:
@@ -95,7 +96,7 @@ def kb_summarize(
     def body() -> None:
         kb = open_kb(name)
         catalog = DocumentCatalog(kb)
-        written = catalog.refresh(make_chat_model(), force=force, progress=True)
+        written = catalog.refresh(make_chat_model(get_settings()), force=force, progress=True)
         typer.echo(f"wrote {written} summaries in knowledge base {name!r}")
         if show:
             for entry in catalog.entries():
@@ -112,7 +113,7 @@ def kb_delete(name: str = typer.Argument(...), yes: bool = typer.Option(False, "
     def body() -> None:
         if not yes and not typer.confirm(f"delete knowledge base {name!r} and all its documents?"):
             raise typer.Exit(1)
-        KnowledgeBase.delete_kb(name)
+        KnowledgeBase.delete_kb(name, get_settings())
         typer.echo(f"deleted knowledge base {name!r}")
 
     guard(body)

@@ -13,6 +13,7 @@ import typer
 
 from ctxrag.cli.common import callbacks, check_text, guard, kb_names, open_kb, retriever_for
 from ctxrag.cli.display import printable
+from ctxrag.settings import get_settings
 
 def search(
     query: str = typer.Argument(...),
@@ -65,7 +66,7 @@ def ask(
 
     def body() -> None:
         checked = check_text(question, "question")
-        llm = make_chat_model()
+        llm = make_chat_model(get_settings())
         chain = build_rag_chain(retriever_for(kb_names(kb), mode, k, rerank, "similarity"), llm)
         cfg = {"callbacks": callbacks()}
         if json_out:
@@ -126,7 +127,7 @@ def demo(
         for f in report.failed:
             typer.echo(f"  failed {f.path}: {f.reason}")
         items = json.loads(questions.read_text(encoding="utf-8"))
-        llm = make_chat_model()
+        llm = make_chat_model(get_settings())
         typer.echo(f"answering with {describe_model(llm)}")
         chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm)
         for item in items:
