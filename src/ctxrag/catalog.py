@@ -32,7 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ctxrag.models.embeddings import embed_array
-from ctxrag.stores.atomic import atomic_write_bytes, atomic_write_json
+from ctxrag.fileio import atomic_write_bytes, atomic_write_json
 from ctxrag.stores.docstore import DocumentRecord
 from ctxrag.text import detect_language
 

@@ -18,6 +18,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from ctxrag.errors import ConfigError
+
 
 def _default_home() -> Path:
     return Path(os.environ.get("CTXRAG_HOME") or Path.home() / ".ctxrag").expanduser()
@@ -183,8 +185,6 @@ class Settings(BaseSettings):
         path = Path(config) if config else _default_home() / "config.toml"
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if config and not path.is_file():
-            from ctxrag.errors import ConfigError
-
             raise ConfigError(f"CTXRAG_CONFIG={config!r}: no such file")
         if path.is_file():
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))

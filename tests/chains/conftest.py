@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from ctxrag.evaluation.routing import offtopic_corpus
+from ctxrag.resource_paths import offtopic_corpus
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models.embeddings import CachedEmbeddings
 from ctxrag.settings import Settings

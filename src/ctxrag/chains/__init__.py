@@ -1,7 +1,16 @@
 """Answer chains: basic RAG, the routing assistant, question rewriting, document summaries and articles from notes."""
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time `__getattr__` imports on first use
+    from ctxrag.chains.article import ArticleWriter
+    from ctxrag.chains.assistant import Assistant, build_assistant_chain
+    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.chains.rewrite import QuestionRewriter
+    from ctxrag.chains.router import EmbeddingRouter, LLMRouter, Route, RouteDecision, RouterThresholds, make_router
+    from ctxrag.chains.summarize import DocumentSummarizer
 
 _EXPORTS = {
     "build_rag_chain": "ctxrag.chains.rag",
@@ -23,7 +32,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:  # lazy: importing ctxrag.chains.citations must not load every chain
     if name in _EXPORTS:
-        import importlib
-
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'ctxrag.chains' has no attribute {name!r}")

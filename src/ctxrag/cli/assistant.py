@@ -11,7 +11,10 @@ from typing import Any, Optional
 
 import typer
 
+from ctxrag.cli.common import callbacks
+from ctxrag.cli.query import print_sources
 from ctxrag.errors import CtxragError
+from ctxrag.settings import get_settings
 
 
 def chat(
@@ -26,21 +29,19 @@ def chat(
 ) -> None:
     """Ask anything: the assistant decides whether to use the knowledge base, and says when it has nothing."""
     from ctxrag.chains.assistant import build_assistant_chain
-    from ctxrag.cli.main import _callbacks, print_sources
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
-    from ctxrag.settings import get_settings
 
     try:
-        kbase = KnowledgeBase.open(kb or get_settings().default_kb, create=False)
+        kbase = KnowledgeBase.open(kb or get_settings().default_kb, get_settings(), create=False)
         selected = [kbase.get_document(d).doc_id for d in doc or []]
-        llm = make_chat_model()
+        llm = make_chat_model(get_settings())
         bot = build_assistant_chain(kbase, llm, router=router, k=k)
         history: list[tuple[str, str]] = []
 
         def ask(q: str) -> None:
             inp = {"question": q, "selected_doc_ids": selected, "history": history, "allow_general_knowledge": general}
-            cfg: Any = {"callbacks": _callbacks()}
+            cfg: Any = {"callbacks": callbacks()}
             with wrap_model_errors(llm):
                 if json_out:
                     out = bot.invoke(inp, cfg)

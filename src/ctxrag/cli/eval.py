@@ -15,6 +15,7 @@ from typing import Any, Optional
 import typer
 
 from ctxrag.errors import CtxragError
+from ctxrag.settings import get_settings
 
 eval_app = typer.Typer(help="Evaluate retrieval and answer quality on benchmark datasets.", no_args_is_help=True)
 
@@ -86,7 +87,7 @@ def retrieval(
     try:
         dataset, configs, k_list = _prepare(fmt, paths, config, contexts, ks, sample, seed, split)
         typer.echo(_summary(dataset), err=True)
-        runner = EvalRunner(dataset, k_list, progress=sys.stderr.isatty())
+        runner = EvalRunner(dataset, k_list, settings=get_settings(), progress=sys.stderr.isatty())
         results = []
         for cfg in configs:
             typer.echo(f"running {cfg.name} ...", err=True)
@@ -163,7 +164,7 @@ def answers(
             if limit is not None and limit < len(dataset.queries):
                 dataset = replace(dataset, queries=dataset.queries[:limit])
             typer.echo(_summary(dataset), err=True)
-            results = run_answer_eval(EvalRunner(dataset, [k], progress=sys.stderr.isatty()), configs, llm, k=k,
+            results = run_answer_eval(EvalRunner(dataset, [k], settings=get_settings(), progress=sys.stderr.isatty()), configs, llm, k=k,
                                       judge=bool(judge), answer_style=answer_style)
             dataset_name = dataset.name
         typer.echo(format_answer_table(results))
@@ -193,7 +194,7 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
     if questions is None:
         raise CtxragError("--format keyfacts needs --questions FILE (e.g. examples/sample_questions.json)")
     items = load_key_fact_questions(questions)
-    kbase = KnowledgeBase.open(kb_name, create=True)
+    kbase = KnowledgeBase.open(kb_name, get_settings(), create=True)
     report = kbase.ingest([paths[0]])
     typer.echo(f"ingested {paths[0]} into {kb_name!r}: {len(report.added)} added, {len(report.updated)} updated, "
                f"{len(report.skipped)} skipped, {len(report.failed)} failed", err=True)

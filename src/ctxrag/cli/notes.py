@@ -13,6 +13,7 @@ from typing import Any, Optional
 import typer
 
 from ctxrag.errors import CtxragError
+from ctxrag.settings import get_settings
 
 notes_app = typer.Typer(help="Keep notes (retrievable like documents) and turn them into articles.", no_args_is_help=True)
 
@@ -20,9 +21,7 @@ notes_app = typer.Typer(help="Keep notes (retrievable like documents) and turn t
 def _book(kb: Optional[str]) -> Any:
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.notes import NoteBook
-    from ctxrag.settings import get_settings
-
-    return NoteBook(KnowledgeBase.open(kb or get_settings().default_kb, create=True))
+    return NoteBook(KnowledgeBase.open(kb or get_settings().default_kb, get_settings(), create=True))
 
 
 def _run(fn: Any) -> Any:

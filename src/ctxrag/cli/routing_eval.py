@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from ctxrag.errors import CtxragError
+from ctxrag.settings import get_settings
 
 
 def routing(
@@ -24,19 +25,19 @@ def routing(
 ) -> None:
     """Route every labelled question with each router and print accuracy per scenario (1.1 ... 2.3)."""
     from ctxrag.evaluation.routing import build_routing_kbs, evaluate_router, format_table, load_routing_set
-    from ctxrag.stores.atomic import atomic_write_json
+    from ctxrag.fileio import atomic_write_json
 
     kinds = {"both": ["fast", "llm"], "fast": ["fast"], "llm": ["llm"]}.get(router)
     try:
         if kinds is None:
             raise CtxragError(f"--router must be fast, llm or both, got {router!r}")
         items = load_routing_set(dataset)[:limit]
-        kbs = build_routing_kbs(corpus)
+        kbs = build_routing_kbs(corpus, get_settings())
         llm = None
         if "llm" in kinds:
             from ctxrag.models.chat import make_chat_model
 
-            llm = make_chat_model(max_tokens=64, temperature=0.0)
+            llm = make_chat_model(get_settings(), max_tokens=64, temperature=0.0)
         reports = []
         for kind in kinds:
             typer.echo(f"routing {len(items)} questions with the {kind} router ...", err=True)

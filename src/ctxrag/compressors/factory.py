@@ -8,14 +8,13 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from langchain_core.documents import BaseDocumentCompressor
 
+from ctxrag.compressors.jina import JinaReranker, missing_key_problem
+from ctxrag.compressors.llm_rerank import LLMReranker
 from ctxrag.errors import ConfigError
-
-if TYPE_CHECKING:
-    from ctxrag.settings import Settings
+from ctxrag.models import chat
+from ctxrag.settings import Settings, get_settings
 
 RERANKER_KINDS = ("none", "jina", "llm")
 
@@ -25,16 +24,12 @@ def build_reranker(kind: str | None = None, settings: Settings | None = None) ->
 
     ``kind=None`` uses ``settings.rerank.provider``. Raises `ConfigError` naming the bad kind.
     """
-    from ctxrag.settings import get_settings
-
     settings = settings or get_settings()
     rerank = settings.rerank
     name = (kind if kind is not None else rerank.provider).strip().lower()
     if name == "none":
         return None
     if name == "jina":
-        from ctxrag.compressors.jina import JinaReranker, missing_key_problem
-
         problem = missing_key_problem(rerank.base_url, rerank.api_key)
         if problem:
             raise ConfigError(problem)
@@ -46,8 +41,5 @@ def build_reranker(kind: str | None = None, settings: Settings | None = None) ->
             top_n=rerank.top_n,
         )
     if name == "llm":
-        from ctxrag.compressors.llm_rerank import LLMReranker
-        from ctxrag.models.chat import make_chat_model
-
-        return LLMReranker(llm=make_chat_model(settings), top_n=rerank.top_n, language=settings.language)
+        return LLMReranker(llm=chat.make_chat_model(settings), top_n=rerank.top_n, language=settings.language)
     raise ConfigError(f"unknown reranker {kind!r}; choose one of: {', '.join(RERANKER_KINDS)}")

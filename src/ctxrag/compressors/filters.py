@@ -29,7 +29,7 @@ from pydantic import ConfigDict, Field, model_validator
 from ctxrag.compressors.llm_rerank import yes_probability
 from ctxrag.models.parsing import parse_yes_no
 from ctxrag.prompts.rerank import NO_OUTPUT, rerank_prompt, rerank_text
-from ctxrag.retrievers.fusion import chunk_key
+from ctxrag.schema import chunk_key
 
 log = logging.getLogger(__name__)
 

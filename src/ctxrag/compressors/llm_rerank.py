@@ -19,7 +19,6 @@ import logging
 import math
 import re
 from collections.abc import Sequence
-from enum import Enum
 from typing import Any, Literal
 
 from langchain_core.callbacks import Callbacks
@@ -27,6 +26,7 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.runnables import Runnable
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.models.parsing import parse_number, parse_yes_no
 from ctxrag.prompts.rerank import numbered_passages, rerank_prompt, rerank_text
 from ctxrag.schema import SCORE
@@ -39,26 +39,21 @@ _NO_TOKENS = {"no", "n", "false", "否", "不", "不是", "不相关"}
 _PUNCT = " \t\r\n\"'`“”‘’「」.,:;!?。，：；！？*()[]（）【】"
 
 
-class RerankMode(str, Enum):
+class RerankMode(ChoiceEnum):
     """How the model judges relevance."""
+
+    __label__ = "rerank mode"
 
     POINTWISE = "pointwise"
     """One call per document: P(yes) from logprobs, or a 0-10 grade."""
     LISTWISE = "listwise"
     """The model orders numbered passages; windows of ``window_size`` slide from the back of the list to the front."""
 
-    @classmethod
-    def from_str(cls, value: str | RerankMode) -> RerankMode:
-        if isinstance(value, RerankMode):
-            return value
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            raise ValueError(f"unknown rerank mode {value!r}; choose one of: pointwise, listwise") from None
 
-
-class PointwiseScoring(str, Enum):
+class PointwiseScoring(ChoiceEnum):
     """Where a pointwise score comes from."""
+
+    __label__ = "pointwise scoring"
 
     AUTO = "auto"
     """Logprobs if the first answer carries them, else grades."""
@@ -66,15 +61,6 @@ class PointwiseScoring(str, Enum):
     """P(yes) / (P(yes) + P(no)) of the first answer token; a reply without logprobs scores 1 or 0 by its text."""
     GRADE = "grade"
     """A 0-10 grade parsed from the reply, divided by 10."""
-
-    @classmethod
-    def from_str(cls, value: str | PointwiseScoring) -> PointwiseScoring:
-        if isinstance(value, PointwiseScoring):
-            return value
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            raise ValueError(f"unknown pointwise scoring {value!r}; choose one of: auto, logprobs, grade") from None
 
 
 def _norm_token(token: str) -> str:

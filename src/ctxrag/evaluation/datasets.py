@@ -14,6 +14,9 @@ Adapters (``load_dataset(format, paths)`` picks one):
 Bad input fails early: a malformed JSONL line names file and line; gold ids missing from the corpus are collected in
 ``missing_gold`` (with a warning) instead of silently scoring as misses; a dataset without queries or corpus is an error.
 
+One module (a little over 400 lines) on purpose: the four adapters share the dataset types, readers and gold checks,
+and are easiest to compare side by side.
+
 Example::
 
     from ctxrag.evaluation.datasets import load_dataset

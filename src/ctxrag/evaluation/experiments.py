@@ -14,29 +14,18 @@ Example::
 """
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.errors import ConfigError, LoadError
+from ctxrag.retrievers.fusion import FusionMode
 
 
-class _Choice(str, Enum):
-    @classmethod
-    def from_str(cls, value: Any) -> Any:
-        if isinstance(value, cls):
-            return value
-        key = str(value).strip().lower().replace("_", "-")
-        for member in cls:
-            if member.value == key:
-                return member
-        raise ValueError(f"unknown {cls.__name__} {value!r}; choose one of: {', '.join(m.value for m in cls)}")
-
-
-class RetrievalMode(_Choice):
+class RetrievalMode(ChoiceEnum):
     """Which first-stage retriever(s)."""
 
     DENSE = "dense"
@@ -45,7 +34,7 @@ class RetrievalMode(_Choice):
     GRAPH = "graph"
 
 
-class RerankMode(_Choice):
+class RerankMode(ChoiceEnum):
     """Optional second stage over the fused candidates."""
 
     NONE = "none"
@@ -93,8 +82,6 @@ class ExperimentConfig(BaseModel):
     @field_validator("fusion")
     @classmethod
     def _fusion(cls, v: str) -> str:
-        from ctxrag.retrievers.fusion import FusionMode
-
         return "auto" if str(v).strip().lower() == "auto" else FusionMode.from_str(v).value
 
     @model_validator(mode="after")

@@ -10,32 +10,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.errors import ConfigError
+from ctxrag.evaluation.datasets import EvalDataset
+from ctxrag.graph import GraphIndex
+from ctxrag.graph.triplets import load_openie_file
+from ctxrag.retrievers.graph import GraphRetriever
 
 
-def build_graph_retriever(runner: Any, variant: Any, k: int) -> BaseRetriever:
-    """GraphRetriever over ``runner.dataset`` (needs ``dataset.extra["openie_file"]``), dense retrieval as fallback."""
-    from ctxrag.graph import GraphIndex
-    from ctxrag.graph.triplets import load_openie_file
-    from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS, GraphRetriever
-    from ctxrag.evaluation.runner import IndexRetriever
-
-    ds = runner.dataset
-    path = ds.extra.get("openie_file")
+def build_graph_retriever(dataset: EvalDataset, texts: dict[str, str], embeddings: Embeddings, k: int,
+                          fallback: BaseRetriever, *, progress: bool = False) -> BaseRetriever:
+    """GraphRetriever over `dataset` (needs ``dataset.extra["openie_file"]``) indexing `texts`; `fallback` (dense,
+    at least `PPR_PASSAGE_SEEDS` deep) seeds the PageRank walk and fills up."""
+    path = dataset.extra.get("openie_file")
     if not path:
-        raise ConfigError(f"config 'graph' needs triplets for dataset {ds.name!r}: use --format musique with the "
+        raise ConfigError(f"config 'graph' needs triplets for dataset {dataset.name!r}: use --format musique with the "
                           "HippoRAG openie_*.json file in the folder")
     by_text: dict[str, list[Any]] = {}
     for passage, triplets in load_openie_file(path):
         by_text.setdefault(passage.strip(), []).extend(triplets)
-    items = [(cid, variant.texts[cid], by_text.get(item.text.strip(), [])) for cid, item in ds.corpus.items()]
-    graph = GraphIndex(runner.embeddings, show_progress=runner.progress)
+    items = [(cid, texts[cid], by_text.get(item.text.strip(), [])) for cid, item in dataset.corpus.items()]
+    graph = GraphIndex(embeddings, show_progress=progress)
     graph.add_passages(items)
-    dense = runner._dense(variant)
-    fallback = IndexRetriever(search=lambda q, kk: dense.search(runner._query_vector(q), kk), texts=variant.texts,
-                              k=max(k, PPR_PASSAGE_SEEDS), score_key="dense_score", name="dense")
     # PageRank ranking, the best measured without an LLM (docs/graph_rag.md); dense's top passages seed the walk
-    return GraphRetriever(graph_index=graph, embeddings=runner.embeddings, k=k, rerank="ppr",
-                          fallback_retriever=fallback)
+    return GraphRetriever(graph_index=graph, embeddings=embeddings, k=k, rerank="ppr", fallback_retriever=fallback)

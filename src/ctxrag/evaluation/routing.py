@@ -18,28 +18,19 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
+from ctxrag.catalog import DocumentCatalog
+from ctxrag.chains.rewrite import QuestionRewriter
+from ctxrag.chains.router import SCENARIOS, Route, make_router
 from ctxrag.errors import ConfigError
+from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.resource_paths import default_routing_set, offtopic_corpus
 
-ROUTING_DIR = "routing"
 KB_NAMES = {"sample": "routing-sample", "offtopic": "routing-offtopic"}
-
-
-def _resource_dir() -> Path:
-    return Path(str(resources.files("ctxrag") / "resources" / ROUTING_DIR))
-
-
-def default_routing_set() -> Path:
-    return _resource_dir() / "routing_set.jsonl"
-
-
-def offtopic_corpus() -> Path:
-    return _resource_dir() / "offtopic_corpus"
 
 
 def load_routing_set(path: str | Path | None = None) -> list[dict[str, Any]]:
@@ -47,8 +38,6 @@ def load_routing_set(path: str | Path | None = None) -> list[dict[str, Any]]:
     p = Path(path) if path else default_routing_set()
     if not p.is_file():
         raise ConfigError(f"routing set {p} does not exist")
-    from ctxrag.chains.router import SCENARIOS, Route
-
     items = []
     for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -66,8 +55,6 @@ def load_routing_set(path: str | Path | None = None) -> list[dict[str, Any]]:
 
 def build_routing_kbs(corpus: str | Path, settings: Any = None) -> dict[str, Any]:
     """Open (and ingest, skipping unchanged files) the two knowledge bases the set refers to."""
-    from ctxrag.knowledge_base import KnowledgeBase
-
     corpus = Path(corpus)
     if not corpus.is_dir():
         raise ConfigError(f"sample corpus folder {corpus} does not exist (run from the repository root or pass --corpus)")
@@ -94,10 +81,6 @@ def resolve_selected(kb: Any, names: list[str]) -> list[str]:
 def evaluate_router(kind: str, items: list[dict[str, Any]], kbs: dict[str, Any], llm: Any = None,
                     *, progress: bool = False, router_factory: Callable[..., Any] | None = None) -> dict[str, Any]:
     """Route every item with router `kind` ('fast' or 'llm'); follow-ups are rewritten first when `llm` is given."""
-    from ctxrag.catalog import DocumentCatalog
-    from ctxrag.chains.rewrite import QuestionRewriter
-    from ctxrag.chains.router import make_router
-
     factory = router_factory or make_router
     routers = {}
     for key, kb in kbs.items():
@@ -137,8 +120,6 @@ def summarise(kind: str, rows: list[dict[str, Any]], seconds: float) -> dict[str
 
 def format_table(reports: list[dict[str, Any]]) -> str:
     """One row per scenario, one accuracy column per router."""
-    from ctxrag.chains.router import SCENARIOS
-
     head = "| scenario | n | " + " | ".join(f"{r['router']} router" for r in reports) + " |"
     sep = "|---|---|" + "---|" * len(reports)
     lines = [head, sep]

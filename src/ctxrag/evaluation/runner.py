@@ -20,35 +20,42 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
-from langchain_core.runnables import RunnableConfig
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
 from pydantic import ConfigDict
 from tqdm.auto import tqdm
 
+from ctxrag.compressors import build_reranker
 from ctxrag.errors import ConfigError, CtxragError
+from ctxrag.evaluation.corpus_index import (
+    CorpusVariant,
+    bm25_retriever,
+    build_bm25_index,
+    build_dense_index,
+    dense_retriever,
+    indexed_text,
+    timed,
+)
 from ctxrag.evaluation.datasets import EvalDataset, load_contexts
 from ctxrag.evaluation.experiments import ExperimentConfig, RerankMode, RetrievalMode
+from ctxrag.evaluation.graph_adapter import build_graph_retriever
 from ctxrag.evaluation.metrics import mean_scores, score_query
-from ctxrag.schema import CHUNK_ID, SCORE
+from ctxrag.models.embeddings import make_embeddings
+from ctxrag.retrievers.factory import fusion_retriever
+from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS
+from ctxrag.schema import CHUNK_ID
 from ctxrag.settings import Settings, get_settings
-from ctxrag.stores.base import IndexedChunk
 
 log = logging.getLogger(__name__)
-
-EMBED_BATCH = 32
-
-
-class NotAvailableError(CtxragError):
-    """A configuration needs a component that is not installed or not written yet."""
 
 
 @dataclass
@@ -99,46 +106,6 @@ class ConfigResult:
         return out
 
 
-class IndexRetriever(BaseRetriever):
-    """A LangChain retriever over a ``search(query, k) -> [(chunk_id, score)]`` function and the eval corpus.
-
-    Example::
-
-        IndexRetriever(search=lambda q, k: [("a", 1.0)], texts={"a": "alpha"}, k=5, score_key="bm25_score")
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    search: Callable[[str, int], list[tuple[str, float]]]
-    texts: dict[str, str]
-    k: int = 10
-    score_key: str = SCORE
-
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return [
-            Document(page_content=self.texts[cid], id=cid,
-                     metadata={CHUNK_ID: cid, SCORE: float(s), self.score_key: float(s)})
-            for cid, s in self.search(query, self.k)
-        ]
-
-
-@dataclass
-class _Variant:
-    key: str
-    texts: dict[str, str]
-    dense: Any = None
-    dense_seconds: float = 0.0
-    bm25: Any = None
-    bm25_seconds: float = 0.0
-    graph: Any = None
-    graph_seconds: float = 0.0
-
-
-def indexed_text(text: str, context: str | None) -> str:
-    """What a contextual index sees: ``context + "\\n\\n" + chunk`` (the chunk alone without a context)."""
-    return f"{context.strip()}\n\n{text}" if context and context.strip() else text
-
-
 class EvalRunner:
     """Builds indexes lazily and runs configurations over one dataset.
 
@@ -155,7 +122,7 @@ class EvalRunner:
         self.settings = settings or get_settings()
         self._embeddings = embeddings
         self.progress = progress
-        self._variants: dict[str, _Variant] = {}
+        self._variants: dict[str, CorpusVariant] = {}
         self._contexts_files: dict[str, dict[str, str]] = {}
 
     # ------------------------------------------------------------ indexes
@@ -163,8 +130,6 @@ class EvalRunner:
     @property
     def embeddings(self) -> Embeddings:
         if self._embeddings is None:
-            from ctxrag.models.embeddings import make_embeddings
-
             self._embeddings = make_embeddings(self.settings)
         return self._embeddings
 
@@ -182,7 +147,7 @@ class EvalRunner:
                               "contexts; pass --contexts FILE (JSONL of chunk_id -> context)")
         return self.dataset.contexts
 
-    def variant(self, config: ExperimentConfig) -> _Variant:
+    def variant(self, config: ExperimentConfig) -> CorpusVariant:
         """The corpus texts this config indexes (plain or with contexts), built once per distinct text set."""
         contexts = self._contexts_for(config)
         texts = {cid: indexed_text(item.text, (contexts or {}).get(cid)) for cid, item in self.dataset.corpus.items()}
@@ -191,98 +156,64 @@ class EvalRunner:
             h.update(cid.encode() + b"\x00" + t.encode() + b"\x01")
         key = h.hexdigest()[:16]
         if key not in self._variants:
-            self._variants[key] = _Variant(key=key, texts=texts)
+            self._variants[key] = CorpusVariant(key=key, texts=texts)
         return self._variants[key]
 
-    def _dense(self, v: _Variant) -> Any:
-        if v.dense is None:
-            from ctxrag.models.embeddings import embed_array
-            from ctxrag.stores.dense import FaissIndex
+    def _contents(self) -> dict[str, str]:
+        return {cid: item.text for cid, item in self.dataset.corpus.items()}
 
-            start = time.perf_counter()
-            ids = list(v.texts)
-            chunks: list[IndexedChunk] = []
-            bar = tqdm(total=len(ids), desc="embedding corpus", unit="chunk", disable=not self.progress, leave=False)
-            for i in range(0, len(ids), EMBED_BATCH):
-                part = ids[i : i + EMBED_BATCH]
-                vecs = embed_array(self.embeddings, [v.texts[c] for c in part], is_query=False)
-                chunks.extend(IndexedChunk(c, c, v.texts[c], self.dataset.corpus[c].text, vector=vec)
-                              for c, vec in zip(part, vecs))
-                bar.update(len(part))
-            bar.close()
-            index = FaissIndex()
-            index.add(chunks)
-            v.dense, v.dense_seconds = index, time.perf_counter() - start
+    def dense_index(self, v: CorpusVariant) -> Any:
+        """The FAISS index over `v`'s texts (built on first use)."""
+        if v.dense is None:
+            v.dense, v.dense_seconds = timed(lambda: build_dense_index(v.texts, self._contents(), self.embeddings,
+                                                                       progress=self.progress))
         return v.dense
 
-    def _bm25(self, v: _Variant) -> Any:
+    def bm25_index(self, v: CorpusVariant) -> Any:
+        """The BM25 index over `v`'s texts (built on first use)."""
         if v.bm25 is None:
-            try:
-                from ctxrag.retrievers.bm25 import BM25ChunkIndex
-            except ImportError as e:
-                raise NotAvailableError(f"BM25 index is not available yet (ctxrag.retrievers.bm25.BM25ChunkIndex): {e}") from None
-            start = time.perf_counter()
-            index = BM25ChunkIndex()
-            index.add([IndexedChunk(c, c, t, self.dataset.corpus[c].text) for c, t in v.texts.items()])
-            v.bm25, v.bm25_seconds = index, time.perf_counter() - start
+            v.bm25, v.bm25_seconds = timed(lambda: build_bm25_index(v.texts, self._contents()))
         return v.bm25
-
-    def _query_vector(self, query: str) -> np.ndarray:
-        from ctxrag.models.embeddings import embed_array
-
-        # the uncached model: latency should include embedding the query, as in real use
-        model = getattr(self.embeddings, "inner", self.embeddings)
-        return embed_array(model, [query], is_query=True)[0]
 
     # ------------------------------------------------------------ retrievers
 
     def build_retriever(self, config: ExperimentConfig, k: int) -> tuple[BaseRetriever, float]:
-        """The LangChain retriever for ``config`` returning at least ``k`` ids, and the index build seconds it used."""
+        """The LangChain retriever for ``config`` returning at least ``k`` ids, and the index build seconds it used.
+
+        Fusion and rerank are the library's own stages (`ctxrag.retrievers.factory.fusion_retriever`,
+        `ctxrag.compressors.build_reranker`), over in-memory indexes of the dataset's corpus.
+        """
         v = self.variant(config)
         depth = max(config.fetch_k, k)
         seconds = 0.0
         parts: list[BaseRetriever] = []
         if config.retrieval is RetrievalMode.GRAPH:
-            return self._graph_retriever(config, v, depth)
+            return self._graph_retriever(v, depth)
         if config.retrieval in (RetrievalMode.DENSE, RetrievalMode.HYBRID):
-            dense = self._dense(v)
+            dense = self.dense_index(v)
             seconds += v.dense_seconds
-            parts.append(IndexRetriever(search=lambda q, kk: dense.search(self._query_vector(q), kk), texts=v.texts,
-                                        k=depth, score_key="dense_score", name="dense"))
+            parts.append(dense_retriever(dense, v.texts, self.embeddings, depth))
         if config.retrieval in (RetrievalMode.BM25, RetrievalMode.HYBRID):
-            bm25 = self._bm25(v)
+            bm25 = self.bm25_index(v)
             seconds += v.bm25_seconds
-            parts.append(IndexRetriever(search=lambda q, kk: bm25.search(q, kk), texts=v.texts, k=depth,
-                                        score_key="bm25_score", name="bm25"))
+            parts.append(bm25_retriever(bm25, v.texts, depth))
         retriever: BaseRetriever = parts[0]
         if len(parts) > 1:
-            from ctxrag.retrievers.fusion import FusionRetriever
-
-            from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
-
-            auto = config.fusion == "auto"  # the library default: per query language, as `make_retriever` does
-            retriever = FusionRetriever(retrievers=parts, weights=config.weights, mode="rrf" if auto else config.fusion,
-                                        c=config.c, k=depth, name="hybrid",
-                                        by_language=dict(LANGUAGE_DEFAULTS) if auto and not config.weights else None)
+            # ``fusion: auto`` is the library default: per query language, as `make_retriever` does
+            retriever = fusion_retriever(parts, k=depth, fusion=config.fusion, weights=config.weights, c=config.c)
         if config.rerank is not RerankMode.NONE:
             retriever = RerankedRetriever(base=retriever, reranker=self._reranker(config), top_n=config.rerank_top_n)
         return retriever, seconds
 
     def _reranker(self, config: ExperimentConfig) -> Any:
-        try:
-            from ctxrag.compressors import build_reranker
-        except ImportError as e:
-            raise NotAvailableError(f"rerank={config.rerank.value} is not available yet (ctxrag.compressors.build_reranker): {e}") from None
         return build_reranker(config.rerank.value, self.settings)
 
-    def _graph_retriever(self, config: ExperimentConfig, v: _Variant, k: int) -> tuple[BaseRetriever, float]:
-        try:
-            from ctxrag.evaluation.graph_adapter import build_graph_retriever
-        except ImportError as e:
-            raise NotAvailableError(f"graph retrieval is not available yet: {e}") from None
+    def _graph_retriever(self, v: CorpusVariant, k: int) -> tuple[BaseRetriever, float]:
         if v.graph is None:
             start = time.perf_counter()
-            v.graph = build_graph_retriever(self, v, k)
+            fallback = dense_retriever(self.dense_index(v), v.texts, self.embeddings, max(k, PPR_PASSAGE_SEEDS))
+            v.graph = build_graph_retriever(self.dataset, v.texts, self.embeddings, k, fallback,
+                                            progress=self.progress)
             v.graph_seconds = time.perf_counter() - start
         return v.graph, v.graph_seconds
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ctxrag.errors import IndexCorruptError
+from ctxrag.settings import get_settings
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS contexts (
@@ -59,8 +60,6 @@ class ContextCache:
     def default(cls, settings: object | None = None) -> ContextCache:
         """The cache under ``settings.cache_dir`` (global settings when None)."""
         if settings is None:
-            from ctxrag.settings import get_settings
-
             settings = get_settings()
         return cls(Path(settings.cache_dir) / "contexts.sqlite")  # type: ignore[attr-defined]
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ctxrag.models.gguf import model_name_for
+
 
 def name_of(model: Any) -> str | None:
     """The model's name for the cache key; a GGUF's file name, not its path (moving $CTXRAG_HOME keeps the cache)."""
@@ -27,8 +29,6 @@ def default_model_name(settings: Any) -> str:
     """The name `make_chat_model(settings)` would give, without building the model (all-cached ingests load none)."""
     llm = settings.llm
     if llm.provider == "local":
-        from ctxrag.models.gguf import model_name_for
-
         return model_name_for(settings)
     return str(llm.model)
 

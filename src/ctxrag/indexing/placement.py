@@ -14,33 +14,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from langchain_core.documents import Document
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.errors import ConfigError, LoadError
 from ctxrag.schema import CONTEXT
 
 CONTEXT_SEPARATOR = "\n\n"
 
 
-class ContextPlacement(str, Enum):
+class ContextPlacement(ChoiceEnum):
     """Where the context goes relative to the chunk text: before it (Anthropic's choice, default) or after it."""
+
+    __label__ = "context placement"
+    __error__ = ConfigError
 
     PREPEND = "prepend"
     APPEND = "append"
-
-    @classmethod
-    def from_str(cls, value: str | ContextPlacement) -> ContextPlacement:
-        if isinstance(value, ContextPlacement):
-            return value
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            raise ConfigError(f"unknown context placement {value!r}; choose one of: {choices}") from None
 
 
 def apply_context(chunk_text: str, context: str | None, placement: str | ContextPlacement = "prepend") -> str:

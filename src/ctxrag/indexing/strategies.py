@@ -17,17 +17,19 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.indexing.context_report import ContextReport
 from ctxrag.indexing.context_text import fallback_header
 from ctxrag.indexing.contextualizer import Contextualizer
 from ctxrag.indexing.document_context import DocumentContextualizer
 
 
-class ContextStrategy(str, Enum):
+class ContextStrategy(ChoiceEnum):
     """A contextual-retrieval strategy; `ContextStrategy.from_str("document+header")`."""
+
+    __label__ = "context strategy"
 
     NONE = "none"
     HEADER = "header"
@@ -36,14 +38,6 @@ class ContextStrategy(str, Enum):
     CHUNK_HEADER = "chunk+header"
     DOCUMENT_HEADER = "document+header"
 
-    @classmethod
-    def from_str(cls, value: str | ContextStrategy) -> ContextStrategy:
-        if isinstance(value, ContextStrategy):
-            return value
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            raise ValueError(f"unknown context strategy {value!r}; use one of {[s.value for s in cls]}") from None
 
     @property
     def uses_llm(self) -> bool:

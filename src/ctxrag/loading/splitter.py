@@ -19,11 +19,11 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from langchain_core.documents import BaseDocumentTransformer, Document
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.errors import ConfigError
 
 # Boundary strength before an atom: lower is stronger.
@@ -63,34 +63,28 @@ def approx_token_count(text: str) -> int:
     return count
 
 
-class SplitUnit(str, Enum):
+class SplitUnit(ChoiceEnum):
     """What ``chunk_size`` counts: characters, or tokens via ``length_function``."""
+
+    __label__ = "split unit"
+    __field__ = "unit"
+    __error__ = ConfigError
 
     CHARS = "chars"
     TOKENS = "tokens"
 
-    @classmethod
-    def from_str(cls, value: str | SplitUnit) -> SplitUnit:
-        try:
-            return cls(value)
-        except ValueError:
-            raise ConfigError(f"unit={value!r} is not one of {[u.value for u in cls]}") from None
 
-
-class SplitMode(str, Enum):
+class SplitMode(ChoiceEnum):
     """``text`` (headings, paragraphs, sentences), ``code`` (definitions, blank lines, lines), or ``auto``
     (code when a document's metadata says ``file_type == "code"``, text otherwise)."""
+
+    __label__ = "split mode"
+    __field__ = "mode"
+    __error__ = ConfigError
 
     TEXT = "text"
     CODE = "code"
     AUTO = "auto"
-
-    @classmethod
-    def from_str(cls, value: str | SplitMode) -> SplitMode:
-        try:
-            return cls(value)
-        except ValueError:
-            raise ConfigError(f"mode={value!r} is not one of {[m.value for m in cls]}") from None
 
 
 @dataclass(frozen=True)

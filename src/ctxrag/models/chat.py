@@ -13,29 +13,25 @@ Example::
 from __future__ import annotations
 
 import functools
-
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import SecretStr, ValidationError
 
 from ctxrag.errors import ConfigError, CtxragError, ModelError
-
-if TYPE_CHECKING:
-    from ctxrag.settings import LLMSettings, Settings
+from ctxrag.models import gguf
+from ctxrag.settings import LLMSettings, Settings, get_settings
 
 NO_KEY = "not-needed"
 """Placeholder API key: OpenAI clients insist on one, local servers ignore it."""
 
 
-def _llm_settings(settings: Settings | None, overrides: dict[str, Any]) -> LLMSettings:
-    from ctxrag.settings import LLMSettings, get_settings
-
-    base = (settings or get_settings()).llm
+def _llm_settings(settings: Settings, overrides: dict[str, Any]) -> LLMSettings:
+    base = settings.llm
     unknown = sorted(set(overrides) - set(LLMSettings.model_fields))
     if unknown:
         raise ConfigError(f"make_chat_model: unknown option(s) {unknown}; known: {sorted(LLMSettings.model_fields)}")
@@ -51,14 +47,14 @@ def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseC
     ``provider="local"``: the GGUF (``llm.model_path``, else the ``llm.local_model`` spec, default the 1.5B,
     assembled from its data wheels), loaded once per process; ``"openai"``: ``ChatOpenAI`` on ``llm.base_url``; ``"none"``: raises ModelError (callers degrade).
     """
+    settings = settings or get_settings()
     llm = _llm_settings(settings, overrides)
     if llm.provider == "none":
         raise ModelError("no LLM is configured (llm.provider='none'); set CTXRAG_LLM__PROVIDER=local or openai")
     if llm.provider == "openai":
         return _openai_chat_model(llm)
     if llm.provider == "local":
-        from ctxrag.models.gguf import local_model_path, model_spec
-        from ctxrag.models.llamacpp import LocalLlamaChatModel
+        from ctxrag.models.llamacpp import LocalLlamaChatModel  # needs the optional llama-cpp-python
 
         if llm.model_path is not None:
             path = Path(llm.model_path).expanduser()
@@ -66,10 +62,8 @@ def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseC
                 raise ModelError(f"llm.model_path={str(path)!r}: no such file")
             name = path.stem
         else:
-            from ctxrag.settings import get_settings
-
-            spec = model_spec(llm.local_model)
-            path = local_model_path(settings or get_settings(), spec=spec)
+            spec = gguf.model_spec(llm.local_model)
+            path = gguf.local_model_path(settings, spec=spec)  # looked up per call: tests stand in a fake
             name = spec.name
         return LocalLlamaChatModel(
             model_path=str(path),

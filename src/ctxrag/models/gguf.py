@@ -22,13 +22,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ctxrag.errors import ConfigError, ModelFileError
-from ctxrag.stores.atomic import fsync_dir
-
-if TYPE_CHECKING:
-    from ctxrag.settings import Settings
+from ctxrag.fileio import fsync_dir
+from ctxrag.settings import Settings, get_settings
 
 _CHUNK = 4 * 1024 * 1024
 
@@ -228,10 +225,7 @@ def local_model_path(
     ``locate_parts`` and ``expected_sha256`` exist so tests can assemble fake parts. An existing file is trusted when
     its ``.sha256`` sidecar matches its size and mtime; otherwise it is re-hashed once, and reassembled when wrong.
     """
-    if settings is None:
-        from ctxrag.settings import get_settings
-
-        settings = get_settings()
+    settings = settings or get_settings()
     if settings.llm.model_path is not None and spec is None:
         path = Path(settings.llm.model_path).expanduser()
         if not path.is_file():

@@ -19,6 +19,7 @@ from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.errors import ConfigError
 from ctxrag.retrievers.base import call_arguments
+from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionRetriever
 
 log = logging.getLogger(__name__)
 
@@ -120,15 +121,28 @@ def _base(
     if mode == "bm25":
         return KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")  # fills up to k with zero-score chunks
     bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, fill=False, name="bm25")  # zero-score filler would add noise
-    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionRetriever
-
     # each side contributes a deeper list than k so fusion has overlap to work with
     depth = max(k, 2 * k if k < 50 else k)
+    return fusion_retriever([dense(depth), bm25.model_copy(update={"k": depth})], k=k, fusion=fusion,
+                            weights=weights, c=c, filter=filter)
+
+
+def fusion_retriever(retrievers: Sequence[BaseRetriever], *, k: int, fusion: str = "auto",
+                     weights: Sequence[float] | None = None, c: float = 60, filter: Any = None,
+                     name: str = "hybrid") -> FusionRetriever:
+    """The hybrid stage over ranked `retrievers` ([dense, bm25]), as `make_retriever` and the evaluation build it.
+
+    ``fusion="auto"`` without `weights` takes mode, weights and c per query language from `LANGUAGE_DEFAULTS`;
+    otherwise `fusion` names the mode (``"rrf"``, ``"relative_score"``, ``"dbsf"``) and `weights` default to equal.
+
+    Example: ``fusion_retriever([dense, bm25], k=10)`` fuses by the query's language defaults.
+    """
+    parts = list(retrievers)
     auto = fusion == "auto"
     return FusionRetriever(
-        retrievers=[dense(depth), bm25.model_copy(update={"k": depth})],
-        weights=list(weights) if weights is not None else [0.5, 0.5], mode="rrf" if auto else fusion, c=c,
-        k=k, filter=filter, name="hybrid", by_language=dict(LANGUAGE_DEFAULTS) if auto and weights is None else None,
+        retrievers=parts, weights=list(weights) if weights is not None else [1.0 / len(parts)] * len(parts),
+        mode="rrf" if auto else fusion, c=c, k=k, filter=filter, name=name,
+        by_language=dict(LANGUAGE_DEFAULTS) if auto and weights is None else None,
     )
 
 
@@ -165,8 +179,6 @@ def make_multi_kb_retriever(kbs: Sequence[Any], mode: str = "hybrid", k: int = 1
         raise ConfigError("no knowledge base given")
     if len(kbs) == 1:
         return make_retriever(kbs[0], mode=mode, k=k, **kwargs)
-    from ctxrag.retrievers.fusion import FusionRetriever
-
     parts = [make_retriever(kb, mode=mode, k=k, **kwargs) for kb in kbs]
     for kb, p in zip(kbs, parts):
         p.name = f"kb:{kb.name}"

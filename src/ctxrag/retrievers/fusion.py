@@ -1,7 +1,7 @@
 """Fusion of several ranked lists into one: weighted reciprocal rank fusion, relative-score fusion and
 distribution-based score fusion, deduplicated by stable chunk id.
 
-Chunk identity (``chunk_key``): ``metadata["chunk_id"]``, else ``Document.id``, else a sha256 of
+Chunk identity (``ctxrag.schema.chunk_key``): ``metadata["chunk_id"]``, else ``Document.id``, else a sha256 of
 ``metadata["source"]`` and ``page_content``. Two different chunks with the same text (boilerplate, repeated headers)
 therefore stay two chunks; LangChain's `EnsembleRetriever` merges them because it keys on the page text.
 
@@ -21,10 +21,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import warnings
-from enum import Enum
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -33,16 +31,22 @@ from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables.config import patch_config
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, rename_deprecated, sub_call_kwargs
-from ctxrag.schema import CHUNK_ID, SCORE, SOURCE
+from ctxrag.schema import SCORE, chunk_key
 from ctxrag.text import detect_language
 
 FUSION_SCORE = "fusion_score"
 FUSION_SOURCES = "fusion_sources"
 
 
-class FusionMode(str, Enum):
+class FusionMode(ChoiceEnum):
     """How ranked lists are combined."""
+
+    __label__ = "fusion mode"
+    __aliases__ = {"reciprocal_rank_fusion": "rrf", "relative_score_fusion": "relative_score", "rsf": "relative_score",
+                   "distribution_based": "dbsf", "distribution_based_score_fusion": "dbsf",
+                   "distribution_based_rank_fusion": "dbsf"}
 
     RRF = "rrf"
     """Weighted reciprocal rank fusion: sum of ``w / (c + rank)``; uses ranks only."""
@@ -50,31 +54,6 @@ class FusionMode(str, Enum):
     """Min-max normalise each list's scores to [0, 1], then take the weighted mean (Weaviate's relativeScoreFusion)."""
     DBSF = "dbsf"
     """Distribution-based score fusion: map ``mean +- 3 std`` of each list to [0, 1], then the weighted mean."""
-
-    @classmethod
-    def from_str(cls, value: str | FusionMode) -> FusionMode:
-        """Parse a mode name; accepts the long names too (``reciprocal_rank_fusion``, ``distribution_based``...)."""
-        if isinstance(value, FusionMode):
-            return value
-        key = str(value).strip().lower().replace("-", "_").replace(" ", "_")
-        mode = _ALIASES.get(key)
-        if mode is None:
-            choices = ", ".join(m.value for m in cls)
-            raise ValueError(f"unknown fusion mode {value!r}; choose one of: {choices}")
-        return mode
-
-
-_ALIASES: dict[str, FusionMode] = {
-    "rrf": FusionMode.RRF,
-    "reciprocal_rank_fusion": FusionMode.RRF,
-    "relative_score": FusionMode.RELATIVE_SCORE,
-    "relative_score_fusion": FusionMode.RELATIVE_SCORE,
-    "rsf": FusionMode.RELATIVE_SCORE,
-    "dbsf": FusionMode.DBSF,
-    "distribution_based": FusionMode.DBSF,
-    "distribution_based_score_fusion": FusionMode.DBSF,
-    "distribution_based_rank_fusion": FusionMode.DBSF,
-}
 
 
 class FusionPreset(BaseModel):
@@ -102,17 +81,6 @@ LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
 }
 """Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen by the
 numbers in docs/chinese_retrieval.md (bench/bench_chinese.py) and the README's contextual-retrieval table."""
-
-
-def chunk_key(doc: Document) -> str:
-    """The identity fusion deduplicates on (see the module docstring)."""
-    chunk_id = doc.metadata.get(CHUNK_ID)
-    if chunk_id is not None and chunk_id != "":
-        return str(chunk_id)
-    if doc.id:
-        return str(doc.id)
-    source = str(doc.metadata.get(SOURCE, ""))
-    return "sha256:" + hashlib.sha256(f"{source}\x00{doc.page_content}".encode("utf-8")).hexdigest()
 
 
 def _check_weights(weights: list[float] | None, n: int) -> list[float]:

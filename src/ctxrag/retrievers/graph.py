@@ -33,7 +33,6 @@ Example::
 from __future__ import annotations
 
 import logging
-from enum import Enum
 from typing import Any, Callable
 
 import numpy as np
@@ -45,6 +44,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import Field, field_validator, model_validator
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.graph.expand import expand_relations
 from ctxrag.graph.index import GraphIndex
 from ctxrag.graph.normalize import entity_key
@@ -68,8 +68,10 @@ PPR_PASSAGE_SEEDS = 20
 """Default number of fallback (dense) passages that seed the PageRank walk; give the fallback retriever k >= this."""
 
 
-class GraphRerank(str, Enum):
+class GraphRerank(ChoiceEnum):
     """How candidate relations are ranked."""
+
+    __label__ = "graph rerank"
 
     LLM = "llm"
     """An LLM picks the useful relations (one-shot prompt); the rest follow in embedding order."""
@@ -84,15 +86,6 @@ class GraphRerank(str, Enum):
     """Cosine of two-relation chains ("r1. r2", sharing an entity) with the question: embeds the hop an LLM would
     reason out, so "teacher of Euler. son of Johann" outranks the first hop alone. Costs ~`path_beam` x
     `path_fanout` short embeddings per question."""
-
-    @classmethod
-    def from_str(cls, value: str | GraphRerank) -> GraphRerank:
-        if isinstance(value, GraphRerank):
-            return value
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            raise ValueError(f"unknown graph rerank {value!r}; choose one of: llm, embedding, path, ppr") from None
 
 
 def parse_relation_choice(reply: str, candidates: list[str]) -> list[int] | None:

@@ -33,7 +33,11 @@ from langserve import add_routes
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, ModelError
-from ctxrag.models.chat import as_model_error, model_failure_types
+from ctxrag import __version__
+from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.models import chat
+from ctxrag.models.chat import as_model_error, describe_endpoint, model_failure_types
+from ctxrag.server import runnables
 from ctxrag.server.middleware import (
     BatchSizeLimitMiddleware,
     BearerAuthMiddleware,
@@ -133,9 +137,6 @@ def create_app(
     `llm` defaults to `make_chat_model(settings)`; when no chat model can be made, ``/ask`` and ``/chat`` are left
     out and ``/health`` says why. Auth and the body limit come from ``settings.server``.
     """
-    from ctxrag.knowledge_base import KnowledgeBase
-    from ctxrag.server import runnables
-
     s = settings or get_settings()
     token = check_auth_token(s.server)
     if kbs is None:
@@ -148,10 +149,8 @@ def create_app(
         raise ConfigError("create_app: no knowledge base given")
     llm_note = "injected"
     if llm is None:
-        from ctxrag.models.chat import describe_endpoint, make_chat_model
-
         try:
-            llm = make_chat_model(s)
+            llm = chat.make_chat_model(s)  # looked up per call, so tests can stand in a model
             llm_note = describe_endpoint(llm)
         except CtxragError as e:
             llm_note = f"unavailable: {e}"
@@ -214,6 +213,4 @@ def create_app(
 
 
 def _version() -> str:
-    from ctxrag import __version__
-
     return __version__

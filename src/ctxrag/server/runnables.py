@@ -25,7 +25,11 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator
 from langchain_core.runnables.utils import AddableDict
 from pydantic import BaseModel, Field
 
+from ctxrag.chains.assistant import build_assistant_chain
+from ctxrag.chains.rag import build_rag_chain
 from ctxrag.errors import DocumentNotFound
+from ctxrag.notes import NoteBook
+from ctxrag.retrievers.factory import make_multi_kb_retriever
 from ctxrag.text import check_query
 
 DEFAULT_MAX_QUERY_CHARS = 4000
@@ -179,7 +183,6 @@ def _path_filter() -> Runnable:
 def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
                     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """Query string -> ranked chunks (`Document` with ``score`` metadata) over the knowledge bases `kbs`."""
-    from ctxrag.retrievers.factory import make_multi_kb_retriever
 
     retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k)
 
@@ -194,8 +197,6 @@ def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
 def ask_runnable(kbs: Sequence[Any], llm: Any, *, mode: str = "hybrid", k: int = 4,
                  max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """The RAG chain (`ctxrag.chains.rag.build_rag_chain`) over the knowledge bases `kbs`, typed for serving."""
-    from ctxrag.chains.rag import build_rag_chain
-    from ctxrag.retrievers.factory import make_multi_kb_retriever
 
     chain = build_rag_chain(make_multi_kb_retriever(list(kbs), mode=mode, k=k), llm)
     chain = _question_checker(max_query_chars) | chain | _path_filter()
@@ -258,7 +259,6 @@ def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast",
     """The routing assistant (`ctxrag.chains.assistant.Assistant`) over `kb`, streaming sync and async, typed.
 
     Unknown ``selected_doc_ids`` raise `DocumentNotFound` naming them (HTTP 404) before the assistant runs."""
-    from ctxrag.chains.assistant import build_assistant_chain
 
     bot = build_assistant_chain(kb, llm, router=router, k=k)
 
@@ -278,7 +278,6 @@ def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast",
 
 def notes_runnable(kb: Any, *, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """Add, search and list notes of `kb` (see `NotesInput`); returns `NotesOutput` as a dict."""
-    from ctxrag.notes import NoteBook
 
     book = NoteBook(kb)
 

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 import filelock
 
 from ctxrag.errors import IndexCorruptError, KnowledgeBaseLocked
-from ctxrag.stores.atomic import atomic_write_json, fsync_dir, fsync_tree
+from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
 
 log = logging.getLogger(__name__)
 

@@ -13,31 +13,23 @@ change), multiplied at query time. So incremental updates stay exact and a query
 """
 from __future__ import annotations
 
-from enum import Enum
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ctxrag.enums import ChoiceEnum
 from ctxrag.errors import ConfigError
 
 
-class BM25Variant(str, Enum):
+class BM25Variant(ChoiceEnum):
     """Which BM25 formula scores documents."""
+
+    __label__ = "BM25 variant"
+    __error__ = ConfigError
+    __aliases__ = {"bm25": "okapi", "bm25okapi": "okapi", "bm25plus": "bm25+", "plus": "bm25+", "l": "bm25l"}
 
     OKAPI = "okapi"
     PLUS = "bm25+"
     L = "bm25l"
-
-    @classmethod
-    def from_str(cls, value: str | BM25Variant) -> BM25Variant:
-        if isinstance(value, cls):
-            return value
-        aliases = {"okapi": cls.OKAPI, "bm25": cls.OKAPI, "bm25okapi": cls.OKAPI, "bm25+": cls.PLUS,
-                   "bm25plus": cls.PLUS, "plus": cls.PLUS, "bm25l": cls.L, "l": cls.L}
-        key = str(value).lower().replace("-", "").replace("_", "")
-        if key not in aliases:
-            raise ConfigError(f"unknown BM25 variant {value!r}; expected one of 'okapi', 'bm25+', 'bm25l'")
-        return aliases[key]
 
 
 # rank_bm25's defaults per variant

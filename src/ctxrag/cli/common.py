@@ -1,0 +1,74 @@
+"""What every `ctxrag` command shares: the --debug state, opening knowledge bases by name, checking the query, and
+turning expected failures into a one-line error with exit code 1.
+
+Example::
+
+    from ctxrag.cli.common import guard, open_kb
+    guard(lambda: print(open_kb("demo").stats()))
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Optional
+
+import typer
+
+from ctxrag.errors import CtxragError
+from ctxrag.settings import get_settings
+
+STATE: dict[str, Any] = {"debug": False}
+
+
+def fail(msg: str, code: int = 1) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def callbacks() -> list:
+    if not STATE["debug"]:
+        return []
+    from ctxrag.debug import DebugLogHandler
+
+    return [DebugLogHandler()]
+
+
+def open_kb(name: str, create: bool = False) -> Any:
+    from ctxrag.knowledge_base import KnowledgeBase
+
+    return KnowledgeBase.open(name, get_settings(), create=create)
+
+
+def kb_or_default(kb: Optional[str]) -> str:
+    """`--kb` as given (an empty one is an error, not the default), or the default knowledge base."""
+    from ctxrag.knowledge_base import validate_kb_name
+
+    return get_settings().default_kb if kb is None else validate_kb_name(kb)
+
+
+def check_text(text: str, what: str) -> str:
+    from ctxrag.text import check_query
+
+    return check_query(text, get_settings().max_query_chars, what=what)
+
+
+def guard(fn: Any) -> Any:
+    """Run a command body, turning expected failures into a one-line error and exit code 1."""
+    try:
+        return fn()
+    except typer.Exit:
+        raise
+    except CtxragError as e:
+        fail(str(e))
+    except sqlite3.DatabaseError as e:  # a store damaged past what opening it checks
+        fail(f"a SQLite database is damaged or busy ({e}); see `ctxrag kb check NAME`")
+
+
+def retriever_for(kbs: list[str], mode: str, k: int, rerank: str, search_type: str) -> Any:
+    from ctxrag.retrievers.factory import make_multi_kb_retriever
+
+    opened = [open_kb(n) for n in kbs]
+    return make_multi_kb_retriever(opened, mode=mode, k=k, rerank=rerank, search_type=search_type)
+
+
+def kb_names(kb: Optional[list[str]]) -> list[str]:
+    return kb or [get_settings().default_kb]

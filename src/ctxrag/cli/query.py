@@ -1,0 +1,147 @@
+"""`ctxrag search`, `ctxrag ask` and `ctxrag demo`: ranked chunks, and answers streamed with their sources.
+
+    ctxrag search "FaissIndex.search 的参数" --kb myproject -k 10 --mode hybrid --json
+    ctxrag ask "星河知识库支持哪些文件格式？" --kb myproject
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ctxrag.cli.common import callbacks, check_text, guard, kb_names, open_kb, retriever_for
+from ctxrag.cli.display import printable
+from ctxrag.settings import get_settings
+
+def search(
+    query: str = typer.Argument(...),
+    kb: Optional[list[str]] = typer.Option(None, "--kb", help="Knowledge base(s); repeat to search several."),
+    k: int = typer.Option(10, "-k", "--k", min=1),
+    mode: str = typer.Option("hybrid", "--mode", help="dense | bm25 | hybrid | graph"),
+    rerank: str = typer.Option("none", "--rerank", help="none | jina | llm"),
+    search_type: str = typer.Option("similarity", "--search-type", help="similarity | mmr (dense side)"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Ranked chunks with score, source, chunk id and the full chunk text."""
+
+    def body() -> None:
+        checked = check_text(query, "query")
+        retriever = retriever_for(kb_names(kb), mode, k, rerank, search_type)
+        docs = retriever.invoke(checked, config={"callbacks": callbacks()})
+        if json_out:
+            typer.echo(json.dumps([{"rank": i, "chunk_id": d.metadata.get("chunk_id"), "score": d.metadata.get("score"),
+                                    "source": d.metadata.get("source"), "kb": d.metadata.get("kb"),
+                                    "heading_path": d.metadata.get("heading_path"), "text": d.page_content}
+                                   for i, d in enumerate(docs, 1)], ensure_ascii=False, indent=1))
+            return
+        if not docs:
+            typer.echo("no results")
+        for i, d in enumerate(docs, 1):
+            md = d.metadata
+            score = md.get("score")
+            source = printable(md.get("source"))
+            typer.echo(f"#{i}  score={score:.4f}  {source}  [{md.get('chunk_id')}]"
+                       if isinstance(score, float) else f"#{i}  {source}  [{md.get('chunk_id')}]")
+            if md.get("heading_path"):
+                typer.echo(f"    {printable(md['heading_path'])}")
+            typer.echo(d.page_content)
+            typer.echo("")
+
+    guard(body)
+
+
+def ask(
+    question: str = typer.Argument(...),
+    kb: Optional[list[str]] = typer.Option(None, "--kb", help="Knowledge base(s); repeat to use several."),
+    k: int = typer.Option(4, "-k", "--k", min=1, help="Chunks given to the model."),
+    mode: str = typer.Option("hybrid", "--mode"),
+    rerank: str = typer.Option("none", "--rerank"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Answer a question from the knowledge base with [n] citations; streams to the terminal."""
+    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.models.chat import make_chat_model, wrap_model_errors
+
+    def body() -> None:
+        checked = check_text(question, "question")
+        llm = make_chat_model(get_settings())
+        chain = build_rag_chain(retriever_for(kb_names(kb), mode, k, rerank, "similarity"), llm)
+        cfg = {"callbacks": callbacks()}
+        if json_out:
+            with wrap_model_errors(llm):
+                out = chain.invoke(checked, config=cfg)
+            typer.echo(json.dumps({"question": question, "answer": out["answer"], "sources": out["sources"],
+                                   "invalid_citations": out["invalid_citations"],
+                                   "retrieved": [d.metadata.get("chunk_id") for d in out["documents"]]},
+                                  ensure_ascii=False, indent=1))
+            return
+        stream_answer(chain, llm, checked, cfg)
+
+    guard(body)
+
+
+def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Print the answer as the model writes it, then its sources; returns the non-answer fields."""
+    from ctxrag.models.chat import wrap_model_errors
+
+    final: dict[str, Any] = {}
+    with wrap_model_errors(llm):
+        for chunk in chain.stream(question, config=config):
+            if "answer" in chunk:
+                typer.echo(chunk["answer"], nl=False)
+            final.update({k: v for k, v in chunk.items() if k != "answer"})
+    typer.echo("")
+    print_sources(final.get("sources", []), final.get("invalid_citations", []))
+    return final
+
+
+def print_sources(sources: list[dict[str, Any]], invalid: list[int]) -> None:
+    if sources:
+        inferred = all(s.get("inferred") for s in sources)
+        typer.echo("\nSources (inferred from overlap; the model cited none):" if inferred else "\nSources:")
+        for s in sources:
+            where = f" > {s['heading_path']}" if s.get("heading_path") else ""
+            typer.echo(f"  [{s['n']}] {printable(s['source'])}{printable(where)}  ({s['chunk_id']})")
+    else:
+        typer.echo("\n(no sources cited)")
+    if invalid:
+        typer.echo(f"  (the model cited sources that do not exist: {invalid})")
+
+
+def demo(
+    corpus: Path = typer.Option(Path("examples/sample_corpus"), help="Folder to ingest."),
+    questions: Path = typer.Option(Path("examples/sample_questions.json"), help="JSON list of questions."),
+    kb: str = typer.Option("demo", "--kb"),
+) -> None:
+    """Ingest the sample corpus and answer its questions with cited sources (the embedded offline default)."""
+    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.models.chat import make_chat_model, wrap_model_errors
+
+    def body() -> None:
+        kbase = open_kb(kb, create=True)
+        report = kbase.ingest([corpus])
+        typer.echo(f"ingested {corpus}: {len(report.added)} added, {len(report.updated)} updated, "
+                   f"{len(report.skipped)} skipped, {len(report.failed)} failed")
+        for f in report.failed:
+            typer.echo(f"  failed {f.path}: {f.reason}")
+        items = json.loads(questions.read_text(encoding="utf-8"))
+        llm = make_chat_model(get_settings())
+        typer.echo(f"answering with {describe_model(llm)}")
+        chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm)
+        for item in items:
+            q = item["question"] if isinstance(item, dict) else str(item)
+            typer.echo(f"\nQ: {q}\nA: ", nl=False)
+            stream_answer(chain, llm, q, {"callbacks": callbacks()})
+
+    guard(body)
+
+
+def describe_model(llm: Any) -> str:
+    """One line naming the chat model for the demo: the local GGUF (and how to switch) or the endpoint's model."""
+    path = getattr(llm, "model_path", None)
+    if path:
+        return (f"the local model {getattr(llm, 'model_name', '') or Path(path).stem} (in-process llama.cpp; "
+                "CTXRAG_LLM__LOCAL_MODEL=0.5b picks the faster, weaker 0.5B)")
+    return f"{getattr(llm, 'model_name', None) or getattr(llm, 'model', '?')} at {getattr(llm, 'openai_api_base', '?')}"
