@@ -1,0 +1,48 @@
+"""Stored chunk records -> `IndexedChunk`s with their passage vectors: the one "embed, then attach the vector" loop.
+
+Every writer that fills a dense index goes through `embed_chunks`: ingest, `KnowledgeBase.upsert_chunked` (the
+LangChain VectorStore face), rebuilding an index a generation lacks, reconciling Chroma/Milvus, and ``ctxrag kb
+repair``. The texts are embedded in one call, so the embedding model's own batching and progress bar apply as before.
+
+Example::
+
+    from ctxrag.models.embeddings import embed_array, make_embeddings
+    from ctxrag.stores.docstore import ChunkRecord
+    from ctxrag.stores.embedding import embed_chunks
+    emb = make_embeddings()
+    record = ChunkRecord("d:0", "d", 0, "Falcon pumps", "Falcon pumps", None, {})
+    [chunk] = embed_chunks([record], lambda texts: embed_array(emb, texts))
+    chunk.vector.shape                                 # (384,)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from ctxrag.errors import ModelError
+from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.docstore import ChunkRecord
+
+EmbedFn = Callable[[list[str]], np.ndarray]
+"""Passage texts -> unit-normalised float32 vectors, one row per text (e.g. ``ctxrag.models.embeddings.embed_array``
+bound to a model)."""
+
+
+def to_indexed(record: ChunkRecord) -> IndexedChunk:
+    """What an index receives for a stored chunk (its metadata copied, no vector yet)."""
+    return IndexedChunk(record.chunk_id, record.doc_id, record.indexed_text, record.content, dict(record.metadata))
+
+
+def embed_chunks(records: Iterable[ChunkRecord], embed: EmbedFn | None) -> list[IndexedChunk]:
+    """`IndexedChunk`s for `records`, each with its vector from one `embed` call over the indexed texts; without
+    `embed` (an index that needs no vectors) the chunks come back without vectors and no model runs."""
+    chunks = [to_indexed(r) for r in records]
+    if embed is None or not chunks:
+        return chunks
+    vectors = embed([c.text for c in chunks])
+    if len(vectors) != len(chunks):
+        raise ModelError(f"embedding model returned {len(vectors)} vectors for {len(chunks)} chunks")
+    for chunk, vector in zip(chunks, vectors):
+        chunk.vector = vector
+    return chunks
