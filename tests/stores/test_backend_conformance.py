@@ -265,7 +265,7 @@ def test_failed_ingest_rolls_back_backend(kb: KnowledgeBase, corpus: Path, monke
     def boom(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(kb, "_commit", boom)
+    monkeypatch.setattr(kb.snapshots, "commit", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         kb.ingest([corpus], progress=False)
     monkeypatch.undo()
