@@ -1,7 +1,7 @@
 """A named knowledge base: SQLite document store plus per-chunk indexes (dense FAISS, BM25, ...) kept in step.
 
 A facade that wires the parts: the ingest pipeline (`ctxrag.indexing.pipeline`: load -> split -> contextualize ->
-embed once -> index), the index kinds (`ctxrag.stores.registry`), and the index generations (`ctxrag.stores.snapshots`
+embed once -> extract graph triplets -> index), the index kinds (`ctxrag.stores.registry`), and the index generations (`ctxrag.stores.snapshots`
 and `ctxrag.stores.generations`: write lock, commit, load, rollback). Persistence: each commit writes every index into a
 fresh generation folder (``indexes/gen-N``), fsyncs it, and only then commits the SQLite transaction that records ``N``
 as current; a crash at any point leaves the previous generation and the previous rows readable. No pickle anywhere.
@@ -37,7 +37,7 @@ from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.generations import GenerationStore
-from ctxrag.stores.registry import IndexSetup, index_factories
+from ctxrag.stores.registry import IndexSetup, index_factories, triplet_stage
 from ctxrag.stores.snapshots import IndexSnapshots
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,7 +156,8 @@ class KnowledgeBase:
     # -- ingest (see ctxrag.indexing.pipeline) ----------------------------------------------------------------
     def pipeline(self) -> IngestPipeline:
         """The ingest pipeline writing into this knowledge base (with its current settings)."""
-        return IngestPipeline(self.name, self.settings, self.store, self.snapshots, self._embed)
+        return IngestPipeline(self.name, self.settings, self.store, self.snapshots, self._embed,
+                              extract_triplets=triplet_stage(self.settings))
 
     def ingest(
         self,

@@ -1,9 +1,10 @@
-"""The ingest pipeline of one knowledge base: load -> split -> contextualize -> embed once -> index -> commit.
+"""The ingest pipeline of one knowledge base: load -> split -> contextualize -> embed once -> extract graph triplets
+(when the graph index is on) -> index -> commit.
 
-The slow stages (loading, splitting, contextualizing, embedding) run per document with no lock held
+The slow stages (loading, splitting, contextualizing, embedding, triplet extraction) run per document with no lock held
 (`IngestPipeline.prepare`); every `commit_every` prepared documents are then applied under the inter-process write
 lock on top of the generation current *now* (`ctxrag.indexing.prepared.apply_prepared`) and committed as the next
-index generation (`ctxrag.stores.snapshots`). Graph triplets are extracted by the graph index as it adds chunks.
+index generation (`ctxrag.stores.snapshots`).
 A bad file fails alone, as a ``failed`` outcome in the `IngestReport`; the others are still ingested.
 
 Example::
@@ -29,6 +30,7 @@ from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_r
 from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.loading import LoadedDocument, expand_paths, load_file
 from ctxrag.settings import Settings
+from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.embedding import EmbedFn, embed_chunks, to_indexed
 from ctxrag.stores.snapshots import IndexSnapshots, missing_from
@@ -43,16 +45,19 @@ class IngestPipeline:
     """Writes documents into the store and indexes of one knowledge base (see the module docstring).
 
     `store` is the knowledge base's reading connection (to skip unchanged documents early), `snapshots` its index
-    generations (write sessions and commits), `embed` its passage embedder."""
+    generations (write sessions and commits), `embed` its passage embedder, `extract_triplets` (when the graph
+    index is on) puts each chunk's graph triplets into its metadata (`ctxrag.stores.registry.triplet_stage`)."""
 
     def __init__(
-        self, kb_name: str, settings: Settings, store: DocStore, snapshots: IndexSnapshots, embed: EmbedFn
+        self, kb_name: str, settings: Settings, store: DocStore, snapshots: IndexSnapshots, embed: EmbedFn,
+        extract_triplets: Callable[[list[IndexedChunk]], None] | None = None,
     ) -> None:
         self.kb_name = kb_name
         self.settings = settings
         self.store = store
         self.snapshots = snapshots
         self.embed = embed
+        self.extract_triplets = extract_triplets
 
     # -- entry points -----------------------------------------------------------------
     def ingest_files(
@@ -178,8 +183,8 @@ class IngestPipeline:
         report.files.extend(outcomes)
 
     def prepare(self, loaded: LoadedDocument, contextualizer: Any, precomputed: dict[str, str] | None) -> Prepared:
-        """Split, contextualize and embed a loaded document (no lock held); an unchanged, fully indexed one is
-        skipped, one stored but missing from an index is indexed again."""
+        """Split, contextualize, extract graph triplets and embed a loaded document (no lock held); an unchanged,
+        fully indexed one is skipped, one stored but missing from an index is indexed again."""
         source = loaded.source
         doc_id = schema.make_doc_id(self.kb_name, source)
         chash = schema.content_hash(loaded.text)
@@ -197,6 +202,8 @@ class IngestPipeline:
         if not records:
             raise LoadError(source, "no text to index after splitting")
         indexed = embed_chunks(records, self.embed)
+        if self.extract_triplets is not None:
+            self.extract_triplets(indexed)
         warnings = list(getattr(loaded, "warnings", []))  # e.g. malformed JSONL lines skipped
         return PreparedDocument(doc_id, source, loaded.title, chash, loaded.text, meta, records, indexed, reason,
                                 warnings=warnings)

@@ -23,6 +23,7 @@ from langchain_core.embeddings import Embeddings
 
 from ctxrag.settings import Settings
 from ctxrag.stores.backends import dense_factories
+from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord
 from ctxrag.stores.embedding import EmbedFn
@@ -76,6 +77,24 @@ def _graph_factories(setup: IndexSetup) -> tuple[Callable[[], Any], Callable[[Pa
         lambda: GraphIndex(setup.embeddings(), extractor=extractor, show_progress=False),
         lambda d: GraphIndex.load(d, setup.embeddings(), extractor=extractor, show_progress=False),
     )
+
+
+def triplet_stage(settings: Settings) -> Callable[[list[IndexedChunk]], None] | None:
+    """When the graph index is on: a function that puts each chunk's triplets into ``metadata["triplets"]`` (extracted
+    from its indexed text by the chat model), so ingest extracts them before the write lock and `GraphIndex.add`
+    only reads them. None when the graph index is off."""
+    if not settings.graph:
+        return None
+    from ctxrag.graph import TRIPLETS_KEY
+
+    extractor = LazyTripletExtractor(settings)
+
+    def extract(chunks: list[IndexedChunk]) -> None:
+        for chunk in chunks:
+            if TRIPLETS_KEY not in chunk.metadata:
+                chunk.metadata[TRIPLETS_KEY] = extractor(chunk.text)
+
+    return extract
 
 
 class LazyTripletExtractor:
