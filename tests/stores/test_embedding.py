@@ -51,3 +51,21 @@ def test_no_embed_function_or_no_records_runs_no_model() -> None:
 def test_wrong_number_of_vectors_names_both_counts() -> None:
     with pytest.raises(ModelError, match="1 vectors for 2 chunks"):
         embed_chunks(RECORDS, lambda texts: np.zeros((1, 3), dtype=np.float32))
+
+
+def test_batches_give_the_same_vectors_one_call_per_batch(shared_embeddings) -> None:  # noqa: ANN001
+    from ctxrag.stores.embedding import attach_vectors
+
+    records = [ChunkRecord(f"d:{i}", "d", i, f"chunk {i} about pumps", f"chunk {i} about pumps", None, {})
+               for i in range(5)]
+    sizes: list[int] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        sizes.append(len(texts))
+        return embed_array(shared_embeddings, texts)
+
+    batched = attach_vectors([to_indexed(r) for r in records], embed, batch_size=2, progress=True, desc="test")
+    whole = embed_chunks(records, embed)
+    assert sizes == [2, 2, 1, 5]
+    for a, b in zip(batched, whole):
+        assert a.vector is not None and np.allclose(a.vector, b.vector, atol=1e-6)

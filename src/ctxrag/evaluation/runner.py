@@ -198,18 +198,14 @@ class EvalRunner:
         if v.dense is None:
             from ctxrag.models.embeddings import embed_array
             from ctxrag.stores.dense import FaissIndex
+            from ctxrag.stores.embedding import attach_vectors
 
             start = time.perf_counter()
-            ids = list(v.texts)
-            chunks: list[IndexedChunk] = []
-            bar = tqdm(total=len(ids), desc="embedding corpus", unit="chunk", disable=not self.progress, leave=False)
-            for i in range(0, len(ids), EMBED_BATCH):
-                part = ids[i : i + EMBED_BATCH]
-                vecs = embed_array(self.embeddings, [v.texts[c] for c in part], is_query=False)
-                chunks.extend(IndexedChunk(c, c, v.texts[c], self.dataset.corpus[c].text, vector=vec)
-                              for c, vec in zip(part, vecs))
-                bar.update(len(part))
-            bar.close()
+            chunks = attach_vectors(
+                [IndexedChunk(c, c, t, self.dataset.corpus[c].text) for c, t in v.texts.items()],
+                lambda texts: embed_array(self.embeddings, texts), batch_size=EMBED_BATCH, progress=self.progress,
+                desc="embedding corpus",
+            )
             index = FaissIndex()
             index.add(chunks)
             v.dense, v.dense_seconds = index, time.perf_counter() - start
