@@ -94,9 +94,9 @@ def test_document_stored_but_missing_from_an_index_is_reindexed(settings: Settin
     _doc(folder, "two", "mosaicdrift")
     kb.ingest([folder], progress=False)
     lost = [c.chunk_id for c in kb.store.chunks_of(kb.get_document("two.md").doc_id)]
-    with kb._write_session() as session:  # simulate the old lost-update bug: bm25 lacks a stored document
+    with kb.snapshots.session() as session:  # simulate the old lost-update bug: bm25 lacks a stored document
         session.indexes["bm25"].delete(lost)
-        kb._commit()
+        kb.snapshots.commit(session)
     assert kb.stats()["indexes"] == {"dense": 2, "bm25": 1}
     report = kb.ingest([folder], progress=False)
     by_name = {Path(f.path).name: f for f in report.files}

@@ -152,9 +152,9 @@ def test_cli_check_lists_differences_and_repair_fixes_them(pristine, tmp_path: P
     assert r.exit_code == 0 and "dense: 6 chunks, ok" in r.output and "bm25: 6 chunks, ok" in r.output, r.output
     kb = KnowledgeBase.open("dmg", _settings(home))
     victim = kb.search("copperlynx", k=1, mode="bm25")[0].id
-    with kb._write_session() as session:  # a lost update as the old code made them: bm25 lacks one stored chunk
+    with kb.snapshots.session() as session:  # a lost update as the old code made them: bm25 lacks one stored chunk
         session.indexes["bm25"].delete([victim])
-        kb._commit()
+        kb.snapshots.commit(session)
     kb.close()
     r = CliRunner().invoke(app, ["kb", "show", "dmg"], env=env)
     assert r.exit_code == 0 and "warning: index 'bm25' holds 5 chunks, the document store 6" in r.output

@@ -13,14 +13,19 @@ Example::
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ctxrag.errors import IndexCorruptError
-from ctxrag.knowledge_base import KnowledgeBase, _index_factories
-from ctxrag.models.embeddings import embed_array
-from ctxrag.stores.backends import SelfPersistingIndex, open_unreconciled, reconcile
-from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.backends import open_unreconciled
+from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport, compare_ids, index_chunk_ids
 from ctxrag.stores.docstore import ChunkRecord, DocStore
-from ctxrag.stores.snapshots import Snapshot
+from ctxrag.stores.embedding import EmbedFn, embed_chunks
+from ctxrag.stores.external import SelfPersistingIndex, reconcile
+from ctxrag.stores.snapshots import WriteSession
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.knowledge_base import KnowledgeBase
 
 _PATCHED = {"graph"}
 """Indexes repaired in place rather than rebuilt (rebuilding the graph would extract every chunk's triplets again)."""
@@ -30,7 +35,7 @@ def _stored_ids(store: DocStore) -> set[str]:
     return {r[0] for r in store.conn.execute("SELECT chunk_id FROM chunks")}
 
 
-def check(kb: KnowledgeBase) -> CheckReport:
+def check(kb: "KnowledgeBase") -> CheckReport:
     """Each index of the current generation (and the live Chroma/Milvus store, unreconciled) against the document
     store; an index that cannot be loaded is reported with its error."""
     gen = kb.generation
@@ -42,9 +47,9 @@ def check(kb: KnowledgeBase) -> CheckReport:
         manifest = kb.generations.manifest(gen) if gen else None
     except IndexCorruptError as e:
         manifest_error = str(e)
-    for name, (make, load) in _index_factories(kb).items():
+    for name, (make, load) in kb.snapshots.factories().items():
         index: ChunkIndex | None = None
-        raw = open_unreconciled(kb) if name == "dense" else None
+        raw = open_unreconciled(kb.settings, kb.name, kb.root) if name == "dense" else None
         try:
             if raw is not None:
                 index = raw  # type: ignore[assignment]
@@ -69,16 +74,17 @@ def check(kb: KnowledgeBase) -> CheckReport:
     return report
 
 
-def repair(kb: KnowledgeBase) -> RepairReport:
+def repair(kb: "KnowledgeBase") -> RepairReport:
     """Under the write lock: load each index of the current generation; rebuild one that is missing or damaged
     from the stored chunks, remove chunks the store lacks and add the ones it misses; commit a new generation if
     anything changed. A damaged ``kb.sqlite`` cannot be repaired from the indexes (`StoreCorruptError`)."""
     report = RepairReport(kb.name)
-    with kb._lock, kb.generations.write_lock():
+    with kb.snapshots.write_lock():
         store = DocStore(kb.root / "kb.sqlite")
         try:
             gen = int(store.get_meta("generation") or 0)
             records = {r.chunk_id: r for r in store.iter_chunks_in_write_order()}
+            embed = kb.index_setup().embed
             bad_manifest = None
             manifest = None
             try:
@@ -87,10 +93,10 @@ def repair(kb: KnowledgeBase) -> RepairReport:
                 bad_manifest = str(e)
             changed = False
             indexes: dict[str, ChunkIndex] = {}
-            for name, (make, load) in _index_factories(kb).items():
-                raw = open_unreconciled(kb) if name == "dense" else None
+            for name, (make, load) in kb.snapshots.factories().items():
+                raw = open_unreconciled(kb.settings, kb.name, kb.root) if name == "dense" else None
                 if raw is not None:  # Chroma / Milvus: bring the live store in step with the document store
-                    fixed = reconcile(raw, kb)
+                    fixed = reconcile(raw, store.iter_chunks(), kb.index_setup().embed, kb_name=kb.name)
                     report.actions[name] = (f"reconciled: removed {len(fixed.removed)} chunks not stored, re-added "
                                             f"{len(fixed.added)}" if fixed.changed else "ok")
                     indexes[name] = raw
@@ -107,7 +113,7 @@ def repair(kb: KnowledgeBase) -> RepairReport:
                 if index is None:
                     index = make()
                     todo = set(records) - index_chunk_ids(index)
-                    _add(kb, index, name, [r for c, r in records.items() if c in todo])
+                    _add(index, name, [r for c, r in records.items() if c in todo], embed)
                     report.actions[name] = f"rebuilt from {len(records)} stored chunks ({why})" if gen else "ok"
                     changed = changed or bool(gen)
                 else:
@@ -117,24 +123,20 @@ def repair(kb: KnowledgeBase) -> RepairReport:
                         report.actions[name] = "ok"
                     elif name in _PATCHED or isinstance(index, SelfPersistingIndex):
                         index.delete(extra)
-                        _add(kb, index, name, [r for c, r in records.items() if c in set(missing)])
+                        _add(index, name, [r for c, r in records.items() if c in set(missing)], embed)
                         report.actions[name] = f"removed {len(extra)} chunks not stored, added {len(missing)} missing"
                     else:  # rebuilt whole, in write order: the same scores and tie order as before the damage
                         index = make()
-                        _add(kb, index, name, list(records.values()))
+                        _add(index, name, list(records.values()), embed)
                         report.actions[name] = (f"rebuilt from {len(records)} stored chunks ({len(missing)} were "
                                                 f"missing, {len(extra)} not stored)")
                     changed = changed or bool(extra or missing)
                 indexes[name] = index
-            if changed:
-                new = gen + 1
-                kb.generations.write(new, indexes)
+            if changed:  # committed like any write session: next generation, SQLite, published, cleaned up
+                session = WriteSession(store, gen, indexes)
                 store.begin()
-                store.set_meta("generation", str(new))
-                store.commit()
-                kb._snapshots.publish(Snapshot(new, indexes))
-                kb.generations.clean(new)
-                report.generation = new
+                kb.snapshots.commit(session)
+                report.generation = session.generation
             else:
                 for index in indexes.values():
                     if isinstance(index, SelfPersistingIndex):
@@ -145,12 +147,6 @@ def repair(kb: KnowledgeBase) -> RepairReport:
     return report
 
 
-def _add(kb: KnowledgeBase, index: ChunkIndex, name: str, records: list[ChunkRecord]) -> None:
-    if not records:
-        return
-    chunks = [IndexedChunk(r.chunk_id, r.doc_id, r.indexed_text, r.content, dict(r.metadata)) for r in records]
-    if name == "dense":
-        vecs = embed_array(kb.embeddings, [c.text for c in chunks])  # the embedding cache answers known texts
-        for c, v in zip(chunks, vecs):
-            c.vector = v
-    index.add(chunks)
+def _add(index: ChunkIndex, name: str, records: list[ChunkRecord], embed: EmbedFn) -> None:
+    if records:  # dense vectors: the embedding cache answers known texts
+        index.add(embed_chunks(records, embed if name == "dense" else None))

@@ -1,9 +1,10 @@
 """A named knowledge base: SQLite document store plus per-chunk indexes (dense FAISS, BM25, ...) kept in step.
 
-Data flow at ingest: load -> split -> contextualize (optional) -> embed -> add to every index -> atomic commit.
-Persistence: each commit writes every index into a fresh generation folder (``indexes/gen-N``), fsyncs it, and only then
-commits the SQLite transaction that records ``N`` as current; a crash at any point leaves the previous generation
-and the previous rows readable. No pickle anywhere.
+A facade that wires the parts: the ingest pipeline (`ctxrag.indexing.pipeline`: load -> split -> contextualize ->
+embed once -> extract graph triplets -> index), the index kinds (`ctxrag.stores.registry`), and the index generations (`ctxrag.stores.snapshots`
+and `ctxrag.stores.generations`: write lock, commit, load, rollback). Persistence: each commit writes every index into a
+fresh generation folder (``indexes/gen-N``), fsyncs it, and only then commits the SQLite transaction that records ``N``
+as current; a crash at any point leaves the previous generation and the previous rows readable. No pickle anywhere.
 
 Example::
 
@@ -15,37 +16,32 @@ Example::
 """
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import re
 import shutil
 import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
+import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from tqdm.auto import tqdm
 
-from ctxrag import schema
-from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError, StoreCorruptError
+from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
+from ctxrag.indexing.pipeline import IngestPipeline
+from ctxrag.ingest_report import IngestReport
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
-from ctxrag.stores.backends import SelfPersistingIndex, reconcile
-from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.backends import drop_dense_store
+from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.generations import GenerationStore
-from ctxrag.stores.snapshots import IndexSnapshots, WriteSession, missing_from
-from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_reason
+from ctxrag.stores.registry import IndexSetup, index_factories, triplet_stage
+from ctxrag.stores.snapshots import IndexSnapshots
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument
-
-log = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
 SearchMode = Literal["dense", "bm25", "hybrid"]
@@ -57,54 +53,6 @@ def validate_kb_name(name: str) -> str:
             f"invalid knowledge base name {name!r}: use 1-64 letters, digits, CJK, '_', '-', '.', starting with a letter or digit"
         )
     return name
-
-
-def _index_factories(kb: "KnowledgeBase | None" = None) -> dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex | None]]]:
-    """Index kinds a knowledge base keeps: name -> (make empty, load from folder; None means rebuild).
-
-    The dense index is the one ``kb.settings.vector_store`` names (FAISS without a `kb`); see `ctxrag.stores.backends`."""
-    if kb is None:
-        dense: tuple[Callable[[], Any], Callable[[Path], Any]] = (FaissIndex, FaissIndex.load)
-    else:
-        from ctxrag.stores.backends import dense_factories
-
-        dense = dense_factories(kb)
-    factories: dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex | None]]] = {"dense": dense}
-    try:
-        from ctxrag.retrievers.bm25 import BM25ChunkIndex
-    except ImportError:  # pragma: no cover - bm25 ships with ctxrag; guard for partial installs
-        pass
-    else:
-        factories["bm25"] = (BM25ChunkIndex, BM25ChunkIndex.load)
-    if kb is not None and kb.settings.graph:
-        factories["graph"] = _graph_factories(kb)
-    return factories
-
-
-def _graph_factories(kb: "KnowledgeBase") -> tuple[Callable[[], Any], Callable[[Path], Any]]:
-    """Graph RAG index (opt-in, ``CTXRAG_GRAPH=true``): triplets from ``metadata["triplets"]`` or, failing that,
-    extracted by the configured chat model, which is only built when a chunk needs it."""
-    from ctxrag.graph import GraphIndex
-
-    extractor = _LazyTripletExtractor(kb.settings)
-    return (
-        lambda: GraphIndex(kb.embeddings, extractor=extractor, show_progress=False),
-        lambda d: GraphIndex.load(d, kb.embeddings, extractor=extractor, show_progress=False),
-    )
-
-
-class _LazyTripletExtractor:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._inner: Any = None
-
-    def __call__(self, text: str) -> Any:
-        if self._inner is None:
-            from ctxrag.graph import TripletExtractor
-            from ctxrag.models.chat import make_chat_model
-
-            self._inner = TripletExtractor(make_chat_model(self.settings))
-        return self._inner(text)
 
 
 class KnowledgeBase:
@@ -128,10 +76,9 @@ class KnowledgeBase:
                 f"{db}: the document store is missing but index generations exist in {self.generations.base}; "
                 "restore kb.sqlite from a backup, or move the folder away and ingest again")
         self.store = DocStore(db)
-        self._snapshots = IndexSnapshots(
-            self.generations, self.store, factories=lambda: _index_factories(self), reconcile=self._reconcile,
-            embed=lambda texts: embed_array(self.embeddings, texts), writer_lock=self._lock)
-        self._session: WriteSession | None = None
+        self.snapshots = IndexSnapshots(self.generations, self.store, factories=lambda: index_factories(self.index_setup()),
+                                        embed=self._embed, writer_lock=self._lock)
+        """The committed index generations: what searches read, and write sessions (`ctxrag.stores.snapshots`)."""
         self._filter_cache: dict[tuple[int, str], set[str]] = {}
 
     # -- opening ----------------------------------------------------------------------
@@ -160,18 +107,11 @@ class KnowledgeBase:
         root = s.kb_root / validate_kb_name(name)
         if not (root / "kb.sqlite").exists():
             raise KnowledgeBaseNotFound(name, s.kb_root)
-        if s.vector_store == "milvus" and s.milvus_uri:  # its collection lives outside the folder (server or shared file)
-            from ctxrag.stores.milvus import MilvusIndex
-
-            index = MilvusIndex.for_knowledge_base(name, root, s)
-            try:
-                index.drop()
-            finally:
-                index.close()
+        drop_dense_store(s, name, root)  # a Milvus collection lives outside the folder (server or shared file)
         shutil.rmtree(root)
 
     def close(self) -> None:
-        self._snapshots.close()
+        self.snapshots.close()
         self.store.close()
 
     def __enter__(self) -> "KnowledgeBase":
@@ -186,15 +126,24 @@ class KnowledgeBase:
             self._embeddings = make_embeddings(self.settings)
         return self._embeddings
 
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """Passage vectors for indexing (the one embed function the pipeline and the stores are given)."""
+        return embed_array(self.embeddings, texts)
+
+    def index_setup(self) -> IndexSetup:
+        """What opening this knowledge base's indexes needs (`ctxrag.stores.registry`)."""
+        return IndexSetup(self.name, self.root, self.settings, chunks=self.store.iter_chunks,
+                          embeddings=lambda: self.embeddings, embed=self._embed)
+
     @property
     def indexes(self) -> dict[str, ChunkIndex]:
         """The indexes of the newest committed generation (checked on every access; reloaded when a writer, in this
         process or another, committed a newer one). See `ctxrag.stores.snapshots`."""
-        return self._snapshots.current()
+        return self.snapshots.current()
 
     def refresh(self) -> bool:
         """Switch to a newer committed generation now if there is one; True when it did."""
-        return self._snapshots.refresh()
+        return self.snapshots.refresh()
 
     @property
     def dense(self) -> FaissIndex:
@@ -204,33 +153,12 @@ class KnowledgeBase:
     def generation(self) -> int:
         return int(self.store.get_meta("generation") or 0)
 
-    def _gen_dir(self, gen: int) -> Path:
-        return self.generations.gen_dir(gen)
+    # -- ingest (see ctxrag.indexing.pipeline) ----------------------------------------------------------------
+    def pipeline(self) -> IngestPipeline:
+        """The ingest pipeline writing into this knowledge base (with its current settings)."""
+        return IngestPipeline(self.name, self.settings, self.store, self.snapshots, self._embed,
+                              extract_triplets=triplet_stage(self.settings))
 
-    def _reconcile(self, index: ChunkIndex) -> None:
-        try:
-            reconcile(index, self)  # type: ignore[arg-type]
-        except Exception as e:  # noqa: BLE001 - the write's own error matters more; the next open reconciles
-            log.warning("knowledge base %r: reconciling %s after a failed write failed: %s",
-                        self.name, type(index).__name__, e)
-
-    @contextmanager
-    def _write_session(self) -> Iterator[WriteSession]:
-        """Write lock + private indexes of the current generation; `_commit` publishes (see `IndexSnapshots`)."""
-        with self._snapshots.session() as session:
-            self._session = session
-            try:
-                yield session
-            finally:
-                self._session = None
-
-    def _commit(self) -> None:
-        """Commit the open write session as the next generation."""
-        if self._session is None:
-            raise RuntimeError("_commit outside a write session")
-        self._snapshots.commit(self._session)
-
-    # -- ingest -----------------------------------------------------------------------
     def ingest(
         self,
         paths: Iterable[str | Path],
@@ -245,20 +173,9 @@ class KnowledgeBase:
         A changed file replaces its chunks; an unchanged one is skipped by content hash; a bad file is reported in the
         returned `IngestReport` (never raised) and the others are still ingested.
         """
-        from ctxrag.loading import expand_paths, load_file
-
-        report = IngestReport()
-        files, errors = expand_paths([Path(p) for p in paths])
-        for e in errors:
-            report.files.append(FileOutcome(e.path, "failed", e.reason))
-        limited = functools.partial(load_file, max_bytes=self.settings.max_file_bytes)
-        self._ingest_many(
-            files, lambda path: self._prepare(limited(path), contextualizer, precomputed_contexts), report,
-            desc=f"ingest {self.name}", unit="file", progress=progress, commit_every=commit_every,
-        )
-        if contextualizer is not None and hasattr(contextualizer, "report"):
-            report.context_report = contextualizer.report()
-        return report
+        return self.pipeline().ingest_files(paths, contextualizer=contextualizer,
+                                            precomputed_contexts=precomputed_contexts, progress=progress,
+                                            commit_every=commit_every)
 
     def add_texts(
         self,
@@ -270,24 +187,8 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Ingest texts that are not files (notes, records from an API): each item is a `LoadedDocument` or a dict
         with ``text``, ``source`` (a unique URI such as ``note://42``), optional ``title`` and ``metadata``."""
-        from ctxrag.loading import LoadedDocument
-
-        report = IngestReport()
-        docs = []
-        for i, item in enumerate(items):
-            if isinstance(item, dict):
-                if not isinstance(item.get("text"), str) or not isinstance(item.get("source"), str) or not item["source"]:
-                    raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
-                item = LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
-                                      dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
-            docs.append(item)
-        def one(loaded: Any) -> "FileOutcome | PreparedDocument":
-            if not loaded.text.strip():
-                raise LoadError(loaded.source, "empty text")
-            return self._prepare(loaded, contextualizer, precomputed_contexts)
-
-        self._ingest_many(docs, one, report, desc=f"add {self.name}", unit="doc", progress=progress)
-        return report
+        return self.pipeline().add_texts(items, contextualizer=contextualizer,
+                                         precomputed_contexts=precomputed_contexts, progress=progress)
 
     def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
         """Add documents whose chunks come with their vectors (`ctxrag.indexing.bulk_import`): no embedding model runs.
@@ -295,144 +196,7 @@ class KnowledgeBase:
         All or nothing: every batch is written in one write session and committed as one new index generation; a bad
         record (the reader raises) or any failure rolls everything back. A source already stored is replaced; an
         identical one is skipped."""
-        report = IngestReport()
-        with self._write_session() as session:
-            for batch in batches:
-                indexed: list[IndexedChunk] = []
-                for item in batch:
-                    doc = item.document
-                    old = session.store.get_document(doc.doc_id)
-                    if old is not None and old.content_hash == doc.content_hash:
-                        report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)",
-                                                        doc.doc_id, old.n_chunks))
-                        continue
-                    if old is not None:
-                        old_ids = [c.chunk_id for c in session.store.chunks_of(doc.doc_id)]
-                        for index in session.indexes.values():
-                            index.delete(old_ids)
-                    for record, vector in zip(item.chunks, item.vectors):
-                        chunk = self._to_indexed(record)
-                        chunk.vector = vector
-                        indexed.append(chunk)
-                    session.store.upsert_document(doc, item.chunks)
-                    report.files.append(FileOutcome(doc.source, "updated" if old else "added", "", doc.doc_id,
-                                                    len(item.chunks)))
-                for index in session.indexes.values():
-                    index.add(indexed)
-            if report.added or report.updated:
-                self._commit()
-        return report
-
-    def _ingest_many(
-        self, items: list[Any], prepare: Callable[[Any], "FileOutcome | PreparedDocument"], report: IngestReport, *,
-        desc: str, unit: str, progress: bool, commit_every: int = 1_000_000,
-    ) -> None:
-        """Prepare items one by one outside the write lock (a `LoadError` fails that item only), then apply and
-        commit them under the lock every `commit_every` changes; outcomes keep the order of `items`."""
-        batch: list[FileOutcome | PreparedDocument] = []
-        pending = 0
-        for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
-            try:
-                outcome = prepare(item)
-            except LoadError as e:
-                outcome = FileOutcome(e.path, "failed", e.reason)
-            batch.append(outcome)
-            if isinstance(outcome, PreparedDocument):
-                pending += 1
-                if pending >= commit_every:
-                    self._apply(batch, report)
-                    batch, pending = [], 0
-        self._apply(batch, report)
-
-    def _apply(self, batch: list["FileOutcome | PreparedDocument"], report: IngestReport) -> None:
-        """Under the write lock: re-check each prepared document against the current store (another writer may
-        have stored it meanwhile), replace its chunks in every index and the store, and commit one generation."""
-        if not any(isinstance(x, PreparedDocument) for x in batch):
-            report.files.extend(x for x in batch if isinstance(x, FileOutcome))
-            return
-        outcomes: list[FileOutcome] = []
-        with self._write_session() as session:
-            changed = 0
-            for item in batch:
-                if isinstance(item, FileOutcome):
-                    outcomes.append(item)
-                    continue
-                outcome = apply_prepared(session, item)
-                changed += outcome.status in ("added", "updated")
-                outcomes.append(outcome)
-            if changed:
-                self._commit()
-        report.files.extend(outcomes)
-
-    def _prepare(self, loaded: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> "FileOutcome | PreparedDocument":
-        """Split, contextualize and embed a loaded document (no lock held); an unchanged, fully indexed one is
-        skipped, one stored but missing from an index is indexed again."""
-        source = loaded.source
-        doc_id = schema.make_doc_id(self.name, source)
-        chash = schema.content_hash(loaded.text)
-        old = self.store.get_document(doc_id)
-        reason = ""
-        if old is not None and old.content_hash == chash:
-            missing = missing_from(self.indexes, [c.chunk_id for c in self.store.chunks_of(doc_id)])
-            if not missing:
-                return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
-            reason = reindex_reason(missing)
-        meta = dict(loaded.metadata)
-        records = self._make_chunks(doc_id, source, loaded.title, loaded.text, meta, contextualizer, precomputed)
-        if not records:
-            raise LoadError(source, "no text to index after splitting")
-        indexed = [self._to_indexed(r) for r in records]
-        vecs = embed_array(self.embeddings, [c.text for c in indexed])
-        for c, v in zip(indexed, vecs):
-            c.vector = v
-        warnings = list(getattr(loaded, "warnings", []))  # e.g. malformed JSONL lines skipped
-        return PreparedDocument(doc_id, source, loaded.title, chash, loaded.text, meta, records, indexed, reason,
-                                warnings=warnings)
-
-    def _splitter(self) -> Any:
-        from ctxrag.loading import ChunkSplitter
-
-        c = self.settings.chunking
-        return ChunkSplitter(chunk_size=c.chunk_size, chunk_overlap=c.chunk_overlap, unit=c.unit)
-
-    def _make_chunks(
-        self, doc_id: str, source: str, title: str, text: str, meta: dict[str, Any],
-        contextualizer: Any, precomputed: dict[str, str] | None,
-    ) -> list[ChunkRecord]:
-        splitter = self._splitter()
-        mode = "code" if meta.get("language") else "text"
-        try:
-            pieces = splitter.split_text(text, mode=mode)
-        except TypeError:
-            pieces = splitter.split_text(text)
-        contexts: list[str | None] = [None] * len(pieces)
-        if precomputed:
-            contexts = [precomputed.get(schema.make_chunk_id(doc_id, p.index)) for p in pieces]
-        elif contextualizer is not None and pieces:
-            contexts = list(contextualizer.contextualize_document(
-                text, [p.text for p in pieces], title=title, heading_paths=[p.heading_path for p in pieces],
-                offsets=[p.start_index for p in pieces],
-            ))
-        out = []
-        for p, ctx in zip(pieces, contexts):
-            cid = schema.make_chunk_id(doc_id, p.index)
-            indexed_text = f"{ctx}\n\n{p.text}" if ctx else p.text
-            md = {
-                schema.CHUNK_ID: cid, schema.DOC_ID: doc_id, schema.KB: self.name, schema.SOURCE: source,
-                schema.TITLE: title, schema.CHUNK_INDEX: p.index, schema.START_INDEX: p.start_index,
-                schema.END_INDEX: p.end_index, schema.HEADING_PATH: p.heading_path,
-            }
-            for key in ("file_type", "language", "collection", "tags", "note_id"):  # collection/tags: notes filter
-                if key in meta:
-                    md[key] = meta[key]
-            if ctx:
-                md[schema.CONTEXT] = ctx
-            out.append(ChunkRecord(cid, doc_id, p.index, p.text, indexed_text, ctx, md))
-        return out
-
-    @staticmethod
-    def _to_indexed(r: ChunkRecord) -> IndexedChunk:
-        return IndexedChunk(r.chunk_id, r.doc_id, r.indexed_text, r.content, dict(r.metadata))
+        return self.pipeline().import_precomputed(batches)
 
     # -- documents --------------------------------------------------------------------
     def list_documents(self) -> list[DocumentRecord]:
@@ -447,13 +211,13 @@ class KnowledgeBase:
     def delete_document(self, key: str) -> DocumentRecord:
         """Delete a document (by id, source path or unique file name) from the store and every index."""
         doc = self.get_document(key)
-        with self._write_session() as session:
+        with self.snapshots.session() as session:
             if session.store.get_document(doc.doc_id) is None:  # deleted by another writer meanwhile
                 raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (deleted meanwhile)")
             ids = session.store.delete_document(doc.doc_id)
             for index in session.indexes.values():
                 index.delete(ids)
-            self._commit()
+            self.snapshots.commit(session)
         return doc
 
     def stats(self) -> dict[str, Any]:
@@ -532,30 +296,17 @@ class KnowledgeBase:
     def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
         """Store documents that come already chunked (no splitting, no context), replacing any with the same doc id,
         in one write session and one index generation."""
-        if not documents:
-            return
-        indexed = [self._to_indexed(r) for _, records in documents for r in records]
-        for c, v in zip(indexed, embed_array(self.embeddings, [c.text for c in indexed])):  # outside the lock
-            c.vector = v
-        with self._write_session() as session:
-            old = [c.chunk_id for doc, _ in documents for c in session.store.chunks_of(doc.doc_id)]
-            for index in session.indexes.values():
-                if old:
-                    index.delete(old)
-                index.add(indexed)
-            for doc, records in documents:
-                session.store.upsert_document(doc, records)
-            self._commit()
+        self.pipeline().upsert_chunked(documents)
 
     def delete_documents(self, doc_ids: list[str]) -> list[str]:
         """Delete documents by id from the store and every index in one commit; unknown ids are ignored.
         Returns the ids that were deleted."""
-        with self._write_session() as session:
+        with self.snapshots.session() as session:
             deleted = [d for d in doc_ids if session.store.get_document(d) is not None]
             if not deleted:
                 return []
             chunk_ids = [c for d in deleted for c in session.store.delete_document(d)]
             for index in session.indexes.values():
                 index.delete(chunk_ids)
-            self._commit()
+            self.snapshots.commit(session)
         return deleted

@@ -30,7 +30,7 @@ def test_check_lists_backend_differences_and_repair_fixes_them(tmp_path: Path, b
     assert check(kb).clean
     lost = kb.search("Text number 1 about the egret.", k=1)[0].id
     kb.close()
-    raw = open_unreconciled(kb)
+    raw = open_unreconciled(kb.settings, kb.name, kb.root)
     assert raw is not None
     raw.delete([lost])
     dim = len(next(iter(raw.vectors([c for c in raw.fingerprints() if c != lost][:1]))))

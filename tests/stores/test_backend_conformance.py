@@ -265,7 +265,7 @@ def test_failed_ingest_rolls_back_backend(kb: KnowledgeBase, corpus: Path, monke
     def boom(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(kb, "_commit", boom)
+    monkeypatch.setattr(kb.snapshots, "commit", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         kb.ingest([corpus], progress=False)
     monkeypatch.undo()
@@ -301,6 +301,7 @@ _KILL_SCRIPT = """
 import os, signal, sys
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import Settings
+from ctxrag.stores.snapshots import IndexSnapshots
 home, backend, more, uri = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 if backend == "milvus-standalone":
     settings = Settings(home=home, vector_store="milvus", milvus_uri=uri, milvus_sparse=False)
@@ -308,7 +309,7 @@ else:
     settings = Settings(home=home, vector_store=backend)
 kb = KnowledgeBase.open("conf", settings)
 # die after the backend holds the new vectors but before the generation and SQLite commit
-KnowledgeBase._commit = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+IndexSnapshots.commit = lambda self, session: os.kill(os.getpid(), signal.SIGKILL)
 kb.ingest([more], progress=False)
 """
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("chromadb", reason="chromadb is not installed (pip install 'ctxrag[chroma]')")
 
-from ctxrag.stores.backends import BACKEND_FILE, text_fingerprint  # noqa: E402
+from ctxrag.stores.external import BACKEND_FILE, text_fingerprint  # noqa: E402
 from ctxrag.stores.base import IndexedChunk  # noqa: E402
 from ctxrag.stores.chroma import ChromaIndex  # noqa: E402
 

@@ -12,7 +12,7 @@ pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install '
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'ctxrag[milvus]')")
 
 from ctxrag.errors import ConfigError  # noqa: E402
-from ctxrag.stores.backends import BACKEND_FILE, text_fingerprint  # noqa: E402
+from ctxrag.stores.external import BACKEND_FILE, text_fingerprint  # noqa: E402
 from ctxrag.stores.base import IndexedChunk  # noqa: E402
 from ctxrag.stores.milvus import MilvusIndex, collection_name_for, is_server_uri, sparse_rows  # noqa: E402
 
@@ -193,7 +193,7 @@ def test_server_uri_reaches_a_running_milvus(tmp_path: Path, milvus_server: str)
                       {"text": "Part XQ-4471 is a replacement gasket.", "source": "mem://xq"}])
         assert [d.metadata["source"] for d in kb.search("Falcon pump flow", k=1)] == ["mem://falcon"]
         assert [d.metadata["source"] for d in MilvusHybridRetriever(kb=kb, k=1).invoke("XQ-4471")] == ["mem://xq"]
-        gen_dir = kb._gen_dir(kb.generation) / "dense"
+        gen_dir = kb.generations.gen_dir(kb.generation) / "dense"
         assert "s3cret" not in (gen_dir / "backend.json").read_text(encoding="utf-8")  # the token is never written
         assert "s3cret" not in repr(kb.dense) + repr(kb.settings)
     finally:

@@ -23,13 +23,13 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
-from tqdm.auto import tqdm
 
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.bm25 import BM25ChunkIndex
 from ctxrag.schema import CHUNK_ID, SCORE
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.dense import FaissIndex
+from ctxrag.stores.embedding import attach_vectors
 
 EMBED_BATCH = 32
 
@@ -79,15 +79,9 @@ def indexed_text(text: str, context: str | None) -> str:
 def build_dense_index(texts: Mapping[str, str], contents: Mapping[str, str], embeddings: Embeddings, *,
                       progress: bool = False) -> FaissIndex:
     """A flat FAISS index over `texts` (chunk id -> indexed text); `contents` is each chunk's text without context."""
-    ids = list(texts)
-    chunks: list[IndexedChunk] = []
-    bar = tqdm(total=len(ids), desc="embedding corpus", unit="chunk", disable=not progress, leave=False)
-    for i in range(0, len(ids), EMBED_BATCH):
-        part = ids[i : i + EMBED_BATCH]
-        vecs = embed_array(embeddings, [texts[c] for c in part], is_query=False)
-        chunks.extend(IndexedChunk(c, c, texts[c], contents[c], vector=vec) for c, vec in zip(part, vecs))
-        bar.update(len(part))
-    bar.close()
+    chunks = attach_vectors([IndexedChunk(c, c, t, contents[c]) for c, t in texts.items()],
+                            lambda batch: embed_array(embeddings, batch, is_query=False), batch_size=EMBED_BATCH,
+                            progress=progress, desc="embedding corpus")
     index = FaissIndex()
     index.add(chunks)
     return index

@@ -1,8 +1,11 @@
-"""Indexing stages: contextual retrieval (an LLM context per chunk), its cache and placement."""
+"""Indexing stages: the ingest pipeline (`ctxrag.indexing.pipeline`), splitting into chunk records
+(`ctxrag.indexing.chunking`), contextual retrieval (an LLM context per chunk), its cache and placement."""
 from __future__ import annotations
 
 from ctxrag.indexing.context_cache import ContextCache
-from ctxrag.indexing.contextualizer import ContextReport, Contextualizer, clean_context, fallback_header
+from ctxrag.indexing.context_report import ContextReport
+from ctxrag.indexing.context_text import clean_context, fallback_header
+from ctxrag.indexing.contextualizer import Contextualizer
 from ctxrag.indexing.placement import (
     ContextPlacement,
     apply_context,

@@ -1,4 +1,5 @@
-"""What contextualizing a batch of documents cost: chunks, cache hits, LLM calls, tokens, fallbacks, time.
+"""What contextualizing a batch of documents cost: chunks, cache hits, LLM calls, tokens, fallbacks, time; and the
+thread-safe tally a contextualizer keeps of it.
 
 Example::
 
@@ -7,7 +8,8 @@ Example::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from typing import Literal
 
 
@@ -41,3 +43,71 @@ class ContextReport:
             f"({self.usage}); {self.seconds:.1f}s"
         )
         return text + (f"; fallback because: {self.fallback_reason}" if self.fallback_reason else "")
+
+
+class ContextTally:
+    """The running `ContextReport` of one contextualizer, safe to update from its worker threads, and what made it
+    fall back for good (`unreachable`: no model, or the LLM refused connections before any answer).
+
+    Example::
+
+        tally = ContextTally()
+        tally.begin(chunks=3, cache_hits=1, windowed=0)
+        tally.count_call()
+        tally.report().llm_calls              # 1
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.stats = ContextReport()
+        self.successes = 0
+        """LLM answers so far; before the first, "connection refused" means no server (no retries)."""
+        self.unreachable: str | None = None
+        self._usage_kinds: set[str] = set()
+
+    def begin(self, *, chunks: int, cache_hits: int, windowed: int) -> None:
+        """One document: its chunks, those answered from the cache, those whose document is windowed."""
+        with self.lock:
+            self.stats.documents += 1
+            self.stats.chunks += chunks
+            self.stats.cache_hits += cache_hits
+            self.stats.windowed += windowed
+
+    def count_call(self) -> None:
+        with self.lock:
+            self.stats.llm_calls += 1
+
+    def add_seconds(self, seconds: float) -> None:
+        with self.lock:
+            self.stats.seconds += seconds
+
+    def fallback(self, reason: str | None) -> None:
+        """One chunk given its header instead of an LLM context (the first reason is kept for the report)."""
+        with self.lock:
+            self.stats.fallbacks += 1
+            self.stats.fallback_reason = self.stats.fallback_reason or self.unreachable or reason
+
+    def answered(self, *, prompt_tokens: int, completion_tokens: int, reported: bool, useless: str) -> None:
+        """One LLM answer: its tokens (`reported` by the model, else estimated), and whether it was `useless`
+        (the reason; the chunk then gets its header)."""
+        with self.lock:
+            self.successes += 1
+            self._usage_kinds.add("reported" if reported else "estimated")
+            self.stats.prompt_tokens += prompt_tokens
+            self.stats.completion_tokens += completion_tokens
+            if useless:
+                self.stats.fallbacks += 1
+                self.stats.fallback_reason = self.stats.fallback_reason or useless
+            else:
+                self.stats.contextualized += 1
+
+    def report(self) -> ContextReport:
+        with self.lock:
+            kinds = self._usage_kinds
+            usage = "none" if not kinds else ("mixed" if len(kinds) > 1 else next(iter(kinds)))
+            return replace(self.stats, usage=usage, seconds=round(self.stats.seconds, 3))  # type: ignore[arg-type]
+
+    def reset(self) -> None:
+        with self.lock:
+            self.stats = ContextReport()
+            self._usage_kinds = set()

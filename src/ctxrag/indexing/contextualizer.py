@@ -27,17 +27,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tqdm.auto import tqdm
 
-from ctxrag.indexing.context_cache import CacheKey, ContextCache
-from ctxrag.indexing.context_report import ContextReport
+from ctxrag.indexing.context_cache import ContextCache
+from ctxrag.indexing.context_plan import ContextJob, ContextPlan, chunk_messages, document_budget, limit_kwargs
+from ctxrag.indexing.context_report import ContextReport, ContextTally
 from ctxrag.indexing.context_text import clean_context, fallback_header, useless_reason
 from ctxrag.indexing.model_info import default_model_name, n_ctx_of, name_of, tokenizer_of
 from ctxrag.indexing.retry import is_transient_error, is_unreachable_error
@@ -47,26 +47,6 @@ from ctxrag.schema import content_hash
 from ctxrag.text import detect_language, estimate_tokens
 
 logger = logging.getLogger(__name__)
-
-_MIN_DOCUMENT_TOKENS = 64
-
-
-@dataclass
-class _Job:
-    index: int
-    key: CacheKey
-    messages: list[BaseMessage]
-    fallback: str
-    prompt_text: str
-    chunk: str = ""
-    windowed: bool = False
-
-
-@dataclass
-class _Plan:
-    results: list[str | None]
-    jobs: list[_Job] = field(default_factory=list)
-
 
 class Contextualizer(Runnable[dict[str, Any], list[str]]):
     """Writes one short context per chunk of a document (Anthropic's contextual retrieval), cached and fail-safe.
@@ -141,10 +121,8 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         self.model_name = model_name or name_of(chat_model) or default_model_name(settings)
         self._token_counter = token_counter or tokenizer_of(chat_model) or estimate_tokens
         self._lock = threading.Lock()
-        self._successes = 0
-        self._unreachable: str | None = None
-        self._usage_kinds: set[str] = set()
-        self._stats = ContextReport()
+        """Guards building the model (once, by the first thread that needs it)."""
+        self.tally = ContextTally()
 
     # ---------------------------------------------------------------- model
     def _get_model(self) -> Runnable | None:
@@ -157,36 +135,28 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
             model = self._raw_model
             if model is None:
                 if self.settings.llm.provider == "none":
-                    self._unreachable = "settings.llm.provider is 'none'"
+                    self.tally.unreachable = "settings.llm.provider is 'none'"
                 else:
                     try:
                         from ctxrag.models.chat import make_chat_model
 
                         model = make_chat_model(self.settings)
                     except Exception as exc:  # a missing model file must not fail the ingest
-                        self._unreachable = f"no chat model ({type(exc).__name__}: {exc})"
+                        self.tally.unreachable = f"no chat model ({type(exc).__name__}: {exc})"
                 if model is not None and self._token_counter is estimate_tokens:
                     self._token_counter = tokenizer_of(model) or estimate_tokens
                 if model is not None and self._n_ctx_given is None:
                     self.n_ctx = n_ctx_of(model) or self.n_ctx
             if model is not None:
                 try:
-                    model = model.bind(**self._limit_kwargs(model))
+                    model = model.bind(**limit_kwargs(model, self.max_tokens))
                 except Exception:  # models without bind kwargs keep their own limit
                     pass
-            if self._unreachable:
-                logger.warning("contextual retrieval: %s; using title/heading headers as contexts", self._unreachable)
+            if self.tally.unreachable:
+                logger.warning("contextual retrieval: %s; using title/heading headers as contexts",
+                               self.tally.unreachable)
             self._model, self._model_ready = model, True
             return model
-
-    def _limit_kwargs(self, model: Any) -> dict[str, Any]:
-        """`max_tokens` for the call. ChatOpenAI renames it `max_completion_tokens`, which llama_cpp.server ignores,
-        so OpenAI-compatible servers other than api.openai.com also get the plain field through `extra_body`."""
-        kwargs: dict[str, Any] = {"max_tokens": self.max_tokens}
-        base = getattr(model, "openai_api_base", None)
-        if type(model).__name__ == "ChatOpenAI" and base and "api.openai.com" not in base:
-            kwargs["extra_body"] = {**(getattr(model, "extra_body", None) or {}), "max_tokens": self.max_tokens}
-        return kwargs
 
     def _is_anthropic(self) -> bool:
         raw = self._raw_model
@@ -198,20 +168,8 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         return self.prompts[lang]
 
     def _document_budget(self, prompt: ContextPrompt, chunk: str) -> int:
-        if self.max_document_tokens is not None:
-            return max(_MIN_DOCUMENT_TOKENS, self.max_document_tokens)
-        overhead = self._token_counter(prompt.render_document("") + "\n\n" + prompt.render_chunk(chunk))
-        margin = 64 + self.n_ctx // 20  # chat template, special tokens, estimate error
-        return max(_MIN_DOCUMENT_TOKENS, self.n_ctx - self.max_tokens - overhead - margin)
-
-    def _messages(self, document_part: str, chunk_part: str) -> list[BaseMessage]:
-        if self._is_anthropic():  # document first and cached, as in Anthropic's cookbook
-            return [HumanMessage(content=[
-                {"type": "text", "text": document_part, "cache_control": {"type": "ephemeral"}},
-                {"type": "text", "text": chunk_part},
-            ])]  # fmt: skip
-        # One string: chat templates of local servers do not all accept content blocks; the prefix stays identical.
-        return [HumanMessage(content=f"{document_part}\n\n{chunk_part}")]
+        return document_budget(prompt, chunk, n_ctx=self.n_ctx, max_tokens=self.max_tokens,
+                               count_tokens=self._token_counter, max_document_tokens=self.max_document_tokens)
 
     def _plan(
         self,
@@ -220,7 +178,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         title: str,
         heading_paths: Sequence[str] | None,
         offsets: Sequence[int | None] | None,
-    ) -> _Plan:
+    ) -> ContextPlan:
         if heading_paths is not None and len(heading_paths) != len(chunks):
             raise ValueError(f"heading_paths has {len(heading_paths)} entries for {len(chunks)} chunks")
         if offsets is not None and len(offsets) != len(chunks):
@@ -229,7 +187,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         doc_hash = content_hash(document)
         keys = [(doc_hash, content_hash(c), self.model_name, prompt.version) for c in chunks]
         cached = self.cache.get_many(keys) if self.cache is not None else {}
-        plan = _Plan(results=[cached.get(k) for k in keys])
+        plan = ContextPlan(results=[cached.get(k) for k in keys])
         for i, value in enumerate(plan.results):
             if value == "":  # cached "the LLM had nothing to add": the header, without asking again
                 plan.results[i] = fallback_header(title, heading_paths[i] if heading_paths else "")
@@ -246,8 +204,8 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
                 index=i, count=len(chunks), count_tokens=self._token_counter, document_tokens=doc_tokens,
             )  # fmt: skip
             doc_part, chunk_part = prompt.render_document(text), prompt.render_chunk(chunk)
-            plan.jobs.append(_Job(
-                index=i, key=key, messages=self._messages(doc_part, chunk_part),
+            plan.jobs.append(ContextJob(
+                index=i, key=key, messages=chunk_messages(doc_part, chunk_part, anthropic=self._is_anthropic()),
                 fallback=fallback_header(title, heading_paths[i] if heading_paths else ""),
                 prompt_text=f"{doc_part}\n\n{chunk_part}", windowed=cut, chunk=chunk,
             ))  # fmt: skip
@@ -256,7 +214,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
     # ---------------------------------------------------------------- one chunk
     def _retry_predicate(self, exc: BaseException) -> bool:
         # Before any success, "connection refused" means no server: fall back at once instead of retrying.
-        if self._successes == 0 and is_unreachable_error(exc):
+        if self.tally.successes == 0 and is_unreachable_error(exc):
             return False
         return is_transient_error(exc)
 
@@ -268,91 +226,72 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
             reraise=True,
         )
 
-    def _count_call(self) -> None:
-        with self._lock:
-            self._stats.llm_calls += 1
-
-    def _finish(self, job: _Job, answer: Any | None, exc: BaseException | None) -> str:
+    def _finish(self, job: ContextJob, answer: Any | None, exc: BaseException | None) -> str:
         if exc is not None:
-            with self._lock:
-                if self._successes == 0 and is_unreachable_error(exc) and not self._unreachable:
-                    self._unreachable = f"LLM unreachable ({type(exc).__name__}: {exc})"
+            with self.tally.lock:
+                if self.tally.successes == 0 and is_unreachable_error(exc) and not self.tally.unreachable:
+                    self.tally.unreachable = f"LLM unreachable ({type(exc).__name__}: {exc})"
                     logger.warning(
                         "contextual retrieval: %s; using title/heading headers as contexts for all chunks",
-                        self._unreachable,
+                        self.tally.unreachable,
                     )
-                elif not self._unreachable:
+                elif not self.tally.unreachable:
                     logger.warning("contextual retrieval: chunk %d failed (%s: %s); using its header",
                                    job.index, type(exc).__name__, exc)  # fmt: skip
-                self._stats.fallbacks += 1
-                self._stats.fallback_reason = self._stats.fallback_reason or self._unreachable or repr(exc)[:300]
+            self.tally.fallback(repr(exc)[:300])
             return job.fallback
         text = str(answer.text) if isinstance(answer, BaseMessage) else str(answer or "")
         context = clean_context(text, self.max_context_chars)
         usage = getattr(answer, "usage_metadata", None) or {}
-        with self._lock:
-            self._successes += 1
-            if usage.get("input_tokens") is not None:
-                self._usage_kinds.add("reported")
-                self._stats.prompt_tokens += int(usage.get("input_tokens") or 0)
-                self._stats.completion_tokens += int(usage.get("output_tokens") or 0)
-            else:
-                self._usage_kinds.add("estimated")
-                self._stats.prompt_tokens += self._token_counter(job.prompt_text)
-                self._stats.completion_tokens += self._token_counter(text)
-            useless = useless_reason(context, job.chunk)
-            if useless:
-                self._stats.fallbacks += 1
-                self._stats.fallback_reason = self._stats.fallback_reason or useless
-            else:
-                self._stats.contextualized += 1
+        reported = usage.get("input_tokens") is not None
+        useless = useless_reason(context, job.chunk)
+        with self.tally.lock:  # one thread at a time counts tokens (a local model's tokenizer)
+            self.tally.answered(
+                prompt_tokens=int(usage.get("input_tokens") or 0) if reported else self._token_counter(job.prompt_text),
+                completion_tokens=int(usage.get("output_tokens") or 0) if reported else self._token_counter(text),
+                reported=reported, useless=useless,
+            )  # fmt: skip
         if self.cache is not None:  # "" too: the same model and prompt would answer the same, don't ask again
             self.cache.put(*job.key, "" if useless else context)
         return job.fallback if useless else context
 
-    def _fallback(self, job: _Job) -> str:
-        with self._lock:
-            self._stats.fallbacks += 1
-            self._stats.fallback_reason = self._stats.fallback_reason or self._unreachable
+    def _fallback(self, job: ContextJob) -> str:
+        self.tally.fallback(None)
         return job.fallback
 
-    def _run_sync(self, model: Runnable, job: _Job) -> str:
-        if self._unreachable:
+    def _run_sync(self, model: Runnable, job: ContextJob) -> str:
+        if self.tally.unreachable:
             return self._fallback(job)
         try:
             for attempt in Retrying(**self._retry_kwargs()):
                 with attempt:
-                    self._count_call()
+                    self.tally.count_call()
                     answer = model.invoke(job.messages)
         except Exception as exc:
             return self._finish(job, None, exc)
         return self._finish(job, answer, None)
 
-    async def _run_async(self, model: Runnable, job: _Job) -> str:
-        if self._unreachable:
+    async def _run_async(self, model: Runnable, job: ContextJob) -> str:
+        if self.tally.unreachable:
             return self._fallback(job)
         try:
             async for attempt in AsyncRetrying(**self._retry_kwargs()):
                 with attempt:
-                    self._count_call()
+                    self.tally.count_call()
                     answer = await model.ainvoke(job.messages)
         except Exception as exc:
             return self._finish(job, None, exc)
         return self._finish(job, answer, None)
 
     # ---------------------------------------------------------------- public
-    def _begin(self, chunks: Sequence[str], plan: _Plan) -> None:
-        with self._lock:
-            self._stats.documents += 1
-            self._stats.chunks += len(chunks)
-            self._stats.cache_hits += sum(r is not None for r in plan.results)
-            self._stats.windowed += sum(job.windowed for job in plan.jobs)
+    def _begin(self, chunks: Sequence[str], plan: ContextPlan) -> None:
+        self.tally.begin(chunks=len(chunks), cache_hits=sum(r is not None for r in plan.results),
+                         windowed=sum(job.windowed for job in plan.jobs))
 
-    def _end(self, plan: _Plan, done: dict[int, str], started: float) -> list[str]:
+    def _end(self, plan: ContextPlan, done: dict[int, str], started: float) -> list[str]:
         for i, context in done.items():
             plan.results[i] = context
-        with self._lock:
-            self._stats.seconds += time.perf_counter() - started
+        self.tally.add_seconds(time.perf_counter() - started)
         return [r if r is not None else "" for r in plan.results]
 
     def contextualize_document(
@@ -376,7 +315,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
             model = self._get_model()
             bar = tqdm(total=len(plan.jobs), desc=f"contexts {title}"[:40], disable=not self.show_progress, leave=False)
 
-            def run(job: _Job) -> None:
+            def run(job: ContextJob) -> None:
                 done[job.index] = self._fallback(job) if model is None else self._run_sync(model, job)
                 bar.update(1)
 
@@ -405,7 +344,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
             model = await asyncio.to_thread(self._get_model)
             semaphore = asyncio.Semaphore(self.max_concurrency)
 
-            async def run(job: _Job) -> None:
+            async def run(job: ContextJob) -> None:
                 async with semaphore:
                     done[job.index] = self._fallback(job) if model is None else await self._run_async(model, job)
 
@@ -415,10 +354,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
 
     def report(self) -> ContextReport:
         """Totals since creation or the last `reset_stats()`."""
-        with self._lock:
-            kinds = self._usage_kinds
-            usage = "none" if not kinds else ("mixed" if len(kinds) > 1 else next(iter(kinds)))
-            return replace(self._stats, usage=usage, seconds=round(self._stats.seconds, 3))  # type: ignore[arg-type]
+        return self.tally.report()
 
     @property
     def stats(self) -> ContextReport:
@@ -426,9 +362,7 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
 
     def reset_stats(self) -> None:
         """Start a new report (e.g. at the start of each ingest)."""
-        with self._lock:
-            self._stats = ContextReport()
-            self._usage_kinds = set()
+        self.tally.reset()
 
     # ---------------------------------------------------------------- Runnable
     @staticmethod

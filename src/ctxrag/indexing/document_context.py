@@ -26,7 +26,8 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable
 
 from ctxrag.indexing.context_text import fallback_header
-from ctxrag.indexing.contextualizer import Contextualizer, _Job, _Plan
+from ctxrag.indexing.context_plan import MIN_DOCUMENT_TOKENS, ContextJob, ContextPlan
+from ctxrag.indexing.contextualizer import Contextualizer
 from ctxrag.indexing.windowing import window_document
 from ctxrag.prompts.contextual import DocumentSummaryPrompt, default_document_summary_prompts
 from ctxrag.schema import content_hash
@@ -70,30 +71,30 @@ class DocumentContextualizer(Contextualizer):
         title: str,
         heading_paths: Sequence[str] | None,
         offsets: Sequence[int | None] | None,
-    ) -> _Plan:
+    ) -> ContextPlan:
         """A plan with one slot: the document's context."""
         prompt = self._summary_prompt(document)
         key = (content_hash(document), DOCUMENT_KEY, self.model_name, prompt.version)
         cached = self.cache.get(*key) if self.cache is not None else None
         header = fallback_header(title, "")
-        plan = _Plan(results=[header if cached == "" else cached])
+        plan = ContextPlan(results=[header if cached == "" else cached])
         if cached is not None:
             return plan
         self._get_model()  # before windowing: a local model brings its exact tokenizer
         overhead = self._token_counter(prompt.render(""))
-        budget = max(64, self.n_ctx - self.max_tokens - overhead - (64 + self.n_ctx // 20))
+        budget = max(MIN_DOCUMENT_TOKENS, self.n_ctx - self.max_tokens - overhead - (64 + self.n_ctx // 20))
         text, cut = window_document(document, document[:200], budget, offset=0, count_tokens=self._token_counter)
         prompt_text = prompt.render(text)
-        plan.jobs.append(_Job(index=0, key=key, messages=[HumanMessage(content=prompt_text)], fallback=header,
-                              prompt_text=prompt_text, windowed=cut))
+        plan.jobs.append(ContextJob(index=0, key=key, messages=[HumanMessage(content=prompt_text)], fallback=header,
+                                    prompt_text=prompt_text, windowed=cut))
         return plan
 
     def _spread(self, context: str, chunks: Sequence[str], hits_before: int) -> list[str]:
         """The one context for every chunk; the report counts all chunks (the parent counted the document once)."""
-        with self._lock:
-            cached = self._stats.cache_hits > hits_before
-            self._stats.chunks += len(chunks) - 1
-            self._stats.cache_hits += (len(chunks) - 1) if cached else 0
+        with self.tally.lock:
+            cached = self.tally.stats.cache_hits > hits_before
+            self.tally.stats.chunks += len(chunks) - 1
+            self.tally.stats.cache_hits += (len(chunks) - 1) if cached else 0
         return [context] * len(chunks)
 
     def contextualize_document(

@@ -7,8 +7,9 @@ replaces its chunks in every index and the store of the write session.
 
 Example::
 
-    with kb._write_session() as session:
+    with kb.snapshots.session() as session:
         outcome = apply_prepared(session, prepared)   # FileOutcome: added / updated / skipped
+        kb.snapshots.commit(session)
 """
 from __future__ import annotations
 

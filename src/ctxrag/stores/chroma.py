@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ctxrag.errors import ConfigError
-from ctxrag.stores.backends import text_fingerprint, write_backend_file
+from ctxrag.stores.external import text_fingerprint, write_backend_file
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.process_lock import SingleProcessLock
 

@@ -11,7 +11,7 @@
 
 Example::
 
-    snapshots = IndexSnapshots(generations, store, factories=lambda: {...}, embed=..., reconcile=...)
+    snapshots = IndexSnapshots(generations, store, factories=lambda: {...}, embed=...)
     snapshots.current()["bm25"].search("query", k=5)
     with snapshots.session() as s:
         s.indexes["bm25"].add(chunks)
@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-
 from ctxrag.errors import IndexCorruptError
-from ctxrag.stores.backends import SelfPersistingIndex
-from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.docstore import DocStore
+from ctxrag.stores.embedding import EmbedFn, embed_chunks
+from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.generations import GenerationStore
 
 log = logging.getLogger(__name__)
@@ -75,18 +74,16 @@ class IndexSnapshots:
     """The published index snapshot of one knowledge base object, and its write sessions (see the module docstring).
 
     `factories` lists the index kinds; `embed(texts)` gives passage vectors for rebuilding a dense index (for a kind
-    the generation lacks); `reconcile(index)` brings a self-persisting store back in step after a failed write."""
+    the generation lacks) and for bringing a self-persisting store back in step after a failed write."""
 
     def __init__(
         self, generations: GenerationStore, store: DocStore, *, factories: Callable[[], IndexFactories],
-        embed: Callable[[list[str]], np.ndarray], reconcile: Callable[[ChunkIndex], None],
-        writer_lock: threading.RLock | None = None,
+        embed: EmbedFn, writer_lock: threading.RLock | None = None,
     ) -> None:
         self.generations = generations
         self.store = store
         self._factories = factories
         self._embed = embed
-        self._reconcile = reconcile
         self._refresh_lock = threading.Lock()
         self._writer_lock = writer_lock or threading.RLock()
         self.snapshot: Snapshot | None = None
@@ -171,12 +168,19 @@ class IndexSnapshots:
         """Fill an empty index from the stored chunks, in write order (the tie order the ingests gave it)."""
         if isinstance(index, SelfPersistingIndex):
             return  # opened reconciled with the store
-        chunks = [IndexedChunk(r.chunk_id, r.doc_id, r.indexed_text, r.content, dict(r.metadata))
-                  for r in store.iter_chunks_in_write_order()]
-        if name == "dense" and chunks:
-            for c, v in zip(chunks, self._embed([c.text for c in chunks])):
-                c.vector = v
-        index.add(chunks)
+        index.add(embed_chunks(store.iter_chunks_in_write_order(), self._embed if name == "dense" else None))
+
+    def factories(self) -> IndexFactories:
+        """The index kinds (see `ctxrag.stores.registry`)."""
+        return self._factories()
+
+    def reconcile(self, index: SelfPersistingIndex) -> None:
+        """Bring a self-persisting store back in step with the committed chunks after a failed write."""
+        try:
+            reconcile(index, self.store.iter_chunks(), self._embed, kb_name=self.kb_name)
+        except Exception as e:  # noqa: BLE001 - the write's own error matters more; the next open reconciles
+            log.warning("knowledge base %r: reconciling %s after a failed write failed: %s",
+                        self.kb_name, type(index).__name__, e)
 
     def close(self) -> None:
         if self.snapshot is not None:
@@ -187,9 +191,15 @@ class IndexSnapshots:
 
     # -- writers ------------------------------------------------------------------------
     @contextmanager
+    def write_lock(self) -> Iterator[None]:
+        """The writer thread lock of this object, then the inter-process write lock (`GenerationStore.write_lock`)."""
+        with self._writer_lock, self.generations.write_lock():
+            yield
+
+    @contextmanager
     def session(self) -> Iterator[WriteSession]:
         """Hold the write lock with private indexes of the current generation (see the module docstring)."""
-        with self._writer_lock, self.generations.write_lock():
+        with self.write_lock():
             store = DocStore(self.store.path, check=False)
             session: WriteSession | None = None
             try:
@@ -207,7 +217,7 @@ class IndexSnapshots:
                 if session is not None:
                     for index in session.indexes.values():
                         if isinstance(index, SelfPersistingIndex):
-                            self._reconcile(index)
+                            self.reconcile(index)
                 raise
             finally:
                 store.close()

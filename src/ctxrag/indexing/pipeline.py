@@ -1,0 +1,218 @@
+"""The ingest pipeline of one knowledge base: load -> split -> contextualize -> embed once -> extract graph triplets
+(when the graph index is on) -> index -> commit.
+
+The slow stages (loading, splitting, contextualizing, embedding, triplet extraction) run per document with no lock held
+(`IngestPipeline.prepare`); every `commit_every` prepared documents are then applied under the inter-process write
+lock on top of the generation current *now* (`ctxrag.indexing.prepared.apply_prepared`) and committed as the next
+index generation (`ctxrag.stores.snapshots`).
+A bad file fails alone, as a ``failed`` outcome in the `IngestReport`; the others are still ingested.
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    kb = KnowledgeBase.open("demo")
+    report = kb.ingest(["examples/sample_corpus"])          # runs IngestPipeline.ingest_files
+    [(f.path, f.status) for f in report.files]
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tqdm.auto import tqdm
+
+from ctxrag import schema
+from ctxrag.errors import ConfigError, LoadError
+from ctxrag.indexing.chunking import chunk_records, make_splitter
+from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_reason
+from ctxrag.ingest_report import FileOutcome, IngestReport
+from ctxrag.loading import LoadedDocument, expand_paths, load_file
+from ctxrag.settings import Settings
+from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.stores.embedding import EmbedFn, embed_chunks, to_indexed
+from ctxrag.stores.snapshots import IndexSnapshots, missing_from
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.indexing.bulk_import import PrecomputedDocument
+
+Prepared = FileOutcome | PreparedDocument
+
+
+class IngestPipeline:
+    """Writes documents into the store and indexes of one knowledge base (see the module docstring).
+
+    `store` is the knowledge base's reading connection (to skip unchanged documents early), `snapshots` its index
+    generations (write sessions and commits), `embed` its passage embedder, `extract_triplets` (when the graph
+    index is on) puts each chunk's graph triplets into its metadata (`ctxrag.stores.registry.triplet_stage`)."""
+
+    def __init__(
+        self, kb_name: str, settings: Settings, store: DocStore, snapshots: IndexSnapshots, embed: EmbedFn,
+        extract_triplets: Callable[[list[IndexedChunk]], None] | None = None,
+    ) -> None:
+        self.kb_name = kb_name
+        self.settings = settings
+        self.store = store
+        self.snapshots = snapshots
+        self.embed = embed
+        self.extract_triplets = extract_triplets
+
+    # -- entry points -----------------------------------------------------------------
+    def ingest_files(
+        self, paths: Iterable[str | Path], *, contextualizer: Any = None,
+        precomputed_contexts: dict[str, str] | None = None, progress: bool = True, commit_every: int = 20,
+    ) -> IngestReport:
+        """Files and folders: load, split, (contextualize,) embed and index, committing every `commit_every`."""
+        report = IngestReport()
+        files, errors = expand_paths([Path(p) for p in paths])
+        for e in errors:
+            report.files.append(FileOutcome(e.path, "failed", e.reason))
+        load = functools.partial(load_file, max_bytes=self.settings.max_file_bytes)
+        self.run(files, lambda path: self.prepare(load(path), contextualizer, precomputed_contexts), report,
+                 desc=f"ingest {self.kb_name}", unit="file", progress=progress, commit_every=commit_every)
+        if contextualizer is not None and hasattr(contextualizer, "report"):
+            report.context_report = contextualizer.report()
+        return report
+
+    def add_texts(
+        self, items: Iterable[Any], *, contextualizer: Any = None,
+        precomputed_contexts: dict[str, str] | None = None, progress: bool = False,
+    ) -> IngestReport:
+        """Texts that are not files: `LoadedDocument`s or dicts with ``text``, ``source``, optional ``title``,
+        ``metadata`` and ``file_type`` (a bad dict raises `ConfigError` naming its position before anything runs)."""
+        docs = [self._loaded(i, item) for i, item in enumerate(items)]
+
+        def one(loaded: LoadedDocument) -> Prepared:
+            if not loaded.text.strip():
+                raise LoadError(loaded.source, "empty text")
+            return self.prepare(loaded, contextualizer, precomputed_contexts)
+
+        report = IngestReport()
+        self.run(docs, one, report, desc=f"add {self.kb_name}", unit="doc", progress=progress)
+        return report
+
+    def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
+        """Chunks that come with their vectors, all batches in one write session and one generation (all or
+        nothing); an identical source is skipped, a changed one replaced."""
+        report = IngestReport()
+        with self.snapshots.session() as session:
+            for batch in batches:
+                indexed = []
+                for item in batch:
+                    doc = item.document
+                    old = session.store.get_document(doc.doc_id)
+                    if old is not None and old.content_hash == doc.content_hash:
+                        report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)",
+                                                        doc.doc_id, old.n_chunks))
+                        continue
+                    if old is not None:
+                        old_ids = [c.chunk_id for c in session.store.chunks_of(doc.doc_id)]
+                        for index in session.indexes.values():
+                            index.delete(old_ids)
+                    for record, vector in zip(item.chunks, item.vectors):
+                        chunk = to_indexed(record)
+                        chunk.vector = vector
+                        indexed.append(chunk)
+                    session.store.upsert_document(doc, item.chunks)
+                    report.files.append(FileOutcome(doc.source, "updated" if old else "added", "", doc.doc_id,
+                                                    len(item.chunks)))
+                for index in session.indexes.values():
+                    index.add(indexed)
+            if report.added or report.updated:
+                self.snapshots.commit(session)
+        return report
+
+    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
+        """Documents that come already chunked (no splitting, no context), embedded outside the lock, replacing any
+        with the same doc id, in one write session and one generation."""
+        if not documents:
+            return
+        indexed = embed_chunks([r for _, records in documents for r in records], self.embed)
+        with self.snapshots.session() as session:
+            old = [c.chunk_id for doc, _ in documents for c in session.store.chunks_of(doc.doc_id)]
+            for index in session.indexes.values():
+                if old:
+                    index.delete(old)
+                index.add(indexed)
+            for doc, records in documents:
+                session.store.upsert_document(doc, records)
+            self.snapshots.commit(session)
+
+    # -- stages -----------------------------------------------------------------------
+    def run(
+        self, items: list[Any], prepare: Callable[[Any], Prepared], report: IngestReport, *,
+        desc: str, unit: str, progress: bool, commit_every: int = 1_000_000,
+    ) -> None:
+        """Prepare items one by one outside the write lock (a `LoadError` fails that item only), then apply and
+        commit them under the lock every `commit_every` changes; outcomes keep the order of `items`."""
+        batch: list[Prepared] = []
+        pending = 0
+        for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
+            try:
+                outcome = prepare(item)
+            except LoadError as e:
+                outcome = FileOutcome(e.path, "failed", e.reason)
+            batch.append(outcome)
+            if isinstance(outcome, PreparedDocument):
+                pending += 1
+                if pending >= commit_every:
+                    self.apply(batch, report)
+                    batch, pending = [], 0
+        self.apply(batch, report)
+
+    def apply(self, batch: list[Prepared], report: IngestReport) -> None:
+        """Under the write lock: re-check each prepared document against the current store (another writer may
+        have stored it meanwhile), replace its chunks in every index and the store, and commit one generation."""
+        if not any(isinstance(x, PreparedDocument) for x in batch):
+            report.files.extend(x for x in batch if isinstance(x, FileOutcome))
+            return
+        outcomes: list[FileOutcome] = []
+        with self.snapshots.session() as session:
+            changed = 0
+            for item in batch:
+                if isinstance(item, FileOutcome):
+                    outcomes.append(item)
+                    continue
+                outcome = apply_prepared(session, item)
+                changed += outcome.status in ("added", "updated")
+                outcomes.append(outcome)
+            if changed:
+                self.snapshots.commit(session)
+        report.files.extend(outcomes)
+
+    def prepare(self, loaded: LoadedDocument, contextualizer: Any, precomputed: dict[str, str] | None) -> Prepared:
+        """Split, contextualize, extract graph triplets and embed a loaded document (no lock held); an unchanged,
+        fully indexed one is skipped, one stored but missing from an index is indexed again."""
+        source = loaded.source
+        doc_id = schema.make_doc_id(self.kb_name, source)
+        chash = schema.content_hash(loaded.text)
+        old = self.store.get_document(doc_id)
+        reason = ""
+        if old is not None and old.content_hash == chash:
+            missing = missing_from(self.snapshots.current(), [c.chunk_id for c in self.store.chunks_of(doc_id)])
+            if not missing:
+                return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
+            reason = reindex_reason(missing)
+        meta = dict(loaded.metadata)
+        records = chunk_records(self.kb_name, doc_id, source, loaded.title, loaded.text, meta,
+                                splitter=make_splitter(self.settings.chunking), contextualizer=contextualizer,
+                                precomputed=precomputed)
+        if not records:
+            raise LoadError(source, "no text to index after splitting")
+        indexed = embed_chunks(records, self.embed)
+        if self.extract_triplets is not None:
+            self.extract_triplets(indexed)
+        warnings = list(getattr(loaded, "warnings", []))  # e.g. malformed JSONL lines skipped
+        return PreparedDocument(doc_id, source, loaded.title, chash, loaded.text, meta, records, indexed, reason,
+                                warnings=warnings)
+
+    @staticmethod
+    def _loaded(i: int, item: Any) -> LoadedDocument:
+        if not isinstance(item, dict):
+            return item
+        if not isinstance(item.get("text"), str) or not isinstance(item.get("source"), str) or not item["source"]:
+            raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
+        return LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
+                              dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
