@@ -42,7 +42,7 @@ _EXPORTS: dict[str, str] = {
     # retrieval
     "DenseRetriever": "ctxrag.retrievers.dense",
     "KBBM25Retriever": "ctxrag.retrievers.kb_bm25",
-    "BM25Index": "ctxrag.retrievers.bm25",
+    "BM25Index": "ctxrag.stores.bm25",
     "BM25Retriever": "ctxrag.retrievers.bm25",
     "FusionRetriever": "ctxrag.retrievers.fusion",
     "FusionMode": "ctxrag.retrievers.fusion",
@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "RetrievalPipeline": "ctxrag.retrievers.pipeline",
     "make_retriever": "ctxrag.retrievers.factory",
     "GraphRetriever": "ctxrag.retrievers.graph",
-    "GraphIndex": "ctxrag.graph",
+    "GraphIndex": "ctxrag.stores.graph",
     # compressors
     "JinaReranker": "ctxrag.compressors.jina",
     "LLMReranker": "ctxrag.compressors.llm_rerank",

@@ -71,7 +71,7 @@ def _index_factories(kb: "KnowledgeBase | None" = None) -> dict[str, tuple[Calla
         dense = dense_factories(kb)
     factories: dict[str, tuple[Callable[[], ChunkIndex], Callable[[Path], ChunkIndex | None]]] = {"dense": dense}
     try:
-        from ctxrag.retrievers.bm25 import BM25ChunkIndex
+        from ctxrag.stores.bm25 import BM25ChunkIndex
     except ImportError:  # pragma: no cover - bm25 ships with ctxrag; guard for partial installs
         pass
     else:
@@ -84,7 +84,7 @@ def _index_factories(kb: "KnowledgeBase | None" = None) -> dict[str, tuple[Calla
 def _graph_factories(kb: "KnowledgeBase") -> tuple[Callable[[], Any], Callable[[Path], Any]]:
     """Graph RAG index (opt-in, ``CTXRAG_GRAPH=true``): triplets from ``metadata["triplets"]`` or, failing that,
     extracted by the configured chat model, which is only built when a chunk needs it."""
-    from ctxrag.graph import GraphIndex
+    from ctxrag.stores.graph import GraphIndex
 
     extractor = _LazyTripletExtractor(kb.settings)
     return (

@@ -13,7 +13,7 @@ from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.retrievers import BaseRetriever
 
-from ctxrag.graph import GraphIndex
+from ctxrag.stores.graph import GraphIndex
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.graph import GraphRerank, GraphRetriever, parse_relation_choice
 

@@ -17,7 +17,7 @@ from ctxrag.errors import ConfigError
 
 def build_graph_retriever(runner: Any, variant: Any, k: int) -> BaseRetriever:
     """GraphRetriever over ``runner.dataset`` (needs ``dataset.extra["openie_file"]``), dense retrieval as fallback."""
-    from ctxrag.graph import GraphIndex
+    from ctxrag.stores.graph import GraphIndex
     from ctxrag.graph.triplets import load_openie_file
     from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS, GraphRetriever
     from ctxrag.evaluation.runner import IndexRetriever

@@ -218,9 +218,9 @@ class EvalRunner:
     def _bm25(self, v: _Variant) -> Any:
         if v.bm25 is None:
             try:
-                from ctxrag.retrievers.bm25 import BM25ChunkIndex
+                from ctxrag.stores.bm25 import BM25ChunkIndex
             except ImportError as e:
-                raise NotAvailableError(f"BM25 index is not available yet (ctxrag.retrievers.bm25.BM25ChunkIndex): {e}") from None
+                raise NotAvailableError(f"BM25 index is not available yet (ctxrag.stores.bm25.BM25ChunkIndex): {e}") from None
             start = time.perf_counter()
             index = BM25ChunkIndex()
             index.add([IndexedChunk(c, c, t, self.dataset.corpus[c].text) for c, t in v.texts.items()])

@@ -46,8 +46,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import Field, field_validator, model_validator
 
 from ctxrag.graph.expand import expand_relations
-from ctxrag.graph.index import GraphIndex
-from ctxrag.graph.normalize import entity_key
+from ctxrag.stores.graph import GraphIndex
+from ctxrag.stores.graph.normalize import entity_key
 from ctxrag.graph.ppr import PassageGraph, personalized_pagerank
 from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import extract_json
