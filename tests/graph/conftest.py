@@ -25,7 +25,7 @@ def bernoulli_items() -> list[tuple[str, str, list[list[str]]]]:
 
 @pytest.fixture(scope="session")
 def bernoulli_graph(e5, bernoulli_items):  # noqa: ANN001, ANN201 - GraphIndex (do not mutate)
-    from ctxrag.graph import GraphIndex
+    from ctxrag.stores.graph import GraphIndex
 
     g = GraphIndex(e5, show_progress=False)
     g.add_passages(bernoulli_items)

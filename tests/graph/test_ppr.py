@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ctxrag.graph import GraphIndex
+from ctxrag.stores.graph import GraphIndex
 from ctxrag.graph.ppr import PassageGraph, personalized_pagerank, synonym_edges
 
 

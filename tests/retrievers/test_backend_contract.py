@@ -83,7 +83,7 @@ class TestDenseOnChroma(RetrieversIntegrationTests):
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"kb": self.kb}
+        return {"index": self.kb.dense_index(), "chunks": self.kb.chunks, "embeddings": self.kb.embeddings}
 
     @property
     def retriever_query_example(self) -> str:
@@ -98,3 +98,7 @@ class TestMilvusHybridRetriever(TestDenseOnChroma):
     @property
     def retriever_constructor(self) -> type[MilvusHybridRetriever]:  # type: ignore[override]
         return MilvusHybridRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"kb": self.kb}

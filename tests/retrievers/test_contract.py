@@ -17,10 +17,8 @@ from ctxrag.compressors.jina import JinaReranker
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.retrievers.base import UnknownArgumentError
 from ctxrag.retrievers.bm25 import BM25Retriever
-from ctxrag.retrievers.dense import DenseRetriever
-from ctxrag.retrievers.factory import make_multi_kb_retriever, make_retriever
+from ctxrag.retrievers.factory import bm25_retriever, dense_retriever, make_multi_kb_retriever, make_retriever
 from ctxrag.retrievers.fusion import FusionRetriever
-from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
 from ctxrag.retrievers.pipeline import RetrievalPipeline
 
 from contract_fixtures import CORPUS, QUERY, build_kb, doc_ids
@@ -121,22 +119,22 @@ def test_unknown_call_argument_is_named(retriever: BaseRetriever) -> None:
 
 def test_bm25_fills_to_k_like_langchain(kb: KnowledgeBase) -> None:
     """A query word in one document only: k documents still come back, the matching one first, zero scores after."""
-    docs = KBBM25Retriever(kb=kb, k=4).invoke("FAISS")
+    docs = bm25_retriever(kb, k=4).invoke("FAISS")
     assert len(docs) == 4 and docs[0].metadata["title"] == "gamma"
     assert [d.metadata["bm25_score"] for d in docs[1:]] == [0.0, 0.0, 0.0]
-    assert len(KBBM25Retriever(kb=kb, k=4, fill=False).invoke("FAISS")) == 1
+    assert len(bm25_retriever(kb, k=4, fill=False).invoke("FAISS")) == 1
     # the fill respects the filter
     flt = _doc_filter(kb, "gamma", "beta")
-    assert sorted(_titles(KBBM25Retriever(kb=kb, k=4).invoke("FAISS", filter=flt))) == ["beta", "gamma"]
+    assert sorted(_titles(bm25_retriever(kb, k=4).invoke("FAISS", filter=flt))) == ["beta", "gamma"]
     standalone = BM25Retriever.from_texts(["faiss index", "bm25 scores", "fusion"], k=3)
     assert [d.page_content for d in standalone.invoke("faiss")] == ["faiss index", "bm25 scores", "fusion"]
 
 
 def test_constructor_rejects_unknown_arguments(kb: KnowledgeBase) -> None:
-    bm25 = KBBM25Retriever(kb=kb)
+    bm25 = bm25_retriever(kb)
     for build in (
-        lambda: DenseRetriever(kb=kb, top=3),
-        lambda: KBBM25Retriever(kb=kb, top=3),
+        lambda: dense_retriever(kb, top=3),
+        lambda: bm25_retriever(kb, top=3),
         lambda: FusionRetriever(retrievers=[bm25], top=3),
         lambda: RetrievalPipeline(base_retriever=bm25, top=3),
         lambda: BM25Retriever.from_texts(["a"], top=3),
@@ -149,8 +147,8 @@ def test_constructor_rejects_unknown_arguments(kb: KnowledgeBase) -> None:
 
 
 def test_constructor_k_and_filter(kb: KnowledgeBase) -> None:
-    assert len(DenseRetriever(kb=kb, k=3).invoke(QUERY)) == 3
-    assert len(DenseRetriever(kb=kb, search_kwargs={"k": 2}).invoke(QUERY)) == 2
+    assert len(dense_retriever(kb, k=3).invoke(QUERY)) == 3
+    assert len(dense_retriever(kb, search_kwargs={"k": 2}).invoke(QUERY)) == 2
     assert len(kb.as_retriever(search_kwargs={"k": 2}).invoke(QUERY)) == 2
     restricted = kb.as_retriever(mode="hybrid", k=5, filter=_doc_filter(kb, "gamma", "zeta", "eta"))
     assert sorted(_titles(restricted.invoke(QUERY))) == ["eta", "gamma", "zeta"]
@@ -159,7 +157,7 @@ def test_constructor_k_and_filter(kb: KnowledgeBase) -> None:
 
 
 def test_deprecated_count_names_still_work(kb: KnowledgeBase) -> None:
-    bm25 = KBBM25Retriever(kb=kb, k=8, fill=False)
+    bm25 = bm25_retriever(kb, k=8, fill=False)
     with pytest.deprecated_call():
         fusion = FusionRetriever(retrievers=[bm25], top_k=2)
     assert fusion.k == 2 and len(fusion.invoke(QUERY)) == 2
@@ -174,7 +172,7 @@ def test_filter_to_a_retriever_that_cannot_apply_it_fails(kb: KnowledgeBase) -> 
     from langchain_community.retrievers import BM25Retriever as LangChainBM25
 
     foreign = LangChainBM25.from_texts(list(CORPUS.values()))
-    fusion = FusionRetriever(retrievers=[KBBM25Retriever(kb=kb), foreign])
+    fusion = FusionRetriever(retrievers=[bm25_retriever(kb), foreign])
     assert fusion.invoke(QUERY, k=2)
     with pytest.raises(ValueError, match="cannot apply a per-call filter"):
         fusion.invoke(QUERY, filter={"title": "beta"})

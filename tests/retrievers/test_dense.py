@@ -9,7 +9,8 @@ import pytest
 from langchain_core.embeddings import Embeddings
 
 from ctxrag.knowledge_base import KnowledgeBase
-from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_select
+from ctxrag.retrievers.dense import cosine_to_relevance, mmr_select
+from ctxrag.retrievers.factory import dense_retriever
 from ctxrag.settings import Settings
 
 # 2-d unit vectors by angle: the query is at 0 degrees
@@ -43,7 +44,7 @@ def _titles(docs):
 
 
 def test_similarity_order_and_relevance(kb: KnowledgeBase) -> None:
-    docs = DenseRetriever(kb=kb, search_kwargs={"k": 5}).invoke("q")
+    docs = dense_retriever(kb, search_kwargs={"k": 5}).invoke("q")
     assert _titles(docs) == ["A", "A2", "B", "C", "D"]
     for d in docs:
         cos = np.cos(np.deg2rad(ANGLES[d.metadata["title"].lower()]))
@@ -54,13 +55,13 @@ def test_similarity_order_and_relevance(kb: KnowledgeBase) -> None:
 
 def test_score_threshold(kb: KnowledgeBase) -> None:
     # relevance of B (40 deg) = (1 + cos 40) / 2 = 0.883; C (80 deg) = 0.587
-    r = DenseRetriever(kb=kb, search_type="similarity_score_threshold", search_kwargs={"k": 5, "score_threshold": 0.8})
+    r = dense_retriever(kb, search_type="similarity_score_threshold", search_kwargs={"k": 5, "score_threshold": 0.8})
     assert _titles(r.invoke("q")) == ["A", "A2", "B"]
     assert _titles(r.invoke("q", search_kwargs={"score_threshold": 0.5})) == ["A", "A2", "B", "C"]
     with pytest.raises(ValueError, match="score_threshold"):
-        DenseRetriever(kb=kb, search_type="similarity_score_threshold", search_kwargs={"k": 3}).invoke("q")
+        dense_retriever(kb, search_type="similarity_score_threshold", search_kwargs={"k": 3}).invoke("q")
     with pytest.raises(ValueError, match="1.5"):
-        DenseRetriever(kb=kb, search_kwargs={"score_threshold": 1.5})
+        dense_retriever(kb, search_kwargs={"score_threshold": 1.5})
 
 
 def test_mmr_hand_checked(kb: KnowledgeBase) -> None:
@@ -68,7 +69,7 @@ def test_mmr_hand_checked(kb: KnowledgeBase) -> None:
     #   A2: 0.5*cos12 - 0.5*cos2 = -0.0105; B: 0.5*cos40 - 0.5*cos30 = -0.050; C: 0.5*cos80 - 0.5*cos70 = -0.084;
     #   D: 0.5*cos180 - 0.5*cos170 = -0.0076  -> D (diverse, though irrelevant).
     # Then A2 (-0.0105) beats B (-0.050) and C (-0.084) since D is far from all of them.
-    r = DenseRetriever(kb=kb, search_type="mmr", search_kwargs={"k": 3, "fetch_k": 5, "lambda_mult": 0.5})
+    r = dense_retriever(kb, search_type="mmr", search_kwargs={"k": 3, "fetch_k": 5, "lambda_mult": 0.5})
     got = _titles(r.invoke("q"))
     q = np.array(_vec(0))
     vecs = np.array([_vec(ANGLES[n]) for n in ["a", "a2", "b", "c", "d"]])
@@ -81,27 +82,27 @@ def test_mmr_hand_checked(kb: KnowledgeBase) -> None:
 def test_filters_in_every_mode(kb: KnowledgeBase) -> None:
     flt = {"title": ["B", "D"]}
     for search_type, extra in [("similarity", {}), ("mmr", {"fetch_k": 5}), ("similarity_score_threshold", {"score_threshold": 0.0})]:
-        r = DenseRetriever(kb=kb, search_type=search_type, search_kwargs={"k": 3, "filter": flt, **extra})
+        r = dense_retriever(kb, search_type=search_type, search_kwargs={"k": 3, "filter": flt, **extra})
         assert _titles(r.invoke("q")) == ["B", "D"], search_type
-    pred = DenseRetriever(kb=kb, search_kwargs={"k": 2, "filter": lambda md: md["title"].startswith("A")})
+    pred = dense_retriever(kb, search_kwargs={"k": 2, "filter": lambda md: md["title"].startswith("A")})
     assert _titles(pred.invoke("q")) == ["A", "A2"]
-    assert DenseRetriever(kb=kb, search_kwargs={"k": 2, "filter": {"title": "Z"}}).invoke("q") == []
+    assert dense_retriever(kb, search_kwargs={"k": 2, "filter": {"title": "Z"}}).invoke("q") == []
 
 
 def test_per_call_override_and_validation(kb: KnowledgeBase) -> None:
-    r = DenseRetriever(kb=kb, search_kwargs={"k": 4})
+    r = dense_retriever(kb, search_kwargs={"k": 4})
     assert len(r.invoke("q", search_kwargs={"k": 1})) == 1
     with pytest.raises(ValueError, match="unknown argument 'top'"):
         r.invoke("q", search_kwargs={"top": 1})
     with pytest.raises(TypeError, match="unknown argument 'top'"):
         r.invoke("q", top=1)
-    assert len(r.invoke("q", k=2)) == 2 and len(DenseRetriever(kb=kb, k=3).invoke("q")) == 3
+    assert len(r.invoke("q", k=2)) == 2 and len(dense_retriever(kb, k=3).invoke("q")) == 3
     with pytest.raises(ValueError, match="positive"):
         r.invoke("q", search_kwargs={"k": 0})
 
 
 async def test_async_matches_sync(kb: KnowledgeBase) -> None:
-    r = DenseRetriever(kb=kb, search_kwargs={"k": 3})
+    r = dense_retriever(kb, search_kwargs={"k": 3})
     assert _titles(await r.ainvoke("q")) == _titles(r.invoke("q"))
 
 

@@ -400,8 +400,29 @@ def test_make_retriever_hybrid_defaults_to_the_language_presets():
     from ctxrag.retrievers.factory import make_retriever
     from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
 
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from ctxrag.stores.bm25 import BM25ChunkIndex
+    from ctxrag.stores.dense import FaissIndex
+
+    class Chunks:  # a ChunkLookup with no chunks
+        def get_chunks(self, chunk_ids, scores=None):  # noqa: ANN001, ANN202
+            return []
+
+        def allowed_chunk_ids(self, filter):  # noqa: ANN001, ANN202
+            return None
+
     class KB:  # what make_retriever reads for a hybrid retriever without rerank
+        name = "fake"
         settings = None
+        embeddings = DeterministicFakeEmbedding(size=8)
+        chunks = Chunks()
+
+        def dense_index(self) -> FaissIndex:
+            return FaissIndex()
+
+        def keyword_index(self) -> BM25ChunkIndex:
+            return BM25ChunkIndex()
 
     hybrid = make_retriever(KB(), mode="hybrid", k=5)
     assert hybrid.by_language == LANGUAGE_DEFAULTS

@@ -13,7 +13,7 @@ from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.retrievers import BaseRetriever
 
-from ctxrag.graph import GraphIndex
+from ctxrag.stores.graph import GraphIndex
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.graph import GraphRerank, GraphRetriever, parse_relation_choice
 
@@ -115,9 +115,18 @@ def test_fallback_tops_up_without_duplicates(graph: GraphIndex, e5) -> None:  # 
     assert len(ids) == len(set(ids)) == 5 and ids[-1] == "other"
 
 
-def test_document_lookup_supplies_chunks(graph: GraphIndex, e5) -> None:  # noqa: ANN001
-    lookup = lambda ids: [Document(f"full {i}", id=i, metadata={"chunk_id": i, "kb": "demo"}) for i in ids]  # noqa: E731
-    docs = GraphRetriever(graph_index=graph, embeddings=e5, k=1, document_lookup=lookup).invoke(QUESTION)
+class _Chunks:
+    """A `ChunkLookup` whose documents say where they came from; a filter ``{"ids": [...]}`` allows those ids."""
+
+    def get_chunks(self, chunk_ids, scores=None) -> list[Document]:  # noqa: ANN001
+        return [Document(f"full {i}", id=i, metadata={"chunk_id": i, "kb": "demo"}) for i in chunk_ids]
+
+    def allowed_chunk_ids(self, filter) -> set[str] | None:  # noqa: ANN001
+        return None if filter is None else set(filter["ids"])
+
+
+def test_chunk_lookup_supplies_chunks(graph: GraphIndex, e5) -> None:  # noqa: ANN001
+    docs = GraphRetriever(graph_index=graph, embeddings=e5, k=1, chunks=_Chunks()).invoke(QUESTION)
     assert docs[0].page_content == f"full {docs[0].id}" and docs[0].metadata["kb"] == "demo"
 
 
@@ -279,7 +288,7 @@ def test_graph_filter_inside_the_ranking(graph: GraphIndex, e5) -> None:  # noqa
     """A per-call filter restricts passages before the cut: k passages when k are allowed, only allowed ones."""
     everything = [d.id for d in GraphRetriever(graph_index=graph, embeddings=e5, k=4).invoke(QUESTION)]
     allowed = everything[1:]
-    r = GraphRetriever(graph_index=graph, embeddings=e5, k=4, filter_resolver=lambda flt: set(flt["ids"]))
+    r = GraphRetriever(graph_index=graph, embeddings=e5, k=4, chunks=_Chunks())
     got = [d.id for d in r.invoke(QUESTION, k=2, filter={"ids": allowed})]
     assert len(got) == 2 and set(got) <= set(allowed)
     assert [d.id for d in r.invoke(QUESTION, k=4, filter={"ids": allowed[:1]})] == allowed[:1]

@@ -50,6 +50,16 @@ def graph_kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase
     kb.close()
 
 
+def dense_parts(kb: KnowledgeBase) -> dict[str, Any]:
+    """What a `DenseRetriever` takes from a knowledge base."""
+    return {"index": kb.dense_index(), "chunks": kb.chunks, "embeddings": kb.embeddings}
+
+
+def bm25_parts(kb: KnowledgeBase) -> dict[str, Any]:
+    """What a `KBBM25Retriever` takes from a knowledge base."""
+    return {"index": kb.keyword_index(), "chunks": kb.chunks}
+
+
 class _OnKB(RetrieversIntegrationTests):
     """Gives each test the module's knowledge base as ``self.kb``."""
 
@@ -71,7 +81,7 @@ class TestDenseRetriever(_OnKB):
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"kb": self.kb}
+        return dense_parts(self.kb)
 
 
 class TestDenseRetrieverMMR(_OnKB):
@@ -81,7 +91,7 @@ class TestDenseRetrieverMMR(_OnKB):
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"kb": self.kb, "search_type": "mmr", "search_kwargs": {"fetch_k": 8}}
+        return {**dense_parts(self.kb), "search_type": "mmr", "search_kwargs": {"fetch_k": 8}}
 
 
 class TestKBBM25Retriever(_OnKB):
@@ -91,7 +101,7 @@ class TestKBBM25Retriever(_OnKB):
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"kb": self.kb}
+        return bm25_parts(self.kb)
 
     @property
     def retriever_query_example(self) -> str:
@@ -116,7 +126,7 @@ class TestFusionRetriever(_OnKB):
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"retrievers": [DenseRetriever(kb=self.kb, k=8), KBBM25Retriever(kb=self.kb, k=8, fill=False)],
+        return {"retrievers": [DenseRetriever(**dense_parts(self.kb), k=8), KBBM25Retriever(**bm25_parts(self.kb), k=8, fill=False)],
                 "weights": [0.6, 0.4], "name": "hybrid"}
 
 
@@ -129,7 +139,7 @@ class TestRetrievalPipeline(_OnKB):
     def retriever_constructor_params(self) -> dict[str, Any]:
         from ctxrag.compressors.reorder import LongContextReorder
 
-        base = FusionRetriever(retrievers=[DenseRetriever(kb=self.kb, k=8), KBBM25Retriever(kb=self.kb, fill=False)])
+        base = FusionRetriever(retrievers=[DenseRetriever(**dense_parts(self.kb), k=8), KBBM25Retriever(**bm25_parts(self.kb), fill=False)])
         return {"base_retriever": base, "fetch_k": 8, "reranker": LongContextReorder(), "reorder": True}
 
 
@@ -159,9 +169,8 @@ class TestGraphRetriever(RetrieversIntegrationTests):
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
         kb = self.graph_kb
-        return {"graph_index": kb.indexes["graph"], "embeddings": kb.embeddings, "rerank": "ppr",
-                "fallback_retriever": DenseRetriever(kb=kb, k=20), "document_lookup": kb.get_chunks,
-                "filter_resolver": kb.allowed_chunk_ids}
+        return {"graph_index": kb.graph_index(), "embeddings": kb.embeddings, "rerank": "ppr",
+                "fallback_retriever": DenseRetriever(**dense_parts(kb), k=20), "chunks": kb.chunks}
 
     @property
     def retriever_query_example(self) -> str:
@@ -175,4 +184,4 @@ class TestGraphRetrieverPath(TestGraphRetriever):
     def retriever_constructor_params(self) -> dict[str, Any]:
         kb = self.graph_kb
         return {"graph_index": kb.indexes["graph"], "embeddings": kb.embeddings, "rerank": "path",
-                "document_lookup": kb.get_chunks}
+                "chunks": kb.chunks}

@@ -98,6 +98,10 @@ def kb(tmp_path: Path, corpus: Path, embeddings, request: pytest.FixtureRequest)
         _drop_server_collection()
 
 
+def _dense(kb: KnowledgeBase, **kwargs) -> DenseRetriever:  # noqa: ANN003
+    return DenseRetriever(index=kb.dense_index(), chunks=kb.chunks, embeddings=kb.embeddings, **kwargs)
+
+
 def _names(docs) -> list[str]:  # noqa: ANN001
     return [Path(d.metadata["source"]).name for d in docs]
 
@@ -121,7 +125,7 @@ def test_add_and_exact_similarity(kb: KnowledgeBase) -> None:
     assert type(kb.dense).__name__ == _CLASS[kb.settings.vector_store]
     st = kb.stats()
     assert st["chunks"] == len(DOCS) == st["indexes"]["dense"] == st["indexes"]["bm25"]
-    docs = DenseRetriever(kb=kb, search_kwargs={"k": 4}).invoke(QUERY)
+    docs = _dense(kb, search_kwargs={"k": 4}).invoke(QUERY)
     expect = _brute_force(kb, QUERY)
     assert [d.id for d in docs] == [c for c, _ in expect]
     for d, (_, cos) in zip(docs, expect):
@@ -170,7 +174,7 @@ def test_delete_removes_from_search(kb: KnowledgeBase, tmp_path: Path, embedding
     kb.delete_document("falcon.md")
     assert len(kb.dense) == len(DOCS) - 1
     for search_type, extra in [("similarity", {}), ("mmr", {"fetch_k": 10})]:
-        docs = DenseRetriever(kb=kb, search_type=search_type, search_kwargs={"k": 4, **extra}).invoke(QUERY)
+        docs = _dense(kb, search_type=search_type, search_kwargs={"k": 4, **extra}).invoke(QUERY)
         assert "falcon.md" not in _names(docs) and len(docs) == len(DOCS) - 1, search_type
     backend = _backend_of(kb)
     kb.close()
@@ -187,12 +191,12 @@ def test_filters_in_every_search_type(kb: KnowledgeBase) -> None:
     keep = {d.doc_id for d in kb.list_documents() if Path(d.source).name in ("heron.md", "xinghe.md")}
     flt = {"doc_id": sorted(keep)}
     for search_type, extra in [("similarity", {}), ("mmr", {"fetch_k": 10}), ("similarity_score_threshold", {"score_threshold": 0.0})]:
-        docs = DenseRetriever(kb=kb, search_type=search_type, search_kwargs={"k": 4, "filter": flt, **extra}).invoke(QUERY)
+        docs = _dense(kb, search_type=search_type, search_kwargs={"k": 4, "filter": flt, **extra}).invoke(QUERY)
         assert sorted(_names(docs)) == ["heron.md", "xinghe.md"], search_type
     for mode in ("dense", "bm25", "hybrid"):
         docs = kb.as_retriever(mode=mode, k=4, filter=flt).invoke("Falcon-7 pump or Heron-3 valve")  # bm25 needs a shared term
         assert "heron.md" in _names(docs) and set(_names(docs)) <= {"heron.md", "xinghe.md"}, mode
-    assert DenseRetriever(kb=kb, search_kwargs={"k": 4, "filter": {"doc_id": "nope"}}).invoke(QUERY) == []
+    assert _dense(kb, search_kwargs={"k": 4, "filter": {"doc_id": "nope"}}).invoke(QUERY) == []
 
 
 @pytest.mark.parametrize("kb", BACKENDS, indirect=True)
@@ -202,7 +206,7 @@ def test_mmr_matches_reference(kb: KnowledgeBase) -> None:
     expect = [ids[pool[i]] for i in mmr_select(q, vecs[pool], 3, 0.3)]
     similar = [ids[i] for i in pool[:3]]
     assert expect != similar  # the near-duplicate falcon docs make MMR differ from plain similarity
-    docs = DenseRetriever(kb=kb, search_type="mmr", search_kwargs={"k": 3, "fetch_k": 4, "lambda_mult": 0.3}).invoke(QUERY)
+    docs = _dense(kb, search_type="mmr", search_kwargs={"k": 3, "fetch_k": 4, "lambda_mult": 0.3}).invoke(QUERY)
     assert [d.id for d in docs] == expect
 
 
@@ -211,7 +215,7 @@ def test_score_threshold(kb: KnowledgeBase) -> None:
     expect = _brute_force(kb, QUERY)
     rel = [cosine_to_relevance(c) for _, c in expect]
     cut = (rel[1] + rel[2]) / 2  # between the second and the third best
-    r = DenseRetriever(kb=kb, search_type="similarity_score_threshold", search_kwargs={"k": 4, "score_threshold": cut})
+    r = _dense(kb, search_type="similarity_score_threshold", search_kwargs={"k": 4, "score_threshold": cut})
     docs = r.invoke(QUERY)
     assert [d.id for d in docs] == [c for c, _ in expect[:2]]
     assert all(d.metadata["score"] >= cut for d in docs)

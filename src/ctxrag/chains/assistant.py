@@ -47,6 +47,8 @@ from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
 from ctxrag.chains.summarize import DocumentSummarizer
 from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.prompts.router import NO_KNOWLEDGE_NOTICE
+from ctxrag.retrievers.factory import make_retriever
+from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,7 @@ class Assistant(Runnable[Any, dict]):
 
     def __init__(
         self,
-        kb: Any,
+        kb: KnowledgeSource,
         llm: Any,
         *,
         router: Router | None = None,
@@ -215,7 +217,7 @@ class Assistant(Runnable[Any, dict]):
         if doc_filter is None and self.catalog_first_stage:
             picked = [d for d, _ in self.catalog.search(question, self.catalog_first_stage)]
             doc_filter = {"doc_id": picked} if picked else None
-        retriever = self.kb.as_retriever(mode=self.mode, k=self.k, filter=doc_filter)
+        retriever = make_retriever(self.kb, mode=self.mode, k=self.k, filter=doc_filter)
         return retriever.invoke(question, config)
 
     def _relevant(
@@ -256,7 +258,7 @@ class Assistant(Runnable[Any, dict]):
     def _summaries(self, selected: Sequence[str], config: RunnableConfig | None = None) -> list[Document]:
         docs = []
         for doc_id in selected:
-            rec = self.kb.store.get_document(doc_id)
+            rec = self.kb.documents.get_document(doc_id)
             if rec is None:
                 raise ValueError(f"selected document {doc_id!r} is not in knowledge base {self.kb.name!r}")
             docs.append(Document(page_content=self.summarizer.summarize(doc_id, config), id=doc_id,
@@ -270,7 +272,9 @@ class Assistant(Runnable[Any, dict]):
         return format_knowledge(docs, self.max_chars_per_chunk) if docs else ""
 
 
-def build_assistant_chain(kb: Any, llm: Any, router: Router | str | None = None, **kwargs: Any) -> Assistant:
+def build_assistant_chain(
+    kb: KnowledgeSource, llm: Any, router: Router | str | None = None, **kwargs: Any
+) -> Assistant:
     """An `Assistant`; `router` may be a router object or ``"fast"`` / ``"llm"``."""
     if isinstance(router, str):
         from ctxrag.chains.router import make_router

@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -39,9 +40,13 @@ from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import extract_json
 from ctxrag.prompts.router import router_messages
 from ctxrag.resource_paths import routing_dir
+from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
 
 log = logging.getLogger(__name__)
+
+_QUERY_CACHE = 8
+"""Query vectors an `EmbeddingRouter` keeps (the current turn's question and probe, a few turns back)."""
 
 
 class Route(ChoiceEnum):
@@ -163,7 +168,7 @@ class EmbeddingRouter:
 
     name = "fast"
 
-    def __init__(self, kb: Any, *, catalog: DocumentCatalog | None = None,
+    def __init__(self, kb: KnowledgeSource, *, catalog: DocumentCatalog | None = None,
                  thresholds: RouterThresholds | None = None,
                  examples: dict[str, list[str]] | None = None,
                  background: list[str] | None = None) -> None:
@@ -175,6 +180,23 @@ class EmbeddingRouter:
         self._lock = threading.Lock()
         self._example_vecs: dict[str, np.ndarray] | None = None
         self._background_vecs: np.ndarray | None = None
+        self._dense = kb.dense_index()
+        self._query_vecs: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def query_vector(self, text: str) -> np.ndarray:
+        """`text` embedded as a query (unit vector); the last few are kept, so routing a question and then checking
+        the chunks retrieved for it (`chunk_margin`) embed it once."""
+        with self._lock:
+            vec = self._query_vecs.get(text)
+            if vec is not None:
+                self._query_vecs.move_to_end(text)
+                return vec
+        vec = embed_array(self.kb.embeddings, [text], is_query=True)[0]
+        with self._lock:
+            self._query_vecs[text] = vec
+            while len(self._query_vecs) > _QUERY_CACHE:
+                self._query_vecs.popitem(last=False)
+        return vec
 
     def _vectors(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         with self._lock:
@@ -193,17 +215,17 @@ class EmbeddingRouter:
                 history: Sequence[Any] | None = None) -> dict[str, float]:
         """The numbers the decision is made from (also useful for calibration)."""
         examples, background = self._vectors()
-        qvec = embed_array(self.kb.embeddings, [question], is_query=True)[0]
+        qvec = self.query_vector(question)
         out: dict[str, float] = {}
         for intent, vecs in examples.items():
             sims = np.sort(vecs @ qvec)[::-1]
             out[f"intent_{intent}"] = float(sims[:3].mean())
         # the coverage of a follow-up also counts its context ("那企业版呢？" after a question about plans)
         probe = with_last_user_turn(question, history)
-        pvec = qvec if probe == question else embed_array(self.kb.embeddings, [probe], is_query=True)[0]
+        pvec = qvec if probe == question else self.query_vector(probe)
         out["background"] = float((background @ pvec).max())
         docs = list(selected_doc_ids) if selected_doc_ids else None
-        out["catalog"] = self.catalog.coverage(probe, docs)
+        out["catalog"] = self.catalog.coverage(probe, docs, query_vector=pvec)
         out["chunk"] = self._best_chunk(pvec, docs)
         out["coverage_margin"] = max(out["catalog"], out["chunk"]) - out["background"]
         out["divergent_cue"] = 1.0 if DIVERGENT_CUE.search(question) else 0.0
@@ -212,24 +234,22 @@ class EmbeddingRouter:
     def chunk_margin(self, question: str, chunk_ids: Sequence[str]) -> float:
         """Relevance of retrieved chunks: best cosine of `question` to their vectors minus the background cosine.
         -1.0 when there are no chunks."""
-        dense = self.kb.indexes.get("dense")
         ids = [c for c in chunk_ids if c]
-        if dense is None or not ids:
+        if not ids:
             return -1.0
         _, background = self._vectors()
-        qvec = embed_array(self.kb.embeddings, [question], is_query=True)[0]
+        qvec = self.query_vector(question)
         try:
-            vecs = dense.vectors(ids)
+            vecs = self._dense.vectors(ids)
         except KeyError:  # a chunk deleted since retrieval
             return -1.0
         return float((vecs @ qvec).max() - (background @ qvec).max())
 
     def _best_chunk(self, qvec: np.ndarray, doc_ids: list[str] | None) -> float:
-        dense = self.kb.indexes.get("dense")
-        if dense is None or len(dense) == 0:
+        if len(self._dense) == 0:
             return 0.0
-        allowed = self.kb.allowed_chunk_ids({"doc_id": doc_ids}) if doc_ids else None
-        hits = dense.search(qvec, 1, allowed_chunk_ids=allowed)
+        allowed = self.kb.chunks.allowed_chunk_ids({"doc_id": doc_ids}) if doc_ids else None
+        hits = self._dense.search(qvec, 1, allowed_chunk_ids=allowed)
         return float(hits[0][1]) if hits else 0.0
 
     def route(self, question: str, selected_doc_ids: Sequence[str] | None = None,
@@ -328,7 +348,7 @@ class LLMRouter:
 
     name = "llm"
 
-    def __init__(self, kb: Any, llm: Any, *, catalog: DocumentCatalog | None = None,
+    def __init__(self, kb: KnowledgeSource, llm: Any, *, catalog: DocumentCatalog | None = None,
                  fallback: EmbeddingRouter | None = None, max_tokens: int = 40, max_catalog_chars: int = 1200) -> None:
         self.kb = kb
         self.llm = llm
@@ -379,7 +399,7 @@ class LLMRouter:
         return RouteDecision(route, 0.7, str(data.get("reason") or "")[:200], self.name)
 
 
-def make_router(kind: str, kb: Any, llm: Any = None, *, catalog: DocumentCatalog | None = None) -> Router:
+def make_router(kind: str, kb: KnowledgeSource, llm: Any = None, *, catalog: DocumentCatalog | None = None) -> Router:
     """``"fast"`` -> `EmbeddingRouter`; ``"llm"`` -> `LLMRouter` (needs `llm`)."""
     cat = catalog or DocumentCatalog(kb)
     if kind == "fast":

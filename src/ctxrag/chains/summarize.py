@@ -18,6 +18,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from ctxrag.catalog import DocumentCatalog, extractive_summary
+from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 class DocumentSummarizer:
     """Whole-document summaries for the summary route (see the module docstring)."""
 
-    def __init__(self, kb: Any, llm: Any = None, *, catalog: DocumentCatalog | None = None,
+    def __init__(self, kb: KnowledgeSource, llm: Any = None, *, catalog: DocumentCatalog | None = None,
                  window_chars: int = 3000, reduce_group: int = 6, max_tokens: int = 120,
                  use_stored: bool = True) -> None:
         if window_chars < 200:
@@ -45,7 +46,7 @@ class DocumentSummarizer:
 
     def summarize(self, doc_id: str, config: RunnableConfig | None = None) -> str:
         """The document's summary; `config` (callbacks, tags) reaches every LLM call (map and reduce)."""
-        doc = self.kb.store.get_document(doc_id)
+        doc = self.kb.documents.get_document(doc_id)
         if doc is None:
             raise KeyError(f"no document {doc_id!r} in knowledge base {self.kb.name!r}")
         if self.use_stored and (doc.summary or "").strip():
@@ -55,7 +56,7 @@ class DocumentSummarizer:
         lang = detect_language(doc.text)
         if len(doc.text) <= self.window_chars:
             return self._call("summary", doc.title, doc.text, lang, config) or extractive_summary(doc.title, doc.text)
-        windows = self._windows([c.content for c in self.kb.store.chunks_of(doc_id)] or [doc.text])
+        windows = self._windows([c.content for c in self.kb.documents.chunks_of(doc_id)] or [doc.text])
         parts = [p for p in (self._call("map", doc.title, w, lang, config) for w in windows) if p]
         if not parts:
             return extractive_summary(doc.title, doc.text)

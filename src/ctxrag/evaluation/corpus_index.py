@@ -25,7 +25,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from ctxrag.models.embeddings import embed_array
-from ctxrag.retrievers.bm25 import BM25ChunkIndex
+from ctxrag.stores.bm25 import BM25ChunkIndex
 from ctxrag.schema import CHUNK_ID, SCORE
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.dense import FaissIndex

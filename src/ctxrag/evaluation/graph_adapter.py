@@ -15,7 +15,7 @@ from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.errors import ConfigError
 from ctxrag.evaluation.datasets import EvalDataset
-from ctxrag.graph import GraphIndex
+from ctxrag.stores.graph import GraphIndex
 from ctxrag.graph.triplets import load_openie_file
 from ctxrag.retrievers.graph import GraphRetriever
 

@@ -1,27 +1,32 @@
-"""Graph RAG: triplets, the knowledge graph index and subgraph expansion (Milvus's Graph RAG method on our stores).
+"""Graph RAG algorithms: triplet extraction and import, subgraph expansion and Personalized PageRank over the
+knowledge graph index (`ctxrag.stores.graph.GraphIndex`, where the index and its vocabulary live).
 
 Example::
 
-    from ctxrag.graph import GraphIndex, TripletExtractor, entity_key
+    from ctxrag.graph import TripletExtractor, entity_key
     entity_key("leonhard  Euler")   # 'leonhard euler'
 """
 from __future__ import annotations
 
 from ctxrag.graph.expand import entity_adjacency, expand_relations, relation_adjacency
-from ctxrag.graph.index import TRIPLETS_KEY, GraphIndex
-from ctxrag.graph.normalize import clean_text, entity_key, relation_key, relation_text
 from ctxrag.graph.triplets import (
-    Triplet,
     TripletExtractor,
-    coerce_triplets,
     load_openie_file,
     load_triplets_json,
     parse_triplets,
 )
+from ctxrag.stores.graph import (
+    TRIPLETS_KEY,
+    Triplet,
+    clean_text,
+    coerce_triplets,
+    entity_key,
+    relation_key,
+    relation_text,
+)
 
 __all__ = [
     "TRIPLETS_KEY",
-    "GraphIndex",
     "Triplet",
     "TripletExtractor",
     "clean_text",

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 if TYPE_CHECKING:
-    from ctxrag.graph.index import GraphIndex
+    from ctxrag.stores.graph import GraphIndex
 
 
 def synonym_edges(vectors: np.ndarray, threshold: float = 0.8, top_k: int = 10) -> sp.csr_matrix:

@@ -1,4 +1,5 @@
-"""Dense retrieval over a knowledge base's FAISS index: similarity, MMR and score threshold, with metadata filters.
+"""Dense retrieval over a `DenseIndex` (FAISS, Chroma or Milvus): similarity, MMR and score threshold, with metadata
+filters resolved by a `ChunkLookup`.
 
 Relevance scores are correct for cosine indexes: ``(1 + cos) / 2`` in [0, 1] (stock LangChain FAISS maps inner product
 with a Euclidean formula and can return negative values).
@@ -7,7 +8,9 @@ Example::
 
     from ctxrag import KnowledgeBase
     from ctxrag.retrievers.dense import DenseRetriever
-    r = DenseRetriever(kb=KnowledgeBase.open("demo"), search_type="mmr", k=4, search_kwargs={"fetch_k": 20})
+    kb = KnowledgeBase.open("demo")
+    r = DenseRetriever(index=kb.dense_index(), chunks=kb.chunks, embeddings=kb.embeddings, search_type="mmr", k=4,
+                       search_kwargs={"fetch_k": 20})
     r.invoke("what is contextual retrieval?", k=2, filter={"doc_id": ["3f2a..."]})   # per-call overrides
 """
 from __future__ import annotations
@@ -17,10 +20,12 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
 from pydantic import Field, field_validator, model_validator
 
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, UnknownArgumentError
+from ctxrag.stores.protocols import ChunkLookup, DenseIndex
 
 SearchType = Literal["similarity", "mmr", "similarity_score_threshold"]
 _ALLOWED_KWARGS = {"k", "fetch_k", "lambda_mult", "score_threshold", "filter"}
@@ -51,15 +56,19 @@ def mmr_select(query_vec: np.ndarray, cand_vecs: np.ndarray, k: int, lambda_mult
 
 
 class DenseRetriever(CtxragRetriever):
-    """Dense retriever over a `KnowledgeBase` (FAISS inner product on unit vectors).
+    """Dense retriever over a `DenseIndex` (inner product on unit vectors), documents from a `ChunkLookup`.
 
     ``k`` and ``filter`` are fields (``search_kwargs={"k": ..., "filter": ...}`` is accepted too, as for LangChain's
     `VectorStoreRetriever`); per call: ``k``, ``filter``, ``fetch_k``, ``lambda_mult``, ``score_threshold`` or
     ``search_kwargs``.
     """
 
-    kb: Any
-    """The `KnowledgeBase` to search."""
+    index: DenseIndex
+    """The index to search (a knowledge base's ``dense_index()`` follows its new generations)."""
+    chunks: ChunkLookup
+    """Resolves filters to chunk ids and hits to documents (a knowledge base's ``chunks``)."""
+    embeddings: Embeddings
+    """Embeds the query; the model the index was built with."""
     search_type: SearchType = "similarity"
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     """``fetch_k`` (mmr pool, default 20), ``lambda_mult`` (mmr, default 0.5), ``score_threshold`` (relevance in
@@ -95,12 +104,12 @@ class DenseRetriever(CtxragRetriever):
         p = {"fetch_k": 20, "lambda_mult": 0.5, "score_threshold": None, **self.search_kwargs, **_validate_kwargs(options)}
         if self.search_type == "similarity_score_threshold" and p["score_threshold"] is None:
             raise ValueError("search_type='similarity_score_threshold' needs search_kwargs['score_threshold'] in [0, 1]")
-        qvec = embed_array(self.kb.embeddings, [query], is_query=True)[0]
-        allowed = self.kb.allowed_chunk_ids(filter)
+        qvec = embed_array(self.embeddings, [query], is_query=True)[0]
+        allowed = self.chunks.allowed_chunk_ids(filter)
         pool_k = max(k, p["fetch_k"]) if self.search_type == "mmr" else k
-        hits = self.kb.dense.search(qvec, pool_k, allowed_chunk_ids=allowed)
+        hits = self.index.search(qvec, pool_k, allowed_chunk_ids=allowed)
         if self.search_type == "mmr" and hits:
-            vecs = self.kb.dense.vectors([c for c, _ in hits])
+            vecs = self.index.vectors([c for c, _ in hits])
             order = mmr_select(qvec, vecs, k, p["lambda_mult"])
             hits = [hits[i] for i in order]
         scores = {}
@@ -111,7 +120,7 @@ class DenseRetriever(CtxragRetriever):
                 continue
             keep.append(cid)
             scores[cid] = {"score": rel, "dense_score": rel, "cosine": cos}
-        return self.kb.get_chunks(keep, scores)
+        return self.chunks.get_chunks(keep, scores)
 
 
 def _validate_kwargs(v: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,9 @@ Example::
     r.invoke("星河知识库支持哪些文件格式？")
     kb.as_retriever(search_kwargs={"k": 2, "filter": {"file_type": "markdown"}})   # LangChain's FAISS spelling
 
-Every retriever built here takes ``k`` and ``filter`` per call too (`ctxrag.retrievers.base`).
+Every retriever built here takes ``k`` and ``filter`` per call too (`ctxrag.retrievers.base`). The knowledge base
+is only read for its pieces (`ctxrag.stores.protocols.KnowledgeSource`): each retriever gets an index, the chunk
+lookup and, where it embeds, the embedding model, never the knowledge base itself.
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from langchain_core.retrievers import BaseRetriever
 from ctxrag.errors import ConfigError
 from ctxrag.retrievers.base import call_arguments
 from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionRetriever
+from ctxrag.retrievers.dense import DenseRetriever
+from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
+from ctxrag.stores.protocols import KnowledgeSource
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +36,7 @@ model costs seconds per chunk, so it reranks 20 unless told otherwise."""
 
 
 def make_retriever(
-    kb: Any,
+    kb: KnowledgeSource,
     mode: str = "hybrid",
     k: int = 10,
     *,
@@ -86,7 +91,7 @@ def make_retriever(
     )
 
 
-def _reranker(rerank: str | Any, kb: Any) -> Any:
+def _reranker(rerank: str | Any, kb: KnowledgeSource) -> Any:
     if rerank is None or rerank == "none":
         return None
     if not isinstance(rerank, str):
@@ -97,20 +102,16 @@ def _reranker(rerank: str | Any, kb: Any) -> Any:
 
 
 def _base(
-    kb: Any, mode: str, k: int, filter: Any, search_type: str, fetch_k: int | None, lambda_mult: float,
+    kb: KnowledgeSource, mode: str, k: int, filter: Any, search_type: str, fetch_k: int | None, lambda_mult: float,
     score_threshold: float | None, weights: Sequence[float] | None, fusion: str, c: float,
 ) -> BaseRetriever:
-    from ctxrag.retrievers.dense import DenseRetriever
-    from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
-
     def dense(kk: int) -> DenseRetriever:
         kwargs: dict[str, Any] = {"lambda_mult": lambda_mult}
         if fetch_k:
             kwargs["fetch_k"] = fetch_k
         if score_threshold is not None:
             kwargs["score_threshold"] = score_threshold
-        return DenseRetriever(kb=kb, k=kk, filter=filter, search_type=search_type, search_kwargs=kwargs,  # type: ignore[arg-type]
-                              name="dense")
+        return dense_retriever(kb, k=kk, filter=filter, search_type=search_type, search_kwargs=kwargs, name="dense")
 
     if mode == "dense":
         return dense(k)
@@ -119,8 +120,8 @@ def _base(
 
         return _graph(kb, k, filter, dense(max(k, PPR_PASSAGE_SEEDS)))  # its top passages also seed the PageRank walk
     if mode == "bm25":
-        return KBBM25Retriever(kb=kb, k=k, filter=filter, name="bm25")  # fills up to k with zero-score chunks
-    bm25 = KBBM25Retriever(kb=kb, k=k, filter=filter, fill=False, name="bm25")  # zero-score filler would add noise
+        return bm25_retriever(kb, k=k, filter=filter, name="bm25")  # fills up to k with zero-score chunks
+    bm25 = bm25_retriever(kb, k=k, filter=filter, fill=False, name="bm25")  # zero-score filler would add noise
     # each side contributes a deeper list than k so fusion has overlap to work with
     depth = max(k, 2 * k if k < 50 else k)
     return fusion_retriever([dense(depth), bm25.model_copy(update={"k": depth})], k=k, fusion=fusion,
@@ -146,19 +147,31 @@ def fusion_retriever(retrievers: Sequence[BaseRetriever], *, k: int, fusion: str
     )
 
 
-def _graph(kb: Any, k: int, filter: Any, fallback: BaseRetriever) -> BaseRetriever:
+def dense_retriever(kb: KnowledgeSource, **kwargs: Any) -> DenseRetriever:
+    """A `DenseRetriever` over `kb`'s dense index (following its new generations), chunk lookup and embedding model;
+    `kwargs` are the retriever's own fields (``k``, ``filter``, ``search_type``, ``search_kwargs``, ...)."""
+    return DenseRetriever(index=kb.dense_index(), chunks=kb.chunks, embeddings=kb.embeddings, **kwargs)
+
+
+def bm25_retriever(kb: KnowledgeSource, **kwargs: Any) -> KBBM25Retriever:
+    """A `KBBM25Retriever` over `kb`'s BM25 index (following its new generations) and chunk lookup; `kwargs` are the
+    retriever's own fields (``k``, ``filter``, ``fill``, ...)."""
+    return KBBM25Retriever(index=kb.keyword_index(), chunks=kb.chunks, **kwargs)
+
+
+def _graph(kb: KnowledgeSource, k: int, filter: Any, fallback: BaseRetriever) -> BaseRetriever:
     """Graph RAG over the knowledge base's ``graph`` index (entity/relation graph built at ingest), ranked as
     ``settings.graph_rerank`` says (default Personalized PageRank, the best measured: docs/graph_rag.md); dense
     retrieval gives the PageRank passage seeds and fills up."""
-    graph = getattr(kb, "indexes", {}).get("graph")
+    graph = kb.graph_index()
     if graph is None:
         raise ConfigError(
-            f"knowledge base {getattr(kb, 'name', kb)!r} has no graph index; set CTXRAG_GRAPH=true before ingesting "
+            f"knowledge base {kb.name!r} has no graph index; set CTXRAG_GRAPH=true before ingesting "
             "(triplets are extracted by the chat model) or use --mode dense/bm25/hybrid"
         )
     from ctxrag.retrievers.graph import GraphRetriever
 
-    how = getattr(getattr(kb, "settings", None), "graph_rerank", "ppr")
+    how = kb.settings.graph_rerank
     llm = None
     if how == "llm":
         from ctxrag.models import chat
@@ -169,11 +182,10 @@ def _graph(kb: Any, k: int, filter: Any, fallback: BaseRetriever) -> BaseRetriev
             log.warning("graph_rerank='llm' but no chat model (%s); ranking with 'ppr'", exc)
             how = "ppr"
     return GraphRetriever(graph_index=graph, embeddings=kb.embeddings, k=k, filter=filter, rerank=how, llm=llm,
-                          fallback_retriever=fallback, document_lookup=kb.get_chunks,
-                          filter_resolver=kb.allowed_chunk_ids, name="graph")
+                          fallback_retriever=fallback, chunks=kb.chunks, name="graph")
 
 
-def make_multi_kb_retriever(kbs: Sequence[Any], mode: str = "hybrid", k: int = 10, **kwargs: Any) -> BaseRetriever:
+def make_multi_kb_retriever(kbs: Sequence[KnowledgeSource], mode: str = "hybrid", k: int = 10, **kwargs: Any) -> BaseRetriever:
     """Query several knowledge bases together (e.g. a project one and the shared `general` one), fused by RRF."""
     if not kbs:
         raise ConfigError("no knowledge base given")

@@ -46,8 +46,8 @@ from pydantic import Field, field_validator, model_validator
 
 from ctxrag.enums import ChoiceEnum
 from ctxrag.graph.expand import expand_relations
-from ctxrag.graph.index import GraphIndex
-from ctxrag.graph.normalize import entity_key
+from ctxrag.stores.graph import GraphIndex
+from ctxrag.stores.graph.normalize import entity_key
 from ctxrag.graph.ppr import PassageGraph, personalized_pagerank
 from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import extract_json
@@ -55,6 +55,7 @@ from ctxrag.prompts.graph import entity_prompt, relation_rerank_messages
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, metadata_matches, sub_call_kwargs
 from ctxrag.retrievers.fusion import dedup_by_chunk, min_max
 from ctxrag.schema import CHUNK_ID, SCORE
+from ctxrag.stores.protocols import ChunkLookup
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +170,12 @@ class GraphRetriever(CtxragRetriever):
     llm_entities: bool = True
     """Ask the LLM (when there is one) for the question's entities, besides vocabulary matching."""
     fallback_retriever: BaseRetriever | None = None
-    document_lookup: Callable[[list[str]], list[Document]] | None = None
-    """Optional: full chunk Documents by id (e.g. ``KnowledgeBase.get_chunks``); default: the graph's stored text."""
+    chunks: ChunkLookup | None = None
+    """Optional (a knowledge base's ``chunks``): full chunk Documents by id, and the chunk ids a metadata filter
+    allows. Without it Documents carry the graph's stored text and a filter is matched against the graph's own passage
+    metadata. Either way passages are filtered before the top-k cut."""
     relation_preview: int = Field(default=5, ge=0)
     """How many relations each Document lists in ``graph_relations``."""
-    filter_resolver: Callable[[MetadataFilter], set[str] | None] | None = None
-    """Chunk ids a metadata filter allows (e.g. ``KnowledgeBase.allowed_chunk_ids``); without it a filter is matched
-    against the graph's own passage metadata. Either way passages are filtered before the top-k cut."""
 
     @field_validator("rerank", mode="before")
     @classmethod
@@ -339,8 +339,8 @@ class GraphRetriever(CtxragRetriever):
     def _allowed(self, filter: MetadataFilter | None) -> Callable[[str], bool]:
         if filter is None:
             return lambda pid: True
-        if self.filter_resolver is not None:
-            allowed = self.filter_resolver(filter)
+        if self.chunks is not None:
+            allowed = self.chunks.allowed_chunk_ids(filter)
             return (lambda pid: True) if allowed is None else allowed.__contains__
         return lambda pid: metadata_matches(self.graph_index.passage_metadata(pid), filter)
 
@@ -407,7 +407,7 @@ class GraphRetriever(CtxragRetriever):
             have = {d.metadata[CHUNK_ID] for d in docs}
             for doc in fallback():
                 cid = doc.metadata.get(CHUNK_ID) or doc.id
-                ok = allowed(str(cid)) if self.filter_resolver is not None else metadata_matches(doc.metadata, filter)
+                ok = allowed(str(cid)) if self.chunks is not None else metadata_matches(doc.metadata, filter)
                 if cid in have or len(docs) >= k or not ok:
                     continue
                 have.add(cid)
@@ -417,8 +417,8 @@ class GraphRetriever(CtxragRetriever):
 
     def _documents(self, passage_ids: list[str]) -> list[Document]:
         g = self.graph_index
-        if self.document_lookup is not None and passage_ids:
-            found = {(d.metadata.get(CHUNK_ID) or d.id): d for d in self.document_lookup(passage_ids)}
+        if self.chunks is not None and passage_ids:
+            found = {(d.metadata.get(CHUNK_ID) or d.id): d for d in self.chunks.get_chunks(passage_ids)}
             out = []
             for pid in passage_ids:
                 d = found.get(pid)

@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from ctxrag.errors import StoreCorruptError
 
@@ -107,6 +107,16 @@ class DocumentRecord:
     summary: str | None = None
     added_at: float = 0.0
     updated_at: float = 0.0
+
+
+class DocumentRow(NamedTuple):
+    """A document without its text: what the catalog checks on every lookup (cheap to read)."""
+
+    doc_id: str
+    source: str
+    title: str
+    summary: str | None
+    content_hash: str
 
 
 @dataclass
@@ -245,6 +255,16 @@ class DocStore:
 
     def list_documents(self) -> list[DocumentRecord]:
         return [self._doc(r) for r in self.conn.execute(f"SELECT {self._DOC_COLS} FROM documents ORDER BY source")]
+
+    def document_rows(self) -> list[DocumentRow]:
+        """Every document without its text, ordered by source."""
+        return [DocumentRow(*r) for r in self.conn.execute(
+            "SELECT doc_id, source, title, summary, content_hash FROM documents ORDER BY source")]
+
+    def get_summary(self, doc_id: str) -> str | None:
+        """The stored summary ("" when none), None when there is no such document."""
+        row = self.conn.execute("SELECT summary FROM documents WHERE doc_id=?", (doc_id,)).fetchone()
+        return None if row is None else (row[0] or "")
 
     def count(self) -> tuple[int, int]:
         d = self.conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0]

@@ -7,8 +7,8 @@ length, both of which move with every add or delete, so the index drops every `S
 reads. The values array is allocated with ``np.empty``: pages of columns never filled are never touched, so they cost
 no resident memory.
 
->>> from ctxrag.retrievers.bm25.scoring import BM25Params
->>> from ctxrag.retrievers.bm25.segment import Segment
+>>> from ctxrag.stores.bm25.scoring import BM25Params
+>>> from ctxrag.stores.bm25.segment import Segment
 >>> seg = Segment.from_token_ids(np.array([0, 1, 0, 0], dtype=np.int32), np.array([3, 1]), n_terms=2)
 >>> w = SegmentWeights(seg, np.ones(2), np.array([2.0, 1.0]), BM25Params())
 >>> rows, values, best = w.column(0)
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ctxrag.retrievers.bm25.scoring import BM25Params, tf_part
-from ctxrag.retrievers.bm25.segment import Segment
+from ctxrag.stores.bm25.scoring import BM25Params, tf_part
+from ctxrag.stores.bm25.segment import Segment
 
 
 class SegmentWeights:

@@ -7,7 +7,8 @@ import pytest
 from langchain_core.documents import Document
 
 from ctxrag.errors import IndexCorruptError
-from ctxrag.retrievers.bm25 import BM25ChunkIndex, BM25Index, BM25Retriever
+from ctxrag.retrievers.bm25 import BM25Retriever
+from ctxrag.stores.bm25 import BM25ChunkIndex, BM25Index
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 
 DOCS = [

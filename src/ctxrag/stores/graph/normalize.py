@@ -5,7 +5,7 @@ the spaces and middle dots that writers put between their parts ("莱昂哈德·
 
 Example::
 
-    from ctxrag.graph.normalize import entity_key, clean_text
+    from ctxrag.stores.graph.normalize import entity_key, clean_text
     entity_key("  Leonhard   EULER. ")   # 'leonhard euler'
     entity_key("U.S.") == entity_key("US")  # True
     entity_key("Euler's")                    # 'euler'

@@ -11,7 +11,7 @@ import pytest
 import rank_bm25
 
 from corpora import chinese_corpus, chinese_queries, codebase_chunks, codebase_queries
-from ctxrag.retrievers.bm25 import BM25Index, make_tokenizer
+from ctxrag.stores.bm25 import BM25Index, make_tokenizer
 
 REFERENCE = {"okapi": rank_bm25.BM25Okapi, "bm25+": rank_bm25.BM25Plus, "bm25l": rank_bm25.BM25L}
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ctxrag.retrievers.bm25.index import BM25Index
-from ctxrag.retrievers.bm25.tokenize import Tokenizer
+from ctxrag.stores.bm25.index import BM25Index
+from ctxrag.stores.bm25.tokenize import Tokenizer
 from ctxrag.stores.base import IndexedChunk
 
 

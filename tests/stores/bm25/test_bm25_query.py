@@ -1,4 +1,4 @@
-"""Query evaluation (`ctxrag.retrievers.bm25.query`): every plan (direct merge, MaxScore, thresholded accumulation)
+"""Query evaluation (`ctxrag.stores.bm25.query`): every plan (direct merge, MaxScore, thresholded accumulation)
 returns exactly the top k of a brute-force ranking, against rank_bm25 on a head-heavy Zipf corpus large enough to
 take the pruned plans, with filters, deletes, and cached weights dropped on every change."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import rank_bm25
 
-from ctxrag.retrievers.bm25 import BM25Index
-from ctxrag.retrievers.bm25 import query as query_module
-from ctxrag.retrievers.bm25.query import Accumulator, TermColumn, score_slots, top_k, top_k_slots
+from ctxrag.stores.bm25 import BM25Index
+from ctxrag.stores.bm25 import query as query_module
+from ctxrag.stores.bm25.query import Accumulator, TermColumn, score_slots, top_k, top_k_slots
 
 
 def zipf_docs(n_docs: int, seed: int = 0, vocab: int = 2000) -> tuple[list[list[str]], list[list[str]]]:

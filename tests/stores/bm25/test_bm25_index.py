@@ -6,7 +6,7 @@ import pytest
 import rank_bm25
 
 from ctxrag.errors import ConfigError
-from ctxrag.retrievers.bm25 import BM25Index
+from ctxrag.stores.bm25 import BM25Index
 
 TEXTS = ["the quick brown fox", "a lazy brown dog", "quick quick search engine", "向量检索和关键词检索", "hello world",
          "nothing to see"]

@@ -5,10 +5,10 @@ import jieba
 import pytest
 
 from ctxrag.errors import ConfigError
-from ctxrag.retrievers.bm25 import (
+from ctxrag.stores.bm25 import (
     ChineseTokenizer, EnglishTokenizer, MixedTokenizer, load_stopwords, make_tokenizer,
 )
-from ctxrag.retrievers.bm25.tokenize import tokenizer_config
+from ctxrag.stores.bm25.tokenize import tokenizer_config
 
 
 def test_empty_text_gives_no_tokens():
@@ -129,7 +129,7 @@ def test_keep_script_still_drops_traditional_stopwords():
 
 
 def test_zh_hans_query_finds_zh_hant_passage():
-    from ctxrag.retrievers.bm25 import BM25Index
+    from ctxrag.stores.bm25 import BM25Index
 
     index = BM25Index()
     index.add(["臺灣高速鐵路於2007年通車，連接臺北與高雄。", "长江是中国最长的河流。", "The Great Wall is long."],

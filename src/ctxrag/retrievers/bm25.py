@@ -17,8 +17,8 @@ from pydantic import Field
 
 from ctxrag import schema
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, metadata_matches
-from ctxrag.retrievers.bm25.index import BM25Index
-from ctxrag.retrievers.bm25.tokenize import Tokenizer
+from ctxrag.stores.bm25.index import BM25Index
+from ctxrag.stores.bm25.tokenize import Tokenizer
 
 
 class BM25Retriever(CtxragRetriever):

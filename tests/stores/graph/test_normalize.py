@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxrag.graph.normalize import clean_text, entity_key, relation_key, relation_text
+from ctxrag.stores.graph.normalize import clean_text, entity_key, relation_key, relation_text
 
 
 @pytest.mark.parametrize(

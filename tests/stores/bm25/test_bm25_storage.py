@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from ctxrag.errors import ConfigError, IndexCorruptError
-from ctxrag.retrievers.bm25 import BM25Index
-from ctxrag.retrievers.bm25.index import ARRAYS, MANIFEST
+from ctxrag.stores.bm25 import BM25Index
+from ctxrag.stores.bm25.index import ARRAYS, MANIFEST
 
 TEXTS = ["retrieval augmented generation", "向量检索和关键词检索", "getUserName returns a name", "BM25 keyword search",
          "hybrid search fuses dense and sparse", "中文分词使用结巴"]

@@ -17,13 +17,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ctxrag.errors import ConfigError, IndexCorruptError
-from ctxrag.retrievers.bm25 import storage
-from ctxrag.retrievers.bm25.doc_keys import DocKeys
-from ctxrag.retrievers.bm25.query import SEEDS_PER_TERM, Accumulator, TermColumn, top_k_slots
-from ctxrag.retrievers.bm25.scoring import BM25Params, absent_term_score, length_norm, term_idf
-from ctxrag.retrievers.bm25.segment import INDEX_DTYPE, Segment, merge_segments
-from ctxrag.retrievers.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
-from ctxrag.retrievers.bm25.weights import SegmentWeights
+from ctxrag.stores.bm25 import storage
+from ctxrag.stores.bm25.doc_keys import DocKeys
+from ctxrag.stores.bm25.query import SEEDS_PER_TERM, Accumulator, TermColumn, top_k_slots
+from ctxrag.stores.bm25.scoring import BM25Params, absent_term_score, length_norm, term_idf
+from ctxrag.stores.bm25.segment import INDEX_DTYPE, Segment, merge_segments
+from ctxrag.stores.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
+from ctxrag.stores.bm25.weights import SegmentWeights
 
 FORMAT = "ctxrag-bm25"
 FORMAT_VERSION = 1

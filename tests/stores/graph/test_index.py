@@ -8,7 +8,7 @@ import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from ctxrag.errors import ConfigError, IndexCorruptError
-from ctxrag.graph import GraphIndex, Triplet
+from ctxrag.stores.graph import GraphIndex, Triplet
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 
 

@@ -3,14 +3,15 @@
 Three kinds of record: entities (normalised names), relations (a triplet as the sentence ``"subject predicate
 object"``) and passages (chunks), linked by the entity->relations map (the sparse incidence matrix, entities x
 relations) and the relation->passages map. Entity and relation embeddings are unit float32 numpy matrices searched by
-inner product. Persisted as JSON + .npz (no pickle); updated in place by `add_passages` / `delete_passages`.
+inner product. Persisted as JSON + .npz (no pickle; `ctxrag.stores.graph.persistence`); updated in place by
+`add_passages` / `delete_passages`.
 
 It is also a `ChunkIndex` (name ``"graph"``): `add` takes triplets from ``IndexedChunk.metadata["triplets"]`` or,
 when absent, from the injected `extractor` (e.g. `TripletExtractor`).
 
 Example::
 
-    from ctxrag.graph import GraphIndex
+    from ctxrag.stores.graph import GraphIndex
     from ctxrag.models.embeddings import make_embeddings
     g = GraphIndex(make_embeddings())
     g.add_passages([("p1", "Euler studied under Johann Bernoulli.", [("Leonhard Euler", "student of", "Johann Bernoulli")])])
@@ -19,11 +20,8 @@ Example::
 """
 from __future__ import annotations
 
-import json
 import logging
-import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,43 +30,22 @@ import scipy.sparse as sp
 from langchain_core.embeddings import Embeddings
 from tqdm.auto import tqdm
 
-from ctxrag.errors import ConfigError, IndexCorruptError
-from ctxrag.graph.normalize import clean_text, entity_key, relation_key, relation_text
-from ctxrag.graph.triplets import Triplet, coerce_triplets
+from ctxrag.errors import ConfigError
 from ctxrag.models.embeddings import embed_array
 from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.graph.mentions import cjk_entity_keys, find_entity_mentions
+from ctxrag.stores.graph.normalize import clean_text, entity_key, relation_key, relation_text
+from ctxrag.stores.graph.persistence import read_graph, write_graph
+from ctxrag.stores.graph.records import Passage as _Passage
+from ctxrag.stores.graph.records import Relation as _Relation
+from ctxrag.stores.graph.triplet import coerce_triplets
 
 log = logging.getLogger(__name__)
 
-FORMAT = "ctxrag-graph"
-VERSION = 1
 TRIPLETS_KEY = "triplets"
 """`IndexedChunk.metadata` key holding a chunk's triplets for `GraphIndex.add`."""
 
 _EMBED_BATCH = 256
-_MAX_NGRAM = 8
-_STOP = frozenset(
-    "a an the of in on at to for by with from and or is was are were be been what who whom whose which when where why "
-    "how did does do that this these those it its he she his her they their there as than then also".split()
-)
-_CAPITALISED = re.compile(r"[A-Z0-9][\w\-'’.&]*(?:\s+(?:of|the|de|la|von|van|and|&|[A-Z0-9][\w\-'’.&]*))*")
-_HAS_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-
-
-@dataclass
-class _Relation:
-    key: str
-    text: str
-    subject: int
-    object: int
-    passages: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Passage:
-    text: str
-    relations: list[int]
-    metadata: dict[str, Any]
 
 
 class GraphIndex:
@@ -197,59 +174,13 @@ class GraphIndex:
         return self._relation_vectors[np.asarray(relation_ids, dtype=np.int64)] @ np.asarray(vector, dtype=np.float32)
 
     def find_entity_mentions(self, text: str) -> list[str]:
-        """Entity mentions in `text` without an LLM: word n-grams (and, for Chinese, substrings) that are entity names
-        in the graph, longest first and not inside a longer match, plus capitalised phrases (likely English names
-        the graph may spell differently, e.g. "Euler" for "Leonhard Euler")."""
-        found: list[str] = []
-        key = entity_key(text)
-        words = key.split()
-        taken = [False] * len(words)
-        for n in range(min(_MAX_NGRAM, len(words)), 0, -1):
-            for i in range(len(words) - n + 1):
-                if any(taken[i : i + n]):
-                    continue
-                gram = " ".join(words[i : i + n])
-                if gram in self._entity_ids and not (n == 1 and not self._named_word(gram, text)):
-                    found.append(self._entity_names[self._entity_ids[gram]])
-                    taken[i : i + n] = [True] * n
-        if _HAS_CJK.search(key):
-            if self._cjk_keys is None:
-                self._cjk_keys = sorted(
-                    ((k, i) for k, i in self._entity_ids.items() if _HAS_CJK.search(k) and len(k) >= 2),
-                    key=lambda x: -len(x[0]),
-                )
-            compact = key.replace(" ", "")
-            for k, i in self._cjk_keys:
-                if k in compact and not any(k in entity_key(f) for f in found):
-                    found.append(self._entity_names[i])
-        for match in _CAPITALISED.finditer(text):
-            words = match.group(0).split()
-            while words and entity_key(words[0]) in _STOP:
-                words.pop(0)
-            while words and entity_key(words[-1]) in _STOP:
-                words.pop()
-            found.append(re.sub(r"['’]s$", "", " ".join(words)).strip(" -'’."))
-        out: list[str] = []
-        seen: set[str] = set()
-        for mention in found:
-            k = entity_key(mention)
-            if k and k not in seen:
-                seen.add(k)
-                out.append(mention)
-        return out
+        """Entity mentions in `text` without an LLM (see `ctxrag.stores.graph.mentions.find_entity_mentions`)."""
+        return find_entity_mentions(text, self._entity_ids, self._entity_names, self._cjk_entity_keys)
 
-    @staticmethod
-    def _named_word(word: str, text: str) -> bool:
-        """A one-word match counts when it looks like a name: capitalised or a number in the text ("Basel", "1963"),
-        or Chinese; a lowercase common word ("state", "river") is too weak a seed in a large graph."""
-        if word in _STOP or len(word) < 2:
-            return False
-        if _HAS_CJK.search(word):
-            return True
-        for m in re.finditer(rf"(?<!\w){re.escape(word)}", text, flags=re.IGNORECASE):
-            if m.group(0)[0].isupper() or m.group(0)[0].isdigit():
-                return True
-        return False
+    def _cjk_entity_keys(self) -> list[tuple[str, int]]:
+        if self._cjk_keys is None:
+            self._cjk_keys = cjk_entity_keys(self._entity_ids)
+        return self._cjk_keys
 
     # ---- updates -----------------------------------------------------------------------------------------------
     def _embed(self, texts: list[str], what: str) -> np.ndarray:
@@ -394,21 +325,10 @@ class GraphIndex:
     def delete(self, chunk_ids: list[str]) -> None:
         self.delete_passages(chunk_ids)
 
-    # ---- persistence -------------------------------------------------------------------------------------------
+    # ---- persistence (ctxrag.stores.graph.persistence) --------------------------------------------------------
     def save(self, directory: Path) -> None:
         """Write ``graph.json``, ``vectors.npz`` and ``incidence.npz`` into `directory`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "format": FORMAT,
-            "version": VERSION,
-            "entities": [[k, n] for k, n in zip(self._entity_keys, self._entity_names)],
-            "relations": [[r.key, r.text, r.subject, r.object, r.passages] for r in self._relations],
-            "passages": {pid: {"text": p.text, "relations": p.relations, "metadata": p.metadata} for pid, p in self._passages.items()},
-        }
-        (directory / "graph.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
-        np.savez(directory / "vectors.npz", entities=self._entity_vectors, relations=self._relation_vectors)
-        sp.save_npz(directory / "incidence.npz", self.incidence, compressed=True)
+        write_graph(self, directory)
 
     @classmethod
     def load(
@@ -420,46 +340,4 @@ class GraphIndex:
         show_progress: bool = True,
     ) -> GraphIndex:
         """Read an index written by `save`; raises `IndexCorruptError` naming the file when anything is off."""
-        directory = Path(directory)
-        index = cls(embeddings, extractor=extractor, show_progress=show_progress)
-        path = directory / "graph.json"
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-                raise IndexCorruptError(f"{path}: not a {FORMAT} v{VERSION} file")
-            index._entity_keys = [k for k, _ in doc["entities"]]
-            index._entity_names = [n for _, n in doc["entities"]]
-            index._relations = [_Relation(k, t, int(s), int(o), list(ps)) for k, t, s, o, ps in doc["relations"]]
-            index._passages = {
-                pid: _Passage(p["text"], [int(r) for r in p["relations"]], dict(p["metadata"]))
-                for pid, p in doc["passages"].items()
-            }
-        except IndexCorruptError:
-            raise
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise IndexCorruptError(f"{path}: {type(exc).__name__}: {exc}") from exc
-        vec_path = directory / "vectors.npz"
-        try:
-            with np.load(vec_path, allow_pickle=False) as z:
-                index._entity_vectors = np.asarray(z["entities"], dtype=np.float32)
-                index._relation_vectors = np.asarray(z["relations"], dtype=np.float32)
-            stored = sp.load_npz(directory / "incidence.npz").tocsr()
-        except (OSError, ValueError, KeyError) as exc:
-            raise IndexCorruptError(f"{directory}: vectors.npz/incidence.npz unreadable: {exc}") from exc
-        index._entity_ids = {k: i for i, k in enumerate(index._entity_keys)}
-        index._relation_ids = {r.key: i for i, r in enumerate(index._relations)}
-        n_e, n_r = index.n_entities, index.n_relations
-        problems = []
-        if index._entity_vectors.shape[0] != n_e:
-            problems.append(f"{index._entity_vectors.shape[0]} entity vectors for {n_e} entities")
-        if index._relation_vectors.shape[0] != n_r:
-            problems.append(f"{index._relation_vectors.shape[0]} relation vectors for {n_r} relations")
-        if any(not (0 <= r.subject < n_e and 0 <= r.object < n_e) for r in index._relations):
-            problems.append("a relation points at an unknown entity")
-        if any(not 0 <= rid < n_r for p in index._passages.values() for rid in p.relations):
-            problems.append("a passage points at an unknown relation")
-        if stored.shape != (n_e, n_r) or (stored != index.incidence).nnz:
-            problems.append(f"incidence.npz {stored.shape} does not match the relations ({n_e}, {n_r})")
-        if problems:
-            raise IndexCorruptError(f"{directory}: " + "; ".join(problems))
-        return index
+        return read_graph(cls(embeddings, extractor=extractor, show_progress=show_progress), directory)

