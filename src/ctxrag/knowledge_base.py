@@ -37,7 +37,8 @@ from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.generations import GenerationStore
-from ctxrag.stores.registry import IndexSetup, index_factories, triplet_stage
+from ctxrag.indexing.triplets import LazyTripletExtractor, triplet_stage
+from ctxrag.stores.registry import IndexSetup, index_factories
 from ctxrag.stores.snapshots import IndexSnapshots
 from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
 from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
@@ -137,7 +138,8 @@ class KnowledgeBase:
     def index_setup(self) -> IndexSetup:
         """What opening this knowledge base's indexes needs (`ctxrag.stores.registry`)."""
         return IndexSetup(self.name, self.root, self.settings, chunks=self.store.iter_chunks,
-                          embeddings=lambda: self.embeddings, embed=self._embed)
+                          embeddings=lambda: self.embeddings, embed=self._embed,
+                          extract_triplets=LazyTripletExtractor(self.settings) if self.settings.graph else None)
 
     @property
     def indexes(self) -> dict[str, ChunkIndex]:

