@@ -12,7 +12,7 @@ from ctxrag.evaluation.experiments import RetrievalMode
 from ctxrag.indexing.placement import ContextPlacement
 from ctxrag.indexing.strategies import ContextStrategy
 from ctxrag.loading.splitter import SplitMode, SplitUnit
-from ctxrag.retrievers.bm25.scoring import BM25Variant
+from ctxrag.stores.bm25.scoring import BM25Variant
 from ctxrag.retrievers.fusion import FusionMode
 from ctxrag.retrievers.graph import GraphRerank
 
