@@ -1,5 +1,7 @@
 """Decide per question how the assistant answers: plain chat, RAG, "no material", or a summary of selected documents.
 
+(Over 400 lines on purpose: the two routers share the route table, signals and fallback; one concept, one module.)
+
 Two routers share one interface, ``route(question, selected_doc_ids=None, history=None) -> RouteDecision``:
 
 - `EmbeddingRouter` (fast, no LLM): the question's intent (chat / knowledge question / divergent "what do these say")

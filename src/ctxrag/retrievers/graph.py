@@ -1,5 +1,8 @@
 """Graph retrieval for multi-hop questions (Milvus's Graph RAG method on a `GraphIndex`).
 
+(Over 400 lines on purpose: one retriever whose five ranking modes share seeding, expansion and the fallback fill;
+splitting the modes apart would scatter one algorithm.)
+
 1. Question entities: asked of the LLM (``{"entities": [...]}``) when there is one, always joined with the graph's
    own vocabulary matches (`GraphIndex.find_entity_mentions`), so a weak or absent LLM still finds them.
 2. Seeds: for each question entity the `entity_top_k` most similar graph entities (an exact name match counts

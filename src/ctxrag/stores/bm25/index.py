@@ -1,5 +1,7 @@
 """`BM25Index`: tokenize -> index -> score -> top-k, incremental and exact.
 
+(Over 400 lines on purpose: the index's postings, cached weights and save/load are one data structure.)
+
 Corpus statistics (document count, total length, per-term document frequency) are kept exact under add and
 delete; per-posting weights are cached per column until the next change (see `weights`) and idf is applied at query
 time (see `scoring`), so an index built in many batches with deletions in between scores exactly like one built once
