@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxrag.graph import TRIPLETS_KEY, TripletExtractor
-from ctxrag.models.chat import make_chat_model
+from ctxrag.models import chat as chat_models
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
 
@@ -43,5 +43,6 @@ class LazyTripletExtractor:
 
     def __call__(self, text: str) -> Any:
         if self._inner is None:
-            self._inner = TripletExtractor(make_chat_model(self.settings))
+            # looked up at call time: the configured chat model, also when a caller (or a test) replaces it
+            self._inner = TripletExtractor(chat_models.make_chat_model(self.settings))
         return self._inner(text)
