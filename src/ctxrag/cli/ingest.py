@@ -20,7 +20,8 @@ def ingest(
     paths: list[Path] = typer.Argument(..., help="Files or folders."),
     kb: str = typer.Option(None, "--kb", help="Knowledge base (default: the shared 'general' one)."),
     contextualize: bool = typer.Option(None, "--contextualize/--no-contextualize",
-                                       help="Write an LLM context for each chunk (contextual retrieval)."),
+                                       help="Give chunks an LLM-written context (contextual retrieval; on by "
+                                            "default, CTXRAG_CONTEXT_STRATEGY picks how)."),
     contexts: Optional[Path] = typer.Option(None, "--contexts", help="JSONL of precomputed chunk_id -> context."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:

@@ -1,0 +1,42 @@
+"""`ctxrag ingest` with no flag writes golden-chunk contexts through the real embedded model (the default strategy,
+``document``: one call per document), keeps them in the chunk metadata, and a second ingest of the same text asks the
+model nothing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ctxrag.cli.main import app
+from ctxrag.knowledge_base import KnowledgeBase
+
+DOC = """# Falcon-7 pump
+
+## Flow
+The Falcon-7 pump moves 40 litres per minute at 2 bar and draws 65 watts.
+
+## Noise
+It was designed in Oslo for greenhouses, where it runs below 30 dB at night.
+"""
+
+
+@pytest.mark.llm
+@pytest.mark.default_settings
+def test_default_ingest_contextualizes_through_the_local_model(tmp_path: Path) -> None:
+    (tmp_path / "falcon.md").write_text(DOC, encoding="utf-8")
+    r = CliRunner().invoke(app, ["ingest", str(tmp_path / "falcon.md"), "--kb", "ctx", "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{"):])
+    assert report["context_report"]["llm_calls"] == 1, report  # one call for the document, not one per chunk
+    kb = KnowledgeBase.open("ctx")
+    docs = kb.as_retriever(mode="bm25", k=5).invoke("Falcon-7 pump")
+    contexts = {d.metadata.get("context") for d in docs}
+    assert docs and None not in contexts and len(contexts) == 1, contexts  # one document context for every chunk
+    context = contexts.pop()
+    assert "Falcon" in context and len(context) > 40, context  # an LLM summary, not the bare title header
+    kb.close()
+    again = CliRunner().invoke(app, ["ingest", str(tmp_path / "falcon.md"), "--kb", "ctx", "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output[again.output.index("{"):])["files"][0]["status"] == "skipped", report
