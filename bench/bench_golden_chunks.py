@@ -9,6 +9,7 @@ where it stopped without asking the model again. A progress bar per variant show
     python bench/bench_golden_chunks.py --variants document+header@1.5b header --no-eval   # contexts only
     python bench/bench_golden_chunks.py --docs 5 --variants chunk@0.5b    # a quick look at 5 documents
     python bench/bench_golden_chunks.py --dataset drcd                    # Chinese: DRCD articles and paragraphs
+    python bench/bench_golden_chunks.py --dataset drcd --eval-docs 100    # the first 100 articles (a partial run)
 
 Variants are ``STRATEGY@MODEL`` (strategy: chunk, document, header, chunk+header, document+header; model: the local
 model's name, 1.5b or 0.5b; ``header`` needs none). Columns: Pass@5/10/20 (the cookbook's metric), seconds per chunk
@@ -221,6 +222,14 @@ def anthropic_subset(data: Path, n_docs: int, out: Path) -> Path:
     return folder
 
 
+def drcd_subset(data: Path, n_docs: int, out: Path) -> Path:
+    """DRCD restricted to its first `n_docs` articles (paragraph ids unchanged), for a partial run; the table says so."""
+    raw = json.loads(data.read_text(encoding="utf-8-sig"))
+    path = out / f"subset-{n_docs}.json"
+    path.write_text(json.dumps({**raw, "data": raw["data"][:n_docs]}, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=("anthropic", "drcd"), default="anthropic",
@@ -233,8 +242,8 @@ def main() -> int:
     parser.add_argument("--no-eval", action="store_true", help="write contexts only")
     parser.add_argument("--sample", type=int, default=None, help="questions scored (drcd default 500, seed 0)")
     parser.add_argument("--eval-docs", type=int, default=None,
-                        help="anthropic: contextualize and score only the first N documents and the queries whose "
-                             "golden chunks all lie in them (a partial run; say so next to its numbers)")
+                        help="contextualize and score only the first N documents (drcd: articles) and the queries "
+                             "whose golden chunks all lie in them (a partial run; say so next to its numbers)")
     args = parser.parse_args()
     anthropic = args.dataset == "anthropic"
     data = args.data or (DATA if anthropic else ROOT.parent / "shared" / "data" / "chinese" / "DRCD_dev.json")
@@ -258,8 +267,8 @@ def main() -> int:
         for v in variants:
             files[v.name] = contextualize(v, corpus, out, cache)
             costs[v.name] = cost_summary(out, v)
-    if anthropic and args.eval_docs:
-        data = anthropic_subset(data, args.eval_docs, out)
+    if args.eval_docs:
+        data = (anthropic_subset if anthropic else drcd_subset)(data, args.eval_docs, out)
     if anthropic:
         files["deepseek"] = data / "contexts_deepseek_extracted.jsonl"
     print("\ncost of the local variants (documents contextualized by the model, not the cache):")

@@ -144,15 +144,30 @@ def test_short_answer_style_asks_for_the_phrase_alone(kb: KnowledgeBase, questio
     assert "[n]" not in asked and "方括號" not in asked and "方括号" not in asked  # no citation asked of the model
 
 
-def test_short_answer_is_cited_by_the_chunk_containing_it(kb: KnowledgeBase) -> None:
+def test_short_answer_is_the_source_span_cited_by_its_chunk(kb: KnowledgeBase) -> None:
     chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("「9321」"), answer_style="short")
     out = chain.invoke("星河知识库的默认端口是多少？")
     n = next(i for i, d in enumerate(out["documents"], 1) if "9321" in d.page_content)
-    assert out["answer"] == f"「9321」 [{n}]"
+    assert out["answer"] == f"9321 [{n}]" and out["model_answer"] == "「9321」"
     assert [s["n"] for s in out["sources"]] == [n] and "inferred" not in out["sources"][0]
     streamed = list(build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("9321"),
                                     answer_style="short").stream("星河知识库的默认端口是多少？"))
-    assert "".join(p.get("answer", "") for p in streamed) == f"9321 [{n}]"
+    answers = [p["answer"] for p in streamed if "answer" in p]
+    assert answers == [f"9321 [{n}]"]  # held back, then sent once, snapped and cited
+
+
+async def test_short_answer_streams_the_same_asynchronously(kb: KnowledgeBase) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("9321"), answer_style="short")
+    parts = [p async for p in chain.astream("星河知识库的默认端口是多少？")]
+    assert [p["answer"] for p in parts if "answer" in p] == [(await chain.ainvoke("星河知识库的默认端口是多少？"))["answer"]]
+    assert any("sources" in p for p in parts) and any("documents" in p for p in parts)
+
+
+def test_short_answer_drops_a_marker_the_model_wrote_anyway(kb: KnowledgeBase) -> None:
+    out = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("9321[[3]]"), answer_style="short").invoke(
+        "星河知识库的默认端口是多少？")
+    n = next(i for i, d in enumerate(out["documents"], 1) if "9321" in d.page_content)
+    assert out["answer"] == f"9321 [{n}]" and out["model_answer"] == "9321[[3]]"
 
 
 def test_short_answer_not_in_any_chunk_gets_no_citation(kb: KnowledgeBase) -> None:

@@ -54,6 +54,8 @@ def test_short_answer_eval_scores_em_f1_and_cited_chunks(fixtures: Path) -> None
     assert "answer_score" not in r.metrics and r.metrics["s_per_answer_p50"] >= 0
     per = r.to_json(per_query=True)["per_query"]
     assert per[0]["em"] == 1.0 and per[0]["cited_ids"] and per[1]["cited_ids"] == [] and "score" not in per[0]
+    assert per[0]["model_answer"] == f"{golds[0]} [1]" and per[1]["model_f1"] == 0.0  # the model's own phrase
+    assert r.metrics["model_f1"] == pytest.approx(0.5)
     table = format_answer_table(results)
     assert "| bm25" in table and "50.0" in table and "—" in table
 

@@ -230,3 +230,15 @@ def test_anthropic_subset_keeps_queries_inside_the_first_documents(tmp_path: Pat
     assert queries == [q for q in all_q if all(g[0] in kept for g in q["golden_chunk_uuids"])]
     assert [d["doc_id"] for d in json.loads((folder / "codebase_chunks.json").read_text(encoding="utf-8"))] == [
         corpus[0]["doc_id"]]
+
+
+def test_drcd_subset_keeps_the_first_articles_and_their_ids(tmp_path: Path) -> None:
+    bench = _load_bench()
+    from ctxrag.evaluation.datasets import load_squad
+
+    squad = Path(__file__).resolve().parents[1] / "evaluation" / "fixtures" / "squad_zh.json"
+    whole = load_squad([squad])
+    part = load_squad([bench.drcd_subset(squad, 1, tmp_path)])
+    first = {cid for cid, _ in bench.drcd_docs(squad)[0].chunks}
+    assert set(part.corpus) == first and first < set(whole.corpus)  # ids unchanged, later articles gone
+    assert {q.gold_ids[0] for q in part.queries} <= first and len(part.queries) < len(whole.queries)

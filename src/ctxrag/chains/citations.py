@@ -66,31 +66,6 @@ def attribute(answer: str, docs: list[Document], min_overlap: float = 0.3) -> li
     return [i for _, i in sorted(scored, reverse=True)[:3]]
 
 
-_EDGE = "\"'“”‘’「」『』《》()（）[]【】.,;:!?。，；：！？、 \t\n"
-
-
-def _squash(text: str) -> str:
-    return re.sub(r"\s+", "", text).casefold()
-
-
-def locate(answer: str, docs: list[Document]) -> int | None:
-    """The number of the first document that contains a short answer phrase verbatim (ignoring whitespace, case and
-    surrounding quotes or punctuation), or None. The short answer style cites this way instead of asking a small model
-    for ``[n]``, which it confuses with the answer.
-
-    >>> from langchain_core.documents import Document
-    >>> locate("玉山", [Document("雪山在臺中。"), Document("臺灣最高的山是玉山。")])
-    2
-    """
-    phrase = _squash(_CITE.sub("", answer)).strip(_EDGE)
-    if not phrase:
-        return None
-    for i, d in enumerate(docs, 1):
-        if phrase in _squash(d.page_content):
-            return i
-    return None
-
-
 def map_citations(answer: str, docs: list[Document]) -> dict[str, Any]:
     """Citations in `answer` mapped to the numbered `docs`: cited sources, and numbers that match no source.
 

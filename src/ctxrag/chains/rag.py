@@ -27,7 +27,8 @@ from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableGenerator, RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.utils import AddableDict
 
-from ctxrag.chains.citations import cited_numbers, format_knowledge, locate, map_citations
+from ctxrag.chains.citations import format_knowledge, map_citations
+from ctxrag.chains.extractive import snap
 from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.text import detect_language, is_traditional_chinese
 
@@ -55,13 +56,24 @@ def _citations(acc: dict[str, Any]) -> AddableDict:
     return AddableDict(map_citations(acc.get("answer", ""), acc.get("documents", [])))
 
 
-def _located_citation(acc: dict[str, Any]) -> AddableDict | None:
-    """For a short answer that cites nothing: ``{"answer": " [n]"}`` naming the chunk containing the phrase."""
-    answer = acc.get("answer", "")
-    if cited_numbers(answer):
-        return None
-    n = locate(answer, acc.get("documents", []))
-    return AddableDict(answer=f" [{n}]") if n else None
+def _held_back(chunk: dict[str, Any], short: bool) -> list[dict[str, Any]]:
+    """A streamed chunk as passed on: short answers are held back until they are snapped to their source."""
+    if not (short and "answer" in chunk):
+        return [chunk]
+    rest = {k: v for k, v in chunk.items() if k != "answer"}
+    return [AddableDict(rest)] if rest else []
+
+
+def _short_answer(acc: dict[str, Any]) -> AddableDict:
+    """The short answer style's final answer: the source span standing for the model's phrase, cited as `` [n]``
+    (`extractive.snap`; a `[n]` the model wrote anyway is dropped with it), or the model's phrase as written when no
+    span is close enough; ``model_answer`` keeps it."""
+    raw = acc.get("answer", "")
+    out = AddableDict(answer=raw.strip(), model_answer=raw)
+    found = snap(raw, acc.get("documents", []))
+    if found is not None:
+        out["answer"] = f"{found.text} [{found.n}]"
+    return out
 
 
 def build_rag_chain(
@@ -77,9 +89,12 @@ def build_rag_chain(
     """Build the chain described in the module docstring.
 
     The answer follows the question's language, and a Traditional Chinese question gets Traditional Chinese
-    instructions. ``answer_style="short"`` asks for the answer phrase alone (for short-answer benchmarks such as DRCD
-    and MuSiQue, scored by exact match / F1) and cites, as `` [n]`` after it, the first retrieved chunk containing
-    the phrase verbatim (`citations.locate`); ``"full"`` is the normal answer with the model's own `[n]` citations.
+    instructions. ``answer_style="short"`` asks for the answer phrase alone (for extractive questions and
+    short-answer benchmarks such as DRCD and MuSiQue, scored by exact match / F1) and answers with the span of the
+    retrieved chunk it was read from, cited as `` [n]`` after it (`extractive.snap`: Simplified characters for a
+    Traditional source, a dropped word or different quotes come back as the source writes them); the model's own
+    phrase is kept as ``model_answer``, and the answer arrives as one chunk when streamed. ``"full"`` is the normal
+    answer with the model's own `[n]` citations.
     ``prompts`` (by language, ``"zh"``/``"en"``) replace the built-in prompts for both styles.
     """
     if lang not in ("auto", "zh", "en"):
@@ -107,27 +122,25 @@ def build_rag_chain(
 
     short = answer_style == "short"
 
-    def located(acc: dict[str, Any]) -> list[AddableDict]:
-        extra = _located_citation(acc) if short else None
-        if extra is not None:
-            _accumulate(acc, extra)
-        return [extra] if extra is not None else []
-
     def finish(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         for c in chunks:
             _accumulate(acc, c)
-            yield c
-        yield from located(acc)
+            yield from _held_back(c, short)
+        if short:
+            acc.update(_short_answer(acc))
+            yield AddableDict(answer=acc["answer"], model_answer=acc["model_answer"])
         yield _citations(acc)
 
     async def afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         async for c in chunks:
             _accumulate(acc, c)
-            yield c
-        for extra in located(acc):
-            yield extra
+            for part in _held_back(c, short):
+                yield part
+        if short:
+            acc.update(_short_answer(acc))
+            yield AddableDict(answer=acc["answer"], model_answer=acc["model_answer"])
         yield _citations(acc)
 
     return (

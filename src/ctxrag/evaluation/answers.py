@@ -62,6 +62,9 @@ class AnswerRecord:
     f1: float | None = None
     cited_contains: bool | None = None
     key_facts: list[bool] | None = None
+    model_answer: str | None = None
+    """The model's own phrase when the chain answered with a source span instead (the short answer style)."""
+    model_f1: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -70,6 +73,8 @@ class AnswerRecord:
             "em": self.em, "f1": self.f1, "cited_contains": self.cited_contains, "key_facts": self.key_facts,
             "answer_ms": round(self.answer_ms, 1),
         }
+        if self.model_answer is not None:
+            out.update(model_answer=self.model_answer, model_f1=self.model_f1)
         if self.correctness is not None:
             out.update(score=self.correctness.score, reason=self.correctness.reason)
         if self.faithfulness is not None:
@@ -101,7 +106,7 @@ def answer_metrics(records: Sequence[AnswerRecord]) -> dict[str, float]:
     out: dict[str, float] = {}
     if not records:
         return out
-    for key in ("em", "f1"):
+    for key in ("em", "f1", "model_f1"):
         mean, _ = _mean([getattr(r, key) for r in records])
         if mean is not None:
             out[key] = mean
@@ -164,6 +169,9 @@ def score_record(query_id: str, question: str, res: dict[str, Any], ms: float, r
         record.em = exact_match(answer, refs)
         record.f1 = f1_score(answer, refs)
         record.cited_contains = contains_answer([str(s.get("text", "")) for s in cited], refs)
+    if "model_answer" in res:
+        record.model_answer = str(res["model_answer"])
+        record.model_f1 = f1_score(record.model_answer, refs) if refs else None
     if key_facts is not None:
         record.key_facts = key_fact_hits(answer, key_facts)
     if judge is not None:
@@ -266,20 +274,22 @@ def _pct(m: dict[str, float], key: str) -> str:
 
 
 def format_answer_table(results: Sequence[AnswerResult]) -> str:
-    """Markdown table: EM, F1 and cited-contains-answer in %, key facts (answers right / questions), judge 1-5 means
+    """Markdown table: EM, F1 (and F1 of the model's own phrase where the answer is a source span) and
+    cited-contains-answer in %, key facts (answers right / questions), judge 1-5 means
     (— when not judged) and seconds per answer (p50)."""
-    head = ["configuration", "queries", "EM", "F1", "cited ⊇ answer", "key facts right", "judge 1-5",
+    head = ["configuration", "queries", "EM", "F1", "F1 model's phrase", "cited ⊇ answer", "key facts right", "judge 1-5",
             "faithfulness 1-5", "unparsed", "s/answer p50"]
     rows = []
     for r in results:
         if r.error:
-            rows.append([r.config.name, "0", *["—"] * 7, f"error: {r.error[:80]}"])
+            rows.append([r.config.name, "0", *["—"] * 8, f"error: {r.error[:80]}"])
             continue
         m = r.metrics
         facts = f"{int(m['answers_right'])}/{r.queries}" if "answers_right" in m else "—"
         judged = "answer_score_1to5" in m
         rows.append([
-            r.config.name, str(r.queries), _pct(m, "em"), _pct(m, "f1"), _pct(m, "cited_contains"), facts,
+            r.config.name, str(r.queries), _pct(m, "em"), _pct(m, "f1"), _pct(m, "model_f1"), _pct(m, "cited_contains"),
+            facts,
             f"{m['answer_score_1to5']:.2f}" if judged else "—", f"{m['faithfulness_1to5']:.2f}" if judged else "—",
             f"{int(m['judge_unparsed'])}" if judged else "—", f"{m.get('s_per_answer_p50', r.query_ms_p50 / 1000):.1f}",
         ])

@@ -1,4 +1,5 @@
 """Evaluation datasets: a corpus, queries with their gold corpus ids, optional contexts; one adapter per published layout.
+(Over 400 lines on purpose: the four adapters share the dataset type, the strict readers and the gold check.)
 
 Adapters (``load_dataset(format, paths)`` picks one):
 

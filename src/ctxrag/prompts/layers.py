@@ -90,7 +90,7 @@ CITATION_CLAUSE_HANT = "；用自己的話回答，並用方括號標註資料�
 SHORT_QUESTION = {
     # answer_style="short" (short-answer benchmarks such as DRCD, MuSiQue): the answer phrase alone. The model is not
     # asked for `[n]` here: the 1.5B model, asked for "phrase [n]", wrote the marker alone or first in 6 of 30 DRCD
-    # answers; the chain cites the chunk that contains the phrase instead (`chains.citations.locate`). One generic
+    # answers; the chain answers with the chunk's span and cites it instead (`chains.extractive.snap`). One generic
     # example (not from any benchmark) shows the expected length.
     "en": (
         "Question: {question}\n\nAnswer with only the answer itself, copied from the sources: a name, number, date "

@@ -1,0 +1,138 @@
+"""Snap a short answer to the span of a retrieved chunk it was read from.
+
+A small model asked for "the answer phrase, copied from the sources" often writes it in its own form: Simplified
+characters for a Traditional source, a word dropped or added, a different bracket. The short answer style
+(`build_rag_chain(answer_style="short")`) returns the source's own span instead, so an extractive answer can be
+quoted and checked: first the phrase itself, compared character by character after folding case and Traditional to
+Simplified script (a 1:1 mapping, so the original characters are returned); otherwise the span of a chunk with the
+best overlap F1 with the phrase (characters for Chinese, words otherwise, as CMRC / SQuAD score), when that F1 is at
+least ``min_f1`` and the span holds at least half of the phrase's units (a short span sharing a digit or two with a
+wrong phrase is no match). Nothing is snapped when no span is close enough: the model's phrase is kept.
+
+>>> from langchain_core.documents import Document
+>>> snap("台湾最高的山是玉山", [Document("雪山在臺中。"), Document("臺灣最高的山是玉山，海拔3952公尺。")])
+Snapped(text='臺灣最高的山是玉山', n=2, f1=1.0)
+>>> snap("Mount Everest", [Document("The highest mountain is Everest, in Nepal.")])
+Snapped(text='Everest', n=1, f1=0.6666666666666666)
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Sequence
+
+from langchain_core.documents import Document
+
+from ctxrag.text import count_cjk
+
+# markers and wrappers around the phrase that are not part of it
+_CITE = re.compile(r"\[\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\]")
+_LEAD = re.compile(r"^\s*(?:答案|答|answer)\s*[:：是为為]\s*", re.IGNORECASE)
+_EDGE = "\"'“”‘’「」『』《》()（）[]【】.,;:!?。，；：！？、 \t\n"
+_PUNCT = set(_EDGE) | set("-–—·・/…")
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Snapped:
+    """A span of chunk ``n`` (numbered from 1) standing for the answer, and its overlap F1 with the answer."""
+
+    text: str
+    n: int
+    f1: float
+
+
+def clean_phrase(answer: str) -> str:
+    """The answer phrase without `[n]` markers, a leading "答案：" / "Answer:" and surrounding quotes or punctuation.
+
+    >>> clean_phrase("答案：「玉山」 [2]")
+    '玉山'
+    """
+    return _LEAD.sub("", _CITE.sub("", answer)).strip(_EDGE)
+
+
+@lru_cache(maxsize=1)
+def _t2s() -> Callable[[str], str]:
+    import opencc  # a dependency: Traditional->Simplified for BM25 as well
+
+    return opencc.OpenCC("t2s").convert
+
+
+@lru_cache(maxsize=65536)
+def _fold(ch: str) -> str:
+    """One character folded for comparison: lower case, Simplified script; always one character."""
+    low = ch.lower()
+    if len(low) != 1:
+        return ch
+    if "\u3400" <= low <= "\u9fff":
+        simple = _t2s()(low)
+        return simple if len(simple) == 1 else low
+    return low
+
+
+def _folded(text: str) -> str:
+    return "".join(_fold(c) for c in text)
+
+
+def _units(text: str, cjk: bool) -> list[tuple[str, int, int]]:
+    """Scoring units with their (start, end) offsets: non-space, non-punctuation characters for Chinese, words
+    otherwise."""
+    if cjk:
+        return [(c, i, i + 1) for i, c in enumerate(text) if not c.isspace() and c not in _PUNCT]
+    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def _best_span(answer_units: Counter, text: str, cjk: bool, max_len: int) -> tuple[float, int, int]:
+    """The span of ``text`` (folded) with the best unit-overlap F1 with the answer, among spans holding at least half
+    of the answer's units: (f1, start, end) in characters.
+
+    Only spans that start and end on a unit of the answer can be best, so only those are tried."""
+    units = _units(text, cjk)
+    total = sum(answer_units.values())
+    best = (0.0, 0, 0)
+    for i, (u, start, _) in enumerate(units):
+        if u not in answer_units:
+            continue
+        seen: Counter = Counter()
+        common = 0
+        for j in range(i, min(len(units), i + max_len)):
+            v = units[j][0]
+            seen[v] += 1
+            if seen[v] <= answer_units.get(v, 0):
+                common += 1
+            if v in answer_units and 2 * common >= total:
+                f1 = 2 * common / (j - i + 1 + total)
+                if f1 > best[0] + 1e-9:
+                    best = (f1, start, units[j][2])
+    return best
+
+
+def snap(answer: str, docs: Sequence[Document], *, min_f1: float = 0.6) -> Snapped | None:
+    """The source span for a short answer (see the module docstring), or None when none is close enough."""
+    if not 0 < min_f1 <= 1:
+        raise ValueError(f"min_f1 must be in (0, 1], got {min_f1!r}")
+    phrase = clean_phrase(answer)
+    if not phrase:
+        return None
+    key = _folded(phrase)
+    texts = [d.page_content for d in docs]
+    for n, text in enumerate(texts, 1):
+        at = _folded(text).find(key)
+        if at >= 0:
+            return Snapped(text[at : at + len(key)], n, 1.0)
+    cjk = count_cjk(phrase) > 0
+    answer_units = Counter(u for u, _, _ in _units(key, cjk))
+    if not answer_units:
+        return None
+    max_len = 2 * sum(answer_units.values()) + 4
+    best: tuple[float, int, int, int] = (0.0, 0, 0, 0)
+    for n, text in enumerate(texts, 1):
+        f1, start, end = _best_span(answer_units, _folded(text), cjk, max_len)
+        if f1 > best[0] + 1e-9:
+            best = (f1, n, start, end)
+    f1, n, start, end = best
+    if f1 < min_f1:
+        return None
+    return Snapped(texts[n - 1][start:end], n, f1)

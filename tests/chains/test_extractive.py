@@ -1,0 +1,45 @@
+"""Snapping a short answer to the span of the chunk it was read from (the short answer style)."""
+import pytest
+from langchain_core.documents import Document
+
+from ctxrag.chains.extractive import clean_phrase, snap
+
+DOCS = [Document("The pump moves 40 L/min."), Document("Port 9321 is the default."), Document("9321 again")]
+
+
+def test_the_phrase_itself_is_found_in_the_first_chunk_holding_it() -> None:
+    assert snap("9321", DOCS) == snap("「9321」。", DOCS) == snap("9321 [3]", DOCS)  # quotes, markers ignored
+    found = snap("9321", DOCS)
+    assert found is not None and (found.text, found.n, found.f1) == ("9321", 2, 1.0)
+    found = snap("the PUMP moves", DOCS)  # case folded, the source's own case returned
+    assert found is not None and (found.text, found.n) == ("The pump moves", 1)
+
+
+def test_simplified_answer_comes_back_in_the_traditional_source_script() -> None:
+    docs = [Document("雪山位於臺中。"), Document("南郡王劉義宣於是起兵反抗，兵敗被殺。")]
+    found = snap("刘义宣", docs)
+    assert found is not None and (found.text, found.n, found.f1) == ("劉義宣", 2, 1.0)
+
+
+def test_a_near_phrase_snaps_to_the_best_overlapping_span() -> None:
+    docs = [Document("長江是中國最長的河流。"), Document("臺灣最高的山是玉山，海拔3952公尺。")]
+    found = snap("海拔3952米", docs)  # one character differs from the source
+    assert found is not None and found.n == 2 and found.text == "海拔3952"
+    assert 0.6 <= found.f1 < 1
+    found = snap("Mount Everest", [Document("The highest mountain is Everest, in Nepal.")])
+    assert found is not None and found.text == "Everest"
+
+
+def test_nothing_close_enough_is_not_snapped() -> None:
+    assert snap("8080", DOCS) is None
+    assert snap("[2]", DOCS) is None and snap("  ", DOCS) is None  # nothing left to look for
+    assert snap("完全不同的答案", [Document("臺灣最高的山是玉山")]) is None
+    # a wrong year sharing two characters with a short span of the source is no match (seen on DRCD: "年5")
+    assert snap("1945年", [Document("直到2007年5月，擁有宙斯盾驅逐艦的國家只有4個。")]) is None
+    with pytest.raises(ValueError, match="min_f1"):
+        snap("9321", DOCS, min_f1=0)
+
+
+def test_clean_phrase_drops_lead_in_markers_and_quotes() -> None:
+    assert clean_phrase("答案：「玉山」 [2]") == "玉山"
+    assert clean_phrase("Answer: William Shakespeare.") == "William Shakespeare"
