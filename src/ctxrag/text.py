@@ -9,6 +9,8 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import lru_cache
 from typing import Literal
 
 from ctxrag.errors import QueryError
@@ -77,3 +79,19 @@ def is_traditional_chinese(text: str) -> bool:
     hant = sum(1 for ch in sample if ch in _HANT)
     hans = sum(1 for ch in sample if ch in _HANS)
     return hant > hans
+
+
+def to_simplified(text: str) -> str:
+    """Traditional Chinese characters converted to Simplified (others unchanged), by OpenCC's ``t2s``.
+
+    >>> to_simplified("為什麼臺灣")
+    '为什么台湾'
+    """
+    return _t2s()(text)
+
+
+@lru_cache(maxsize=1)
+def _t2s() -> Callable[[str], str]:
+    import opencc  # a dependency; imported on first use, not at import time
+
+    return opencc.OpenCC("t2s").convert

@@ -6,7 +6,8 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-_CITE = re.compile(r"\[(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\]")
+CITATION_MARK = re.compile(r"\[(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\]")
+"""A `[n]` or `[n, m]` citation marker; group 1 holds the numbers."""
 
 
 def format_knowledge(docs: list[Document], max_chars: int | None = None) -> str:
@@ -27,7 +28,7 @@ def format_knowledge(docs: list[Document], max_chars: int | None = None) -> str:
 def cited_numbers(answer: str) -> list[int]:
     """Numbers cited as ``[n]`` or ``[n, m]`` in order of first appearance."""
     seen: list[int] = []
-    for m in _CITE.finditer(answer):
+    for m in CITATION_MARK.finditer(answer):
         for part in re.split(r"[,，、]", m.group(1)):
             n = int(part.strip())
             if n not in seen:

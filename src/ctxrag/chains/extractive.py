@@ -21,14 +21,14 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Sequence
 
 from langchain_core.documents import Document
 
-from ctxrag.text import count_cjk
+from ctxrag.chains.citations import CITATION_MARK
+from ctxrag.text import count_cjk, to_simplified
 
-# markers and wrappers around the phrase that are not part of it
-_CITE = re.compile(r"\[\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\]")
+# wrappers around the phrase that are not part of it
 _LEAD = re.compile(r"^\s*(?:答案|答|answer)\s*[:：是为為]\s*", re.IGNORECASE)
 _EDGE = "\"'“”‘’「」『』《》()（）[]【】.,;:!?。，；：！？、 \t\n"
 _PUNCT = set(_EDGE) | set("-–—·・/…")
@@ -50,14 +50,7 @@ def clean_phrase(answer: str) -> str:
     >>> clean_phrase("答案：「玉山」 [2]")
     '玉山'
     """
-    return _LEAD.sub("", _CITE.sub("", answer)).strip(_EDGE)
-
-
-@lru_cache(maxsize=1)
-def _t2s() -> Callable[[str], str]:
-    import opencc  # a dependency: Traditional->Simplified for BM25 as well
-
-    return opencc.OpenCC("t2s").convert
+    return _LEAD.sub("", CITATION_MARK.sub("", answer)).strip(_EDGE)
 
 
 @lru_cache(maxsize=65536)
@@ -67,7 +60,7 @@ def _fold(ch: str) -> str:
     if len(low) != 1:
         return ch
     if "\u3400" <= low <= "\u9fff":
-        simple = _t2s()(low)
+        simple = to_simplified(low)
         return simple if len(simple) == 1 else low
     return low
 
@@ -118,18 +111,19 @@ def snap(answer: str, docs: Sequence[Document], *, min_f1: float = 0.6) -> Snapp
         return None
     key = _folded(phrase)
     texts = [d.page_content for d in docs]
-    for n, text in enumerate(texts, 1):
-        at = _folded(text).find(key)
+    folded = [_folded(t) for t in texts]  # same length as the text: offsets carry over
+    for n, text in enumerate(folded, 1):
+        at = text.find(key)
         if at >= 0:
-            return Snapped(text[at : at + len(key)], n, 1.0)
+            return Snapped(texts[n - 1][at : at + len(key)], n, 1.0)
     cjk = count_cjk(phrase) > 0
     answer_units = Counter(u for u, _, _ in _units(key, cjk))
     if not answer_units:
         return None
     max_len = 2 * sum(answer_units.values()) + 4
     best: tuple[float, int, int, int] = (0.0, 0, 0, 0)
-    for n, text in enumerate(texts, 1):
-        f1, start, end = _best_span(answer_units, _folded(text), cjk, max_len)
+    for n, text in enumerate(folded, 1):
+        f1, start, end = _best_span(answer_units, text, cjk, max_len)
         if f1 > best[0] + 1e-9:
             best = (f1, n, start, end)
     f1, n, start, end = best

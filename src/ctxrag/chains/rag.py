@@ -64,6 +64,15 @@ def _held_back(chunk: dict[str, Any], short: bool) -> list[dict[str, Any]]:
     return [AddableDict(rest)] if rest else []
 
 
+def _closing(acc: dict[str, Any], short: bool) -> list[AddableDict]:
+    """What follows the streamed chunks: the snapped short answer (merged into ``acc``), then the citations."""
+    parts = []
+    if short:
+        parts.append(_short_answer(acc))
+        acc.update(parts[-1])
+    return [*parts, _citations(acc)]
+
+
 def _short_answer(acc: dict[str, Any]) -> AddableDict:
     """The short answer style's final answer: the source span standing for the model's phrase, cited as `` [n]``
     (`extractive.snap`; a `[n]` the model wrote anyway is dropped with it), or the model's phrase as written when no
@@ -127,10 +136,7 @@ def build_rag_chain(
         for c in chunks:
             _accumulate(acc, c)
             yield from _held_back(c, short)
-        if short:
-            acc.update(_short_answer(acc))
-            yield AddableDict(answer=acc["answer"], model_answer=acc["model_answer"])
-        yield _citations(acc)
+        yield from _closing(acc, short)
 
     async def afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
@@ -138,10 +144,8 @@ def build_rag_chain(
             _accumulate(acc, c)
             for part in _held_back(c, short):
                 yield part
-        if short:
-            acc.update(_short_answer(acc))
-            yield AddableDict(answer=acc["answer"], model_answer=acc["model_answer"])
-        yield _citations(acc)
+        for part in _closing(acc, short):
+            yield part
 
     return (
         RunnableLambda(_prepare)

@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 from ctxrag.errors import ConfigError
+from ctxrag.text import to_simplified
 
 Tokenizer = Callable[[str], list[str]]
 
@@ -223,15 +224,6 @@ def _check_script(script: str) -> str:
     return script
 
 
-def to_simplified(text: str) -> str:
-    """Traditional Chinese characters converted to Simplified (others unchanged), character by character.
-
-    >>> to_simplified("為什麼臺灣")
-    '为什么台湾'
-    """
-    return _t2s()(text)
-
-
 def make_tokenizer(spec: str | dict[str, Any] | Tokenizer = "mixed", **options: Any) -> Tokenizer:
     """A tokenizer from a name (``"english"``/``"code"``, ``"chinese"``/``"jieba"``, ``"mixed"``), a saved
     ``config()`` dict, or any callable (returned as is).
@@ -293,10 +285,3 @@ def _english_stemmer() -> Callable[[list[str]], list[str]]:
         return out
 
     return stem_words
-
-
-@lru_cache(maxsize=1)
-def _t2s() -> Callable[[str], str]:
-    import opencc
-
-    return opencc.OpenCC("t2s").convert
