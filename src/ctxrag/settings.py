@@ -151,10 +151,11 @@ class Settings(BaseSettings):
     """Give chunks a context at ingest (contextual retrieval), written as `context_strategy` says. On by default for
     `ctxrag ingest` (the golden-chunks benchmark in the README); ``CTXRAG_CONTEXTUALIZE=false`` or ``--no-contextualize``
     turns it off. The Python API (`KnowledgeBase.ingest`) contextualizes only when given a contextualizer."""
-    context_strategy: Literal["none", "header", "chunk", "document", "chunk+header", "document+header"] = "document"
+    context_strategy: Literal["auto", "none", "header", "chunk", "document", "chunk+header", "document+header"] = "auto"
     """How contexts are written (see `ctxrag.indexing.strategies`): ``chunk`` one LLM call per chunk (Anthropic's
     prompt), ``document`` one call per document (title + summary for all its chunks), ``header`` no LLM
-    (title > heading path), ``...+header`` both."""
+    (title > heading path), ``...+header`` both; ``auto`` (default) ``header`` for Chinese documents and ``document``
+    for the others, as the golden-chunks benchmark measured (README). ``language`` overrides the detection."""
     graph: bool = False
     """Keep a Graph RAG index (entities, relations, passages) at ingest; triplets are extracted by the chat model."""
     graph_rerank: Literal["ppr", "path", "embedding", "llm"] = "ppr"

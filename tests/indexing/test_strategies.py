@@ -21,8 +21,10 @@ from ctxrag.indexing.strategies import (
     ContextStrategy,
     HeaderContextualizer,
     HeaderedContextualizer,
+    LanguageContextualizer,
     make_contextualizer,
 )
+from ctxrag.indexing.context_report import ContextReport
 
 DOC = (
     "ACME Corp annual report 2023.\n"
@@ -136,7 +138,7 @@ def test_headered_puts_the_header_line_first_and_never_twice(cache: ContextCache
 @pytest.mark.parametrize("name, kind", [
     ("none", type(None)), ("header", HeaderContextualizer), ("chunk", Contextualizer),
     ("document", DocumentContextualizer), ("chunk+header", HeaderedContextualizer),
-    ("document+header", HeaderedContextualizer),
+    ("document+header", HeaderedContextualizer), ("auto", LanguageContextualizer),
 ])
 def test_factory_builds_each_strategy(name: str, kind: type, cache: ContextCache) -> None:
     ctx = make_contextualizer(name, chat_model=CountingChat(), cache=cache)
@@ -144,6 +146,53 @@ def test_factory_builds_each_strategy(name: str, kind: type, cache: ContextCache
     if ctx is not None:
         out = ctx.contextualize_document(DOC, CHUNKS, title="report.md", heading_paths=HEADINGS)
         assert len(out) == 2 and all(isinstance(c, str) for c in out)
+
+
+ZH_DOC = "玉山位於臺灣中部，主峰海拔3952公尺，是東北亞第一高峰。"
+
+
+def test_auto_gives_chinese_documents_the_header_and_others_the_document_context(cache: ContextCache) -> None:
+    llm = CountingChat()
+    built: list[str] = []
+
+    def other() -> DocumentContextualizer:
+        built.append("document")
+        return DocumentContextualizer(llm, cache=cache)
+
+    ctx = LanguageContextualizer(chinese=HeaderContextualizer, other=other)
+    assert ctx.contextualize_document(ZH_DOC, [ZH_DOC], title="玉山", heading_paths=["地理"]) == ["玉山 > 地理"]
+    assert built == [] and llm.prompts == []  # a Chinese document never builds (or loads) the LLM side
+    assert ctx.contextualize_document(DOC, CHUNKS, title="report.md") == [llm.answer, llm.answer]
+    assert ctx.contextualize_document(DOC + " More.", CHUNKS, title="report.md") == [llm.answer, llm.answer]
+    assert built == ["document"] and len(llm.prompts) == 2  # built once, then reused
+    report = ctx.report()
+    assert (report.documents, report.chunks, report.llm_calls, report.fallbacks) == (3, 5, 2, 1), report
+    assert report.fallback_reason == "strategy 'header' (no LLM)" and report.usage == "estimated"
+    forced = LanguageContextualizer(chinese=HeaderContextualizer, other=other, language="zh")
+    assert forced.contextualize_document(DOC, CHUNKS, title="report.md") == ["report.md", "report.md"]
+    assert len(llm.prompts) == 2
+    with pytest.raises(ValueError, match="language='fr'"):
+        LanguageContextualizer(chinese=HeaderContextualizer, other=other, language="fr")  # type: ignore[arg-type]
+
+
+def test_auto_follows_the_language_setting(cache: ContextCache) -> None:
+    from ctxrag.settings import Settings
+
+    llm = CountingChat()
+    ctx = make_contextualizer("auto", chat_model=llm, settings=Settings(language="en"), cache=cache)
+    assert ctx.contextualize_document(ZH_DOC, [ZH_DOC], title="玉山") == [llm.answer]  # forced to the LLM side
+    assert len(llm.prompts) == 1 and "请为这篇文档写一段简短的上下文" in llm.prompts[0]
+
+
+def test_context_report_total() -> None:
+    total = ContextReport.total([
+        ContextReport(documents=1, chunks=2, llm_calls=1, seconds=0.25, usage="reported", fallback_reason="a"),
+        ContextReport(documents=2, chunks=3, fallbacks=3, seconds=0.5, usage="estimated", fallback_reason="b"),
+        ContextReport(chunks=1, fallback_reason="a"),
+    ])
+    assert (total.documents, total.chunks, total.llm_calls, total.fallbacks, total.seconds) == (3, 6, 1, 3, 0.75)
+    assert total.usage == "mixed" and total.fallback_reason == "a; b"
+    assert ContextReport.total([]) == ContextReport()
 
 
 def test_kb_ingest_with_document_strategy_indexes_the_context(ctxrag_home: Path, tmp_path: Path) -> None:

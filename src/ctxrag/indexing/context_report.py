@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -43,6 +44,29 @@ class ContextReport:
             f"({self.usage}); {self.seconds:.1f}s"
         )
         return text + (f"; fallback because: {self.fallback_reason}" if self.fallback_reason else "")
+
+    @classmethod
+    def total(cls, reports: Iterable[ContextReport]) -> ContextReport:
+        """The sum of several reports (counts and seconds added; usage 'mixed' when they differ; reasons joined).
+
+        >>> ContextReport.total([ContextReport(chunks=2, usage="reported"), ContextReport(chunks=1)]).chunks
+        3
+        """
+        out = cls()
+        usages: set[str] = set()
+        reasons: list[str] = []
+        for r in reports:
+            for name in ("documents", "chunks", "contextualized", "cache_hits", "llm_calls", "prompt_tokens",
+                         "completion_tokens", "fallbacks", "windowed", "seconds"):
+                setattr(out, name, getattr(out, name) + getattr(r, name))
+            if r.usage != "none":
+                usages.add(r.usage)
+            if r.fallback_reason and r.fallback_reason not in reasons:
+                reasons.append(r.fallback_reason)
+        out.usage = "none" if not usages else ("mixed" if len(usages) > 1 else next(iter(usages)))  # type: ignore[assignment]
+        out.seconds = round(out.seconds, 3)
+        out.fallback_reason = "; ".join(reasons) or None
+        return out
 
 
 class ContextTally:
