@@ -2,7 +2,7 @@
 import pytest
 from langchain_core.documents import Document
 
-from ctxrag.chains.extractive import clean_phrase, snap
+from ctxrag.chains.extractive import clean_phrase, fit_to_question, snap
 
 DOCS = [Document("The pump moves 40 L/min."), Document("Port 9321 is the default."), Document("9321 again")]
 
@@ -43,3 +43,29 @@ def test_nothing_close_enough_is_not_snapped() -> None:
 def test_clean_phrase_drops_lead_in_markers_and_quotes() -> None:
     assert clean_phrase("答案：「玉山」 [2]") == "玉山"
     assert clean_phrase("Answer: William Shakespeare.") == "William Shakespeare"
+
+
+# made-up sentences (not from any benchmark)
+SRC = [Document("風城市有3所大學與700家工廠，人口在全國排第7名，2003年7月升格為市。"), Document("綠島隸屬於臺東縣，距臺東市33公里。")]
+
+
+@pytest.mark.parametrize("answer, question, expected", [
+    ("3", "風城市有幾所大學？", "3所"),                    # the measure word the question asks with
+    ("7", "風城市人口在全國排第幾名？", "第7名"),            # 第..名, and not the 7 inside 700
+    ("2003年7月", "風城市在哪一年升格為市？", "2003年"),      # a full date cut to the year asked for
+    ("2003年7月", "風城市在何時升格為市？", "2003年7月"),     # not asked for a year: kept
+    ("臺東", "綠島隸屬於哪一個縣所管轄？", "臺東縣"),          # the type named after 哪一個
+    ("33", "綠島距臺東市多少公里？", "33公里"),              # a two-character type when it is one word
+    ("700", "風城市有多少家工廠？", "700家"),
+    ("3", "How many universities?", "3"),                  # English questions are left alone
+])
+def test_a_chinese_span_is_fitted_to_what_the_question_asks(answer: str, question: str, expected: str) -> None:
+    found = snap(answer, SRC, question=question)
+    assert found is not None and found.text == expected, found
+
+
+def test_fitting_never_takes_a_function_word_or_a_non_word_pair() -> None:
+    text = "政治家的目的是改善福祉。"
+    assert fit_to_question(text, 0, 3, "哪一種政治人物的目的是改善福祉？") == (0, 3)  # 人物 is not what follows
+    assert fit_to_question(text, 0, 3, "何時的政治家？") == (0, 3)  # 時 is no answer type
+    assert fit_to_question("元嘉年間的詩風", 0, 2, "元嘉體為哪個年號間的詩風？") == (0, 2)  # 年號 whole, not 年

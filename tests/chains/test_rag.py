@@ -142,6 +142,7 @@ def test_short_answer_style_asks_for_the_phrase_alone(kb: KnowledgeBase, questio
     assert cue in asked and "[" not in asked.split("\n")[-1].replace("[1]", "")  # no example to copy
     assert "9321" in system  # the knowledge is the same as for full answers
     assert "[n]" not in asked and "方括號" not in asked and "方括号" not in asked  # no citation asked of the model
+    assert "Example" not in asked and "例：" not in asked  # the 0.5B model gave a prompt's example back as its answer
 
 
 def test_short_answer_is_the_source_span_cited_by_its_chunk(kb: KnowledgeBase) -> None:
@@ -168,6 +169,18 @@ def test_short_answer_drops_a_marker_the_model_wrote_anyway(kb: KnowledgeBase) -
         "星河知识库的默认端口是多少？")
     n = next(i for i, d in enumerate(out["documents"], 1) if "9321" in d.page_content)
     assert out["answer"] == f"9321 [{n}]" and out["model_answer"] == "9321[[3]]"
+
+
+def test_short_answer_is_fitted_to_the_question() -> None:
+    from langchain_core.documents import Document
+    from langchain_core.runnables import RunnableLambda
+
+    docs = [Document("風城市有700家工廠。"), Document("風城市有3所大學，人口排全國第7名。")]
+    retriever = RunnableLambda(lambda _: docs)
+    out = build_rag_chain(retriever, _fake("3"), answer_style="short").invoke("風城市有幾所大學？")
+    assert out["answer"] == "3所 [2]" and out["model_answer"] == "3"
+    out = build_rag_chain(retriever, _fake("7"), answer_style="short").invoke("風城市人口排全國第幾名？")
+    assert out["answer"] == "第7名 [2]"  # not the 7 of 700 in the first chunk
 
 
 def test_short_answer_not_in_any_chunk_gets_no_citation(kb: KnowledgeBase) -> None:

@@ -9,6 +9,10 @@ best overlap F1 with the phrase (characters for Chinese, words otherwise, as CMR
 least ``min_f1`` and the span holds at least half of the phrase's units (a short span sharing a digit or two with a
 wrong phrase is no match). Nothing is snapped when no span is close enough: the model's phrase is kept.
 
+Given the question, a span in Chinese is then fitted to what the question asks for (`fit_to_question`): a number or
+name keeps the measure word or type the question names right after its question word (幾所 -> "14所", 哪一個縣 ->
+"臺東縣", 第幾名 -> "第7名"), and a full date is cut to its year when the question asks which year.
+
 >>> from langchain_core.documents import Document
 >>> snap("台湾最高的山是玉山", [Document("雪山在臺中。"), Document("臺灣最高的山是玉山，海拔3952公尺。")])
 Snapped(text='臺灣最高的山是玉山', n=2, f1=1.0)
@@ -33,6 +37,14 @@ _LEAD = re.compile(r"^\s*(?:答案|答|answer)\s*[:：是为為]\s*", re.IGNOREC
 _EDGE = "\"'“”‘’「」『』《》()（）[]【】.,;:!?。，；：！？、 \t\n"
 _PUNCT = set(_EDGE) | set("-–—·・/…")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+# the question word, an optional classifier, then the type of answer asked for (kept after a span that lacks it)
+_ASKED = re.compile(r"(?:第幾|第几|幾|几|多少|哪一|哪|何)(?:個|个|種|种|位|座|條|条|家|款|項|项)?([\u4e00-\u9fff]{1,2})")
+_ASKED_BARE = re.compile(r"(?:第幾|第几|幾|几|多少|哪一|哪|何)([\u4e00-\u9fff]{1,2})")
+_NOT_A_TYPE = set("時时的是在了")
+_YEAR_ASKED = re.compile(r"(?:哪一|哪|何|幾|几|那一|多少)年(?!代)")
+_YEAR_FIRST = re.compile(r"^[0-9０-９零〇一二三四五六七八九十百千]{1,5}年(?!代)")
 
 
 @dataclass(frozen=True)
@@ -102,8 +114,68 @@ def _best_span(answer_units: Counter, text: str, cjk: bool, max_len: int) -> tup
     return best
 
 
-def snap(answer: str, docs: Sequence[Document], *, min_f1: float = 0.6) -> Snapped | None:
-    """The source span for a short answer (see the module docstring), or None when none is close enough."""
+@lru_cache(maxsize=4096)
+def _is_word(text: str) -> bool:
+    """Whether jieba's dictionary knows `text` as a word (Traditional folded to Simplified): "植物" yes, "所高" no."""
+    import jieba
+
+    freq = jieba.dt.FREQ if jieba.dt.initialized else (jieba.dt.initialize() or jieba.dt.FREQ)
+    return freq.get(text, 0) > 0 or freq.get(to_simplified(text), 0) > 0
+
+
+def fit_to_question(text: str, start: int, end: int, question: str) -> tuple[int, int]:
+    """The span ``text[start:end]`` fitted to a Chinese question (see the module docstring); unchanged otherwise.
+
+    >>> src = "楊浦區有14所高等院校，2003年7月設立。"
+    >>> [src[a:b] for a, b in (fit_to_question(src, 4, 6, "楊浦區有幾所高校？"),
+    ...                        fit_to_question(src, 12, 19, "在哪一年設立？"))]
+    ['14所', '2003年']
+    """
+    if not question or count_cjk(question) == 0:
+        return start, end
+    asked = [m.group(1) for rx in (_ASKED, _ASKED_BARE) for m in rx.finditer(question)]
+    span = text[start:end]
+    kinds = {k if len(k) == 2 and _is_word(k) else k[:1] for k in asked}  # "年號" stays whole, "所高" -> "所"
+    for kind in sorted(kinds, key=len, reverse=True):
+        if kind[0] in _NOT_A_TYPE or span.endswith(kind):
+            continue
+        if text.startswith(kind, end):
+            end += len(kind)
+            break
+    if start > 0 and text[start - 1] == "第" and ("第幾" in question or "第几" in question):
+        start -= 1
+    span = text[start:end]
+    year = _YEAR_FIRST.match(span)
+    if year and year.end() < len(span) and _YEAR_ASKED.search(question) and not re.search("[月日]", question):
+        end = start + year.end()
+    return start, end
+
+
+def _exact(key: str, texts: list[str], folded: list[str], question: str) -> Snapped | None:
+    """The phrase's first occurrence in the chunks, preferring one not inside a longer number ("7" in "700") and
+    then one the question's answer type fits ("7" of "第7名" for 第幾名)."""
+    first: Snapped | None = None
+    whole: Snapped | None = None
+    for n, text in enumerate(folded, 1):
+        at = text.find(key)
+        while at >= 0:
+            end = at + len(key)
+            start, stop = fit_to_question(texts[n - 1], at, end, question)
+            hit = Snapped(texts[n - 1][start:stop], n, 1.0)
+            first = first or hit
+            inside_number = (key[0].isdigit() and at > 0 and text[at - 1].isdigit()) or (
+                key[-1].isdigit() and end < len(text) and text[end].isdigit())
+            if not inside_number:
+                if (start, stop) != (at, end):
+                    return hit
+                whole = whole or hit
+            at = text.find(key, at + 1)
+    return whole or first
+
+
+def snap(answer: str, docs: Sequence[Document], *, question: str = "", min_f1: float = 0.6) -> Snapped | None:
+    """The source span for a short answer (see the module docstring), or None when none is close enough; with the
+    `question`, a Chinese span is fitted to it (`fit_to_question`)."""
     if not 0 < min_f1 <= 1:
         raise ValueError(f"min_f1 must be in (0, 1], got {min_f1!r}")
     phrase = clean_phrase(answer)
@@ -112,10 +184,9 @@ def snap(answer: str, docs: Sequence[Document], *, min_f1: float = 0.6) -> Snapp
     key = _folded(phrase)
     texts = [d.page_content for d in docs]
     folded = [_folded(t) for t in texts]  # same length as the text: offsets carry over
-    for n, text in enumerate(folded, 1):
-        at = text.find(key)
-        if at >= 0:
-            return Snapped(texts[n - 1][at : at + len(key)], n, 1.0)
+    found = _exact(key, texts, folded, question)
+    if found is not None:
+        return found
     cjk = count_cjk(phrase) > 0
     answer_units = Counter(u for u, _, _ in _units(key, cjk))
     if not answer_units:
@@ -129,4 +200,5 @@ def snap(answer: str, docs: Sequence[Document], *, min_f1: float = 0.6) -> Snapp
     f1, n, start, end = best
     if f1 < min_f1:
         return None
+    start, end = fit_to_question(texts[n - 1], start, end, question)
     return Snapped(texts[n - 1][start:end], n, f1)

@@ -79,7 +79,7 @@ def _short_answer(acc: dict[str, Any]) -> AddableDict:
     span is close enough; ``model_answer`` keeps it."""
     raw = acc.get("answer", "")
     out = AddableDict(answer=raw.strip(), model_answer=raw)
-    found = snap(raw, acc.get("documents", []))
+    found = snap(raw, acc.get("documents", []), question=acc.get("question", ""))
     if found is not None:
         out["answer"] = f"{found.text} [{found.n}]"
     return out
@@ -101,7 +101,8 @@ def build_rag_chain(
     instructions. ``answer_style="short"`` asks for the answer phrase alone (for extractive questions and
     short-answer benchmarks such as DRCD and MuSiQue, scored by exact match / F1) and answers with the span of the
     retrieved chunk it was read from, cited as `` [n]`` after it (`extractive.snap`: Simplified characters for a
-    Traditional source, a dropped word or different quotes come back as the source writes them); the model's own
+    Traditional source, a dropped word or different quotes come back as the source writes them; a Chinese span keeps
+    the measure word or type the question asks for, 幾所 -> "14所"); the model's own
     phrase is kept as ``model_answer``, and the answer arrives as one chunk when streamed. ``"full"`` is the normal
     answer with the model's own `[n]` citations.
     ``prompts`` (by language, ``"zh"``/``"en"``) replace the built-in prompts for both styles.
