@@ -173,8 +173,13 @@ def main() -> None:
         try:
             from ctxrag.models.chat import make_chat_model
 
+            from ctxrag.settings import get_settings
+
             llm = make_chat_model(max_tokens=300, temperature=0.0)
-            rows.append(evaluate(f"graph, LLM rerank (local 0.5B), first {n_llm} questions",
+            cfg = get_settings().llm
+            label = cfg.model if cfg.provider == "openai" else (
+                cfg.model_path.name if cfg.model_path else f"local {cfg.local_model.upper()}")
+            rows.append(evaluate(f"graph, LLM rerank ({label}), first {n_llm} questions",
                                  graph_retriever(rerank="llm", llm=llm, degree=1), sub))
         except Exception as exc:  # noqa: BLE001 - report why the row is missing, keep the others
             rows.append({"name": f"graph, LLM rerank: not run ({type(exc).__name__}: {exc})"[:160], "n": 0})

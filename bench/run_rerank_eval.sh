@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LLM reranking on the contextual-retrieval benchmark, on a random sample of queries (the local 0.5B model scores
+# LLM reranking on the contextual-retrieval benchmark, on a random sample of queries (the local chat model, default the 1.5B, scores
 # each of the top-10 fused chunks with a yes/no logprob: seconds per chunk on 2 cores).
 #   bench/run_rerank_eval.sh [N_QUERIES] [DATA_DIR]
 set -euo pipefail
