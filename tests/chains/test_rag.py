@@ -50,6 +50,19 @@ def test_invoke_maps_citations_to_sources(kb: KnowledgeBase) -> None:
     assert out["invalid_citations"] == [7]
 
 
+def test_a_figure_only_an_uncited_source_holds_adds_that_source() -> None:
+    from langchain_core.documents import Document
+
+    docs = [Document("P1 (service down): Team 4 hours, Enterprise 30 minutes.", metadata={"source": "support.html"}),
+            Document("Extra storage: 100 GB for 30 yuan a month.", metadata={"source": "quota.py"})]
+    out = map_citations("Enterprise customers get a reply to P1 incidents within 30 minutes [2].", docs)
+    assert [(s["n"], s.get("inferred", False)) for s in out["sources"]] == [(2, False), (1, True)]
+    ok = map_citations("Extra storage costs 30 yuan a month [2].", docs)  # the cited source holds it: nothing added
+    assert [s["n"] for s in ok["sources"]] == [2]
+    own = map_citations("It is fast, about 31 minutes [1].", docs)  # a figure no source holds: left alone
+    assert [s["n"] for s in own["sources"]] == [1]
+
+
 def test_create_retrieval_chain_keys(kb: KnowledgeBase) -> None:
     """LangChain's `create_retrieval_chain` contract: ``input`` (+ ``chat_history``) in; ``context`` and ``answer``
     out, beside our own keys."""

@@ -67,14 +67,49 @@ def attribute(answer: str, docs: list[Document], min_overlap: float = 0.3) -> li
     return [i for _, i in sorted(scored, reverse=True)[:3]]
 
 
+# a figure: a number not glued to a preceding letter or digit ("P1", "v2" are names), with the word or CJK character
+# after it ("30 minutes", "200 GB", "9月"), so a source's "30 元" does not hold an answer's "30 minutes"
+_FIGURE = re.compile(r"(?<![A-Za-z0-9_.])(\d+(?:[.,:]\d+)*)\s*([A-Za-z]+|[\u3400-\u9fff%])?")
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text).lower()
+
+
+def figures(text: str) -> list[str]:
+    """The answer's figures, each a number with the unit word after it, spaces removed and lower-cased.
+
+    >>> figures("P1 incidents get an answer within 30 minutes [2]; 2.0 shipped on 2022年9月20日.")
+    ['30minutes', '2.0shipped', '2022年', '9月', '20日']
+    """
+    return [_squash(m.group(1) + (m.group(2) or "")) for m in _FIGURE.finditer(CITATION_MARK.sub("", text))]
+
+
+def missing_support(answer: str, docs: list[Document], cited: list[int]) -> list[int]:
+    """Sources the answer leans on without citing them: for each figure of the answer that no cited source holds
+    but some retrieved source does, those sources (a small model often cites a neighbouring number). Figures no
+    source holds (the model's own wording) are left alone."""
+    texts = [_squash(d.page_content) for d in docs]
+    extra: list[int] = []
+    for fig in figures(answer):
+        holders = [i for i, t in enumerate(texts, 1) if fig in t]
+        if holders and not any(i in cited for i in holders):
+            extra.extend(i for i in holders if i not in extra)
+    return extra
+
+
 def map_citations(answer: str, docs: list[Document]) -> dict[str, Any]:
     """Citations in `answer` mapped to the numbered `docs`: cited sources, and numbers that match no source.
 
     When the answer cites nothing valid, sources are attributed by overlap (`attribute`) and marked
-    ``"inferred": True`` so a reader can tell them from the model's own citations."""
+    ``"inferred": True`` so a reader can tell them from the model's own citations. When it cites some, a figure
+    of the answer ("30 minutes") that only an uncited source holds adds that source, also marked ``inferred``
+    (`missing_support`)."""
     nums = cited_numbers(answer)
     valid = [n for n in nums if 1 <= n <= len(docs)]
     sources = [source_entry(n, docs[n - 1]) for n in valid]
     if not sources:
         sources = [dict(source_entry(n, docs[n - 1]), inferred=True) for n in attribute(answer, docs)]
+    else:
+        sources += [dict(source_entry(n, docs[n - 1]), inferred=True) for n in missing_support(answer, docs, valid)]
     return {"sources": sources, "invalid_citations": [n for n in nums if n not in valid]}

@@ -103,7 +103,8 @@ def print_sources(sources: list[dict[str, Any]], invalid: list[int]) -> None:
         typer.echo("\nSources (inferred from overlap; the model cited none):" if inferred else "\nSources:")
         for s in sources:
             where = f" > {s['heading_path']}" if s.get("heading_path") else ""
-            typer.echo(f"  [{s['n']}] {printable(s['source'])}{printable(where)}  ({s['chunk_id']})")
+            tag = "  (not cited; holds a figure of the answer)" if s.get("inferred") and not inferred else ""
+            typer.echo(f"  [{s['n']}] {printable(s['source'])}{printable(where)}  ({s['chunk_id']}){tag}")
     else:
         typer.echo("\n(no sources cited)")
     if invalid:
