@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.documents import Document
 from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableLambda
 
 from ctxrag.chains.citations import cited_numbers, map_citations
 from ctxrag.chains.rag import build_rag_chain
@@ -51,8 +53,6 @@ def test_invoke_maps_citations_to_sources(kb: KnowledgeBase) -> None:
 
 
 def test_a_figure_only_an_uncited_source_holds_adds_that_source() -> None:
-    from langchain_core.documents import Document
-
     docs = [Document("P1 (service down): Team 4 hours, Enterprise 30 minutes.", metadata={"source": "support.html"}),
             Document("Extra storage: 100 GB for 30 yuan a month.", metadata={"source": "quota.py"})]
     out = map_citations("Enterprise customers get a reply to P1 incidents within 30 minutes [2].", docs)
@@ -185,15 +185,47 @@ def test_short_answer_drops_a_marker_the_model_wrote_anyway(kb: KnowledgeBase) -
 
 
 def test_short_answer_is_fitted_to_the_question() -> None:
-    from langchain_core.documents import Document
-    from langchain_core.runnables import RunnableLambda
-
     docs = [Document("風城市有700家工廠。"), Document("風城市有3所大學，人口排全國第7名。")]
     retriever = RunnableLambda(lambda _: docs)
     out = build_rag_chain(retriever, _fake("3"), answer_style="short").invoke("風城市有幾所大學？")
     assert out["answer"] == "3所 [2]" and out["model_answer"] == "3"
     out = build_rag_chain(retriever, _fake("7"), answer_style="short").invoke("風城市人口排全國第幾名？")
     assert out["answer"] == "第7名 [2]"  # not the 7 of 700 in the first chunk
+
+
+class _Scripted(GenericFakeChatModel):
+    """Answers from a list in turn and keeps the messages of every call."""
+
+    calls: list = []
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):  # type: ignore[no-untyped-def]
+        self.calls.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
+
+
+ECHO_DOCS = [Document("童年時的寄養家庭以及性虐待的經驗，都是自殺的風險因素。")]
+ECHO_Q = "童年生活的寄養家庭以及哪方面的經驗均是自殺的風險因素？"
+
+
+def test_a_short_answer_echoing_the_question_is_asked_again_once() -> None:
+    llm = _Scripted(messages=iter([AIMessage("寄養家庭"), AIMessage("性虐待")]), calls=[])
+    out = build_rag_chain(RunnableLambda(lambda _: ECHO_DOCS), llm, answer_style="short").invoke(ECHO_Q)
+    assert out["answer"] == "性虐待 [1]" and len(llm.calls) == 2
+    assert "「寄養家庭」已經在問題裡" in llm.calls[1][-1].content and llm.calls[1][-2].content == "寄養家庭"
+    stubborn = _Scripted(messages=iter([AIMessage("寄養家庭"), AIMessage("寄養家庭")]), calls=[])
+    out = build_rag_chain(RunnableLambda(lambda _: ECHO_DOCS), stubborn, answer_style="short").invoke(ECHO_Q)
+    assert out["answer"] == "寄養家庭 [1]" and len(stubborn.calls) == 2  # asked once more, never twice
+    fine = _Scripted(messages=iter([AIMessage("性虐待")]), calls=[])
+    build_rag_chain(RunnableLambda(lambda _: ECHO_DOCS), fine, answer_style="short").invoke(ECHO_Q)
+    assert len(fine.calls) == 1
+
+
+async def test_the_echo_retry_also_runs_asynchronously() -> None:
+    llm = _Scripted(messages=iter([AIMessage("Falcon-7"), AIMessage("Oslo")]), calls=[])
+    chain = build_rag_chain(RunnableLambda(lambda _: [Document("The Falcon-7 was designed in Oslo.")]), llm,
+                            answer_style="short")
+    out = await chain.ainvoke("Where was the Falcon-7 designed?")
+    assert out["answer"] == "Oslo [1]" and "is already in the question" in llm.calls[1][-1].content
 
 
 def test_short_answer_not_in_any_chunk_gets_no_citation(kb: KnowledgeBase) -> None:

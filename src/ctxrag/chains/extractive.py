@@ -123,6 +123,16 @@ def _is_word(text: str) -> bool:
     return freq.get(text, 0) > 0 or freq.get(to_simplified(text), 0) > 0
 
 
+def echoes_question(answer: str, question: str) -> bool:
+    """Whether a short answer only repeats words of the question (compared after folding case and script).
+
+    >>> echoes_question("寄养家庭", "童年的寄養家庭以及哪方面的經驗是風險因素？"), echoes_question("性虐待", "同上？")
+    (True, False)
+    """
+    phrase = clean_phrase(answer)
+    return bool(phrase) and _folded(phrase) in _folded(question)
+
+
 def fit_to_question(text: str, start: int, end: int, question: str) -> tuple[int, int]:
     """The span ``text[start:end]`` fitted to a Chinese question (see the module docstring); unchanged otherwise.
 

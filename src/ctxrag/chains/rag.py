@@ -22,14 +22,15 @@ from typing import Any, AsyncIterator, Iterator
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.retrievers import RetrieverLike
-from langchain_core.runnables import Runnable, RunnableGenerator, RunnableLambda, RunnablePassthrough
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator, RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.chains.citations import format_knowledge, map_citations
-from ctxrag.chains.extractive import snap
-from ctxrag.prompts.layers import LayeredPrompt
+from ctxrag.chains.extractive import clean_phrase, echoes_question, snap
+from ctxrag.prompts.layers import SHORT_RETRY, LayeredPrompt
 from ctxrag.text import detect_language, is_traditional_chinese
 
 ANSWER_STYLES = ("full", "short")
@@ -128,9 +129,37 @@ def build_rag_chain(
             history=x["history"], max_words=max_words,
         )
 
-    answer = RunnableLambda(to_messages) | llm | StrOutputParser()
-
     short = answer_style == "short"
+    parse = StrOutputParser()
+
+    def retry_for(first: str, x: dict[str, Any], msgs: list[BaseMessage]) -> list[BaseMessage] | None:
+        """The follow-up messages when a short answer only echoes the question (asked once), else None."""
+        if not (short and echoes_question(first, x["question"])):
+            return None
+        lng = detect_language(x["question"]) if lang == "auto" else lang
+        key = "zh-hant" if lng == "zh" and is_traditional_chinese(x["question"]) else lng
+        follow = SHORT_RETRY[key].format(phrase=clean_phrase(first))
+        return [*msgs, AIMessage(first), HumanMessage(follow)]
+
+    def better(first: str, second: str, question: str) -> str:
+        return second if clean_phrase(second) and not echoes_question(second, question) else first
+
+    def short_answer(x: dict[str, Any], config: RunnableConfig) -> str:
+        msgs = to_messages(x)
+        first = parse.invoke(llm.invoke(msgs, config=config))
+        again = retry_for(first, x, msgs)
+        return first if again is None else better(first, parse.invoke(llm.invoke(again, config=config)), x["question"])
+
+    async def ashort_answer(x: dict[str, Any], config: RunnableConfig) -> str:
+        msgs = to_messages(x)
+        first = parse.invoke(await llm.ainvoke(msgs, config=config))
+        again = retry_for(first, x, msgs)
+        if again is None:
+            return first
+        return better(first, parse.invoke(await llm.ainvoke(again, config=config)), x["question"])
+
+    # full answers stream token by token; a short one is held back until snapped anyway, so it may be asked twice
+    answer = RunnableLambda(short_answer, afunc=ashort_answer) if short else RunnableLambda(to_messages) | llm | parse
 
     def finish(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
