@@ -119,8 +119,8 @@ def _is_word(text: str) -> bool:
     """Whether jieba's dictionary knows `text` as a word (Traditional folded to Simplified): "植物" yes, "所高" no."""
     import jieba
 
-    freq = jieba.dt.FREQ if jieba.dt.initialized else (jieba.dt.initialize() or jieba.dt.FREQ)
-    return freq.get(text, 0) > 0 or freq.get(to_simplified(text), 0) > 0
+    jieba.dt.check_initialized()
+    return jieba.dt.FREQ.get(text, 0) > 0 or jieba.dt.FREQ.get(to_simplified(text), 0) > 0
 
 
 def echoes_question(answer: str, question: str) -> bool:

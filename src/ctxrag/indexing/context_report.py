@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal
+
+
+def _usage(kinds: set[str]) -> str:
+    """'none' for no token counts, the one kind they share, else 'mixed'."""
+    return "none" if not kinds else ("mixed" if len(kinds) > 1 else next(iter(kinds)))
 
 
 @dataclass
@@ -53,17 +58,17 @@ class ContextReport:
         3
         """
         out = cls()
+        counts = [f.name for f in fields(cls) if f.name not in ("usage", "fallback_reason")]
         usages: set[str] = set()
         reasons: list[str] = []
         for r in reports:
-            for name in ("documents", "chunks", "contextualized", "cache_hits", "llm_calls", "prompt_tokens",
-                         "completion_tokens", "fallbacks", "windowed", "seconds"):
+            for name in counts:
                 setattr(out, name, getattr(out, name) + getattr(r, name))
             if r.usage != "none":
                 usages.add(r.usage)
             if r.fallback_reason and r.fallback_reason not in reasons:
                 reasons.append(r.fallback_reason)
-        out.usage = "none" if not usages else ("mixed" if len(usages) > 1 else next(iter(usages)))  # type: ignore[assignment]
+        out.usage = _usage(usages)  # type: ignore[assignment]
         out.seconds = round(out.seconds, 3)
         out.fallback_reason = "; ".join(reasons) or None
         return out
@@ -127,8 +132,7 @@ class ContextTally:
 
     def report(self) -> ContextReport:
         with self.lock:
-            kinds = self._usage_kinds
-            usage = "none" if not kinds else ("mixed" if len(kinds) > 1 else next(iter(kinds)))
+            usage = _usage(self._usage_kinds)
             return replace(self.stats, usage=usage, seconds=round(self.stats.seconds, 3))  # type: ignore[arg-type]
 
     def reset(self) -> None:

@@ -53,10 +53,6 @@ class ContextStrategy(ChoiceEnum):
     def with_header(self) -> bool:
         return self.value.endswith("header")
 
-    @property
-    def by_language(self) -> bool:
-        return self is ContextStrategy.AUTO
-
 
 @runtime_checkable
 class ChunkContextualizer(Protocol):
