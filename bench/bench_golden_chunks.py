@@ -137,7 +137,7 @@ def contextualize(variant: Variant, corpus: list[Doc], out: Path, cache: Context
     ctx = make_contextualizer(variant.strategy, chat_model=model, cache=cache, max_concurrency=1)
     counter = EvalCounter(model) if model is not None else None
     rows = []
-    bar = tqdm(corpus, desc=variant.name, unit="doc", total=len(corpus))
+    bar = tqdm(corpus, desc=variant.name, unit="doc", total=len(corpus), miniters=1)  # cached documents fly by
     for doc in bar:
         chunks = [text for _, text in doc.chunks]
         before = ctx.report()

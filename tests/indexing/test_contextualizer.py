@@ -183,6 +183,19 @@ def test_long_document_is_windowed_around_the_chunk(cache: ContextCache) -> None
     assert chunk in sent and estimate_tokens(sent) <= 300
 
 
+def test_neighbouring_chunks_of_a_long_document_share_one_window(cache: ContextCache) -> None:
+    # the cost of per-chunk contexts on a long document: each distinct window is a prefix the model evaluates anew
+    lines = [f"Section {i}: entry {i} of the ledger records a transfer of {i * 7} units." for i in range(3000)]
+    document = "\n".join(lines)
+    chunks = ["\n".join(lines[i : i + 3]) for i in range(1500, 1560, 3)]  # 20 neighbouring chunks, ~1 window
+    model = RecordingChat()
+    ctx = Contextualizer(model, cache=cache, n_ctx=2048, max_tokens=100)
+    ctx.contextualize_document(document, chunks, offsets=[document.index(c) for c in chunks])
+    windows = [p.split("</document>")[0] for p in model.prompts]
+    assert all(c in w for c, w in zip(chunks, windows)) and ctx.report().windowed == 20
+    assert len(set(windows)) <= 3  # centred windows: 20 different prefixes
+
+
 def test_transient_error_is_retried(cache: ContextCache) -> None:
     model = RecordingChat(failures={"Costs": [httpx.ReadTimeout("slow"), httpx.ReadTimeout("slow")]})
     ctx = Contextualizer(model, cache=cache, retry_wait=0.0)

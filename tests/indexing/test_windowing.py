@@ -78,3 +78,19 @@ def test_custom_counter_and_bad_budget() -> None:
     assert cut and words(text) <= 120 and lines[150] in text
     with pytest.raises(ValueError, match="max_tokens must be > 0, got 0"):
         window_document(document, lines[0], 0)
+
+
+def test_aligned_windows_are_shared_by_neighbouring_chunks_and_hold_each_chunk() -> None:
+    document, lines = _long_document()
+    windows = []
+    for where in range(900, 1000, 4):  # 25 neighbouring chunks of 4 lines
+        chunk = "\n".join(lines[where : where + 4])
+        text, cut = window_document(document, chunk, 500, aligned=True)
+        assert cut and chunk in text and estimate_tokens(text) <= 500
+        windows.append(text)
+    centred = {window_document(document, "\n".join(lines[w : w + 4]), 500)[0] for w in range(900, 1000, 4)}
+    # a window of ~500 tokens holds ~25 lines and starts every ~12: 100 lines need 8-9 windows, not one per chunk
+    assert len(set(windows)) <= 9 < len(centred) == 25
+    last = "\n".join(lines[-3:])
+    text, _ = window_document(document, last, 500, aligned=True)  # the grid's last window ends at the document's end
+    assert text.endswith(last) and not text.endswith(CUT_MARKER)

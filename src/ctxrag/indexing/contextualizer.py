@@ -5,7 +5,8 @@ text that is embedded and BM25-indexed; the chunk's own text stays what users se
 
 Cost control: a persistent cache (`ContextCache`) so unchanged text is never sent twice; for each document the first
 chunk's request goes alone (it warms the server's prefix cache with the document), then the rest with bounded
-concurrency; retries with exponential backoff; documents over the model's window are windowed around the chunk.
+concurrency; retries with exponential backoff; documents over the model's window are windowed around the chunk,
+on a fixed grid so that neighbouring chunks get the same window and the model reads it once (`window_document`).
 When no LLM is reachable the chunk gets a deterministic header (title > heading path) instead, and the report says so.
 
 Example::
@@ -55,8 +56,9 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
     the first cache miss. `cache`: a `ContextCache`, True for the default one under ``settings.cache_dir``, None/False
     for none. `prompts`: by language ('en', 'zh'); `language`: 'auto' picks 'zh' for mostly-CJK documents.
     `n_ctx`: the model's window (default: the model's own ``n_ctx``, else ``settings.llm.n_ctx``); a document whose
-    prompt would not fit with `max_tokens` of answer is windowed around each chunk (`max_document_tokens` sets the
-    document budget directly). Tokens are counted with the in-process model's tokenizer when there is one, else
+    prompt would not fit with `max_tokens` of answer is windowed around each chunk, on a fixed grid so that
+    neighbouring chunks share one window and its evaluated prefix (`max_document_tokens` sets the document budget
+    directly). Tokens are counted with the in-process model's tokenizer when there is one, else
     estimated (`ctxrag.text.estimate_tokens`) or with `token_counter`. `max_concurrency` bounds requests in flight
     per document after the first; `retry_attempts` / `retry_wait` drive exponential backoff on transient errors.
 
@@ -194,14 +196,17 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         if any(r is None for r in plan.results):
             self._get_model()  # before windowing: a local model brings its exact tokenizer
         doc_tokens: int | None = None
+        budget = 0
         for i, (chunk, key) in enumerate(zip(chunks, keys)):
             if plan.results[i] is not None:
                 continue
             if doc_tokens is None:
                 doc_tokens = self._token_counter(document)
+                # one budget per document (room beside its longest chunk), so that chunks share aligned windows
+                budget = min(self._document_budget(prompt, c) for c in chunks)
             text, cut = window_document(
-                document, chunk, self._document_budget(prompt, chunk), offset=offsets[i] if offsets else None,
-                index=i, count=len(chunks), count_tokens=self._token_counter, document_tokens=doc_tokens,
+                document, chunk, budget, offset=offsets[i] if offsets else None, index=i, count=len(chunks),
+                count_tokens=self._token_counter, document_tokens=doc_tokens, aligned=True,
             )  # fmt: skip
             doc_part, chunk_part = prompt.render_document(text), prompt.render_chunk(chunk)
             plan.jobs.append(ContextJob(

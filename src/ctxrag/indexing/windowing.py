@@ -57,6 +57,16 @@ def _snap_right(document: str, right: int, limit: int) -> int:
     return right
 
 
+def _grid_window(document: str, start: int, end: int, budget: int) -> tuple[int, int] | None:
+    """The window of the fixed grid (windows of `budget` characters every `budget // 2`) whose cell holds the chunk's
+    start, when it holds the whole chunk; its ends snapped to line breaks independently of the chunk."""
+    stride = max(1, budget // 2)
+    right = min(len(document), (start // stride) * stride + budget)
+    left = max(0, right - budget)
+    left, right = _snap_left(document, left, left + _SNAP_CHARS), _snap_right(document, right, right - _SNAP_CHARS)
+    return (left, right) if left <= start and end <= right else None
+
+
 def window_document(
     document: str,
     chunk: str,
@@ -67,11 +77,17 @@ def window_document(
     count: int = 1,
     count_tokens: Callable[[str], int] = estimate_tokens,
     document_tokens: int | None = None,
+    aligned: bool = False,
 ) -> tuple[str, bool]:
     """`(text, was_cut)`: the whole document when it fits in `max_tokens`, else a window around the chunk.
 
     The window is centred on the chunk (found by `offset`, else by search, see `locate_chunk`), keeps the chunk whole
     when it fits, and carries "[...]" at each cut end. It always fits `max_tokens` by `count_tokens`.
+
+    With ``aligned``, windows lie on a fixed grid (one every half window) and a chunk gets the grid window holding
+    it, so neighbouring chunks get the very same text and a model that reuses an evaluated prefix (llama.cpp,
+    servers with prompt caching) reads it once per window instead of once per chunk; a chunk no grid window holds
+    whole gets a centred one. Pass the same `max_tokens` for every chunk of a document to share windows.
     """
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
@@ -84,7 +100,10 @@ def window_document(
     budget = max(1, int(max_tokens * chars_per_token))
     while True:
         extra = budget - (end - start)
-        if extra >= 0:
+        placed = _grid_window(document, start, end, budget) if aligned and extra >= 0 else None
+        if placed is not None:
+            left, right = placed
+        elif extra >= 0:
             left = max(0, start - extra // 2)
             right = min(len(document), left + budget)
             left = max(0, right - budget)
