@@ -36,6 +36,51 @@ def cited_numbers(answer: str) -> list[int]:
     return seen
 
 
+# a source cited by name instead of number: "[Deployment Guide]", "【星河知识库产品概览】" (not a Markdown link "[x](url)")
+_NAMED = re.compile(r"[\[【]([^\[\]【】\d][^\[\]【】]{2,150})[\]】](?!\()")
+
+
+def _name_key(text: str) -> str:
+    """A title or file name compared loosely: lower case, ``_``/``-`` as spaces, punctuation and spaces dropped."""
+    return re.sub(r"[\W_]+", "", text.lower())
+
+
+def _names(d: Document) -> set[str]:
+    md = d.metadata
+    names = {md.get("title") or ""}
+    src = str(md.get("source") or "")
+    if src:
+        base = re.split(r"[\\/]", src)[-1]
+        names |= {base, base.rsplit(".", 1)[0]}
+    return {k for k in map(_name_key, names) if len(k) >= 4}
+
+
+def named_citations(answer: str, docs: list[Document]) -> list[int]:
+    """Numbers of the sources an answer cites by name in brackets instead of by number, in order of appearance.
+
+    A small model shown ``(source: Deployment Guide, guide.md)`` under a block sometimes cites "[Deployment Guide]".
+    A bracketed name matches a source when it equals the source's title, file name or file stem, or (both at least
+    six letters) holds it or is held by it; of several matching chunks, the one sharing most words with the answer is taken (first on a tie).
+
+    >>> docs = [Document("Port 7420.", metadata={"source": "docs/deployment_guide.md", "title": "Deployment Guide"})]
+    >>> named_citations("It listens on 7420, per the [Deployment Guide].", docs)
+    [1]
+    """
+    found: list[int] = []
+    ans = _grams(CITATION_MARK.sub("", answer))
+    for m in _NAMED.finditer(answer):
+        key = _name_key(m.group(1))
+        if len(key) < 4:
+            continue
+        hits = [i for i, d in enumerate(docs, 1)
+                if any(key == k or (min(len(k), len(key)) >= 6 and (k in key or key in k)) for k in _names(d))]
+        if hits:
+            best = max(hits, key=lambda i: (len(ans & _grams(docs[i - 1].page_content)), -i))
+            if best not in found:
+                found.append(best)
+    return found
+
+
 def source_entry(n: int, d: Document) -> dict[str, Any]:
     md = d.metadata
     return {
@@ -100,6 +145,7 @@ def missing_support(answer: str, docs: list[Document], cited: list[int]) -> list
 
 def map_citations(answer: str, docs: list[Document]) -> dict[str, Any]:
     """Citations in `answer` mapped to the numbered `docs`: cited sources, and numbers that match no source.
+    A source cited by its name in brackets ("[Deployment Guide]") counts as cited (`named_citations`).
 
     When the answer cites nothing valid, sources are attributed by overlap (`attribute`) and marked
     ``"inferred": True`` so a reader can tell them from the model's own citations. When it cites some, a figure
@@ -107,6 +153,7 @@ def map_citations(answer: str, docs: list[Document]) -> dict[str, Any]:
     (`missing_support`)."""
     nums = cited_numbers(answer)
     valid = [n for n in nums if 1 <= n <= len(docs)]
+    valid += [n for n in named_citations(answer, docs) if n not in valid]
     sources = [source_entry(n, docs[n - 1]) for n in valid]
     if not sources:
         sources = [dict(source_entry(n, docs[n - 1]), inferred=True) for n in attribute(answer, docs)]
