@@ -2,7 +2,7 @@
 import pytest
 from langchain_core.documents import Document
 
-from ctxrag.chains.extractive import clean_phrase, fit_to_question, snap
+from ctxrag.chains.extractive import chinese_numerals, clean_phrase, fit_to_question, restates_question, snap
 
 DOCS = [Document("The pump moves 40 L/min."), Document("Port 9321 is the default."), Document("9321 again")]
 
@@ -69,3 +69,25 @@ def test_fitting_never_takes_a_function_word_or_a_non_word_pair() -> None:
     assert fit_to_question(text, 0, 3, "哪一種政治人物的目的是改善福祉？") == (0, 3)  # 人物 is not what follows
     assert fit_to_question(text, 0, 3, "何時的政治家？") == (0, 3)  # 時 is no answer type
     assert fit_to_question("元嘉年間的詩風", 0, 2, "元嘉體為哪個年號間的詩風？") == (0, 2)  # 年號 whole, not 年
+
+
+def test_a_number_in_digits_finds_its_chinese_spelling_but_not_inside_a_longer_number() -> None:
+    # DRCD: the model wrote "30" for a source saying 三十年 (多少年 keeps the 年)
+    found = snap("30", [Document("王世杰稱，此條約可換三十年的和平。")], question="此條約可換多少年的和平?")
+    assert found is not None and found.text == "三十年"
+    assert snap("3", [Document("共有三百人。")]) is None  # 三 of 三百 is part of a longer number
+    assert chinese_numerals("1905") == ["一千九百零五", "一九〇五"] and chinese_numerals("12a") == []
+
+
+def test_a_span_gets_the_other_half_of_a_bracket_it_opens() -> None:
+    docs = [Document("1876年，英國和清廷簽訂中英《煙臺條約》，規定英國可派駐領事。")]
+    found = snap("中英《煙臺條約》", docs, question="英國和清廷簽訂哪一條約?")  # the closing 》 is stripped as an edge
+    assert found is not None and found.text == "中英《煙臺條約》"
+
+
+def test_restating_the_question_is_told_from_a_long_answer_phrase() -> None:
+    q = "What movie stars Morgan Freeman, Robert De Niro and the producer of The Game?"
+    assert restates_question("Robert De Niro, Morgan Freeman, Michael Douglas", q)
+    assert not restates_question("Last Vegas", q)  # short: never a restatement
+    assert not restates_question("the Treaty on the Functioning of the European Union", "Which treaty is it?")
+    assert not restates_question("遠程觀通距離和反應時間有了極大的提高", "北海艦隊目前已具備什麼能力?")

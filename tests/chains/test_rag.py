@@ -228,6 +228,22 @@ async def test_the_echo_retry_also_runs_asynchronously() -> None:
     assert out["answer"] == "Oslo [1]" and "is already in the question" in llm.calls[1][-1].content
 
 
+def test_a_short_answer_restating_the_question_as_a_sentence_is_asked_again_once() -> None:
+    docs = [Document("Dai Jitao was born in China. China carries about $1.18 trillion of US debt.")]
+    question = "What is the debt load for the US carried by the country Dai Jitao is from?"
+    llm = _Scripted(messages=iter([AIMessage("Dai Jitao is from China."), AIMessage("about $1.18 trillion")]), calls=[])
+    out = build_rag_chain(RunnableLambda(lambda _: docs), llm, answer_style="short").invoke(question)
+    assert out["answer"] == "about $1.18 trillion [1]" and "That repeats the question" in llm.calls[1][-1].content
+    stubborn = _Scripted(messages=iter([AIMessage("Dai Jitao is from China."), AIMessage("Dai Jitao is from China.")]),
+                         calls=[])
+    out = build_rag_chain(RunnableLambda(lambda _: docs), stubborn, answer_style="short").invoke(question)
+    assert out["model_answer"] == "Dai Jitao is from China." and len(stubborn.calls) == 2
+    zh = _Scripted(messages=iter([AIMessage("中央革命軍事委員會副主席"), AIMessage("副主席")]), calls=[])
+    out = build_rag_chain(RunnableLambda(lambda _: [Document("周恩來任中央革命軍事委員會副主席。")]), zh,
+                          answer_style="short").invoke("周恩來任職中央革命軍事委員會中的哪一個職位?")
+    assert out["answer"] == "副主席 [1]" and "這個回答重複了問題" in zh.calls[1][-1].content
+
+
 def test_short_answer_not_in_any_chunk_gets_no_citation(kb: KnowledgeBase) -> None:
     out = build_rag_chain(kb.as_retriever(mode="dense", k=2), _fake("8080"), answer_style="short").invoke(
         "星河知识库的默认端口是多少？")

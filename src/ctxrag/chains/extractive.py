@@ -4,14 +4,16 @@ A small model asked for "the answer phrase, copied from the sources" often write
 characters for a Traditional source, a word dropped or added, a different bracket. The short answer style
 (`build_rag_chain(answer_style="short")`) returns the source's own span instead, so an extractive answer can be
 quoted and checked: first the phrase itself, compared character by character after folding case and Traditional to
-Simplified script (a 1:1 mapping, so the original characters are returned); otherwise the span of a chunk with the
+Simplified script (a 1:1 mapping, so the original characters are returned), or a number in digits spelled out in
+Chinese (30 -> 三十, `chinese_numerals`); otherwise the span of a chunk with the
 best overlap F1 with the phrase (characters for Chinese, words otherwise, as CMRC / SQuAD score), when that F1 is at
 least ``min_f1`` and the span holds at least half of the phrase's units (a short span sharing a digit or two with a
 wrong phrase is no match). Nothing is snapped when no span is close enough: the model's phrase is kept.
 
 Given the question, a span in Chinese is then fitted to what the question asks for (`fit_to_question`): a number or
 name keeps the measure word or type the question names right after its question word (幾所 -> "14所", 哪一個縣 ->
-"臺東縣", 第幾名 -> "第7名"), and a full date is cut to its year when the question asks which year.
+"臺東縣", 第幾名 -> "第7名"), and a full date is cut to its year when the question asks which year. A span that opens a
+bracket pair and stops before its other half gets it (``《煙臺條約`` -> ``《煙臺條約》``).
 
 >>> from langchain_core.documents import Document
 >>> snap("台湾最高的山是玉山", [Document("雪山在臺中。"), Document("臺灣最高的山是玉山，海拔3952公尺。")])
@@ -133,6 +135,37 @@ def echoes_question(answer: str, question: str) -> bool:
     return bool(phrase) and _folded(phrase) in _folded(question)
 
 
+_EN_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
+
+
+def _question_units(text: str) -> list[str]:
+    """Folded English words and CJK character bigrams: what `restates_question` compares."""
+    text = _folded(text)
+    grams = _EN_WORD.findall(text)
+    for run in _CJK_RUN.findall(text):
+        grams += [run[i : i + 2] for i in range(len(run) - 1)] or [run]
+    return grams
+
+
+def restates_question(answer: str, question: str) -> bool:
+    """Whether a short answer is a sentence built on the question (at least 5 English words or 10 CJK characters,
+    at least half of its words / CJK bigrams taken from the question) rather than the phrase asked for.
+
+    >>> q = "What is the debt load for the US carried by the country Dai Jitao is from?"
+    >>> restates_question("Dai Jitao is from China.", q), restates_question("about $1.18 trillion", q)
+    (True, False)
+    >>> restates_question("中央革命軍事委員會副主席", "周恩來任職中央革命軍事委員會中的哪一個職位?")
+    True
+    """
+    phrase = clean_phrase(answer)
+    if count_cjk(phrase) < 10 and len(_EN_WORD.findall(phrase.lower())) < 5:
+        return False
+    units = _question_units(phrase)
+    asked = set(_question_units(question))
+    return bool(units) and 2 * sum(u in asked for u in units) >= len(units)
+
+
 def fit_to_question(text: str, start: int, end: int, question: str) -> tuple[int, int]:
     """The span ``text[start:end]`` fitted to a Chinese question (see the module docstring); unchanged otherwise.
 
@@ -161,26 +194,67 @@ def fit_to_question(text: str, start: int, end: int, question: str) -> tuple[int
     return start, end
 
 
-def _exact(key: str, texts: list[str], folded: list[str], question: str) -> Snapped | None:
+_PAIRS = {"《": "》", "「": "」", "『": "』", "（": "）", "(": ")", "“": "”", "【": "】"}
+_DIGITS = "零一二三四五六七八九"
+
+
+def _balanced(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span widened by one character on a side where it opens or closes a bracket pair it lacks the other half
+    of and the text holds that half right there (``中英《煙臺條約`` -> ``中英《煙臺條約》``)."""
+    span = text[start:end]
+    for left, right in _PAIRS.items():
+        if span.count(left) > span.count(right) and text.startswith(right, end):
+            end += 1
+        elif span.count(right) > span.count(left) and start > 0 and text[start - 1] == left:
+            start -= 1
+    return start, end
+
+
+def chinese_numerals(digits: str) -> list[str]:
+    """Chinese forms of a number written in digits, for a source that spells it out: 30 -> 三十, 1936 -> 一千九百三十六
+    and 一九三六 (years are read digit by digit).
+
+    >>> chinese_numerals("30"), chinese_numerals("105"), chinese_numerals("12")
+    (['三十'], ['一百零五'], ['十二', '一十二'])
+    """
+    if not digits.isascii() or not digits.isdigit() or not 0 < int(digits) < 10000:
+        return []
+    n = int(digits)
+    out, zero = "", False
+    for value, unit in ((1000, "千"), (100, "百"), (10, "十"), (1, "")):
+        d, n = divmod(n, value)
+        if d:
+            out += ("零" if zero and out else "") + _DIGITS[d] + unit
+            zero = False
+        elif out:
+            zero = True
+    forms = [out[1:], out] if out.startswith("一十") else [out]
+    if len(digits) == 4:
+        forms.append("".join(_DIGITS[int(c)] for c in digits).replace("零", "〇"))
+    return forms
+
+
+def _exact(key: str, texts: list[str], folded: list[str], question: str, strict: bool = False) -> Snapped | None:
     """The phrase's first occurrence in the chunks, preferring one not inside a longer number ("7" in "700") and
-    then one the question's answer type fits ("7" of "第7名" for 第幾名)."""
+    then one the question's answer type fits ("7" of "第7名" for 第幾名); with ``strict``, only one not inside a
+    longer number (for the Chinese spelling of a number: "三" in "三百" is no match)."""
     first: Snapped | None = None
     whole: Snapped | None = None
     for n, text in enumerate(folded, 1):
         at = text.find(key)
         while at >= 0:
             end = at + len(key)
-            start, stop = fit_to_question(texts[n - 1], at, end, question)
+            start, stop = _balanced(texts[n - 1], *fit_to_question(texts[n - 1], at, end, question))
             hit = Snapped(texts[n - 1][start:stop], n, 1.0)
             first = first or hit
-            inside_number = (key[0].isdigit() and at > 0 and text[at - 1].isdigit()) or (
-                key[-1].isdigit() and end < len(text) and text[end].isdigit())
+            inside_number = (key[0].isnumeric() and at > 0 and text[at - 1].isnumeric()) or (
+                key[-1].isnumeric() and end < len(text) and text[end].isnumeric())
             if not inside_number:
                 if (start, stop) != (at, end):
                     return hit
                 whole = whole or hit
             at = text.find(key, at + 1)
-    return whole or first
+    return whole if strict else whole or first
 
 
 def snap(answer: str, docs: Sequence[Document], *, question: str = "", min_f1: float = 0.6) -> Snapped | None:
@@ -194,9 +268,10 @@ def snap(answer: str, docs: Sequence[Document], *, question: str = "", min_f1: f
     key = _folded(phrase)
     texts = [d.page_content for d in docs]
     folded = [_folded(t) for t in texts]  # same length as the text: offsets carry over
-    found = _exact(key, texts, folded, question)
-    if found is not None:
-        return found
+    for form in [key, *chinese_numerals(key)]:
+        found = _exact(form, texts, folded, question, strict=form != key)
+        if found is not None:
+            return found
     cjk = count_cjk(phrase) > 0
     answer_units = Counter(u for u, _, _ in _units(key, cjk))
     if not answer_units:
@@ -210,5 +285,5 @@ def snap(answer: str, docs: Sequence[Document], *, question: str = "", min_f1: f
     f1, n, start, end = best
     if f1 < min_f1:
         return None
-    start, end = fit_to_question(texts[n - 1], start, end, question)
+    start, end = _balanced(texts[n - 1], *fit_to_question(texts[n - 1], start, end, question))
     return Snapped(texts[n - 1][start:end], n, f1)

@@ -29,8 +29,8 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator
 from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.chains.citations import format_knowledge, map_citations
-from ctxrag.chains.extractive import clean_phrase, echoes_question, snap
-from ctxrag.prompts.layers import SHORT_RETRY, LayeredPrompt
+from ctxrag.chains.extractive import clean_phrase, echoes_question, restates_question, snap
+from ctxrag.prompts.layers import SHORT_RESTATE, SHORT_RETRY, LayeredPrompt
 from ctxrag.text import detect_language, is_traditional_chinese
 
 ANSWER_STYLES = ("full", "short")
@@ -132,17 +132,26 @@ def build_rag_chain(
     short = answer_style == "short"
     parse = StrOutputParser()
 
+    def off_target(answer: str, question: str) -> dict[str, str] | None:
+        """The follow-up prompts when a short answer only echoes the question or restates it as a sentence."""
+        if echoes_question(answer, question):
+            return SHORT_RETRY
+        return SHORT_RESTATE if restates_question(answer, question) else None
+
     def retry_for(first: str, x: dict[str, Any], msgs: list[BaseMessage]) -> list[BaseMessage] | None:
-        """The follow-up messages when a short answer only echoes the question (asked once), else None."""
-        if not (short and echoes_question(first, x["question"])):
+        """The follow-up messages when a short answer is off target (asked once), else None."""
+        follow = off_target(first, x["question"]) if short else None
+        if follow is None:
             return None
         lng = detect_language(x["question"]) if lang == "auto" else lang
         key = "zh-hant" if lng == "zh" and is_traditional_chinese(x["question"]) else lng
-        follow = SHORT_RETRY[key].format(phrase=clean_phrase(first))
-        return [*msgs, AIMessage(first), HumanMessage(follow)]
+        return [*msgs, AIMessage(first), HumanMessage(follow[key].format(phrase=clean_phrase(first)))]
 
     def better(first: str, second: str, question: str) -> str:
-        return second if clean_phrase(second) and not echoes_question(second, question) else first
+        """The second answer, unless it is empty, an echo, or a restatement after a first one that was one too."""
+        if not clean_phrase(second) or echoes_question(second, question):
+            return first
+        return first if restates_question(second, question) and not echoes_question(first, question) else second
 
     def short_answer(x: dict[str, Any], config: RunnableConfig) -> str:
         msgs = to_messages(x)
