@@ -76,18 +76,18 @@ QUESTION = {
 }
 
 CITATION_CLAUSE = {
-    # no example: the 0.5B model copies any example or source header it is shown verbatim as its answer. "At the end
-    # of each sentence": asked only to "cite source numbers", the 1.5B model put them on a separate last line
-    # ("Source: [3]") or named the source instead in 3 of the 6 demo answers.
-    "en": "; write the answer in your own words and end each sentence with the number of its source in square brackets",
-    "zh": "；用自己的话回答，每句话末尾用方括号标注所依据的资料编号",
+    # no example: the 0.5B model copies any example or source header it is shown verbatim as its answer. Tried and
+    # dropped: "end each sentence with the number of its source" put every demo citation in place but turned the
+    # 1.5B's P1 answer wrong ("24/7" instead of "30 minutes"; 5 of 6 demo answers right instead of 6).
+    "en": "; write the answer in your own words and cite source numbers in square brackets",
+    "zh": "；用自己的话回答，并用方括号标注资料编号",
 }
 
 
 # Traditional Chinese questions get Traditional Chinese instructions, so the answer keeps the question's script
 # (the 1.5B model answers a Traditional question in Simplified when told 请用中文).
 QUESTION_HANT = "問題：{question}\n\n請用繁體中文簡潔回答（不超過 {max_words} 字）{citation_clause}。"
-CITATION_CLAUSE_HANT = "；用自己的話回答，每句話末尾用方括號標註所依據的資料編號"
+CITATION_CLAUSE_HANT = "；用自己的話回答，並用方括號標註資料編號"
 
 SHORT_QUESTION = {
     # answer_style="short" (short-answer benchmarks such as DRCD, MuSiQue): the answer phrase alone. The model is not
