@@ -60,7 +60,8 @@ def named_citations(answer: str, docs: list[Document]) -> list[int]:
 
     A small model shown ``(source: Deployment Guide, guide.md)`` under a block sometimes cites "[Deployment Guide]".
     A bracketed name matches a source when it equals the source's title, file name or file stem, or (both at least
-    six letters) holds it or is held by it; of several matching chunks, the one sharing most words with the answer is taken (first on a tie).
+    six letters) holds it or is held by it; of several matching chunks, the one sharing most words with the answer
+    is taken (first on a tie).
 
     >>> docs = [Document("Port 7420.", metadata={"source": "docs/deployment_guide.md", "title": "Deployment Guide"})]
     >>> named_citations("It listens on 7420, per the [Deployment Guide].", docs)
