@@ -193,17 +193,15 @@ class Contextualizer(Runnable[dict[str, Any], list[str]]):
         for i, value in enumerate(plan.results):
             if value == "":  # cached "the LLM had nothing to add": the header, without asking again
                 plan.results[i] = fallback_header(title, heading_paths[i] if heading_paths else "")
-        if any(r is None for r in plan.results):
-            self._get_model()  # before windowing: a local model brings its exact tokenizer
-        doc_tokens: int | None = None
-        budget = 0
+        if all(r is not None for r in plan.results):
+            return plan
+        self._get_model()  # before windowing: a local model brings its exact tokenizer
+        doc_tokens = self._token_counter(document)
+        # one budget per document (room beside its longest chunk), so that chunks share aligned windows
+        budget = min(self._document_budget(prompt, c) for c in chunks)
         for i, (chunk, key) in enumerate(zip(chunks, keys)):
             if plan.results[i] is not None:
                 continue
-            if doc_tokens is None:
-                doc_tokens = self._token_counter(document)
-                # one budget per document (room beside its longest chunk), so that chunks share aligned windows
-                budget = min(self._document_budget(prompt, c) for c in chunks)
             text, cut = window_document(
                 document, chunk, budget, offset=offsets[i] if offsets else None, index=i, count=len(chunks),
                 count_tokens=self._token_counter, document_tokens=doc_tokens, aligned=True,
