@@ -151,7 +151,7 @@ def test_traditional_chinese_question_gets_traditional_instructions(kb: Knowledg
                                                ("星河知识库的默认端口是多少？", "只写答案本身"),
                                                ("星河知識庫的預設連接埠是多少？這個呢", "只寫答案本身")])
 def test_short_answer_style_asks_for_the_phrase_alone(kb: KnowledgeBase, question: str, cue: str) -> None:
-    system, asked = _spy_messages(kb, question, answer_style="short")
+    system, asked = _spy_messages(kb, question, answer_style="short", reading_script="as-written")
     assert cue in asked and "[" not in asked.split("\n")[-1].replace("[1]", "")  # no example to copy
     assert "9321" in system  # the knowledge is the same as for full answers
     assert "[n]" not in asked and "方括號" not in asked and "方括号" not in asked  # no citation asked of the model
@@ -209,9 +209,13 @@ ECHO_Q = "童年生活的寄養家庭以及哪方面的經驗均是自殺的風�
 
 def test_a_short_answer_echoing_the_question_is_asked_again_once() -> None:
     llm = _Scripted(messages=iter([AIMessage("寄養家庭"), AIMessage("性虐待")]), calls=[])
-    out = build_rag_chain(RunnableLambda(lambda _: ECHO_DOCS), llm, answer_style="short").invoke(ECHO_Q)
+    out = build_rag_chain(RunnableLambda(lambda _: ECHO_DOCS), llm, answer_style="short",
+                          reading_script="as-written").invoke(ECHO_Q)
     assert out["answer"] == "性虐待 [1]" and len(llm.calls) == 2
     assert "「寄養家庭」已經在問題裡" in llm.calls[1][-1].content and llm.calls[1][-2].content == "寄養家庭"
+    read_simplified = _Scripted(messages=iter([AIMessage("寄养家庭"), AIMessage("性虐待")]), calls=[])
+    out = build_rag_chain(RunnableLambda(lambda _: ECHO_DOCS), read_simplified, answer_style="short").invoke(ECHO_Q)
+    assert out["answer"] == "性虐待 [1]" and "「寄养家庭」已经在问题里" in read_simplified.calls[1][-1].content
     stubborn = _Scripted(messages=iter([AIMessage("寄養家庭"), AIMessage("寄養家庭")]), calls=[])
     out = build_rag_chain(RunnableLambda(lambda _: ECHO_DOCS), stubborn, answer_style="short").invoke(ECHO_Q)
     assert out["answer"] == "寄養家庭 [1]" and len(stubborn.calls) == 2  # asked once more, never twice
@@ -240,8 +244,35 @@ def test_a_short_answer_restating_the_question_as_a_sentence_is_asked_again_once
     assert out["model_answer"] == "Dai Jitao is from China." and len(stubborn.calls) == 2
     zh = _Scripted(messages=iter([AIMessage("中央革命軍事委員會副主席"), AIMessage("副主席")]), calls=[])
     out = build_rag_chain(RunnableLambda(lambda _: [Document("周恩來任中央革命軍事委員會副主席。")]), zh,
-                          answer_style="short").invoke("周恩來任職中央革命軍事委員會中的哪一個職位?")
+                          answer_style="short", reading_script="as-written").invoke("周恩來任職中央革命軍事委員會中的哪一個職位?")
     assert out["answer"] == "副主席 [1]" and "這個回答重複了問題" in zh.calls[1][-1].content
+
+
+def test_simplified_reading_gives_the_model_simplified_text_and_answers_with_the_traditional_span() -> None:
+    docs = [Document("臺灣總督府於1919年設立臺北帝國大學的預備學校。")]
+    llm = _Scripted(messages=iter([AIMessage("台北帝国大学")]), calls=[])
+    out = build_rag_chain(RunnableLambda(lambda _: docs), llm, answer_style="short",
+                          reading_script="simplified").invoke("臺灣總督府為哪一所學校設立預備學校？")
+    system, asked = llm.calls[0][0].content, llm.calls[0][-1].content
+    assert "台湾总督府于1919年设立台北帝国大学" in system and "臺灣" not in system
+    assert asked.startswith("问题：台湾总督府为哪一所学校") and "只写答案本身" in asked  # Simplified instructions
+    assert out["answer"] == "臺北帝國大學 [1]" and out["model_answer"] == "台北帝国大学"
+    by_default = _Scripted(messages=iter([AIMessage("台北帝国大学")]), calls=[])
+    build_rag_chain(RunnableLambda(lambda _: docs), by_default, answer_style="short").invoke("臺灣總督府為哪一所學校設立預備學校？")
+    assert by_default.calls[0] == llm.calls[0]  # "auto": short answers read Simplified
+    for style, script in (("short", "as-written"), ("full", "auto")):  # full answers are read as written
+        as_written = _Scripted(messages=iter([AIMessage("臺北帝國大學")]), calls=[])
+        build_rag_chain(RunnableLambda(lambda _: docs), as_written, answer_style=style,
+                        reading_script=script).invoke("臺灣總督府為哪一所學校設立預備學校？")
+        assert "臺灣總督府於1919年" in as_written.calls[0][0].content
+        assert as_written.calls[0][-1].content.startswith("問題：")
+
+
+def test_simplified_reading_needs_short_answers_and_a_known_script() -> None:
+    with pytest.raises(ValueError, match="needs answer_style='short'"):
+        build_rag_chain(RunnableLambda(lambda _: []), _fake("x"), reading_script="simplified")
+    with pytest.raises(ValueError, match="reading_script must be one of .* got 'hant'"):
+        build_rag_chain(RunnableLambda(lambda _: []), _fake("x"), answer_style="short", reading_script="hant")
 
 
 def test_short_answer_not_in_any_chunk_gets_no_citation(kb: KnowledgeBase) -> None:
@@ -263,6 +294,21 @@ def test_real_local_model_in_process(kb: KnowledgeBase, local_chat_model) -> Non
     assert out["invalid_citations"] == [] or all(n > 2 for n in out["invalid_citations"])
     for s in out["sources"]:
         assert s["chunk_id"] in {d.id for d in out["documents"]}
+
+
+TRADITIONAL_DOCS = [Document("阿里山森林鐵路於1912年通車，全長七十一公里，沿線設有奮起湖車站。"),
+                    Document("淡水紅毛城最早由西班牙人於1628年興建，後來由荷蘭人重建。")]
+
+
+@pytest.mark.llm
+def test_real_model_reads_a_traditional_question_in_simplified_and_answers_with_the_traditional_span(
+        local_chat_model) -> None:  # noqa: ANN001
+    chain = build_rag_chain(RunnableLambda(lambda _: TRADITIONAL_DOCS), local_chat_model.bind(max_tokens=32),
+                            answer_style="short")  # reading_script="auto": Simplified for short answers
+    out = chain.invoke("紅毛城最早是由哪國人興建的？")
+    assert out["answer"] in ("西班牙人 [2]", "西班牙 [2]"), out
+    out = chain.invoke("阿里山森林鐵路沿線的哪一個車站在文中被提到？")
+    assert out["answer"].startswith("奮起湖") and out["answer"].endswith("[1]"), out  # the source's 奮, not 奋
 
 
 @pytest.mark.llm

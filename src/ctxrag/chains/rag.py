@@ -31,9 +31,10 @@ from langchain_core.runnables.utils import AddableDict
 from ctxrag.chains.citations import format_knowledge, map_citations
 from ctxrag.chains.extractive import clean_phrase, echoes_question, restates_question, snap
 from ctxrag.prompts.layers import SHORT_RESTATE, SHORT_RETRY, LayeredPrompt
-from ctxrag.text import detect_language, is_traditional_chinese
+from ctxrag.text import detect_language, is_traditional_chinese, to_simplified
 
 ANSWER_STYLES = ("full", "short")
+READING_SCRIPTS = ("auto", "as-written", "simplified")
 
 
 def _prepare(inp: Any) -> dict[str, Any]:
@@ -95,6 +96,7 @@ def build_rag_chain(
     max_words: int = 200,
     max_chars_per_chunk: int | None = 1500,
     answer_style: str = "full",
+    reading_script: str = "auto",
 ) -> Runnable:
     """Build the chain described in the module docstring.
 
@@ -107,26 +109,41 @@ def build_rag_chain(
     phrase is kept as ``model_answer``, and the answer arrives as one chunk when streamed. ``"full"`` is the normal
     answer with the model's own `[n]` citations.
     ``prompts`` (by language, ``"zh"``/``"en"``) replace the built-in prompts for both styles.
+    ``reading_script="simplified"`` (short answers only) gives the model a Traditional Chinese question and its
+    chunks in Simplified script (OpenCC ``t2s``) with the Simplified instructions; the answer is still snapped to the
+    Traditional source span. ``"auto"`` (the default) reads Simplified for short answers and as written for full
+    answers, whose text the user reads; ``"as-written"`` never converts.
     """
     if lang not in ("auto", "zh", "en"):
         raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {lang!r}")
     if answer_style not in ANSWER_STYLES:
         raise ValueError(f"answer_style must be one of {ANSWER_STYLES}, got {answer_style!r}")
+    if reading_script not in READING_SCRIPTS:
+        raise ValueError(f"reading_script must be one of {READING_SCRIPTS}, got {reading_script!r}")
+    if reading_script == "simplified" and answer_style != "short":
+        raise ValueError("reading_script='simplified' needs answer_style='short' (a full answer would come back in "
+                         f"Simplified script), got answer_style={answer_style!r}")
+    simplified = reading_script == "simplified" or (reading_script == "auto" and answer_style == "short")
     custom = dict(prompts or {})
 
-    def prompt_for(lng: str, question: str) -> LayeredPrompt:
+    def prompt_for(lng: str, traditional: bool) -> LayeredPrompt:
         if lng in custom:
             return custom[lng]
-        return LayeredPrompt.for_question(lng, traditional=lng == "zh" and is_traditional_chinese(question),  # type: ignore[arg-type]
-                                          short=answer_style == "short")
+        return LayeredPrompt.for_question(lng, traditional=traditional, short=answer_style == "short")  # type: ignore[arg-type]
+
+    def read_traditional(lng: str, question: str) -> bool:
+        """Whether the model reads (and is instructed in) Traditional script for this question."""
+        return lng == "zh" and is_traditional_chinese(question) and not simplified
 
     def to_messages(x: dict[str, Any]) -> list:
         lng = detect_language(x["question"]) if lang == "auto" else lang
         docs: list[Document] = x["documents"]
         route = "rag" if docs else "no_knowledge"
-        return prompt_for(lng, x["question"]).to_messages(
-            route=route, question=x["question"], knowledge=format_knowledge(docs, max_chars_per_chunk),
-            history=x["history"], max_words=max_words,
+        question, knowledge = x["question"], format_knowledge(docs, max_chars_per_chunk)
+        if lng == "zh" and simplified:
+            question, knowledge = to_simplified(question), to_simplified(knowledge)
+        return prompt_for(lng, read_traditional(lng, x["question"])).to_messages(
+            route=route, question=question, knowledge=knowledge, history=x["history"], max_words=max_words,
         )
 
     short = answer_style == "short"
@@ -144,7 +161,7 @@ def build_rag_chain(
         if follow is None:
             return None
         lng = detect_language(x["question"]) if lang == "auto" else lang
-        key = "zh-hant" if lng == "zh" and is_traditional_chinese(x["question"]) else lng
+        key = "zh-hant" if read_traditional(lng, x["question"]) else lng
         return [*msgs, AIMessage(first), HumanMessage(follow[key].format(phrase=clean_phrase(first)))]
 
     def better(first: str, second: str, question: str) -> str:

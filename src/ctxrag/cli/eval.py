@@ -136,6 +136,10 @@ def answers(
     split: str = typer.Option("test", "--split"),
     answer_style: str = typer.Option("full", "--answer-style", help="full: the normal cited answer; short: the "
                                      "answer phrase alone plus its [n] (for EM/F1 on short-answer sets)."),
+    reading_script: str = typer.Option("auto", "--reading-script", help="simplified: the model reads a Traditional "
+                                       "Chinese question and its chunks in Simplified script (short answers; still "
+                                       "snapped to the Traditional source); as-written: never converted; auto: "
+                                       "simplified for short answers."),
     judge: Optional[bool] = typer.Option(None, "--judge/--no-judge", help="Also score answers with the LLM judge "
                                          "(default: on for keyfacts, off for short-answer sets)."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length cap (default: "
@@ -155,6 +159,10 @@ def answers(
     try:
         if answer_style not in ("full", "short"):
             raise CtxragError(f"--answer-style {answer_style!r}: choose full or short")
+        if reading_script not in ("auto", "as-written", "simplified"):
+            raise CtxragError(f"--reading-script {reading_script!r}: choose auto, as-written or simplified")
+        if reading_script == "simplified" and answer_style != "short":
+            raise CtxragError("--reading-script simplified needs --answer-style short")
         llm = make_chat_model(**({"max_tokens": max_tokens} if max_tokens else {}))
         if fmt.strip().lower() == KEYFACTS:
             results = [_key_facts(paths, questions, kb, k, llm, answer_style, judge is not False)]
@@ -165,12 +173,13 @@ def answers(
                 dataset = replace(dataset, queries=dataset.queries[:limit])
             typer.echo(_summary(dataset), err=True)
             results = run_answer_eval(EvalRunner(dataset, [k], settings=get_settings(), progress=sys.stderr.isatty()), configs, llm, k=k,
-                                      judge=bool(judge), answer_style=answer_style)
+                                      judge=bool(judge), answer_style=answer_style, reading_script=reading_script)
             dataset_name = dataset.name
         typer.echo(format_answer_table(results))
         if json_out:
             write_json(results, json_out, per_query=True, dataset=dataset_name, format=fmt, k=k, sample=sample,
-                       limit=limit, seed=seed, answer_style=answer_style, model=getattr(llm, "model_name", None))
+                       limit=limit, seed=seed, answer_style=answer_style, reading_script=reading_script,
+                       model=getattr(llm, "model_name", None))
             typer.echo(f"wrote {json_out}", err=True)
     except CtxragError as e:
         _fail(str(e))

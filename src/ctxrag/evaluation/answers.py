@@ -182,11 +182,11 @@ def score_record(query_id: str, question: str, res: dict[str, Any], ms: float, r
 
 def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm: BaseChatModel, *, k: int = 4,
                     judge_llm: BaseChatModel | None = None, judge: bool = True,
-                    answer_style: str = "full") -> list[AnswerResult]:
+                    answer_style: str = "full", reading_script: str = "auto") -> list[AnswerResult]:
     """Answer every query of ``runner.dataset`` with the top ``k`` chunks of each config and score the answers.
 
     EM/F1/cited_contains are always computed for queries with reference answers; the LLM judge runs when ``judge``.
-    ``answer_style`` goes to `build_rag_chain` (``"short"`` for short-answer sets).
+    ``answer_style`` and ``reading_script`` go to `build_rag_chain` (``"short"`` for short-answer sets).
     """
     grader = AnswerJudge(judge_llm or llm) if judge else None
     out: list[AnswerResult] = []
@@ -194,7 +194,8 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
     for cfg in configs:
         try:
             retriever, index_seconds = runner.build_retriever(cfg, k)
-            chain = build_rag_chain(TopK(base=retriever, k=k), llm, answer_style=answer_style)
+            chain = build_rag_chain(TopK(base=retriever, k=k), llm, answer_style=answer_style,
+                                    reading_script=reading_script)
             records: list[AnswerRecord] = []
             for q in tqdm(ds.queries, desc=f"answers {cfg.name}", unit="q", disable=not runner.progress, leave=False):
                 res, ms = answer_one(chain, q.text)
