@@ -109,9 +109,9 @@ def build_rag_chain(
     phrase is kept as ``model_answer``, and the answer arrives as one chunk when streamed. ``"full"`` is the normal
     answer with the model's own `[n]` citations.
     ``prompts`` (by language, ``"zh"``/``"en"``) replace the built-in prompts for both styles.
-    ``reading_script="simplified"`` (short answers only) gives the model a Traditional Chinese question and its
-    chunks in Simplified script (OpenCC ``t2s``) with the Simplified instructions; the answer is still snapped to the
-    Traditional source span. ``"auto"`` (the default) reads Simplified for short answers and as written for full
+    ``reading_script="simplified"`` (short answers only) gives the model a Chinese question and its chunks in
+    Simplified script (OpenCC ``t2s``; Traditional text is converted, Simplified text stays) with the Simplified
+    instructions; the answer is still snapped to the Traditional source span. ``"auto"`` (the default) reads Simplified for short answers and as written for full
     answers, whose text the user reads; ``"as-written"`` never converts.
     """
     if lang not in ("auto", "zh", "en"):
