@@ -95,10 +95,17 @@ def test_cli_short_answers_on_a_tiny_fixture(fixtures: Path, tmp_path: Path, mon
     doc = json.loads(out.read_text())
     rec = doc["results"][0]
     assert rec["queries"] == 3 and doc["limit"] == 3 and doc["answer_style"] == "short"
+    assert doc["reading_script"] == "auto"
     assert {"em", "f1", "cited_contains", "s_per_answer_p50"} <= set(rec["metrics"])
     assert "| bm25" in res.stdout
     res = runner.invoke(eval_app, ["answers", "-f", "squad", str(fixtures / "squad_zh.json"), "--answer-style", "long"])
     assert res.exit_code == 1 and "--answer-style 'long'" in res.output
+    res = runner.invoke(eval_app, ["answers", "-f", "squad", str(fixtures / "squad_zh.json"), "--answer-style", "short",
+                                   "--reading-script", "hant"])
+    assert res.exit_code == 1 and "--reading-script 'hant'" in res.output
+    res = runner.invoke(eval_app, ["answers", "-f", "squad", str(fixtures / "squad_zh.json"),
+                                   "--reading-script", "simplified"])
+    assert res.exit_code == 1 and "needs --answer-style short" in res.output
 
 
 def test_cli_key_facts_on_the_demo_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
