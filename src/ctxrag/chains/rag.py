@@ -111,8 +111,9 @@ def build_rag_chain(
     ``prompts`` (by language, ``"zh"``/``"en"``) replace the built-in prompts for both styles.
     ``reading_script="simplified"`` (short answers only) gives the model a Chinese question and its chunks in
     Simplified script (OpenCC ``t2s``; Traditional text is converted, Simplified text stays) with the Simplified
-    instructions; the answer is still snapped to the Traditional source span. ``"auto"`` (the default) reads Simplified for short answers and as written for full
-    answers, whose text the user reads; ``"as-written"`` never converts.
+    instructions; the answer is still snapped to the Traditional source span. ``"auto"`` (the default) reads
+    Simplified for short answers and as written for full answers, whose text the user reads; ``"as-written"`` never
+    converts.
     """
     if lang not in ("auto", "zh", "en"):
         raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {lang!r}")

@@ -159,8 +159,10 @@ def answers(
     try:
         if answer_style not in ("full", "short"):
             raise CtxragError(f"--answer-style {answer_style!r}: choose full or short")
-        if reading_script not in ("auto", "as-written", "simplified"):
-            raise CtxragError(f"--reading-script {reading_script!r}: choose auto, as-written or simplified")
+        from ctxrag.chains.rag import READING_SCRIPTS
+
+        if reading_script not in READING_SCRIPTS:
+            raise CtxragError(f"--reading-script {reading_script!r}: choose {', '.join(READING_SCRIPTS)}")
         if reading_script == "simplified" and answer_style != "short":
             raise CtxragError("--reading-script simplified needs --answer-style short")
         llm = make_chat_model(**({"max_tokens": max_tokens} if max_tokens else {}))
