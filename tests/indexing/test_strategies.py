@@ -1,11 +1,15 @@
 """Context strategies: document-level contexts (one call per document), the header, their combination, the factory,
-and the golden-chunks benchmark resuming without asking again."""
+and the golden-chunks benchmark resuming without asking again (in process, and as a real process killed mid-run)."""
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +257,66 @@ def test_interrupted_benchmark_resumes_without_asking_again(tmp_path: Path, monk
     with pytest.raises(ValueError, match="needs @MODEL"):
         bench.Variant.parse("document")
     assert bench.Variant.parse("header").model is None
+
+
+PUMPS = ["Falcon", "Heron", "Osprey", "Kestrel", "Plover", "Curlew"]
+
+
+def _tiny_code_benchmark(folder: Path) -> int:
+    """Six short documents of two chunks each in the benchmark's layout (written for this test); returns their count."""
+    docs = []
+    for i, name in enumerate(PUMPS):
+        chunks = [f"The {name}-{i} pump moves {10 * (i + 1)} litres per minute at {i + 1} bar.",
+                  f"The {name}-{i} pump was designed in workshop {i} and weighs {3 + i} kg."]
+        docs.append({"doc_id": f"doc_{i}", "original_uuid": f"uuid-{i}", "content": "\n".join(chunks),
+                     "chunks": [{"chunk_id": f"doc_{i}_chunk_{j}", "original_index": j, "content": c}
+                                for j, c in enumerate(chunks)]})
+    folder.mkdir()
+    (folder / "codebase_chunks.json").write_text(json.dumps(docs), encoding="utf-8")
+    return len(docs)
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_killed_benchmark_process_resumes_without_asking_the_model_again(tmp_path: Path, llm_endpoint_env: Any) -> None:
+    """The benchmark as a real process, writing per-document contexts through the real model behind a real
+    OpenAI-compatible server: SIGKILLed after two documents, then run again; only the unfinished documents are asked."""
+    n_docs = _tiny_code_benchmark(tmp_path / "data")
+    out = tmp_path / "out"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_golden_chunks.py"
+    cmd = [sys.executable, str(bench), "--data", str(tmp_path / "data"), "--variants", "document@1.5b",
+           "--no-eval", "--out", str(out)]
+    cost_file = out / "cost-document-1.5b.jsonl"
+    first = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while not (cost_file.exists() and len(cost_file.read_text(encoding="utf-8").splitlines()) >= 2):
+        assert first.poll() is None, first.stderr.read().decode()[-2000:] if first.stderr else first.returncode
+        assert time.monotonic() < deadline, "the benchmark wrote no two documents in 10 minutes"
+        time.sleep(0.2)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    asked_first = llm_endpoint_env.count
+    timed_first = len(cost_file.read_text(encoding="utf-8").splitlines())
+    with ContextCache(out / "contexts.sqlite") as cache:
+        cached = len(cache)  # one per finished document (a per-document context is cached under the document)
+    assert 2 <= cached < n_docs, (cached, asked_first)
+    assert not (out / "contexts-document-1.5b.jsonl").exists()  # killed before the end: no output file yet
+    llm_endpoint_env.reset()
+    second = subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert llm_endpoint_env.count == n_docs - cached, (llm_endpoint_env.count, cached)  # cached ones not asked
+    written = (out / "contexts-document-1.5b.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in written.splitlines()]
+    assert len(rows) == 2 * n_docs and [r["chunk_id"] for r in rows][:2] == ["doc_0_chunk_0", "doc_0_chunk_1"]
+    by_doc: dict[str, set[str]] = {}
+    for r in rows:
+        by_doc.setdefault(r["doc_id"], set()).add(r["context"])
+    assert all(len(contexts) == 1 for contexts in by_doc.values()), by_doc  # one document context per document
+    for i, name in enumerate(PUMPS):  # each document's own summary, written by the model (not a title fallback)
+        assert name in by_doc[f"doc_{i}"].pop(), (name, rows)
+    costs = [json.loads(line) for line in cost_file.read_text(encoding="utf-8").splitlines()]
+    ids = [c["doc_id"] for c in costs]
+    assert len(ids) == len(set(ids)) == timed_first + n_docs - cached, (ids, timed_first)  # each timed once
 
 
 def test_drcd_documents_match_the_squad_loader_ids() -> None:
