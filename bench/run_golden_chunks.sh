@@ -8,8 +8,9 @@
 # Each step prints its tables and writes them to OUT/golden-*/table.md; OUT/golden_chunks.md gets all three
 # (OUT: $GOLDEN_OUT, default bench/out).
 # Resumable: every context is cached as it is written (OUT/golden-*/contexts.sqlite), so an interrupted run
-# continues where it stopped. On 2 idle cores expect about 3 h of contexts for step 1 and 40 min for step 3, plus
-# about 30 min of embedding per step.
+# continues where it stopped. On 2 idle AVX-512 cores expect about 2 h of contexts for step 1 (document@1.5b about
+# 50 min, chunk@0.5b about 60 min) and 40 min for step 3, twice that on AVX2-only cores, plus 10-40 min of embedding
+# per step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${1:-../shared/data/contextual-retrieval}"
