@@ -21,64 +21,21 @@ import argparse
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from bench_golden_chunks import DATA, EvalCounter, anthropic_docs, chat_model
+from bench_golden_chunks import DATA, ROOT, EvalCounter, anthropic_docs, chat_model
 from ctxrag.indexing import ContextCache, Contextualizer
 from ctxrag.models import gguf
 from ctxrag.settings import get_settings
 
+sys.path.insert(0, str(ROOT / "tests"))
+from llm_server import SERVER_MODEL_ALIAS, run_llama_server  # noqa: E402 - the tests' real-server helper, not a copy
+
 HIT = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
-ALIAS = "ctxrag-local"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def llama_server(model_path: Path, log: Path, n_ctx: int, n_threads: int | None) -> Iterator[str]:
-    """``llama_cpp.server`` (verbose, so it logs its prefix hits to `log`) for the block; yields its base URL."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", ALIAS,
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--verbose", "true"]
-    if n_threads:
-        cmd += ["--n_threads", str(n_threads)]
-    url = f"http://127.0.0.1:{port}/v1"
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {proc.returncode}; see {log}")
-            try:
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama_cpp.server did not start in 180 s; see {log}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def run(ctx: Contextualizer, docs: list[Any]) -> tuple[float, Any]:
@@ -119,10 +76,10 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
-        with llama_server(path, log, n_ctx, threads) as url:
+        with run_llama_server(path, n_ctx=n_ctx, n_threads=threads, startup_timeout=180, log_path=log) as url:
             from ctxrag.models.chat import make_chat_model
 
-            llm = settings.llm.model_copy(update={"provider": "openai", "base_url": url, "model": ALIAS,
+            llm = settings.llm.model_copy(update={"provider": "openai", "base_url": url, "model": SERVER_MODEL_ALIAS,
                                                   "max_retries": 0, "timeout": 600})
             model = make_chat_model(settings.model_copy(update={"llm": llm}))
             with ContextCache(Path(tmp) / "server.sqlite") as cache:
@@ -135,11 +92,10 @@ def main() -> int:
                         report.prompt_tokens - reused))
         if not args.no_peer:
             model = chat_model(args.model)
-            counter = EvalCounter(model)
+            counter = EvalCounter(model)  # loads the model, outside the timed run
             with ContextCache(Path(tmp) / "inprocess.sqlite") as cache:
                 ctx = Contextualizer(model, settings=settings, cache=cache, max_concurrency=1, n_ctx=n_ctx,
                                      model_name=f"inprocess-{args.model}")
-                getattr(getattr(model, "bound", model), "load", lambda: None)()  # load outside the timed run
                 counter.tokens = 0
                 seconds, report = run(ctx, docs)
             rows.append(row("in-process llama.cpp (peer)", seconds, report,

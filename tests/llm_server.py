@@ -55,14 +55,17 @@ def run_llama_server(
     n_ctx: int = 4096,
     n_threads: int | None = None,
     startup_timeout: float = 120.0,
+    log_path: Path | None = None,
 ) -> Iterator[str]:
     """Run ``python -m llama_cpp.server`` on 127.0.0.1 for the block; yield its base URL ``http://127.0.0.1:PORT/v1``.
 
     The chat format comes from the GGUF's own template. The server keeps ``logits_all`` (its default), so chat
-    completions answer ``logprobs``/``top_logprobs``. The process is terminated (then killed) on exit.
+    completions answer ``logprobs``/``top_logprobs``. The process is terminated (then killed) on exit. Its output
+    (verbose: each request's prefix-cache hits) goes to ``log_path``, kept after exit, else to a temporary file removed
+    at exit.
     """
     port = port or free_port()
-    log = Path(tempfile.mkstemp(prefix="llama_server_", suffix=".log")[1])
+    log = log_path or Path(tempfile.mkstemp(prefix="llama_server_", suffix=".log")[1])
     cmd = [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model_path),
@@ -97,7 +100,8 @@ def run_llama_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
-        log.unlink(missing_ok=True)
+        if log_path is None:
+            log.unlink(missing_ok=True)
 
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "proxy-connection",
