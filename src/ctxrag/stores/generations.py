@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 import filelock
 
-from ctxrag.errors import IndexCorruptError, KnowledgeBaseLocked
+from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, KnowledgeBaseLocked
 from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
 
 log = logging.getLogger(__name__)
@@ -126,13 +126,13 @@ class GenerationStore:
         nested = self._lock.is_locked
         start = time.monotonic()
         try:
-            self._lock.acquire(timeout=min(_WAIT_NOTICE_S, self.lock_timeout))
+            self._acquire(min(_WAIT_NOTICE_S, self.lock_timeout))
         except filelock.Timeout:
             log.warning("knowledge base %r: waiting for the write lock (%s), held by %s", self.kb_name,
                         self.root / LOCK_FILE, self.holder_description())
             remaining = max(0.0, self.lock_timeout - (time.monotonic() - start))
             try:
-                self._lock.acquire(timeout=remaining)
+                self._acquire(remaining)
             except filelock.Timeout:
                 raise KnowledgeBaseLocked(
                     f"knowledge base {self.kb_name!r} is locked for writing by {self.holder_description()} "
@@ -146,6 +146,15 @@ class GenerationStore:
             yield
         finally:
             self._lock.release()
+
+    def _acquire(self, timeout: float) -> None:
+        try:
+            self._lock.acquire(timeout=timeout)
+        except FileNotFoundError:  # `kb delete` renamed the folder away while we waited
+            if self.root.is_dir():
+                raise
+            raise KnowledgeBaseDeleted(self.kb_name, "by another process while this one waited for its write lock; "
+                                                     "nothing was written") from None
 
     def _write_holder(self) -> None:
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:300],
@@ -168,6 +177,18 @@ class GenerationStore:
             return "another process"
         return (f"pid {info.get('pid')} on {info.get('host')} ({info.get('command') or '?'}) "
                 f"since {info.get('since')}")
+
+    def remove_lock_leftovers(self) -> None:
+        """After the knowledge base was deleted under a writer waiting for its lock (the wait creates the lock file,
+        and its folder, again): remove them when nothing else is in the folder. Caller holds the write lock."""
+        try:
+            if not {p.name for p in self.root.iterdir()} <= {LOCK_FILE, HOLDER_FILE}:
+                return
+            (self.root / HOLDER_FILE).unlink(missing_ok=True)
+            (self.root / LOCK_FILE).unlink(missing_ok=True)
+            self.root.rmdir()
+        except OSError:  # another writer is creating the knowledge base again: leave it alone
+            pass
 
     # -- writing --------------------------------------------------------------------------
     def write(self, gen: int, indexes: Mapping[str, SavableIndex]) -> Path:
