@@ -44,3 +44,25 @@ def test_truncated_mapped_file_costs_a_request_not_the_server(tmp_path: Path, re
             if resp.status_code == 200:
                 break
         assert resp.status_code == 200 and "seed.md" in resp.text, resp.text[:500]
+
+
+def _manifestless(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    home = tmp_path / "home"
+    env = _env(home, "fake")
+    _seed_kb(tmp_path, env)
+    (_current_gen(home) / "manifest.json").unlink()
+    return home, env
+
+
+@pytest.mark.timeout(600)
+def test_generation_without_its_manifest_is_damaged(tmp_path: Path) -> None:
+    """Deleting manifest.json must not switch verification off: search and `kb check` name the damage."""
+    home, env = _manifestless(tmp_path)
+    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "manifest" in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+    r = subprocess.run(_cli("kb", "check", KB), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "manifest" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = subprocess.run(_cli("kb", "repair", KB), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "seed" in r.stdout, r.stdout + r.stderr
