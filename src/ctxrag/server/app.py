@@ -32,7 +32,8 @@ from fastapi.responses import JSONResponse
 from langserve import add_routes
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, ModelError
+from ctxrag.errors import (ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseLocked, KnowledgeBaseNotFound,
+                           ModelError)
 from ctxrag import __version__
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models import chat
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 def _status_of(exc: BaseException) -> int:
     if isinstance(exc, (KnowledgeBaseNotFound, DocumentNotFound)):
         return 404
+    if isinstance(exc, KnowledgeBaseLocked):
+        return 503  # another process holds the write lock past the timeout: retry later
     if isinstance(exc, ModelError):
         return 503  # the model is down or missing: not the client's fault, but not a crash either
     if isinstance(exc, (ConfigError, ValueError, CtxragError)):
