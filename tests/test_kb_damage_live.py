@@ -24,7 +24,7 @@ def _current_gen(home: Path) -> Path:
 @pytest.mark.parametrize("rel", ["dense/index.faiss", "bm25/bm25.npz"])
 def test_truncated_mapped_file_costs_a_request_not_the_server(tmp_path: Path, rel: str) -> None:
     home = tmp_path / "home"
-    env = _env(home, "fake")
+    env = {**_env(home, "fake"), "CTXRAG_SERVER__EXPOSE_PATHS": "never"}
     _seed_kb(tmp_path, env)
     with _serve(home, env) as url, httpx.Client() as client:
         assert "seed" in _search(client, url, "trapdoor")[1]  # the generation is loaded (mapped) now
@@ -33,7 +33,8 @@ def test_truncated_mapped_file_costs_a_request_not_the_server(tmp_path: Path, re
         os.truncate(target, 0)
         resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=60)
         assert resp.status_code in (400, 500, 503) and resp.json().get("error") == "IndexCorruptError", resp.text
-        assert "truncated" in resp.json()["detail"]
+        assert "truncated" in resp.json()["detail"] and rel.split("/")[1] in resp.json()["detail"]
+        assert str(home) not in resp.text, resp.text  # EXPOSE_PATHS=never: the file name, not the absolute path
         assert client.get(f"{url}/health", timeout=30).status_code == 200  # still alive
         # `kb repair` (another process) commits a new generation; the server switches to it
         r = subprocess.run(_cli("kb", "repair", KB), env=env, capture_output=True, text=True, timeout=300)

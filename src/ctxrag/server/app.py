@@ -89,6 +89,9 @@ def _install_error_handlers(app: FastAPI) -> None:
             log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
             return JSONResponse({"detail": "internal server error"}, status_code=500)
         msg = str(exc) or type(exc).__name__
+        client = request.client.host if request.client else None
+        if not _may_see_paths(getattr(request.app.state, "expose_paths", "never"), client):
+            msg = hide_paths_in_text(msg)  # e.g. IndexCorruptError names a file under the knowledge base folder
         return JSONResponse({"detail": msg[:2000], "error": type(exc).__name__}, status_code=status)
 
     app.add_exception_handler(RequestValidationError, validation)  # type: ignore[arg-type]
@@ -120,7 +123,9 @@ def _path_policy(expose: str) -> Any:
 
     def modify(config: dict[str, Any], request: Request) -> dict[str, Any]:
         allowed = _may_see_paths(expose, request.client.host if request.client else None)
-        return {**config, "metadata": {**(config.get("metadata") or {}), EXPOSE_PATHS_KEY: allowed}}
+        # in both places: LangServe's /batch keeps only `configurable`; the server's value overrides the client's
+        return {**config, "metadata": {**(config.get("metadata") or {}), EXPOSE_PATHS_KEY: allowed},
+                "configurable": {**(config.get("configurable") or {}), EXPOSE_PATHS_KEY: allowed}}
 
     return modify
 
@@ -198,6 +203,7 @@ def create_app(
                 "docs": "/docs"}
 
     app.state.knowledge_bases = kbs
+    app.state.expose_paths = s.server.expose_paths
     app.state.llm = llm
     # the last added runs first: auth refuses before a large body is read; then the cross-site guard; then the size
     # limit; then the batch cap (on the bounded body); then the stream guard

@@ -37,7 +37,8 @@ from ctxrag.text import check_query
 DEFAULT_MAX_QUERY_CHARS = 4000
 """The query length limit when none is given (``Settings.max_query_chars`` in the server)."""
 EXPOSE_PATHS_KEY = "ctxrag_expose_paths"
-"""Config metadata key: False makes the runnables send file names instead of absolute source paths."""
+"""Config metadata (and ``configurable``) key: True lets the runnables send absolute source paths; False or missing
+sends file names only."""
 
 Role = Literal["human", "user", "ai", "assistant", "system"]
 
@@ -163,7 +164,14 @@ def hide_paths_in_text(value: Any) -> Any:
 
 
 def _exposes_paths(config: RunnableConfig | None) -> bool:
-    return bool(((config or {}).get("metadata") or {}).get(EXPOSE_PATHS_KEY, True))
+    """Whether this request may see absolute paths: the flag the server put into the request's config metadata or,
+    where LangServe keeps only ``configurable`` (``/batch``), there. A missing flag hides them (fail closed)."""
+    config = config or {}
+    for part in ("metadata", "configurable"):
+        flag = (config.get(part) or {}).get(EXPOSE_PATHS_KEY)  # type: ignore[attr-defined]
+        if flag is not None:
+            return bool(flag)
+    return False
 
 
 def _path_filter() -> Runnable:
