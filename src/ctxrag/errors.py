@@ -48,6 +48,10 @@ class DocumentNotFound(CtxragError, KeyError):
         return self.args[0]
 
 
+class AmbiguousDocument(CtxragError, ValueError):
+    """A document key (a file name or trailing path) matches several stored documents; the message lists them."""
+
+
 class IndexCorruptError(CtxragError):
     """An index file on disk is missing, truncated or not what it claims to be."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from ctxrag.errors import KnowledgeBaseDeleted, StoreCorruptError
+from ctxrag.errors import AmbiguousDocument, KnowledgeBaseDeleted, StoreCorruptError
 
 SCHEMA_VERSION = "1"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -301,18 +301,26 @@ class DocStore:
         return self._doc(row) if row else None
 
     def find_document(self, key: str) -> DocumentRecord | None:
-        """By doc id, exact source, or a unique source suffix (e.g. a file name)."""
+        """By doc id, exact source, or a whole trailing part of the source path (a file name, ``dir/name.md``),
+        case-sensitive; `AmbiguousDocument` listing them when several documents match, None when none does (an
+        empty key matches nothing)."""
+        if not key or not key.strip():
+            return None
         doc = self.get_document(key)
         if doc:
             return doc
         row = self.conn.execute(f"SELECT {self._DOC_COLS} FROM documents WHERE source=?", (key,)).fetchone()
         if row:
             return self._doc(row)
-        rows = self.conn.execute(
+        tail = key if key.startswith("/") else "/" + key
+        rows = [r for r in self.conn.execute(
             f"SELECT {self._DOC_COLS} FROM documents WHERE source LIKE ? ESCAPE '\\'",
-            ("%" + key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"),),
-        ).fetchall()
-        return self._doc(rows[0]) if len(rows) == 1 else None
+            ("%" + tail.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"),),
+        ).fetchall() if r[1].endswith(tail)]  # LIKE ignores ASCII case; a path does not
+        if len(rows) > 1:
+            listed = ", ".join(f"{r[1]} ({r[0]})" for r in rows[:10])
+            raise AmbiguousDocument(f"{key!r} matches {len(rows)} documents: {listed}; give the whole path or the id")
+        return self._doc(rows[0]) if rows else None
 
     def list_documents(self) -> list[DocumentRecord]:
         return [self._doc(r) for r in self.conn.execute(f"SELECT {self._DOC_COLS} FROM documents ORDER BY source")]
