@@ -67,3 +67,20 @@ def test_generation_without_its_manifest_is_damaged(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "seed" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.timeout(600)
+def test_deeply_nested_json_body_is_a_400_not_a_500(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = _env(home, "fake")
+    _seed_kb(tmp_path, env)
+    deep = "[" * 50_000 + "]" * 50_000
+    with _serve(home, env) as url, httpx.Client(base_url=url, timeout=120) as client:
+        for route, body in (("/search/invoke", '{"input": ' + deep + "}"), ("/search/batch", '{"inputs": ' + deep + "}"),
+                            ("/notes/invoke", '{"input": {"action": "add", "text": ' + deep + "}}")):
+            r = client.post(route, content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 400 and "nested too deeply" in r.text, (route, r.status_code, r.text[:300])
+        # a body with many brackets inside a string is fine
+        r = client.post("/search/invoke", json={"input": "trapdoor " + "[" * 1000})
+        assert r.status_code == 200, r.text[:300]
+        assert client.get("/health").status_code == 200
