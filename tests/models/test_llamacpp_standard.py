@@ -47,6 +47,16 @@ class TestLocalLlamaChatModelIntegration(ChatModelIntegrationTests):
     def chat_model_class(self) -> type[BaseChatModel]:
         return LocalLlamaChatModel
 
+    @pytest.fixture(autouse=True)
+    def _loaded(self, local_chat_model: LocalLlamaChatModel) -> None:
+        self.loaded = local_chat_model
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        """Models the suite builds itself (``chat_model_class(**chat_model_params)``) find the loaded file and
+        ``n_ctx``, so they share the session's llama.cpp model too."""
+        return {"model_path": self.loaded.model_path, "n_ctx": self.loaded.n_ctx, "max_tokens": SUITE_MAX_TOKENS}
+
     @pytest.fixture
     def model(self, request: Any, local_chat_model: LocalLlamaChatModel) -> BaseChatModel:
         """A copy of the session's loaded model (shares its llama.cpp context), with the suite's parameters."""

@@ -276,9 +276,10 @@ class LocalLlamaChatModel(BaseChatModel):
                 if finish == "stop" and calls.name is not None:
                     metadata["finish_reason"] = "tool_calls"
                 message = AIMessageChunk(content="", tool_call_chunks=pieces, response_metadata=metadata,
-                                         usage_metadata=usage)
+                                         usage_metadata=usage, chunk_position="last" if finish else None)
             else:
-                message = AIMessageChunk(content=delta, response_metadata=metadata, usage_metadata=usage)
+                message = AIMessageChunk(content=delta, response_metadata=metadata, usage_metadata=usage,
+                                         chunk_position="last" if finish else None)
             chunk = ChatGenerationChunk(message=message)
             if run_manager and delta:
                 run_manager.on_llm_new_token(delta, chunk=chunk)
@@ -401,7 +402,7 @@ def _whole_chunk(message: BaseMessage) -> ChatGenerationChunk:
     ]
     return ChatGenerationChunk(message=AIMessageChunk(
         content=message.content, tool_call_chunks=pieces, response_metadata=message.response_metadata,
-        usage_metadata=message.usage_metadata))
+        usage_metadata=message.usage_metadata, chunk_position="last"))
 
 
 _FORMATTERS: dict[int, Any] = {}
