@@ -2,9 +2,9 @@
 otherwise, so callers parse free text only as a fallback.
 
 The local GGUF model constrains its reply to the schema with a llama.cpp grammar; ``ChatOpenAI`` sends the schema as
-``response_format``. A model without ``with_structured_output`` (``NotImplementedError``), or an endpoint that
-ignores the schema, still answers: its raw text comes back in `StructuredReply.text` with ``parsed=None``, and the
-caller's old text parser gets it.
+``response_format``. A model without ``with_structured_output`` (``NotImplementedError``), an endpoint that ignores
+the schema, or one that refuses the request (it is then asked again without the schema) still answers: its raw text
+comes back in `StructuredReply.text` with ``parsed=None``, and the caller's old text parser gets it.
 
 Example::
 
@@ -75,12 +75,16 @@ def structured_runnable(llm: Any, schema: type[BaseModel], *, max_tokens: int | 
     """A runnable from chat-model input to `StructuredReply`: ``llm.with_structured_output(schema, include_raw=True)``
     when ``structured`` and the model has it, else the plain model (``parsed`` always None)."""
     model = with_max_tokens(llm, max_tokens)
+    plain = model | RunnableLambda(_from_text)
     if structured:
         try:
-            return model.with_structured_output(schema, include_raw=True) | RunnableLambda(_from_raw)
+            asking = model.with_structured_output(schema, include_raw=True) | RunnableLambda(_from_raw)
         except NotImplementedError:
-            pass
-    return model | RunnableLambda(_from_text)
+            return plain
+        # an endpoint that refuses the request (llama_cpp.server rejects response_format "json_schema" with 422
+        # before generating anything) is asked again in plain text
+        return asking.with_fallbacks([plain])
+    return plain
 
 
 def structured_reply(llm: Any, schema: type[BaseModel], messages: Any, *, config: RunnableConfig | None = None,
