@@ -2,7 +2,9 @@
 
 One ``llama_cpp.Llama`` is loaded per (file, n_ctx) and shared by every ``LocalLlamaChatModel`` in the process,
 because loading costs seconds and hundreds of MB. llama.cpp contexts are not thread-safe, so calls on one shared model
-take turns behind a lock.
+take turns behind a lock. Tool calls and structured output (``bind_tools``, ``with_structured_output``) are
+grammar-constrained; what the model is made to write and how its reply is read live in `ctxrag.models.llamacpp_tools`.
+(Over 400 lines: one class's generation, streaming and LangChain entry points.)
 
 Example::
 
@@ -12,6 +14,8 @@ Example::
     print(llm.invoke("Say hello in French.").content)
     # top-5 token alternatives in the OpenAI format, as ChatOpenAI returns them:
     print(llm.bind(logprobs=True, top_logprobs=5).invoke("Yes or no?").response_metadata["logprobs"])
+    llm.with_structured_output(MyPydanticModel).invoke("...")             # grammar-constrained JSON
+    llm.bind_tools([my_function], tool_choice="my_function").invoke("...").tool_calls
 """
 from __future__ import annotations
 
