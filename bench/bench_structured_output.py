@@ -15,6 +15,9 @@ schema through ``with_structured_output`` (a llama.cpp grammar constrains the re
 - seconds per model call (the machine is shared: see the load average on the page).
 
     python bench/bench_structured_output.py [--router 10 --triplets 4 --rerank 4 --judge 4]
+
+On a loaded machine run tasks in pieces (``--router 0`` skips a task) with ``--json`` each, then write the page from
+all of them: ``python bench/bench_structured_output.py --merge a.json b.json``.
 """
 from __future__ import annotations
 
@@ -159,7 +162,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(f"--{task}", type=int, default=default, help=f"sample size of the {task} task (0 skips it)")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     ap.add_argument("--no-page", action="store_true", help="do not write docs/benchmarks/data/structured_output.json")
+    ap.add_argument("--merge", type=Path, nargs="+", help="write the page from these --json results (runs nothing)")
     args = ap.parse_args(argv)
+    if args.merge:
+        merged: dict[str, dict[str, Any]] = {}
+        for path in args.merge:
+            for task, paths in json.loads(path.read_text(encoding="utf-8")).items():
+                merged.setdefault(task, {}).update(paths)
+        write_page(merged, "python bench/bench_structured_output.py --merge " + " ".join(map(str, args.merge)),
+                   model_name=None)
+        return 0
 
     os.environ.setdefault("CTXRAG_HOME", tempfile.mkdtemp(prefix="ctxrag-bench-so-"))
     os.environ.setdefault("CTXRAG_CONTEXTUALIZE", "false")
@@ -176,35 +188,45 @@ def main(argv: list[str] | None = None) -> int:
         for label, structured in (("before", False), ("after", True)):
             results[task][label] = fn(llm, n, structured)
             print(task, label, results[task][label], flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+            if args.json:  # after every piece: a long run cut short keeps what it measured
+                args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    if not args.no_page:
+        write_page(results, "python bench/bench_structured_output.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]), model_name=getattr(llm, "model_name", None))
+    return 0
+
+
+def write_page(results: dict[str, dict[str, Any]], command: str, model_name: str | None) -> None:
+    """The benchmark page's data: one row per task with both paths measured."""
     rows = []
-    for task, r in results.items():
+    for task in TASKS:
+        r = results.get(task, {})
+        if "before" not in r or "after" not in r:
+            continue
         b, a = r["before"], r["after"]
         rows.append([task, ACCURACY[task], b["n"], b["failures"], a["failures"], round(b["accuracy"], 3),
                      round(a["accuracy"], 3), round(b["s_per_call"], 2), round(a["s_per_call"], 2)])
-    if not args.no_page:
-        path = write_page_data(
-            "structured_output",
-            title="Structured output against free-text parsing",
-            measures="parse failures, accuracy and seconds per call of the router, triplet extraction, rerank "
-                     "yes/no and the answer judge, reading free text (before) and through with_structured_output "
-                     "with llama.cpp grammar-constrained decoding (after)",
-            data="routing set items without history (a few per scenario); MuSiQue passages with HippoRAG's "
-                 "gpt-3.5-turbo OpenIE triplets; contextual-retrieval queries with their golden chunk and a chunk of "
-                 "another document; MuSiQue questions with an alias of the answer and another question's answer",
-            command="python bench/bench_structured_output.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            tables=[Table(
-                caption=f"{getattr(llm, 'model_name', type(llm).__name__)}, temperature 0 (n = calls per path)",
-                columns=["task", "accuracy is", "n", "parse failures before", "parse failures after",
-                         "accuracy before", "accuracy after", "s/call before", "s/call after"],
-                rows=rows,
-                notes=["Seconds were measured on a shared, loaded machine (load average on this page): compare the "
-                       "two columns of one row, not across pages."],
-            )],
-        )
-        print(f"wrote {path}")
-    return 0
+    path = write_page_data(
+        "structured_output",
+        title="Structured output against free-text parsing",
+        measures="parse failures, accuracy and seconds per call of the router, triplet extraction, rerank "
+                 "yes/no and the answer judge, reading free text (before) and through with_structured_output "
+                 "with llama.cpp grammar-constrained decoding (after)",
+        data="routing set items without history (a few per scenario); MuSiQue passages with HippoRAG's "
+             "gpt-3.5-turbo OpenIE triplets; contextual-retrieval queries with their golden chunk and a chunk of "
+             "another document; MuSiQue questions with an alias of the answer and another question's answer",
+        command=command,
+        tables=[Table(
+            caption=f"{model_name or 'qwen2.5-coder-1.5b-instruct-q4_k_m'} in-process, temperature 0 "
+                    "(n = calls per path)",
+            columns=["task", "accuracy is", "n", "parse failures before", "parse failures after",
+                     "accuracy before", "accuracy after", "s/call before", "s/call after"],
+            rows=rows,
+            notes=["Seconds were measured on a shared, heavily loaded 2-core machine (load average on this page): "
+                   "compare the two columns of one row, not across pages."],
+        )],
+    )
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
