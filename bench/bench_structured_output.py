@@ -75,7 +75,7 @@ def bench_triplets(llm: Any, n: int, structured: bool) -> dict[str, Any]:
 
     from ctxrag.graph.triplets import TripletExtractor
 
-    docs = json.loads(OPENIE.read_text(encoding="utf-8"))["docs"][:n]
+    docs = json.loads((DATA / "multihop" / OPENIE.name).read_text(encoding="utf-8"))["docs"][:n]
     extractor = TripletExtractor(llm, max_retries=0, structured=structured)
     recalls, seconds = [], 0.0
     for doc in docs:
