@@ -134,11 +134,12 @@ def test_chat_dicts_without_system_message_gets_one_for_tools() -> None:
     '{"name": "add", "arguments": {"a": 1, "b": 22}}',
     '{"arguments": {"name": "x}", "b": 22}, "name": "add"}',  # arguments first, with a "name" of their own
 ])
-def test_arguments_stream_gives_chunks_that_add_up_to_the_call(text: str) -> None:
+@pytest.mark.parametrize("step", [1, 3])
+def test_arguments_stream_gives_chunks_that_add_up_to_the_call(text: str, step: int) -> None:
     stream = ArgumentsStream()
     pieces = []
-    for i in range(0, len(text), 3):
-        pieces += stream.feed(text[i : i + 3])
+    for i in range(0, len(text), step):
+        pieces += stream.feed(text[i : i + step])
     pieces += stream.finish()
     assert pieces[0]["id"] == stream.id and all(p["id"] is None for p in pieces[1:])
     assert [p["name"] for p in pieces if p["name"]] == ["add"]

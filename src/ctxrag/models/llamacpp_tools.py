@@ -306,7 +306,7 @@ class ArgumentsStream:
         out: list[dict[str, Any]] = []
         if self._args_start is None:
             m = self._ARGS.search(self.text)
-            if m is not None:
+            if m is not None and m.end() < len(self.text):  # the value has begun (raw_decode skips no blanks)
                 self._args_start = m.end()
         if self._args_start is not None and self._args_end is None:
             try:  # the arguments object is complete once it decodes
