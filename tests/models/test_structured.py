@@ -45,6 +45,8 @@ def test_with_max_tokens_sets_the_field_or_binds() -> None:
     fake = GenericFakeChatModel(messages=iter([]))
     assert with_max_tokens(fake, 8).kwargs == {"max_tokens": 8}
     assert with_max_tokens(fake, None) is fake
+    unbound = with_max_tokens(local.bind(max_tokens=200, temperature=0.5), None)
+    assert isinstance(unbound, LocalLlamaChatModel) and (unbound.max_tokens, unbound.temperature) == (200, 0.5)
 
 
 def test_a_refused_structured_request_is_asked_again_in_text() -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableLambda
 from pydantic import BaseModel
 
 
@@ -48,7 +48,16 @@ def reply_text(message: Any) -> str:
 
 
 def with_max_tokens(llm: Any, max_tokens: int | None) -> Any:
-    """A copy of ``llm`` with ``max_tokens`` set (a model field, so it survives ``with_structured_output``)."""
+    """A copy of ``llm`` with ``max_tokens`` set (a model field, so it survives ``with_structured_output``).
+
+    A ``model.bind(max_tokens=..., temperature=...)`` becomes a copy of the model with those fields set, because
+    ``with_structured_output`` on a binding would drop what it binds.
+    """
+    if isinstance(llm, RunnableBinding) and isinstance(llm.bound, BaseChatModel):
+        fields = type(llm.bound).model_fields
+        bound = {k: v for k, v in llm.kwargs.items() if k in fields}
+        if bound and len(bound) == len(llm.kwargs):
+            llm = llm.bound.model_copy(update=bound)
     if max_tokens is None:
         return llm
     if isinstance(llm, BaseChatModel) and "max_tokens" in type(llm).model_fields:
