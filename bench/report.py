@@ -92,7 +92,7 @@ def render_page(data: dict[str, Any]) -> str:
     for table in data.get("tables", []) or []:
         lines += _table(table)
     if data.get("notes"):
-        lines += [f"- {note}" for note in data["notes"]] + [""]
+        lines += ["## Notes", ""] + [f"- {note}" for note in data["notes"]] + [""]
     lines += ["## Run", "", "| | |", "|---|---|"]
     rows = _machine(data.get("machine")) + [
         ("date", str(data.get("date") or "not recorded")),
