@@ -51,3 +51,15 @@ def test_settings_docstrings_are_read_from_the_source(tmp_path: Path) -> None:
     source = tmp_path / "s.py"
     source.write_text('class A:\n    x: int = 1\n    """The x,\n    on two lines."""\n    y: int = 2\n', "utf-8")
     assert settings_reference._attribute_docstrings(source) == {"A": {"x": "The x, on two lines."}}
+
+
+def test_benchmark_nav_lists_every_json(tmp_path: Path) -> None:
+    import benchmark_nav
+
+    (tmp_path / "benchmarks" / "data").mkdir(parents=True)
+    for name, title in (("b_new", "Zeta: later"), ("a_old", "alpha run")):
+        (tmp_path / "benchmarks" / "data" / f"{name}.json").write_text(f'{{"title": "{title}"}}', encoding="utf-8")
+    config = {"docs_dir": str(tmp_path), "nav": [{"Home": "index.md"}, {"Benchmarks": []}]}
+    benchmark_nav.on_config(config)
+    assert config["nav"][1]["Benchmarks"] == ["benchmarks/index.md", {"alpha run": "benchmarks/a_old.md"},
+                                              {"Zeta": "benchmarks/b_new.md"}]
