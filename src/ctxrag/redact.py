@@ -55,7 +55,7 @@ def remember(*secrets: str | None) -> None:
 
 def remember_settings(settings: Any) -> None:
     """Every secret a `Settings` holds: API keys, the server token, the Milvus token, passwords in URLs."""
-    from pydantic import SecretStr
+    from pydantic import BaseModel, SecretStr
 
     def walk(value: Any) -> None:
         if isinstance(value, SecretStr):
@@ -68,7 +68,7 @@ def remember_settings(settings: Any) -> None:
             if parts.password:  # and the Basic credential an HTTP client derives from it
                 basic = f"{unquote(parts.username or '')}:{unquote(parts.password)}".encode()
                 remember(parts.password, base64.b64encode(basic).decode("ascii"))
-        elif hasattr(value, "model_fields"):
+        elif isinstance(value, BaseModel):
             for name in type(value).model_fields:
                 walk(getattr(value, name, None))
 
