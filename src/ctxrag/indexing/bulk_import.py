@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,9 +277,11 @@ def _check(fields: Any, n: int, file_name: str, dim: int | None) -> _Record:
     if not np.isfinite(arr).all():
         i = int(np.flatnonzero(~np.isfinite(arr))[0])
         raise ValueError(f"'vector'[{i}] is {arr[i]!r}; numbers must be finite")
-    norm = float(np.linalg.norm(arr))
-    if norm == 0.0 or not math.isfinite(norm):
+    scale = float(np.abs(arr).max())
+    if scale == 0.0:
         raise ValueError("'vector' is all zeros (cannot be normalised)")
+    arr = arr / scale  # largest component 1: the norm neither overflows (1e308) nor underflows (5e-324)
+    norm = float(np.linalg.norm(arr))
     source = fields.get("source")
     if source is None:
         source = f"{file_name}#{n}"
