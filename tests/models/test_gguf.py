@@ -115,6 +115,12 @@ CONTENTS = [b"GGUF-head-" * 1000, b"middle" * 5000, b"tail"]
 EXPECTED = hashlib.sha256(b"".join(CONTENTS)).hexdigest()
 
 
+@pytest.fixture(autouse=True)
+def _private_models_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake parts are assembled into a private cache, never over the real models in the shared one."""
+    monkeypatch.setenv("CTXRAG_MODELS_CACHE", str(tmp_path / "models-cache"))
+
+
 def _settings() -> Settings:
     return Settings(llm=LLMSettings(model_path=None))
 
