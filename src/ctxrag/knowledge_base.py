@@ -169,6 +169,7 @@ class KnowledgeBase:
         self,
         paths: Iterable[str | Path],
         *,
+        contextualize: bool | None = None,
         contextualizer: Any = None,
         precomputed_contexts: dict[str, str] | None = None,
         progress: bool = True,
@@ -176,12 +177,25 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Load, split, (contextualize,) embed and index files and folders.
 
-        A changed file replaces its chunks; an unchanged one is skipped by content hash; a bad file is reported in the
-        returned `IngestReport` (never raised) and the others are still ingested.
+        Contexts follow the same rule as ``ctxrag ingest``: `contextualize` (default: ``settings.contextualize``,
+        ``CTXRAG_CONTEXTUALIZE``, on) gives chunks a context written as ``settings.context_strategy`` says; a given
+        `contextualizer` or `precomputed_contexts` is used instead. A changed file replaces its chunks; an unchanged
+        one is skipped by content hash; a bad file is reported in the returned `IngestReport` (never raised) and the
+        others are still ingested.
         """
+        if contextualizer is None and precomputed_contexts is None:
+            contextualizer = self._default_contextualizer(contextualize, progress)
         return self.pipeline().ingest_files(paths, contextualizer=contextualizer,
                                             precomputed_contexts=precomputed_contexts, progress=progress,
                                             commit_every=commit_every)
+
+    def _default_contextualizer(self, contextualize: bool | None, progress: bool) -> Any:
+        """The settings' contextualizer when contexts are on (`contextualize`, else ``settings.contextualize``)."""
+        if not (self.settings.contextualize if contextualize is None else contextualize):
+            return None
+        from ctxrag.indexing.strategies import make_contextualizer
+
+        return make_contextualizer(self.settings.context_strategy, settings=self.settings, show_progress=progress)
 
     def add_texts(
         self,
@@ -279,8 +293,9 @@ class KnowledgeBase:
                 raise
 
     # -- search -----------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, mode: SearchMode = "dense", filter: Any = None) -> list[Document]:
-        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata."""
+    def search(self, query: str, k: int = 10, *, mode: SearchMode = "hybrid", filter: Any = None) -> list[Document]:
+        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
+        ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 
     def as_retriever(self, mode: str = "hybrid", k: int = 10, **kwargs: Any) -> Any:
