@@ -20,6 +20,7 @@ from ctxrag.cli.query import ask, demo, search
 from ctxrag.settings import get_settings
 
 app = typer.Typer(help="ctxrag: contextual RAG over Chinese and English knowledge bases, offline by default.",
+                  rich_markup_mode=None,  # help texts are plain: "[n] citations" must not be read as markup
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(kb_app, name="kb")
 app.add_typer(doc_app, name="doc")
