@@ -28,7 +28,6 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
-from ctxrag.indexing.pipeline import IngestPipeline
 from ctxrag.ingest_report import IngestReport
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
@@ -37,7 +36,6 @@ from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.generations import GenerationStore
-from ctxrag.indexing.triplets import LazyTripletExtractor, triplet_stage
 from ctxrag.stores.registry import IndexSetup, index_factories
 from ctxrag.stores.snapshots import IndexSnapshots
 from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
@@ -45,6 +43,7 @@ from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.stores.graph import GraphIndex
 
@@ -137,9 +136,13 @@ class KnowledgeBase:
 
     def index_setup(self) -> IndexSetup:
         """What opening this knowledge base's indexes needs (`ctxrag.stores.registry`)."""
+        extract = None
+        if self.settings.graph:  # the triplet side loads the chat-model stack: only when graph RAG is on
+            from ctxrag.indexing.triplets import LazyTripletExtractor
+
+            extract = LazyTripletExtractor(self.settings)
         return IndexSetup(self.name, self.root, self.settings, chunks=self.store.iter_chunks,
-                          embeddings=lambda: self.embeddings, embed=self._embed,
-                          extract_triplets=LazyTripletExtractor(self.settings) if self.settings.graph else None)
+                          embeddings=lambda: self.embeddings, embed=self._embed, extract_triplets=extract)
 
     @property
     def indexes(self) -> dict[str, ChunkIndex]:
@@ -162,6 +165,9 @@ class KnowledgeBase:
     # -- ingest (see ctxrag.indexing.pipeline) ----------------------------------------------------------------
     def pipeline(self) -> IngestPipeline:
         """The ingest pipeline writing into this knowledge base (with its current settings)."""
+        from ctxrag.indexing.pipeline import IngestPipeline
+        from ctxrag.indexing.triplets import triplet_stage
+
         return IngestPipeline(self.name, self.settings, self.store, self.snapshots, self._embed,
                               extract_triplets=triplet_stage(self.settings))
 
