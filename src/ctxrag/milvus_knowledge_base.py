@@ -99,9 +99,9 @@ class MilvusKnowledgeBase:
                 names = []
                 for c in client.list_collections():
                     if c.startswith(cols.PREFIX) and c.endswith("_docs"):
-                        info = cols.read_description(client.describe_collection(c).get("description", ""))
-                        if info.get("ctxrag_kb"):
-                            names.append(str(info["ctxrag_kb"]))
+                        name = cols.kb_of(client.describe_collection(c))
+                        if name:
+                            names.append(name)
                 return sorted(names)
             finally:
                 close()

@@ -9,8 +9,8 @@
   chunk count, metadata, `status` (``ok``, ``writing``, ``deleting``) and `write_id` of the last write. Milvus needs a
   vector field in every collection: a constant 2-d `placeholder`.
 
-Milvus 2.3 has no analyzers or functions: there the chunks collection is dense only (``fulltext`` False in its
-description) and BM25 searches raise.
+Milvus 2.3 has no analyzers or functions: there the chunks collection is dense only (no `bm25` field) and BM25
+searches raise. Both collections carry the property ``ctxrag.kb`` (the knowledge base name, which may be CJK).
 
 Example::
 
@@ -55,25 +55,31 @@ def json_list(values: list[str]) -> str:
     return json.dumps(list(values), ensure_ascii=False)
 
 
-def describe(kb_name: str, analysis: str, fulltext: bool) -> str:
-    """The collection description: which knowledge base it holds and how BM25 analyzes (read back on open)."""
-    return json.dumps({"ctxrag_kb": kb_name, "analysis": analysis, "fulltext": fulltext}, ensure_ascii=False)
+def properties(kb_name: str) -> dict[str, str]:
+    """Collection properties naming the knowledge base a collection holds (``list_names`` on a server reads them)."""
+    return {"ctxrag.kb": kb_name}
 
 
-def read_description(text: str) -> dict[str, Any]:
-    try:
-        info = json.loads(text or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return info if isinstance(info, dict) else {}
+def kb_of(info: dict[str, Any]) -> str | None:
+    """The knowledge base a described collection holds (None: not ctxrag's)."""
+    return (info.get("properties") or {}).get("ctxrag.kb")
 
 
-def chunks_schema(client: Any, dim: int, analysis: str, fulltext: bool, description: str, *,
-                  lite: bool) -> tuple[Any, Any]:
+def analysis_of(fields: dict[str, dict[str, Any]], default: str) -> str:
+    """How an existing chunks collection analyzes for BM25, read back from its analyzer."""
+    params = (fields.get("bm25_text") or {}).get("params", {}).get("analyzer_params")
+    if not params:
+        return default
+    if isinstance(params, str):
+        params = json.loads(params)
+    return "milvus" if params.get("tokenizer") == "jieba" else "ctxrag"
+
+
+def chunks_schema(client: Any, dim: int, analysis: str, fulltext: bool, *, lite: bool) -> tuple[Any, Any]:
     """(schema, index params) of a chunks collection."""
     from pymilvus import DataType, Function, FunctionType
 
-    schema = client.create_schema(auto_id=False, enable_dynamic_field=False, description=description)
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=ID_MAX)
     schema.add_field("doc_id", DataType.VARCHAR, max_length=ID_MAX)
     schema.add_field("kb", DataType.VARCHAR, max_length=SHORT_MAX)
@@ -101,11 +107,11 @@ def chunks_schema(client: Any, dim: int, analysis: str, fulltext: bool, descript
     return schema, index
 
 
-def documents_schema(client: Any, description: str) -> tuple[Any, Any]:
+def documents_schema(client: Any) -> tuple[Any, Any]:
     """(schema, index params) of a documents collection."""
     from pymilvus import DataType
 
-    schema = client.create_schema(auto_id=False, enable_dynamic_field=False, description=description)
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("doc_id", DataType.VARCHAR, is_primary=True, max_length=ID_MAX)
     schema.add_field("source", DataType.VARCHAR, max_length=SHORT_MAX)
     schema.add_field("title", DataType.VARCHAR, max_length=SHORT_MAX)

@@ -109,17 +109,14 @@ class MilvusResidentStore:
             if not create:
                 return
             self.fulltext = self.server_supports_fulltext()
-            schema, index = cols.documents_schema(self._client, self._description())
+            schema, index = cols.documents_schema(self._client)
             self._client.create_collection(self.docs_name, schema=schema, index_params=index,
-                                           consistency_level="Strong")
+                                           consistency_level="Strong", properties=cols.properties(kb_name))
         self._client.load_collection(self.docs_name)
 
     @property
     def exists(self) -> bool:
         return bool(self._client.has_collection(self.docs_name))
-
-    def _description(self) -> str:
-        return cols.describe(self.kb_name, self.analysis, self.fulltext)
 
     def _adopt_chunks(self) -> None:
         """An existing chunks collection decides the dimension, the analysis and whether BM25 is there."""
@@ -130,7 +127,7 @@ class MilvusResidentStore:
                               f"Milvus-resident store (fields {sorted(fields)})")
         self.dim = int(fields["dense"]["params"]["dim"])
         self.fulltext = "bm25" in fields
-        self.analysis = cols.read_description(info.get("description", "")).get("analysis", self.analysis)
+        self.analysis = cols.analysis_of(fields, self.analysis)
         self._client.load_collection(self.chunks_name)
 
     @property
@@ -167,9 +164,9 @@ class MilvusResidentStore:
         if not self.fulltext:
             log.warning("Milvus at %s has no full-text search (2.5+ needed): knowledge base %r is dense only",
                         self.where, self.kb_name)
-        schema, index = cols.chunks_schema(self._client, dim, self.analysis, self.fulltext, self._description(),
-                                           lite=self.lite)
-        self._client.create_collection(self.chunks_name, schema=schema, index_params=index, consistency_level="Strong")
+        schema, index = cols.chunks_schema(self._client, dim, self.analysis, self.fulltext, lite=self.lite)
+        self._client.create_collection(self.chunks_name, schema=schema, index_params=index, consistency_level="Strong",
+                                       properties=cols.properties(self.kb_name))
         self._client.load_collection(self.chunks_name)
         self.dim = dim
 
@@ -241,9 +238,7 @@ class MilvusResidentStore:
         if not rows:
             return []
         ids = [r.chunk_id for r in self.chunks_of(doc_id)]
-        row = rows[0]
-        row.update(status=cols.STATUS_DELETING, updated_at=time.time(), placeholder=[0.0, 0.0])
-        self._client.upsert(self.docs_name, [row])
+        self.update_row(rows[0], status=cols.STATUS_DELETING, updated_at=time.time())
         self._delete_chunks(f"doc_id == {_q(doc_id)}")
         self._client.delete(self.docs_name, filter=f"doc_id == {_q(doc_id)}")
         return ids
@@ -251,8 +246,11 @@ class MilvusResidentStore:
     def set_summary(self, doc_id: str, summary: str) -> None:
         rows = self.doc_rows(f"doc_id == {_q(doc_id)}")
         if rows:
-            rows[0].update(summary=summary, placeholder=[0.0, 0.0])
-            self._client.upsert(self.docs_name, rows[:1])
+            self.update_row(rows[0], summary=summary)
+
+    def update_row(self, row: dict[str, Any], **changes: Any) -> None:
+        """Upsert a documents row read by `doc_rows` with `changes` applied."""
+        self._client.upsert(self.docs_name, [{**row, **changes, "placeholder": [0.0, 0.0]}])
 
     def reconcile(self, grace_s: float = RECONCILE_GRACE_S, *, orphans: bool = False) -> ReconcileReport:
         """Heal writes and deletes that stopped between steps more than `grace_s` ago (see the module docstring);
@@ -272,8 +270,7 @@ class MilvusResidentStore:
             mine = [r["chunk_id"] for r in got if r["write_id"] == row["write_id"]]
             if len(mine) == int(row["n_chunks"]):
                 self._delete_chunks(f"doc_id == {_q(doc_id)}", keep=mine)
-                row.update(status=cols.STATUS_OK, placeholder=[0.0, 0.0])
-                self._client.upsert(self.docs_name, [row])
+                self.update_row(row, status=cols.STATUS_OK)
                 report.finished.append(doc_id)
             else:
                 self._delete_chunks(f"doc_id == {_q(doc_id)}")
