@@ -312,7 +312,8 @@ class MilvusKnowledgeBase:
     def check(self) -> CheckReport:
         """Each document row against its chunks: unfinished writes or deletes, chunk counts that differ, chunks of
         another write, and chunks without a document."""
-        rows = {r["doc_id"]: r for r in self.store.doc_rows('doc_id != ""')}
+        rows = {r["doc_id"]: r for r in self.store.doc_rows('doc_id != ""', ["doc_id", "source", "n_chunks", "status",
+                                                                              "write_id"])}
         by_doc: dict[str, list[dict[str, Any]]] = {}
         for r in self.store.chunk_writes():
             by_doc.setdefault(r["doc_id"], []).append(r)

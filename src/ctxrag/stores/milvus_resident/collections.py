@@ -6,7 +6,7 @@
   (SPARSE_INVERTED_INDEX, metric BM25); the `dense` vector (COSINE); all metadata as JSON; and `write_id`, the write
   that stored the chunk (what reconciling a crashed write reads).
 - documents (``..._docs``): doc id (primary key), source, title, content hash (ingest skips unchanged files), summary,
-  chunk count, metadata, `status` (``ok``, ``writing``, ``deleting``) and `write_id` of the last write. Milvus needs a
+  the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata, `status` (``ok``, ``writing``, ``deleting``) and `write_id` of the last write. Milvus needs a
   vector field in every collection: a constant 2-d `placeholder`.
 
 Milvus 2.3 has no analyzers or functions: there the chunks collection is dense only (no `bm25` field) and BM25
@@ -39,7 +39,7 @@ TEXT_MAX = 65535
 STATUS_OK, STATUS_WRITING, STATUS_DELETING = "ok", "writing", "deleting"
 CHUNK_FIELDS = ["chunk_id", "doc_id", "chunk_index", "content", "indexed_text", "context", "metadata", "write_id"]
 """What reading a chunk back fetches (no vectors, no analyzed text)."""
-DOC_FIELDS = ["doc_id", "source", "title", "content_hash", "summary", "n_chunks", "metadata", "status", "write_id",
+DOC_FIELDS = ["doc_id", "source", "title", "content_hash", "summary", "text", "n_chunks", "metadata", "status", "write_id",
               "added_at", "updated_at"]
 
 
@@ -117,6 +117,7 @@ def documents_schema(client: Any) -> tuple[Any, Any]:
     schema.add_field("title", DataType.VARCHAR, max_length=SHORT_MAX)
     schema.add_field("content_hash", DataType.VARCHAR, max_length=128)
     schema.add_field("summary", DataType.VARCHAR, max_length=TEXT_MAX)
+    schema.add_field("text", DataType.VARCHAR, max_length=TEXT_MAX)
     schema.add_field("n_chunks", DataType.INT64)
     schema.add_field("metadata", DataType.JSON)
     schema.add_field("status", DataType.VARCHAR, max_length=16)
@@ -175,7 +176,8 @@ def document_row(doc: DocumentRecord, *, n_chunks: int, status: str, write_id: s
                  updated_at: float) -> dict[str, Any]:
     return {
         "doc_id": doc.doc_id, "source": doc.source, "title": doc.title[:1000], "content_hash": doc.content_hash,
-        "summary": _clip(doc.summary or "", TEXT_MAX), "n_chunks": n_chunks, "metadata": doc.metadata,
+        "summary": _clip(doc.summary or "", TEXT_MAX), "n_chunks": n_chunks,
+        "text": doc.text if len(doc.text.encode("utf-8")) <= TEXT_MAX else "", "metadata": doc.metadata,
         "status": status, "write_id": write_id, "added_at": added_at, "updated_at": updated_at,
         "placeholder": [0.0, 0.0],
     }

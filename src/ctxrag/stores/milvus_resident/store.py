@@ -110,8 +110,7 @@ class MilvusResidentStore:
                 return
             self.fulltext = self.server_supports_fulltext()
             schema, index = cols.documents_schema(self._client)
-            self._client.create_collection(self.docs_name, schema=schema, index_params=index,
-                                           consistency_level="Strong", properties=cols.properties(kb_name))
+            self._create(self.docs_name, schema, index)
         self._client.load_collection(self.docs_name)
 
     @property
@@ -165,10 +164,31 @@ class MilvusResidentStore:
             log.warning("Milvus at %s has no full-text search (2.5+ needed): knowledge base %r is dense only",
                         self.where, self.kb_name)
         schema, index = cols.chunks_schema(self._client, dim, self.analysis, self.fulltext, lite=self.lite)
-        self._client.create_collection(self.chunks_name, schema=schema, index_params=index, consistency_level="Strong",
-                                       properties=cols.properties(self.kb_name))
+        if not self._create(self.chunks_name, schema, index):
+            self._adopt_chunks()
+            return self._ensure_chunks(dim)
         self._client.load_collection(self.chunks_name)
         self.dim = dim
+
+    def _create(self, name: str, schema: Any, index: Any) -> bool:
+        """Create a collection (Strong consistency); False when another process created it first (then wait until
+        it can be described: the loser of the race adopts the winner's)."""
+        try:
+            self._client.create_collection(name, schema=schema, index_params=index, consistency_level="Strong",
+                                           properties=cols.properties(self.kb_name))
+            return True
+        except Exception:
+            if not self._client.has_collection(name):
+                raise
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._client.describe_collection(name)
+                return False
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     # -- writes -------------------------------------------------------------------------------------------------
     def write_document(self, doc: DocumentRecord, records: list[ChunkRecord], vectors: np.ndarray) -> None:
@@ -299,12 +319,13 @@ class MilvusResidentStore:
         self._finalizer()
 
     # -- documents ----------------------------------------------------------------------------------------------
-    def doc_rows(self, expr: str) -> list[dict[str, Any]]:
-        return list(self._client.query(self.docs_name, filter=expr, output_fields=cols.DOC_FIELDS,
+    def doc_rows(self, expr: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+        """Documents rows `expr` selects (every field unless `fields` names some)."""
+        return list(self._client.query(self.docs_name, filter=expr, output_fields=fields or cols.DOC_FIELDS,
                                        consistency_level=self.read_consistency))
 
     def _record(self, row: dict[str, Any], with_text: bool = True) -> DocumentRecord:
-        text = cols.stitch(self.chunks_of(row["doc_id"])) if with_text else ""
+        text = row.get("text") or (cols.stitch(self.chunks_of(row["doc_id"])) if with_text else "")
         return DocumentRecord(row["doc_id"], row["source"], row["title"], row["content_hash"], text,
                               int(row["n_chunks"]), dict(row["metadata"] or {}), row["summary"] or None,
                               float(row["added_at"]), float(row["updated_at"]))
@@ -335,7 +356,7 @@ class MilvusResidentStore:
                       key=lambda d: d.source)
 
     def document_rows(self) -> list[DocumentRow]:
-        rows = self.doc_rows('doc_id != ""')
+        rows = self.doc_rows('doc_id != ""', ["doc_id", "source", "title", "summary", "content_hash"])
         return sorted((DocumentRow(r["doc_id"], r["source"], r["title"], r["summary"] or None, r["content_hash"])
                        for r in rows), key=lambda r: r.source)
 
