@@ -254,9 +254,7 @@ class MilvusKnowledgeBase:
     def add_texts(self, items: Iterable[Any], *, contextualizer: Any = None,
                   precomputed_contexts: dict[str, str] | None = None, progress: bool = False) -> IngestReport:
         """Texts that are not files (`LoadedDocument`s or dicts with ``text`` and ``source``), as the local one."""
-        from ctxrag.indexing.pipeline import IngestPipeline
-
-        docs = [IngestPipeline._loaded(i, item) for i, item in enumerate(items)]
+        docs = [_loaded(i, item) for i, item in enumerate(items)]
         report = IngestReport()
         for loaded in tqdm(docs, desc=f"add {self.name}", unit="doc", disable=not progress):
             report.files.append(self._write(lambda d=loaded: _non_empty(d), contextualizer, precomputed_contexts))
@@ -350,6 +348,16 @@ class MilvusKnowledgeBase:
         if fixed.changed or broken:
             report.generation = 0
         return report
+
+
+def _loaded(i: int, item: Any) -> LoadedDocument:
+    """An `add_texts` item as a `LoadedDocument` (a bad dict raises `ConfigError` naming its position)."""
+    if not isinstance(item, dict):
+        return item
+    if not isinstance(item.get("text"), str) or not isinstance(item.get("source"), str) or not item["source"]:
+        raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
+    return LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
+                          dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
 
 
 def _non_empty(loaded: LoadedDocument) -> LoadedDocument:

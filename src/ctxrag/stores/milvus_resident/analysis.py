@@ -7,8 +7,8 @@ created (``CTXRAG_MILVUS_ANALYSIS``):
   Traditional -> Simplified by OpenCC t2s, identifier splitting and stopwords for English and code), joined by
   spaces, and Milvus splits them on whitespace (milvus-lite, which has no ``whitespace`` tokenizer: its
   ``standard`` one, ``\\w+`` words, which splits our tokens nowhere). Queries are tokenized the same way, so Milvus
-  ranks the same terms our local BM25 ranks; only the scoring differs. Not Milvus's ``standard`` tokenizer on a
-  server: its Unicode word segmentation cuts Chinese into single characters.
+  ranks the same terms our local BM25 ranks; only the scoring differs. (A server's ``standard`` tokenizer has its
+  own rules for CJK and punctuation, so servers get ``whitespace``.)
 - ``milvus``: the field holds the text converted by OpenCC t2s, and Milvus's own ``jieba`` tokenizer with a
   lowercase filter segments Chinese and English alike (no identifier splitting, no stopwords).
 

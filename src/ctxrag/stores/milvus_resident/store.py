@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -98,6 +99,7 @@ class MilvusResidentStore:
             self.uri = str(Path(self.uri).resolve())
         self.kb_name = kb_name
         self.read_consistency = read_consistency
+        self._create_lock = threading.Lock()
         self.chunks_name, self.docs_name = cols.collection_names(kb_name)
         self._client, self._finalizer = connect(self, self.uri, token)
         self.analysis = check_analysis(analysis)
@@ -153,20 +155,24 @@ class MilvusResidentStore:
         return m is None or (int(m.group(1)), int(m.group(2))) >= _FULLTEXT_SINCE
 
     def _ensure_chunks(self, dim: int) -> None:
+        with self._create_lock:  # threads of this process: one creates, the others adopt
+            self._ensure_chunks_unlocked(dim)
+
+    def _ensure_chunks_unlocked(self, dim: int) -> None:
         if self.dim is not None:
             if dim != self.dim:
                 raise ValueError(f"vector dimension {dim} does not match knowledge base {self.kb_name!r}'s {self.dim}")
             return
         if self._client.has_collection(self.chunks_name):  # made by another process meanwhile
             self._adopt_chunks()
-            return self._ensure_chunks(dim)
+            return self._ensure_chunks_unlocked(dim)
         if not self.fulltext:
             log.warning("Milvus at %s has no full-text search (2.5+ needed): knowledge base %r is dense only",
                         self.where, self.kb_name)
         schema, index = cols.chunks_schema(self._client, dim, self.analysis, self.fulltext, lite=self.lite)
         if not self._create(self.chunks_name, schema, index):
             self._adopt_chunks()
-            return self._ensure_chunks(dim)
+            return self._ensure_chunks_unlocked(dim)
         self._client.load_collection(self.chunks_name)
         self.dim = dim
 
@@ -178,14 +184,14 @@ class MilvusResidentStore:
                                            properties=cols.properties(self.kb_name))
             return True
         except Exception:
-            if not self._client.has_collection(name):
-                raise
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                self._client.describe_collection(name)
-                return False
-            except Exception:
+            deadline = time.monotonic() + 30
+            while True:  # the winner may still be registering it
+                try:
+                    if self._client.has_collection(name):
+                        self._client.describe_collection(name)
+                        return False
+                except Exception:  # noqa: BLE001 - not described yet: wait
+                    pass
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
