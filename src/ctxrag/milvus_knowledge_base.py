@@ -73,6 +73,8 @@ class MilvusKnowledgeBase:
         self.settings = settings
         self.root = settings.kb_root / name
         self._embeddings = embeddings
+        if not create and not settings.milvus_uri and not (self.root / LITE_FILE).exists():
+            raise KnowledgeBaseNotFound(name, settings.kb_root)  # before Milvus Lite makes an empty file
         self.store = MilvusResidentStore(_uri(settings, self.root), name, token=_token(settings),
                                          analysis=settings.milvus_analysis,
                                          read_consistency=settings.milvus_read_consistency, create=create)
@@ -111,6 +113,8 @@ class MilvusKnowledgeBase:
 
     @staticmethod
     def delete_kb(name: str, settings: Settings) -> None:
+        if not settings.milvus_uri and not (settings.kb_root / name / LITE_FILE).exists():
+            raise KnowledgeBaseNotFound(name, settings.kb_root)
         store = MilvusResidentStore(_uri(settings, settings.kb_root / name), name, token=_token(settings),
                                     create=False)
         try:

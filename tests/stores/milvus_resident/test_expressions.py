@@ -51,3 +51,4 @@ def test_filtered_ids_list_lazily_and_carry_their_expression() -> None:
     assert "a:0" in allowed and len(allowed) == 2 and sorted(allowed) == ["a:0", "b:0"]
     assert calls == ['source == "a"']  # listed once
     assert allowed_expression({"x:1", "a:0"}) == ids_expression(["a:0", "x:1"]) == 'chunk_id in ["a:0", "x:1"]'
+    assert allowed & {"a:0", "z:9"} == {"a:0"} and isinstance(allowed | {"z:9"}, set)

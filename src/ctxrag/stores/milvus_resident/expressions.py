@@ -98,6 +98,10 @@ class FilteredIds(Set[str]):
     def __bool__(self) -> bool:  # "can anything match?" without listing: let the search answer
         return self.expression != NOTHING if self._ids is None else bool(self._ids)
 
+    @classmethod
+    def _from_iterable(cls, it: Any) -> set[str]:  # set algebra (`a & b`) gives a plain set
+        return set(it)
+
     def __repr__(self) -> str:
         return f"FilteredIds({self.expression!r})"
 
