@@ -28,7 +28,8 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,8 @@ K = 10
 
 @dataclass
 class Corpus:
+    key: str
+    """Short name: its knowledge bases are ``<key>-local``, ``<key>-milvus``, ``<key>-jieba``."""
     name: str
     documents: list[tuple[DocumentRecord, list[ChunkRecord]]]
     queries: list[tuple[str, set[str]]]
@@ -73,7 +76,7 @@ def drcd(paragraphs: int, questions: int) -> Corpus:
         text = data.corpus[pid].text
         doc = DocumentRecord(pid, f"drcd://{pid}", pid, schema.content_hash(text), text, 1, {})
         docs.append((doc, [_record("bench", pid, 0, text, doc.source, pid)]))
-    return Corpus("Chinese (DRCD dev)", docs, [(q.text, {schema.make_chunk_id(q.gold_ids[0], 0)}) for q in qs])
+    return Corpus("zh", "Chinese (DRCD dev)", docs, [(q.text, {schema.make_chunk_id(q.gold_ids[0], 0)}) for q in qs])
 
 
 def code_set(n_docs: int) -> Corpus:
@@ -92,7 +95,7 @@ def code_set(n_docs: int) -> Corpus:
         gold = {schema.make_chunk_id(u, int(i)) for u, i in q["golden_chunk_uuids"]}
         if gold and gold <= have:
             queries.append((q["query"], gold))
-    return Corpus("English (contextual-retrieval code set)", docs, queries)
+    return Corpus("code", "English (contextual-retrieval code set)", docs, queries)
 
 
 def score(ranked: list[list[str]], queries: list[tuple[str, set[str]]]) -> tuple[float, float, float]:
@@ -122,9 +125,9 @@ def ids(docs: list) -> list[str]:  # noqa: ANN001
 
 def quality(corpus: Corpus, home: Path) -> Table:
     texts = [q for q, _ in corpus.queries]
-    kbs = {"local": KnowledgeBase.open("q-local", settings(home, "local")),
-           "milvus": KnowledgeBase.open("q-milvus", settings(home, "milvus", "ctxrag")),
-           "milvus-jieba": KnowledgeBase.open("q-jieba", settings(home, "milvus", "milvus"))}
+    kbs = {"local": KnowledgeBase.open(f"{corpus.key}-local", settings(home, "local")),
+           "milvus": KnowledgeBase.open(f"{corpus.key}-milvus", settings(home, "milvus", "ctxrag")),
+           "milvus-jieba": KnowledgeBase.open(f"{corpus.key}-jieba", settings(home, "milvus", "milvus"))}
     rows = []
     try:
         for kb in kbs.values():
@@ -132,7 +135,9 @@ def quality(corpus: Corpus, home: Path) -> Table:
             kb.upsert_chunked(corpus.documents)
             print(f"{corpus.name}: {kb.name} written in {time.perf_counter() - start:.1f} s", file=sys.stderr)
         emb = kbs["local"].embeddings
+        start = time.perf_counter()
         qvecs = dict(zip(texts, embed_array(emb, texts, is_query=True)))  # also fills the cache every row reads
+        print(f"{corpus.name}: {len(texts)} queries embedded in {time.perf_counter() - start:.1f} s", file=sys.stderr)
         plan: list[tuple[str, str, Callable[[str], list[str]]]] = []
         for label, kb in kbs.items():
             for mode in (("bm25", "hybrid") if label == "milvus-jieba" else ("bm25", "dense", "hybrid")):
@@ -186,34 +191,70 @@ def synthetic(n: int, dim: int = 384, seed: int = 0) -> list[list]:
     return batches
 
 
-def throughput(n: int, n_queries: int, home: Path) -> Table:
+@contextmanager
+def milvus_standalone(folder: Path) -> Iterator[str]:
+    """The Milvus 2.3.5 standalone server of PyPI's `milvus` package on a free port (dense only)."""
+    import socket
+
+    from milvus import MilvusServer, MilvusServerConfig
+
+    server = MilvusServer(MilvusServerConfig(), wait_for_started=False)
+    server.set_base_dir(str(folder))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        server.listen_port = int(sock.getsockname()[1])
+    server.start()
+    try:
+        server.wait_started(timeout=240_000)
+        yield f"http://127.0.0.1:{server.listen_port}"
+    finally:
+        server.stop()
+
+
+def throughput(n: int, n_queries: int, home: Path, standalone: bool = False) -> Table:
     batches = synthetic(n)
     rng = np.random.default_rng(1)
     qvecs = rng.normal(size=(n_queries, 384)).astype(np.float32)
     qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
     qtexts = [" ".join(rng.choice(WORDS, 3)) for _ in range(n_queries)]
     rows = []
-    for label, s in (("local", settings(home, "local")), ("milvus (milvus-lite)", settings(home, "milvus"))):
-        kb = KnowledgeBase.open(f"t-{label.split()[0]}", s)
-        try:
-            start = time.perf_counter()
-            kb.import_precomputed(iter(batches))
-            secs = time.perf_counter() - start
-            dense, bm25 = kb.dense_index(), kb.keyword_index()
-            for mode, fn in (("dense", lambda i: dense.search(qvecs[i], K)),
-                             ("bm25", lambda i: bm25.search(qtexts[i], K))):
-                ms = []
-                for i in range(n_queries):
-                    t0 = time.perf_counter()
-                    fn(i)
-                    ms.append((time.perf_counter() - t0) * 1000)
-                rows.append([label, n, round(secs, 1), round(n / secs), mode,
-                             round(float(np.percentile(ms, 50)), 2), round(float(np.percentile(ms, 99)), 2)])
-                print(rows[-1], file=sys.stderr)
-        finally:
-            kb.close()
+    with ExitStack() as stack:
+        stores = [("local", settings(home, "local")), ("milvus (milvus-lite)", settings(home, "milvus"))]
+        if standalone:
+            uri = stack.enter_context(milvus_standalone(home / "milvus-standalone"))
+            stores.append(("milvus 2.3.5 standalone (dense only)",
+                           settings(home, "milvus").model_copy(update={"milvus_uri": uri})))
+        for label, s in stores:
+            rows += _throughput_rows(label, s, batches, qvecs, qtexts, n)
     return Table(caption=f"{n:,} synthetic chunks (random 384-d vectors, random words), {n_queries} queries per mode",
                  columns=["store", "chunks", "import s", "chunks/s", "mode", "p50 ms", "p99 ms"], rows=rows)
+
+
+def _throughput_rows(label: str, s: Settings, batches: list, qvecs: np.ndarray, qtexts: list[str],
+                     n: int) -> list[list]:
+    """Import `batches` into a fresh knowledge base of settings `s`, then time each search mode it has."""
+    rows = []
+    kb = KnowledgeBase.open(f"t-{label.split()[0]}", s)
+    try:
+        start = time.perf_counter()
+        kb.import_precomputed(iter(batches))
+        secs = time.perf_counter() - start
+        dense, bm25 = kb.dense_index(), kb.keyword_index()
+        modes = [("dense", lambda i: dense.search(qvecs[i], K))]
+        if "bm25" in kb.indexes:
+            modes.append(("bm25", lambda i: bm25.search(qtexts[i], K)))
+        for mode, fn in modes:
+            ms = []
+            for i in range(len(qtexts)):
+                t0 = time.perf_counter()
+                fn(i)
+                ms.append((time.perf_counter() - t0) * 1000)
+            rows.append([label, n, round(secs, 1), round(n / secs), mode,
+                         round(float(np.percentile(ms, 50)), 2), round(float(np.percentile(ms, 99)), 2)])
+            print(rows[-1], file=sys.stderr)
+    finally:
+        kb.close()
+    return rows
 
 
 def main() -> None:
@@ -223,6 +264,8 @@ def main() -> None:
     parser.add_argument("--code-docs", type=int, default=30)
     parser.add_argument("--throughput", type=int, default=0, help="synthetic chunks for the throughput table (0: none)")
     parser.add_argument("--throughput-queries", type=int, default=200)
+    parser.add_argument("--standalone", action="store_true",
+                        help="also the Milvus 2.3.5 standalone (PyPI `milvus`) in the throughput table, dense only")
     parser.add_argument("--home", type=Path, default=None, help="CTXRAG_HOME to build in (default: a temporary one)")
     parser.add_argument("--cache", type=Path, default=None, help="embedding cache folder to reuse between runs")
     args = parser.parse_args()
@@ -233,7 +276,7 @@ def main() -> None:
             (home / "cache").symlink_to(args.cache.resolve())
     tables = [quality(drcd(args.zh_paragraphs, args.zh_questions), home), quality(code_set(args.code_docs), home)]
     if args.throughput:
-        tables.append(throughput(args.throughput, args.throughput_queries, home))
+        tables.append(throughput(args.throughput, args.throughput_queries, home, args.standalone))
     write_page_data(
         "milvus_resident",
         title="A knowledge base wholly in Milvus vs the local store",
