@@ -136,7 +136,7 @@ def test_forced_tool_call_and_tool_message_round_trip(llm: LocalLlamaChatModel) 
     (call,) = reply.tool_calls
     assert call["name"] == "add" and call["args"] == {"a": 17, "b": 25}
     result = ToolMessage(str(add(**call["args"])), tool_call_id=call["id"])
-    final = llm.bind_tools([add]).invoke([question, reply, result])
+    final = llm.invoke([question, reply, result])  # the answer step: the call and its result read back
     assert "42" in final.content and final.tool_calls == []
 
 
