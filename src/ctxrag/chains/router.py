@@ -154,7 +154,8 @@ DIVERGENT_CUE = re.compile(
 
 @dataclass
 class RouterThresholds:
-    """Decision thresholds of `EmbeddingRouter` (cosine margins; calibrated on the routing set, see the README)."""
+    """Decision thresholds of `EmbeddingRouter` (cosine margins; calibrated on the routing set,
+    docs/benchmarks/routing.md)."""
 
     coverage_margin: float = 0.02
     """Knowledge question -> rag when max(catalog, best chunk) cosine exceeds the background by this much."""

@@ -80,8 +80,8 @@ def shared_llama(model_path: str | Path, n_ctx: int, n_threads: int | None = Non
         import time
 
         start = time.perf_counter()
-        # n_threads=None keeps llama.cpp's default (half the logical CPUs): on a busy 2-core laptop, 2 spinning
-        # threads generated 0.2 tok/s against 3.5 tok/s for 1 thread.
+        # n_threads=None keeps llama.cpp's default (half the logical CPUs): on a busy laptop, threads that spin while
+        # waiting for a core generate far slower than fewer threads.
         kwargs: dict[str, Any] = {"n_threads": n_threads} if n_threads else {}
         try:
             llama = Llama(model_path=str(path), n_ctx=int(n_ctx), verbose=False, **kwargs)
