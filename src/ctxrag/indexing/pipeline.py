@@ -1,8 +1,9 @@
 """The ingest pipeline of one knowledge base: load -> split -> contextualize -> embed once -> extract graph triplets
 (when the graph index is on) -> index -> commit.
 
-The slow stages (loading, splitting, contextualizing, embedding, triplet extraction) run per document with no lock held
-(`IngestPipeline.prepare`); every `commit_every` prepared documents are then applied under the inter-process write
+The slow stages (loading, splitting, contextualizing, triplet extraction) run per document with no lock held
+(`IngestPipeline.prepare`); embedding runs over the chunks of several documents at once (one model batch, so a folder
+of one-line files does not pay one model call per file); every `commit_every` prepared documents are then applied under the inter-process write
 lock on top of the generation current *now* (`ctxrag.indexing.prepared.apply_prepared`) and committed as the next
 index generation (`ctxrag.stores.snapshots`).
 A bad file fails alone, as a ``failed`` outcome in the `IngestReport`; the others are still ingested.
@@ -17,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +34,7 @@ from ctxrag.loading import LoadedDocument, expand_paths, load_file
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
-from ctxrag.stores.embedding import EmbedFn, embed_chunks, to_indexed
+from ctxrag.stores.embedding import EmbedFn, attach_vectors, embed_chunks, to_indexed
 from ctxrag.stores.snapshots import IndexSnapshots, missing_from
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,6 +60,10 @@ class IngestPipeline:
         self.snapshots = snapshots
         self.embed = embed
         self.extract_triplets = extract_triplets
+        self.embed_batch = settings.embeddings.batch_size
+        """Chunks gathered across documents before one embedding call: the model's own batch, so a call is never
+        smaller than the model could take (one-chunk documents would otherwise cost a whole call each) and the
+        chunks waiting for vectors stay bounded."""
 
     # -- entry points -----------------------------------------------------------------
     def ingest_files(
@@ -145,22 +151,30 @@ class IngestPipeline:
         self, items: list[Any], prepare: Callable[[Any], Prepared], report: IngestReport, *,
         desc: str, unit: str, progress: bool, commit_every: int = 1_000_000,
     ) -> None:
-        """Prepare items one by one outside the write lock (a `LoadError` fails that item only), then apply and
-        commit them under the lock every `commit_every` changes; outcomes keep the order of `items`."""
+        """Prepare items one by one outside the write lock (a `LoadError` fails that item only), embed the chunks of
+        several prepared documents together (`embed_batch`), then apply and commit them under the lock every
+        `commit_every` changes; outcomes keep the order of `items`."""
         batch: list[Prepared] = []
+        waiting = _EmbedBatch(self.embed, self.embed_batch)
         pending = 0
         store = self.store.identity  # every batch must land in the knowledge base this run started writing to
-        for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
+        bar = tqdm(items, desc=desc, unit=unit, disable=not progress)
+        for item in bar:
             try:
                 outcome = prepare(item)
             except LoadError as e:
                 outcome = FileOutcome(e.path, "failed", e.reason)
             batch.append(outcome)
             if isinstance(outcome, PreparedDocument):
+                waiting.add(outcome)
                 pending += 1
                 if pending >= commit_every:
+                    waiting.flush()
                     self.apply(batch, report, store)
                     batch, pending = [], 0
+            if progress:
+                bar.set_postfix_str(waiting.rate(), refresh=False)
+        waiting.flush()
         self.apply(batch, report, store)
 
     def apply(self, batch: list[Prepared], report: IngestReport, store: tuple[int, int] | None = None) -> None:
@@ -190,8 +204,9 @@ class IngestPipeline:
         report.files.extend(outcomes)
 
     def prepare(self, loaded: LoadedDocument, contextualizer: Any, precomputed: dict[str, str] | None) -> Prepared:
-        """Split, contextualize, extract graph triplets and embed a loaded document (no lock held); an unchanged,
-        fully indexed one is skipped, one stored but missing from an index is indexed again."""
+        """Split, contextualize and extract graph triplets of a loaded document (no lock held), its chunks not yet
+        embedded (`run` embeds several documents per call); an unchanged, fully indexed one is skipped, one stored
+        but missing from an index is indexed again."""
         source = loaded.source
         doc_id = schema.make_doc_id(self.kb_name, source)
         chash = schema.content_hash(loaded.text)
@@ -208,7 +223,7 @@ class IngestPipeline:
                                 precomputed=precomputed)
         if not records:
             raise LoadError(source, "no text to index after splitting")
-        indexed = embed_chunks(records, self.embed)
+        indexed = embed_chunks(records, None)  # vectors are attached by `run`, several documents per model call
         if self.extract_triplets is not None:
             self.extract_triplets(indexed)
         warnings = list(getattr(loaded, "warnings", []))  # e.g. malformed JSONL lines skipped
@@ -223,3 +238,34 @@ class IngestPipeline:
             raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
         return LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
                               dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
+
+
+class _EmbedBatch:
+    """Prepared documents waiting for their vectors: embedded together once they hold `size` chunks (or on
+    `flush`), in calls of at most `size` chunks, each vector attached to its own chunk in order."""
+
+    def __init__(self, embed: EmbedFn, size: int) -> None:
+        self.embed = embed
+        self.size = max(1, size)
+        self.docs: list[PreparedDocument] = []
+        self.chunks = 0
+        self.embedded = 0
+        self.started = time.monotonic()
+
+    def add(self, doc: PreparedDocument) -> None:
+        self.docs.append(doc)
+        self.chunks += len(doc.indexed)
+        if self.chunks >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        chunks = [c for d in self.docs for c in d.indexed]
+        if chunks:
+            attach_vectors(chunks, self.embed, batch_size=self.size)
+        self.embedded += len(chunks)
+        self.docs, self.chunks = [], 0
+
+    def rate(self) -> str:
+        """Chunks embedded per second so far, for the progress bar."""
+        elapsed = time.monotonic() - self.started
+        return f"{self.embedded / elapsed:.1f} chunks/s" if elapsed > 0 else ""
