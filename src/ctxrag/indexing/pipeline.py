@@ -1,10 +1,10 @@
-"""The ingest pipeline of one knowledge base: load -> split -> contextualize -> embed once -> extract graph triplets
-(when the graph index is on) -> index -> commit.
+"""The ingest pipeline of one knowledge base: load -> split -> contextualize -> extract graph triplets (when the graph
+index is on) -> embed once -> index -> commit.
 
 The slow stages (loading, splitting, contextualizing, triplet extraction) run per document with no lock held
 (`IngestPipeline.prepare`); embedding runs over the chunks of several documents at once (one model batch, so a folder
-of one-line files does not pay one model call per file); every `commit_every` prepared documents are then applied under the inter-process write
-lock on top of the generation current *now* (`ctxrag.indexing.prepared.apply_prepared`) and committed as the next
+of one-line files does not pay one model call per file); every `commit_every` prepared documents are then applied
+under the inter-process write lock on top of the generation current *now* (`ctxrag.indexing.prepared.apply_prepared`) and committed as the next
 index generation (`ctxrag.stores.snapshots`).
 A bad file fails alone, as a ``failed`` outcome in the `IngestReport`; the others are still ingested.
 
