@@ -74,3 +74,19 @@ class KnowledgeBaseLocked(CtxragError):
 
 class StoreCorruptError(CtxragError):
     """A knowledge base's document store (``kb.sqlite``) is missing, truncated or not a SQLite database."""
+
+
+class DiskFullError(CtxragError, OSError):
+    """A write ran out of disk space; what was committed before is intact (nothing was lost), the write was not
+    made. Free some space and run it again."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """True for "no space left": ``OSError`` ENOSPC or EDQUOT, or SQLite's SQLITE_FULL ("database or disk is
+    full"), which a full disk gives and is not damage."""
+    import errno
+    import sqlite3
+
+    if isinstance(error, sqlite3.Error):
+        return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error)
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 
-from ctxrag.errors import CtxragError
+from ctxrag.errors import CtxragError, is_disk_full
 from ctxrag.settings import get_settings
 
 STATE: dict[str, Any] = {"debug": False}
@@ -61,8 +61,12 @@ def guard(fn: Any) -> Any:
         raise
     except CtxragError as e:
         fail(str(e))
-    except sqlite3.DatabaseError as e:  # a store damaged past what opening it checks
-        fail(f"a SQLite database is damaged or busy ({e}); see `ctxrag kb check NAME`")
+    except (sqlite3.DatabaseError, OSError) as e:
+        if is_disk_full(e):  # a write outside a knowledge base's write session (which says so itself)
+            fail(f"the disk is full ({e}); what was committed before is intact: free some space and run it again")
+        if not isinstance(e, sqlite3.DatabaseError):
+            raise
+        fail(f"a SQLite database is damaged or busy ({e}); see `ctxrag kb check NAME`")  # past what opening checks
 
 
 def retriever_for(kbs: list[str], mode: str, k: int, rerank: str, search_type: str) -> Any:

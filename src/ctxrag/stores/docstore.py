@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from ctxrag.errors import AmbiguousDocument, KnowledgeBaseDeleted, StoreCorruptError
+from ctxrag.errors import AmbiguousDocument, DiskFullError, KnowledgeBaseDeleted, StoreCorruptError, is_disk_full
 
 SCHEMA_VERSION = "1"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -25,6 +25,12 @@ _QUICK_CHECK_MAX_BYTES = 256 << 20
 def _damaged(path: Path, what: str) -> str:
     return (f"{path}: the document store is damaged ({what}); restore it from a backup, or delete the knowledge "
             f"base folder {path.parent} and ingest again (its index generations were left untouched)")
+
+
+def disk_full(path: Path, error: BaseException, what: str) -> DiskFullError:
+    """The one message for a write that found the disk full: nothing lost, nothing to repair."""
+    return DiskFullError(f"{path}: the disk is full ({error}); {what} Nothing was lost: the knowledge base is as it "
+                         "was before this write and needs no repair; free some space and run the command again")
 
 
 def _check_file(path: Path) -> None:
@@ -161,7 +167,12 @@ class DocStore:
             if not create:
                 raise _gone(self.path, "by another process")
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _create(self.path)
+            try:
+                _create(self.path)
+            except (OSError, sqlite3.Error) as e:
+                if is_disk_full(e):
+                    raise disk_full(self.path, e, "the document store was not created.") from None
+                raise
         self.conn, self.identity = self._connect()
 
     def _connect(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
@@ -200,6 +211,8 @@ class DocStore:
                 raise
             if not self.path.exists():
                 raise _gone(self.path, "by another process") from None
+            if is_disk_full(e):  # e.g. no room for the write-ahead log: the file itself is intact
+                raise disk_full(self.path, e, "the document store could not be opened.") from None
             raise StoreCorruptError(_damaged(self.path, str(e))) from None
         except (StoreCorruptError, KnowledgeBaseDeleted):
             conn.close()

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted
+from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, is_disk_full
 from ctxrag.stores.base import ChunkIndex
-from ctxrag.stores.docstore import DocStore
+from ctxrag.stores.docstore import DocStore, disk_full
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.generations import GenerationStore
@@ -230,12 +230,14 @@ class IndexSnapshots:
                 store.begin()
                 yield session
                 store.rollback()  # nothing is left uncommitted on purpose
-            except BaseException:
+            except BaseException as e:
                 store.rollback()
                 if session is not None:
                     for index in session.indexes.values():
                         if isinstance(index, SelfPersistingIndex):
                             self.reconcile(index)
+                if is_disk_full(e):  # the new generation is never pointed at: the last committed one stands
+                    raise disk_full(self.store.path.parent, e, "this write was rolled back.") from e
                 raise
             finally:
                 store.close()
