@@ -122,7 +122,8 @@ _KILL_SCRIPT = textwrap.dedent(
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.settings import Settings
     home, corpus, where = sys.argv[1], sys.argv[2], sys.argv[3]
-    kb = KnowledgeBase.open("t", Settings(home=home))
+    # two chunks per embedding call, so the six files take three calls and the third one is half-way
+    kb = KnowledgeBase.open("t", Settings(home=home, embeddings={"batch_size": 2}))
     if where == "save":
         # die while the new generation's index files are being written
         from ctxrag.stores.dense import FaissIndex
