@@ -28,7 +28,6 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
-from ctxrag.indexing.pipeline import IngestPipeline
 from ctxrag.ingest_report import IngestReport
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
@@ -37,7 +36,6 @@ from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.generations import GenerationStore
-from ctxrag.indexing.triplets import LazyTripletExtractor, triplet_stage
 from ctxrag.stores.registry import IndexSetup, index_factories
 from ctxrag.stores.snapshots import IndexSnapshots
 from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
@@ -45,6 +43,7 @@ from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.stores.graph import GraphIndex
 
@@ -94,6 +93,10 @@ class KnowledgeBase:
         """Open (and by default create) the knowledge base `name`. Indexes are loaded on first use."""
         s = settings or get_settings()
         validate_kb_name(name)
+        if s.store == "milvus":  # the whole knowledge base in Milvus (docs/scale.md)
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.open(name, s, create=create, embeddings=embeddings)  # type: ignore[return-value]
         root = s.kb_root / name
         if not (root / "kb.sqlite").exists() and not create and not (root / "indexes").is_dir():
             raise KnowledgeBaseNotFound(name, s.kb_root)
@@ -102,6 +105,10 @@ class KnowledgeBase:
     @staticmethod
     def list_names(settings: Settings | None = None) -> list[str]:
         s = settings or get_settings()
+        if s.store == "milvus":
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.list_names(s)
         if not s.kb_root.is_dir():
             return []
         return sorted(p.name for p in s.kb_root.iterdir() if (p / "kb.sqlite").exists())
@@ -110,6 +117,10 @@ class KnowledgeBase:
     def delete_kb(name: str, settings: Settings | None = None) -> None:
         s = settings or get_settings()
         root = s.kb_root / validate_kb_name(name)
+        if s.store == "milvus":
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.delete_kb(name, s)
         if not (root / "kb.sqlite").exists():
             raise KnowledgeBaseNotFound(name, s.kb_root)
         drop_dense_store(s, name, root)  # a Milvus collection lives outside the folder (server or shared file)
@@ -137,9 +148,13 @@ class KnowledgeBase:
 
     def index_setup(self) -> IndexSetup:
         """What opening this knowledge base's indexes needs (`ctxrag.stores.registry`)."""
+        extract = None
+        if self.settings.graph:  # the triplet side loads the chat-model stack: only when graph RAG is on
+            from ctxrag.indexing.triplets import LazyTripletExtractor
+
+            extract = LazyTripletExtractor(self.settings)
         return IndexSetup(self.name, self.root, self.settings, chunks=self.store.iter_chunks,
-                          embeddings=lambda: self.embeddings, embed=self._embed,
-                          extract_triplets=LazyTripletExtractor(self.settings) if self.settings.graph else None)
+                          embeddings=lambda: self.embeddings, embed=self._embed, extract_triplets=extract)
 
     @property
     def indexes(self) -> dict[str, ChunkIndex]:
@@ -162,6 +177,9 @@ class KnowledgeBase:
     # -- ingest (see ctxrag.indexing.pipeline) ----------------------------------------------------------------
     def pipeline(self) -> IngestPipeline:
         """The ingest pipeline writing into this knowledge base (with its current settings)."""
+        from ctxrag.indexing.pipeline import IngestPipeline
+        from ctxrag.indexing.triplets import triplet_stage
+
         return IngestPipeline(self.name, self.settings, self.store, self.snapshots, self._embed,
                               extract_triplets=triplet_stage(self.settings))
 
@@ -169,6 +187,7 @@ class KnowledgeBase:
         self,
         paths: Iterable[str | Path],
         *,
+        contextualize: bool | None = None,
         contextualizer: Any = None,
         precomputed_contexts: dict[str, str] | None = None,
         progress: bool = True,
@@ -176,12 +195,25 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Load, split, (contextualize,) embed and index files and folders.
 
-        A changed file replaces its chunks; an unchanged one is skipped by content hash; a bad file is reported in the
-        returned `IngestReport` (never raised) and the others are still ingested.
+        Contexts follow the same rule as ``ctxrag ingest``: `contextualize` (default: ``settings.contextualize``,
+        ``CTXRAG_CONTEXTUALIZE``, on) gives chunks a context written as ``settings.context_strategy`` says; a given
+        `contextualizer` or `precomputed_contexts` is used instead. A changed file replaces its chunks; an unchanged
+        one is skipped by content hash; a bad file is reported in the returned `IngestReport` (never raised) and the
+        others are still ingested.
         """
+        if contextualizer is None and precomputed_contexts is None:
+            contextualizer = self._default_contextualizer(contextualize, progress)
         return self.pipeline().ingest_files(paths, contextualizer=contextualizer,
                                             precomputed_contexts=precomputed_contexts, progress=progress,
                                             commit_every=commit_every)
+
+    def _default_contextualizer(self, contextualize: bool | None, progress: bool) -> Any:
+        """The settings' contextualizer when contexts are on (`contextualize`, else ``settings.contextualize``)."""
+        if not (self.settings.contextualize if contextualize is None else contextualize):
+            return None
+        from ctxrag.indexing.strategies import make_contextualizer
+
+        return make_contextualizer(self.settings.context_strategy, settings=self.settings, show_progress=progress)
 
     def add_texts(
         self,
@@ -279,8 +311,9 @@ class KnowledgeBase:
                 raise
 
     # -- search -----------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, mode: SearchMode = "dense", filter: Any = None) -> list[Document]:
-        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata."""
+    def search(self, query: str, k: int = 10, *, mode: SearchMode = "hybrid", filter: Any = None) -> list[Document]:
+        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
+        ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 
     def as_retriever(self, mode: str = "hybrid", k: int = 10, **kwargs: Any) -> Any:

@@ -20,6 +20,7 @@ from ctxrag.cli.query import ask, demo, search
 from ctxrag.settings import get_settings
 
 app = typer.Typer(help="ctxrag: contextual RAG over Chinese and English knowledge bases, offline by default.",
+                  rich_markup_mode=None,  # help texts are plain: "[n] citations" must not be read as markup
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(kb_app, name="kb")
 app.add_typer(doc_app, name="doc")
@@ -52,7 +53,8 @@ def _mount_optional() -> None:
     """Sub-apps that live in their own modules."""
     for mod, attr, name in (("ctxrag.cli.eval", "eval_app", "eval"), ("ctxrag.cli.notes", "notes_app", "notes"),
                             ("ctxrag.cli.article", "article_app", "article"), ("ctxrag.cli.assistant", "chat", "chat"),
-                            ("ctxrag.cli.serve", "serve", "serve")):
+                            ("ctxrag.cli.serve", "serve", "serve"),
+                            ("ctxrag.cli.doctor", "doctor", "doctor")):
         try:
             module = __import__(mod, fromlist=[attr])
         except ImportError:
