@@ -17,9 +17,10 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
 import threading
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
@@ -35,6 +36,7 @@ from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.fileio import remove_tree
 from ctxrag.stores.generations import GenerationStore
 from ctxrag.stores.registry import IndexSetup, index_factories
 from ctxrag.stores.snapshots import IndexSnapshots
@@ -49,6 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
 SearchMode = Literal["dense", "bm25", "hybrid"]
+TRASH_PREFIX = ".deleted-"
+"""A deleted knowledge base's folder is renamed to ``.deleted-NAME-XXXX`` (not a valid name: never listed) and removed."""
 
 
 def validate_kb_name(name: str) -> str:
@@ -66,7 +70,9 @@ class KnowledgeBase:
     lock, apply their change on top of the current generation and commit the next one; a long-lived reader checks
     for a newer generation on every index access (``PRAGMA data_version``, microseconds) and switches to it."""
 
-    def __init__(self, name: str, root: Path, settings: Settings, embeddings: Embeddings | None = None) -> None:
+    def __init__(
+        self, name: str, root: Path, settings: Settings, embeddings: Embeddings | None = None, *, create: bool = True
+    ) -> None:
         self.name = validate_kb_name(name)
         self.root = Path(root)
         self.settings = settings
@@ -79,7 +85,7 @@ class KnowledgeBase:
             raise StoreCorruptError(
                 f"{db}: the document store is missing but index generations exist in {self.generations.base}; "
                 "restore kb.sqlite from a backup, or move the folder away and ingest again")
-        self.store = DocStore(db)
+        self.store = DocStore(db, create=create)
         self.snapshots = IndexSnapshots(self.generations, self.store, factories=lambda: index_factories(self.index_setup()),
                                         embed=self._embed, writer_lock=self._lock)
         """The committed index generations: what searches read, and write sessions (`ctxrag.stores.snapshots`)."""
@@ -100,7 +106,7 @@ class KnowledgeBase:
         root = s.kb_root / name
         if not (root / "kb.sqlite").exists() and not create and not (root / "indexes").is_dir():
             raise KnowledgeBaseNotFound(name, s.kb_root)
-        return cls(name, root, s, embeddings)
+        return cls(name, root, s, embeddings, create=create)
 
     @staticmethod
     def list_names(settings: Settings | None = None) -> list[str]:
@@ -115,6 +121,10 @@ class KnowledgeBase:
 
     @staticmethod
     def delete_kb(name: str, settings: Settings | None = None) -> None:
+        """Delete the knowledge base `name`: under its write lock (waits for a writer's current commit, like any
+        writer; a writer's next commit then fails with `KnowledgeBaseDeleted` instead of creating a new store), the
+        folder is renamed away in one step, then removed. Readers see the whole knowledge base or none of it, and
+        get `KnowledgeBaseDeleted` (not a raw ``FileNotFoundError``) on their next access."""
         s = settings or get_settings()
         root = s.kb_root / validate_kb_name(name)
         if s.store == "milvus":
@@ -123,8 +133,13 @@ class KnowledgeBase:
             return MilvusKnowledgeBase.delete_kb(name, s)
         if not (root / "kb.sqlite").exists():
             raise KnowledgeBaseNotFound(name, s.kb_root)
-        drop_dense_store(s, name, root)  # a Milvus collection lives outside the folder (server or shared file)
-        shutil.rmtree(root)
+        trash = s.kb_root / f"{TRASH_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+        with GenerationStore(root, name, lock_timeout=s.write_lock_timeout).write_lock():
+            if not (root / "kb.sqlite").exists():  # another `kb delete` got the lock first
+                raise KnowledgeBaseNotFound(name, s.kb_root)
+            drop_dense_store(s, name, root)  # a Milvus collection lives outside the folder (server or shared file)
+            os.replace(root, trash)
+        remove_tree(trash)
 
     def close(self) -> None:
         self.snapshots.close()

@@ -20,7 +20,9 @@ STATE: dict[str, Any] = {"debug": False}
 
 
 def fail(msg: str, code: int = 1) -> None:
-    typer.echo(f"error: {msg}", err=True)
+    from ctxrag.redact import redact
+
+    typer.echo(f"error: {redact(msg)}", err=True)
     raise typer.Exit(code)
 
 

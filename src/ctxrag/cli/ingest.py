@@ -76,7 +76,7 @@ def import_chunks(
 
     def body() -> None:
         s = get_settings()
-        kbase = open_kb(kb or s.default_kb, create=True)
+        kbase = open_kb(kb_or_default(kb), create=True)
         batches = read_precomputed(file, kbase.name, dim=kb_dimension(kbase.dense, kbase.settings), fmt=fmt,
                                    batch_size=batch_size, max_errors=max_errors, progress=True)
         report = kbase.import_precomputed(batches)

@@ -35,11 +35,23 @@ def main(
         os.environ["CTXRAG_HOME"] = str(home)
     get_settings.cache_clear()
     STATE["debug"] = debug
+    _redact_output()
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s", force=True)
     if debug:
         for noisy in ("httpx", "httpcore", "openai", "urllib3", "jieba", "faiss"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _redact_output() -> None:
+    """Secrets from the settings (and any credential pattern) never reach a log line or the error line."""
+    from ctxrag.redact import install_log_redaction, remember_settings
+
+    install_log_redaction()
+    try:
+        remember_settings(get_settings())
+    except Exception:  # noqa: BLE001 - bad settings are reported by the command that reads them
+        pass
 
 
 app.command()(ingest)
