@@ -67,19 +67,29 @@ def ask(
     def body() -> None:
         checked = check_text(question, "question")
         llm = make_chat_model(get_settings())
-        chain = build_rag_chain(retriever_for(kb_names(kb), mode, k, rerank, "similarity"), llm)
+        names = kb_names(kb)
+        chain = build_rag_chain(retriever_for(names, mode, k, rerank, "similarity"), llm, gate=answer_gate(names))
         cfg = {"callbacks": callbacks()}
         if json_out:
             with wrap_model_errors(llm):
                 out = chain.invoke(checked, config=cfg)
-            typer.echo(json.dumps({"question": question, "answer": out["answer"], "sources": out["sources"],
+            typer.echo(json.dumps({"question": question, "answer": out["answer"], "supported": out["supported"],
+                                   "relevance": out["relevance"], "sources": out["sources"],
                                    "invalid_citations": out["invalid_citations"],
+                                   "citations": out.get("citations", []),
                                    "retrieved": [d.metadata.get("chunk_id") for d in out["documents"]]},
                                   ensure_ascii=False, indent=1))
             return
         stream_answer(chain, llm, checked, cfg)
 
     guard(body)
+
+
+def answer_gate(kbs: list[str]) -> Any:
+    """The relevance gate over the first knowledge base's embeddings, or False when ``answer_gate`` is off."""
+    from ctxrag.chains.relevance import RelevanceGate
+
+    return RelevanceGate(open_kb(kbs[0]).embeddings) if get_settings().answer_gate else False
 
 
 def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +103,9 @@ def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -
                 typer.echo(chunk["answer"], nl=False)
             final.update({k: v for k, v in chunk.items() if k != "answer"})
     typer.echo("")
+    if final.get("supported") is False:
+        typer.echo(f"\n(no retrieved chunk supports an answer: {(final.get('relevance') or {}).get('reason', '')})")
+        return final
     print_sources(final.get("sources", []), final.get("invalid_citations", []))
     return final
 
@@ -130,7 +143,7 @@ def demo(
         items = json.loads(questions.read_text(encoding="utf-8"))
         llm = make_chat_model(get_settings())
         typer.echo(f"answering with {describe_model(llm)}")
-        chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm)
+        chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm, gate=answer_gate([kb]))
         for item in items:
             q = item["question"] if isinstance(item, dict) else str(item)
             typer.echo(f"\nQ: {q}\nA: ", nl=False)
