@@ -33,3 +33,54 @@ def test_numbers_links_and_unknown_names_are_not_named_citations() -> None:
     assert named_citations("A [note] on storage.", DOCS) == []
     out = map_citations("Port 7420 [2] [Deployment Guide].", DOCS)  # a number and a name for one source: once
     assert [s["n"] for s in out["sources"]] == [2]
+
+
+# ---- the sentence-by-sentence check (`check_citations`)
+
+DEMO_DOCS = [
+    Document("Extra storage: 100 GB for 30 yuan a month. Team plan: 200 GB.", metadata={"source": "quota_calculator.py"}),
+    Document("P1 (service down): Team 4 hours, Enterprise 30 minutes.", metadata={"source": "support_policy.html"}),
+    Document("星河知识库 2.0 版于 2022年9月20日发布，新增向量检索和智能问答。", metadata={"source": "release_notes.txt"}),
+]
+
+
+def test_sentences_keep_the_markers_written_after_their_end() -> None:
+    from ctxrag.chains.citations import sentences
+
+    assert sentences("Port 7420 [1]. Change it in xinghe.toml.[2] 端口是 7420。[1]") == [
+        "Port 7420 [1].", " Change it in xinghe.toml.[2]", " 端口是 7420。[1]"]
+    assert sentences("") == []
+
+
+def test_a_citation_of_the_wrong_chunk_is_corrected_to_the_one_holding_the_figure() -> None:
+    # the demo's P1 answer cited quota_calculator.py; the 30 minutes are in support_policy.html
+    out = map_citations("Enterprise customers get an answer to a P1 incident within 30 minutes [1].", DEMO_DOCS)
+    (c,) = out["citations"]
+    assert c["status"] == "corrected" and c["cited"] == [1] and c["sources"] == [2]
+    assert [(s["n"], s.get("inferred", False)) for s in out["sources"]] == [(2, True)]
+
+
+def test_each_sentence_is_checked_on_its_own() -> None:
+    answer = "星河知识库 2.0 版于 2022年9月20日发布 [3]。团队版包含 200 GB 存储空间 [2]。"
+    out = map_citations(answer, DEMO_DOCS)
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("ok", [3]), ("corrected", [1])]
+    assert [s["n"] for s in out["sources"]] == [3, 1] and out["sources"][1]["inferred"] is True
+
+
+def test_an_uncited_sentence_gets_the_chunk_that_holds_it_and_an_unheld_one_is_flagged() -> None:
+    out = map_citations("P1 incidents on the Enterprise plan are answered within 30 minutes. Bananas are yellow.",
+                        DEMO_DOCS)
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("added", [2]), ("unsupported", [])]
+    flagged = map_citations("Bananas are yellow and sweet [1].", DEMO_DOCS)["citations"][0]
+    assert flagged["status"] == "unsupported" and flagged["sources"] == [1]  # the model's citation kept, flagged
+
+
+def test_a_sentence_without_facts_is_not_checked() -> None:
+    (c,) = map_citations("Here is the answer:", DEMO_DOCS)["citations"]
+    assert c["status"] == "no_facts"
+
+
+def test_a_right_citation_is_left_alone() -> None:
+    out = map_citations("Team plan customers get 200 GB [1].", DEMO_DOCS)
+    assert out["citations"][0]["status"] == "ok" and [(s["n"], s.get("inferred", False)) for s in out["sources"]] == [
+        (1, False)]
