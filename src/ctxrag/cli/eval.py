@@ -141,6 +141,10 @@ def answers(
                                        "Chinese question and its chunks in Simplified script (short answers; still "
                                        "snapped to the Traditional source); as-written: never converted; auto: "
                                        "simplified for short answers."),
+    stock: Optional[bool] = typer.Option(None, "--stock/--no-stock", help="Also answer with a stock LangChain chain "
+                                         "(BM25Retriever with jieba and stopwords -> the same model -> a plain "
+                                         "answer-phrase prompt) in the same run (default: on for --answer-style "
+                                         "short on short-answer sets)."),
     judge: Optional[bool] = typer.Option(None, "--judge/--no-judge", help="Also score answers with the LLM judge "
                                          "(default: on for keyfacts, off for short-answer sets)."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length cap (default: "
@@ -177,7 +181,8 @@ def answers(
                 dataset = replace(dataset, queries=dataset.queries[:limit])
             typer.echo(_summary(dataset), err=True)
             results = run_answer_eval(EvalRunner(dataset, [k], settings=get_settings(), progress=sys.stderr.isatty()), configs, llm, k=k,
-                                      judge=bool(judge), answer_style=answer_style, reading_script=reading_script)
+                                      judge=bool(judge), answer_style=answer_style, reading_script=reading_script,
+                                      stock=answer_style == "short" if stock is None else stock)
             dataset_name = dataset.name
         typer.echo(format_answer_table(results))
         if json_out:

@@ -42,6 +42,7 @@ from ctxrag.evaluation.datasets import EvalQuery
 from ctxrag.evaluation.experiments import ExperimentConfig
 from ctxrag.evaluation.judge import AnswerJudge, Judgement
 from ctxrag.evaluation.runner import ConfigResult, EvalRunner, TopK
+from ctxrag.evaluation.stock_chain import STOCK_NAME, stock_answer_chain
 
 log = logging.getLogger(__name__)
 
@@ -204,13 +205,14 @@ def score_record(query_id: str, question: str, res: dict[str, Any], ms: float, r
 def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm: BaseChatModel, *, k: int = 4,
                     judge_llm: BaseChatModel | None = None, judge: bool = True,
                     answer_style: str = "full", reading_script: str = "auto",
-                    gate: RelevanceGate | bool = False) -> list[AnswerResult]:
+                    gate: RelevanceGate | bool = False, stock: bool = False) -> list[AnswerResult]:
     """Answer every query of ``runner.dataset`` with the top ``k`` chunks of each config and score the answers.
 
     EM/F1/cited_contains are always computed for queries with reference answers; the LLM judge runs when ``judge``.
     ``answer_style="short"`` answers through `ExtractiveAnswer` (with ``reading_script``) for short-answer sets.
     ``gate`` goes to `build_rag_chain`: off by default, as these sets are answerable by construction (the gate is
-    measured on its own by bench/bench_answer_gate.py).
+    measured on its own by bench/bench_answer_gate.py). ``stock`` adds a row for the stock LangChain chain
+    (`ctxrag.evaluation.stock_chain`) over the same corpus, queries, ``k`` and model.
     """
     grader = AnswerJudge(judge_llm or llm) if judge else None
     step = answer_step(llm, answer_style, reading_script)
@@ -220,20 +222,35 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
         try:
             retriever, index_seconds = runner.build_retriever(cfg, k)
             chain = build_rag_chain(TopK(base=retriever, k=k), llm, gate=gate, answer=step)
-            records: list[AnswerRecord] = []
-            for q in tqdm(ds.queries, desc=f"answers {cfg.name}", unit="q", disable=not runner.progress, leave=False):
-                res, ms = answer_one(chain, q.text)
-                records.append(score_record(q.id, q.text, res, ms, references_of(q), judge=grader))
-            lat = np.asarray([r.answer_ms for r in records], dtype=float)
-            out.append(AnswerResult(
-                config=cfg, dataset=ds.name, queries=len(records), metrics=answer_metrics(records),
-                index_seconds=index_seconds, query_ms_p50=float(np.percentile(lat, 50)),
-                query_ms_p95=float(np.percentile(lat, 95)), missing_gold=len(ds.missing_gold),
-                dropped_queries=len(ds.dropped_queries), records=records))
+            out.append(_answer_all(runner, cfg, chain, grader, index_seconds))
         except (CtxragError, ValueError, ImportError) as e:
             log.error("config %s failed: %s", cfg.name, e)
             out.append(AnswerResult(config=cfg, dataset=ds.name, queries=0, error=str(e)))
+    if stock:
+        cfg = ExperimentConfig(name=STOCK_NAME, retrieval="bm25")
+        try:
+            start = time.perf_counter()
+            chain = stock_answer_chain(ds.corpus, llm, k=k)
+            out.append(_answer_all(runner, cfg, chain, grader, time.perf_counter() - start))
+        except (ValueError, ImportError) as e:
+            log.error("the stock LangChain chain failed: %s", e)
+            out.append(AnswerResult(config=cfg, dataset=ds.name, queries=0, error=str(e)))
     return out
+
+
+def _answer_all(runner: EvalRunner, cfg: ExperimentConfig, chain: Runnable, grader: AnswerJudge | None,
+                index_seconds: float) -> AnswerResult:
+    ds = runner.dataset
+    records: list[AnswerRecord] = []
+    for q in tqdm(ds.queries, desc=f"answers {cfg.name}", unit="q", disable=not runner.progress, leave=False):
+        res, ms = answer_one(chain, q.text)
+        records.append(score_record(q.id, q.text, res, ms, references_of(q), judge=grader))
+    lat = np.asarray([r.answer_ms for r in records], dtype=float)
+    return AnswerResult(
+        config=cfg, dataset=ds.name, queries=len(records), metrics=answer_metrics(records),
+        index_seconds=index_seconds, query_ms_p50=float(np.percentile(lat, 50)),
+        query_ms_p95=float(np.percentile(lat, 95)), missing_gold=len(ds.missing_gold),
+        dropped_queries=len(ds.dropped_queries), records=records)
 
 
 # ---------------------------------------------------------------- key-fact sets (the demo questions)
