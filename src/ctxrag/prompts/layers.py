@@ -90,7 +90,7 @@ QUESTION_HANT = "問題：{question}\n\n請用繁體中文簡潔回答（不超�
 CITATION_CLAUSE_HANT = "；用自己的話回答，並用方括號標註資料編號"
 
 SHORT_QUESTION = {
-    # answer_style="short" (short-answer benchmarks such as DRCD, MuSiQue): the answer phrase alone. The model is not
+    # ExtractiveAnswer (short-answer benchmarks such as DRCD, MuSiQue): the answer phrase alone. The model is not
     # asked for `[n]` here: the 1.5B model, asked for "phrase [n]", wrote the marker alone or first in 6 of 30 DRCD
     # answers; the chain answers with the chunk's span and cites it instead (`chains.extractive.snap`). No example:
     # with one ("...? Answer: 玉山") the 0.5B model gave that example as 42 of the first 60 DRCD answers (F1 9.8;
