@@ -106,20 +106,24 @@ def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -
     if final.get("supported") is False:
         typer.echo(f"\n(no retrieved chunk supports an answer: {(final.get('relevance') or {}).get('reason', '')})")
         return final
-    print_sources(final.get("sources", []), final.get("invalid_citations", []))
+    print_sources(final.get("sources", []), final.get("invalid_citations", []), final.get("citations", []))
     return final
 
 
-def print_sources(sources: list[dict[str, Any]], invalid: list[int]) -> None:
+def print_sources(sources: list[dict[str, Any]], invalid: list[int],
+                  citations: list[dict[str, Any]] | None = None) -> None:
     if sources:
         inferred = all(s.get("inferred") for s in sources)
-        typer.echo("\nSources (inferred from overlap; the model cited none):" if inferred else "\nSources:")
+        typer.echo("\nSources (found by the citation check; the model cited none):" if inferred else "\nSources:")
         for s in sources:
             where = f" > {s['heading_path']}" if s.get("heading_path") else ""
-            tag = "  (not cited; holds a figure of the answer)" if s.get("inferred") and not inferred else ""
+            tag = "  (cited by the check: holds the answer's facts)" if s.get("inferred") and not inferred else ""
             typer.echo(f"  [{s['n']}] {printable(s['source'])}{printable(where)}  ({s['chunk_id']}){tag}")
     else:
         typer.echo("\n(no sources cited)")
+    for c in citations or []:
+        if c.get("status") == "unsupported":
+            typer.echo(f"  (no source holds: {printable(c['sentence'][:120])})")
     if invalid:
         typer.echo(f"  (the model cited sources that do not exist: {invalid})")
 
