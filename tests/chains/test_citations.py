@@ -1,6 +1,7 @@
 """`[n]` and by-name citations mapped to the numbered sources (`ctxrag.chains.citations`)."""
 from __future__ import annotations
 
+import pytest
 from langchain_core.documents import Document
 
 from ctxrag.chains.citations import map_citations, named_citations
@@ -84,3 +85,18 @@ def test_a_right_citation_is_left_alone() -> None:
     out = map_citations("Team plan customers get 200 GB [1].", DEMO_DOCS)
     assert out["citations"][0]["status"] == "ok" and [(s["n"], s.get("inferred", False)) for s in out["sources"]] == [
         (1, False)]
+
+
+@pytest.mark.llm
+def test_real_model_answer_ends_up_citing_the_chunk_with_its_figure(local_chat_model) -> None:  # noqa: ANN001
+    from langchain_core.runnables import RunnableLambda
+
+    from ctxrag.chains.rag import build_rag_chain
+
+    chain = build_rag_chain(RunnableLambda(lambda _: DEMO_DOCS), local_chat_model.bind(max_tokens=64), gate=False)
+    out = chain.invoke("How fast does an Enterprise customer get an answer to a P1 incident?")
+    assert "30" in out["answer"], out["answer"]
+    assert "support_policy.html" in [s["source"] for s in out["sources"]], out
+    for c in out["citations"]:
+        if "30" in c["sentence"] and c["status"] != "no_facts":
+            assert c["sources"] and all("30 minutes" in DEMO_DOCS[n - 1].page_content for n in c["sources"]), c

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from langchain_core.language_models import BaseChatModel
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import Runnable, RunnablePassthrough
+from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 
 from ctxrag.evaluation.datasets import CorpusItem
 
@@ -57,7 +57,7 @@ def stock_answer_chain(corpus: Mapping[str, CorpusItem], llm: BaseChatModel, *, 
     if not docs:
         raise ValueError("stock_answer_chain: the corpus is empty")
     retriever = BM25Retriever.from_documents(docs, preprocess_func=_jieba_without_stopwords(), k=k)
-    context = itemgetter("documents") | (lambda ds: "\n\n".join(d.page_content for d in ds))
+    context = RunnableLambda(lambda x: "\n\n".join(d.page_content for d in x["documents"]))
     return (
         {"question": RunnablePassthrough()}
         | RunnablePassthrough.assign(documents=itemgetter("question") | retriever)
