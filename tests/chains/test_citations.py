@@ -72,8 +72,19 @@ def test_an_uncited_sentence_gets_the_chunk_that_holds_it_and_an_unheld_one_is_f
     out = map_citations("P1 incidents on the Enterprise plan are answered within 30 minutes. Bananas are yellow.",
                         DEMO_DOCS)
     assert [(c["status"], c["sources"]) for c in out["citations"]] == [("added", [2]), ("unsupported", [])]
-    flagged = map_citations("Bananas are yellow and sweet [1].", DEMO_DOCS)["citations"][0]
-    assert flagged["status"] == "unsupported" and flagged["sources"] == [1]  # the model's citation kept, flagged
+    out = map_citations("Bananas are yellow and sweet [1].", DEMO_DOCS)
+    flagged = out["citations"][0]
+    assert flagged["status"] == "unsupported" and flagged["cited"] == [1] and flagged["sources"] == []
+    assert out["sources"] == []  # a flagged citation is not passed off as a source
+
+
+def test_a_label_style_answer_and_a_bare_number_in_code() -> None:
+    out = map_citations("[3] 星河知识库 2.0 版于 2022年9月20日发布。 [2] 团队版包含 200 GB 的存储空间。",
+                        [*DEMO_DOCS, Document('PLAN_STORAGE_GB = {"team": 200}', metadata={"source": "q.py"})])
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("ok", [3]), ("corrected", [1])]
+    code = map_citations("团队版包含 200 GB 的存储空间 [2]。",
+                         [DEMO_DOCS[1], Document('PLAN_STORAGE_GB = {"team": 200}', metadata={"source": "q.py"})])
+    assert code["citations"][0]["status"] == "ok"  # the number the model cited is in the code it cited
 
 
 def test_a_sentence_without_facts_is_not_checked() -> None:

@@ -126,51 +126,75 @@ MIN_SUPPORT = 0.35
 """Share of a sentence's words / CJK bigrams a chunk must hold to support it (chosen on the citations benchmark)."""
 
 
+_LABELLED = re.compile(r"(?:\s*" + CITATION_MARK.pattern + r")*.+?(?:[。！？!?；;]|\.(?=[\s\[]|$)|\n|$)", re.S)
+
+
 def sentences(answer: str) -> list[str]:
-    """The answer cut into sentences, each keeping the `[n]` markers written right after its end.
+    """The answer cut into sentences, each keeping the `[n]` markers written right after its end; an answer that
+    opens with a marker uses them as labels ("[2] 2.0 版于……发布。"), so there a marker goes with what follows it.
 
     >>> sentences("Port 7420 [1]. Change it in xinghe.toml.[2] 端口是 7420。[1]")
     ['Port 7420 [1].', ' Change it in xinghe.toml.[2]', ' 端口是 7420。[1]']
+    >>> sentences("[1] 端口是 7420。 [2] 默认关闭。")
+    ['[1] 端口是 7420。', ' [2] 默认关闭。']
     """
-    return [m.group(0) for m in _SENTENCE.finditer(answer) if m.group(0).strip()]
+    pattern = _LABELLED if CITATION_MARK.match(answer.lstrip()) else _SENTENCE
+    return [m.group(0) for m in pattern.finditer(answer) if m.group(0).strip()]
 
 
 def _units(text: str) -> set[str]:
     return {u for u in _grams(CITATION_MARK.sub("", text)) if u not in _STOP_UNITS}
 
 
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[str]:
+    return set(_NUMBER.findall(CITATION_MARK.sub("", text)))
+
+
 def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None = None) -> dict[str, Any]:
     """One sentence's citations checked against the numbered `docs`.
 
-    A cited chunk holds the sentence when it contains one of the sentence's figures (`figures`) or at least
-    `MIN_SUPPORT` of its words / CJK bigrams. Status: ``ok`` (every cited chunk holds it), ``corrected`` (a cited
-    chunk that does not hold it is dropped, or the chunk holding a figure no cited chunk holds is added),
-    ``added`` (nothing cited; the chunk that holds it best is cited), ``unsupported`` (no retrieved chunk holds it:
-    flagged, the model's citations kept) or ``no_facts`` (too little to check, or a lead-in ending in a colon such
-    as "Here is the answer:").
+    Whether a chunk holds the sentence is decided by the strongest evidence there is: when some retrieved chunk
+    contains one of the sentence's figures as written (`figures`: "30 minutes", "2022年"), a chunk holds the sentence
+    only if it contains one of those figures; otherwise a chunk holding all of the sentence's numbers ("200" for
+    "200 GB" in ``"team": 200``) or at least `MIN_SUPPORT` of its words / CJK bigrams holds it. Status: ``ok``
+    (every cited chunk holds it), ``corrected`` (a cited chunk that does not hold it is dropped, or the chunk holding
+    a figure no cited chunk holds is added), ``added`` (nothing cited; the chunk that holds it best is cited),
+    ``unsupported`` (no retrieved chunk holds it: flagged, its citations are not counted as sources) or ``no_facts``
+    (too little to check, or a lead-in ending in a colon such as "Here is the answer:").
     """
     texts = texts if texts is not None else [_squash(d.page_content) for d in docs]
     cited = [n for n in cited_numbers(sentence) if 1 <= n <= len(docs)]
-    units, figs = _units(sentence), figures(sentence)
+    units, figs, nums = _units(sentence), figures(sentence), _numbers(sentence)
     out: dict[str, Any] = {"sentence": sentence.strip(), "cited": cited}
     lead_in = CITATION_MARK.sub("", sentence).strip().endswith((":", "："))  # "以下是答案：" introduces the next one
     if (len(units) < 2 or lead_in) and not figs:
         return {**out, "sources": cited, "status": "no_facts"}
-    support = {n: len(units & _grams(docs[n - 1].page_content)) / max(1, len(units)) for n in range(1, len(docs) + 1)}
-    holders = {f: [n for n in support if f in texts[n - 1]] for f in figs}
+    ns = range(1, len(docs) + 1)
+    support = {n: len(units & _grams(docs[n - 1].page_content)) / max(1, len(units)) for n in ns}
+    held = {f: [n for n in ns if f in texts[n - 1]] for f in figs}
+    held = {f: hs for f, hs in held.items() if hs}
+    numbered = {n for n in ns if nums and nums <= _numbers(docs[n - 1].page_content)}
+
+    def evidence(n: int) -> tuple[int, int, float]:
+        return (sum(n in hs for hs in held.values()), n in numbered, support[n])
 
     def holds(n: int) -> bool:
-        return support[n] >= MIN_SUPPORT or any(n in h for h in holders.values())
+        if held:
+            return evidence(n)[0] > 0
+        return n in numbered or support[n] >= MIN_SUPPORT
 
     kept = [n for n in cited if holds(n)]
-    for fig, hs in holders.items():  # a figure some chunk holds but no kept citation does: cite its best holder
-        if hs and not any(n in kept for n in hs):
-            kept.append(max(hs, key=lambda n: (support[n], -n)))
-    best = max(support, key=lambda n: (support[n], -n)) if support else None
+    for hs in held.values():  # a figure some chunk holds but no kept citation does: cite its best holder
+        if not any(n in kept for n in hs):
+            kept.append(max(hs, key=lambda n: (evidence(n), -n)))
+    best = max(ns, key=lambda n: (evidence(n), -n)) if docs else None
     if not kept and best is not None and holds(best):
         kept = [best]
     if not kept:
-        return {**out, "sources": cited, "status": "unsupported"}
+        return {**out, "sources": [], "status": "unsupported"}
     status = "ok" if kept == cited else ("added" if not cited else "corrected")
     return {**out, "sources": kept, "status": status}
 
