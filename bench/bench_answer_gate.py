@@ -150,7 +150,7 @@ def choose(cal: list[Case], rule_name: str) -> tuple[float, float]:
     abstention). The unused threshold of a one-signal rule is reported as 9.0 (margin) / 1.01 (overlap)."""
     rule = RULES[rule_name]
     margins = [9.0] if rule_name == "lexical overlap" else list(np.round(
-        np.arange(0.70, 0.95, 0.005) if "cosine" in rule_name else np.arange(-0.10, 0.20, 0.005), 3))
+        np.arange(0.70, 0.95, 0.005) if rule_name == "raw top cosine" else np.arange(-0.10, 0.20, 0.005), 3))
     overlaps = list(np.round(np.arange(0.0, 1.05, 0.05), 2)) if "overlap" in rule_name else [1.01]
     best, pick = (-1.0, 0.0), (margins[0], overlaps[0])
     for m in margins:
@@ -167,16 +167,22 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--home", type=Path, default=Path("/tmp/ctxrag_gate_home"))
     ap.add_argument("--cases-json", type=Path, default=None, help="also write every case's signals here")
+    ap.add_argument("--from-cases", type=Path, default=None, help="reuse the signals written by --cases-json")
     ap.add_argument("--out-dir", type=Path, default=None, help="page data folder (default docs/benchmarks/data)")
     args = ap.parse_args()
 
     drcd, paragraphs = drcd_questions(args.drcd, args.seed)
-    kbs = open_kbs(args.home, paragraphs)
-    gate = RelevanceGate(kbs["drcd"].embeddings)
-    all_cases = cases(drcd)
-    s_per_check = measure(all_cases, kbs, gate)
+    if args.from_cases:  # the signals of an earlier run: choose and report again without retrieving
+        saved = json.loads(args.from_cases.read_text(encoding="utf-8"))
+        all_cases, s_per_check = [Case(**c) for c in saved["cases"]], saved["s_per_check"]
+    else:
+        kbs = open_kbs(args.home, paragraphs)
+        gate = RelevanceGate(kbs["drcd"].embeddings)
+        all_cases = cases(drcd)
+        s_per_check = measure(all_cases, kbs, gate)
     if args.cases_json:
-        args.cases_json.write_text(json.dumps([c.__dict__ for c in all_cases], ensure_ascii=False, indent=0))
+        args.cases_json.write_text(json.dumps({"s_per_check": s_per_check, "cases": [c.__dict__ for c in all_cases]},
+                                              ensure_ascii=False, indent=0))
     cal = [c for c in all_cases if c.calibration]
     held = [c for c in all_cases if not c.calibration]
 
@@ -186,7 +192,7 @@ def main() -> None:
         chosen[name] = (m, o)
         ca, cf, _, _ = rates(cal, RULES[name], m, o)
         ha, hf, nu, na = rates(held, RULES[name], m, o)
-        setting = ("—" if m == 9.0 else f"{m:.3f}") + " / " + ("—" if o > 1 else f"{o:.2f}")
+        setting = ("—" if m == 9.0 else f"{m:.3f}") + " / " + ("—" if o > 1 else f"{o:.2f}")  # unused: —
         compare_rows.append([name, setting, round(100 * ca, 1), round(100 * cf, 1),
                              f"{100 * ha:.1f} (n={nu})", f"{100 * hf:.1f} (n={na})"])
 
@@ -211,10 +217,15 @@ def main() -> None:
         f"All cases with the chosen settings: abstention {100 * sum(not r(c, m, o) for c in un_all) / len(un_all):.1f}% "
         f"(n={len(un_all)}), false abstention {100 * sum(not r(c, m, o) for c in ans_all) / len(ans_all):.1f}% "
         f"(n={len(ans_all)}).",
-        f"Gate cost: {1000 * s_per_check:.0f} ms per question including hybrid retrieval (embeddings cached), "
-        "measured on a shared, loaded machine.",
+        (f"Gate cost: {1000 * s_per_check:.0f} ms per question including hybrid retrieval (embeddings cached), "
+         "measured on a shared, loaded machine." if s_per_check is not None else
+         "Signals reused from the retrieval run (--from-cases); the gate adds no model call: it reads the dense "
+         "retriever's cosines and embeds the question once more (cached)."),
         "Near-topic questions (about the demo product, not answered by its documents) are the hard case for any "
         "score gate: the chunks are on the topic, only the fact is missing.",
+        "The product uses margin or overlap rather than overlap alone although overlap alone abstains a little more "
+        "here: a question asked in another language than its knowledge base shares no words with it and passes "
+        "only by the (cross-lingual) margin.",
     ]
     write_page_data(
         "answer_gate",
@@ -224,7 +235,8 @@ def main() -> None:
              f"{len(paragraphs)} paragraphs they were asked of), the 6 demo "
              f"questions over examples/sample_corpus, the routing set's off-topic corpus, and "
              f"{len(WRITTEN_OFFTOPIC) + len(WRITTEN_NEAR_TOPIC)} questions written for this benchmark (zh and en)",
-        command=f"python bench/bench_answer_gate.py --drcd {args.drcd} --seed {args.seed}",
+        command=f"python bench/bench_answer_gate.py --drcd {args.drcd} --seed {args.seed} --cases-json CASES"
+                + (" (signals), then the same with --from-cases CASES (this page)" if args.from_cases else ""),
         tables=[
             Table(caption="Gate signals compared (thresholds chosen on the calibration half; % abstention on "
                           "unanswerable / % false abstention on answerable)",

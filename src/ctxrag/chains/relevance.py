@@ -48,9 +48,9 @@ from ctxrag.text import detect_language, to_simplified
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MIN_MARGIN = 0.02
+DEFAULT_MIN_MARGIN = 0.04
 """Default ``min_margin`` (see the module docstring and the ``answer_gate`` benchmark page)."""
-DEFAULT_MIN_OVERLAP = 0.6
+DEFAULT_MIN_OVERLAP = 0.35
 """Default ``min_overlap``."""
 
 # question words and fillers that say nothing about the topic; the shipped stopword lists keep some of them
