@@ -60,8 +60,8 @@ def test_a_figure_only_an_uncited_source_holds_moves_the_citation_there() -> Non
     assert out["citations"][0]["status"] == "corrected"
     ok = map_citations("Extra storage costs 30 yuan a month [2].", docs)  # the cited source holds it: nothing added
     assert [s["n"] for s in ok["sources"]] == [2]
-    own = map_citations("It is fast, about 31 minutes [1].", docs)  # a figure no source holds: left alone
-    assert [s["n"] for s in own["sources"]] == [1]
+    own = map_citations("It is fast, about 31 minutes [1].", docs)  # a figure no source holds: flagged
+    assert own["sources"] == [] and own["citations"][0]["status"] == "unsupported"
 
 
 def test_create_retrieval_chain_keys(kb: KnowledgeBase) -> None:
@@ -136,7 +136,7 @@ def _spy_messages(kb: KnowledgeBase, question: str, **chain_kw: object) -> tuple
             return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
 
     chain = build_rag_chain(kb.as_retriever(mode="dense", k=1), Spy(messages=iter([AIMessage("9321 [1]")])),
-                            **chain_kw)
+                            gate=False, **chain_kw)  # the prompt is the subject here, not the gate
     chain.invoke(question)
     return seen["messages"][0].content, seen["messages"][-1].content
 
