@@ -197,7 +197,8 @@ class Assistant(Runnable[Any, dict]):
         for delta in self._llm_stream(messages, config):
             answer += delta
             yield {"answer": delta}
-        cites = map_citations(answer, docs) if decision.route in (Route.RAG, Route.SUMMARY) else {
+        cites = map_citations(answer, docs, check=decision.route is Route.RAG) if decision.route in (
+            Route.RAG, Route.SUMMARY) else {
             "sources": [], "invalid_citations": []}
         if decision.route is Route.SUMMARY:
             for s in cites["sources"]:

@@ -205,7 +205,7 @@ def check_citations(answer: str, docs: list[Document]) -> list[dict[str, Any]]:
     return [check_sentence(s, docs, texts) for s in sentences(answer)]
 
 
-def map_citations(answer: str, docs: list[Document]) -> dict[str, Any]:
+def map_citations(answer: str, docs: list[Document], *, check: bool = True) -> dict[str, Any]:
     """Citations in `answer` mapped to the numbered `docs`, each sentence's checked (`check_citations`).
 
     ``sources``: the chunks the answer's sentences rest on after the check, in order of first use; one the model did
@@ -213,12 +213,13 @@ def map_citations(answer: str, docs: list[Document]) -> dict[str, Any]:
     brackets ("[Deployment Guide]") counts as cited (`named_citations`). ``invalid_citations``: numbers that match no
     source. ``citations``: one entry per sentence (``sentence``, ``cited``, ``sources``, ``status``); a cited chunk
     that does not hold its sentence's facts is dropped there (``corrected``), a sentence no chunk holds is
-    ``unsupported``."""
+    ``unsupported``. ``check=False`` keeps the model's own citations unchecked (documents cited by their summaries,
+    which paraphrase rather than quote), with ``citations`` empty."""
     nums = cited_numbers(answer)
     valid = [n for n in nums if 1 <= n <= len(docs)]
     named = [n for n in named_citations(answer, docs) if n not in valid]
-    checked = check_citations(answer, docs) if docs else []
-    used: list[int] = []
+    checked = check_citations(answer, docs) if docs and check else []
+    used: list[int] = [] if check else list(valid)
     for c in checked:
         used += [n for n in c["sources"] if n not in used]
     if named and not valid:
