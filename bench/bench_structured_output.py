@@ -163,14 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     ap.add_argument("--no-page", action="store_true", help="do not write docs/benchmarks/data/structured_output.json")
     ap.add_argument("--merge", type=Path, nargs="+", help="write the page from these --json results (runs nothing)")
+    ap.add_argument("--command", help="with --merge: the command lines that measured the merged results")
     args = ap.parse_args(argv)
     if args.merge:
         merged: dict[str, dict[str, Any]] = {}
         for path in args.merge:
             for task, paths in json.loads(path.read_text(encoding="utf-8")).items():
                 merged.setdefault(task, {}).update(paths)
-        write_page(merged, "python bench/bench_structured_output.py --merge " + " ".join(map(str, args.merge)),
-                   model_name=None)
+        write_page(merged, args.command or "python bench/bench_structured_output.py --merge " + " ".join(
+            map(str, args.merge)), model_name=None)
         return 0
 
     os.environ.setdefault("CTXRAG_HOME", tempfile.mkdtemp(prefix="ctxrag-bench-so-"))

@@ -25,6 +25,11 @@ def _default_home() -> Path:
     return Path(os.environ.get("CTXRAG_HOME") or Path.home() / ".ctxrag").expanduser()
 
 
+def default_models_cache() -> Path:
+    """``$XDG_CACHE_HOME/ctxrag/models`` (``~/.cache/ctxrag/models``): the per-user cache of assembled GGUFs."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "ctxrag" / "models"
+
+
 class LLMSettings(BaseModel):
     """Chat model."""
 
@@ -43,7 +48,7 @@ class LLMSettings(BaseModel):
     """Seconds per request."""
     max_retries: int = 2
     model_path: Path | None = None
-    """Local GGUF path; default: assembled from the data wheels into $CTXRAG_HOME/models."""
+    """Local GGUF path; default: assembled from the data wheels into the shared models cache (`Settings.models_cache`)."""
     n_ctx: int = 8192
     """Context window of the local model (tokens)."""
     n_threads: int | None = None
@@ -136,7 +141,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXRAG_", env_nested_delimiter="__", extra="ignore")
 
     home: Path = Field(default_factory=_default_home)
-    """Where knowledge bases, caches and the assembled model live."""
+    """Where knowledge bases and caches live."""
+    models_cache: Path = Field(default_factory=default_models_cache)
+    """Where the embedded GGUFs are assembled from their data wheels: once per user, shared by every `home`
+    (``CTXRAG_MODELS_CACHE``; default ``~/.cache/ctxrag/models``, or under ``$XDG_CACHE_HOME``)."""
     default_kb: str = "general"
     """The shared general knowledge base."""
     language: Literal["auto", "zh", "en"] = "auto"
@@ -159,7 +167,7 @@ class Settings(BaseSettings):
     contextualize: bool = True
     """Give chunks a context at ingest (contextual retrieval), written as `context_strategy` says. On by default for
     `ctxrag ingest` (why: docs/benchmarks/golden_chunks.md); ``CTXRAG_CONTEXTUALIZE=false`` or ``--no-contextualize``
-    turns it off. The Python API (`KnowledgeBase.ingest`) contextualizes only when given a contextualizer."""
+    turns it off. `KnowledgeBase.ingest` follows the same setting (its ``contextualize=`` argument overrides it)."""
     context_strategy: Literal["auto", "none", "header", "chunk", "document", "chunk+header", "document+header"] = "auto"
     """How contexts are written (see `ctxrag.indexing.strategies`): ``chunk`` one LLM call per chunk (Anthropic's
     prompt), ``document`` one call per document (title + summary for all its chunks), ``header`` no LLM
@@ -214,7 +222,8 @@ class Settings(BaseSettings):
 
     @property
     def models_dir(self) -> Path:
-        return self.home / "models"
+        """The shared models cache (`models_cache`), expanded."""
+        return Path(self.models_cache).expanduser()
 
 
 @lru_cache(maxsize=1)

@@ -199,7 +199,7 @@ class LLMReranker(BaseDocumentCompressor):
     def _finish(self, documents: Sequence[Document], scores: list[float | None]) -> list[Document]:
         if all(s is None for s in scores):
             log.warning("LLM reranking scored none of %d documents; keeping the input order", len(documents))
-            return list(documents)
+            return list(documents)[: self.top_n] if self.top_n is not None else list(documents)
         missing = sum(s is None for s in scores)
         if missing:
             log.warning("LLM reranking could not score %d of %d documents; they follow the scored ones",
