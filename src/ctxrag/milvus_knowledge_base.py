@@ -239,12 +239,19 @@ class MilvusKnowledgeBase:
                 "generation": 0, "indexes": {k: chunks for k in self.indexes}}
 
     # -- writes -------------------------------------------------------------------------------------------------
-    def ingest(self, paths: Iterable[str | Path], *, contextualizer: Any = None,
+    def ingest(self, paths: Iterable[str | Path], *, contextualize: bool | None = None, contextualizer: Any = None,
                precomputed_contexts: dict[str, str] | None = None, progress: bool = True,
                commit_every: int = 20) -> IngestReport:
         """Load, split, (contextualize,) embed and store files and folders; an unchanged file (same content hash)
-        is skipped, a changed one replaced, a bad one reported (never raised). `commit_every` is accepted for the
-        local signature: here every document is visible as soon as it is written."""
+        is skipped, a changed one replaced, a bad one reported (never raised). Contexts follow the local store's
+        rule (`contextualize`, default ``settings.contextualize``). `commit_every` is accepted for the local
+        signature: here every document is visible as soon as it is written."""
+        if contextualizer is None and precomputed_contexts is None and \
+                (self.settings.contextualize if contextualize is None else contextualize):
+            from ctxrag.indexing.strategies import make_contextualizer
+
+            contextualizer = make_contextualizer(self.settings.context_strategy, settings=self.settings,
+                                                 show_progress=progress)
         report = IngestReport()
         files, errors = expand_paths([Path(p) for p in paths])
         report.files.extend(FileOutcome(e.path, "failed", e.reason) for e in errors)
