@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_server import SERVER_MODEL_ALIAS, CountingProxy, CountingURL, models_cache_dir, run_llama_server
+from ctxrag.testing.llm_server import SERVER_MODEL_ALIAS, CountingProxy, CountingURL, models_cache_dir, run_llama_server
 
 # variables of the test infrastructure itself, kept when the rest of CTXRAG_* is cleared
 _KEEP_ENV = {"CTXRAG_MODELS_CACHE"}

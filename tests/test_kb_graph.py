@@ -16,8 +16,7 @@ from ctxrag.errors import ConfigError, ModelError
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import Settings
 
-sys.path.insert(0, str(Path(__file__).parent / "graph"))
-from bernoulli import PASSAGES, QUESTION, TRIPLETS  # noqa: E402
+from ctxrag.testing.bernoulli import PASSAGES, QUESTION, TRIPLETS
 
 
 class ScriptedExtractor(BaseChatModel):

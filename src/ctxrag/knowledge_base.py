@@ -21,12 +21,14 @@ import re
 import shutil
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
 
+from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
 from ctxrag.indexing.pipeline import IngestPipeline
 from ctxrag.ingest_report import IngestReport
@@ -49,7 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.stores.graph import GraphIndex
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
-SearchMode = Literal["dense", "bm25", "hybrid"]
 
 
 def validate_kb_name(name: str) -> str:
@@ -279,11 +280,12 @@ class KnowledgeBase:
                 raise
 
     # -- search -----------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, mode: SearchMode = "dense", filter: Any = None) -> list[Document]:
+    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = SearchMode.DENSE,
+               filter: Any = None) -> list[Document]:
         """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 
-    def as_retriever(self, mode: str = "hybrid", k: int = 10, **kwargs: Any) -> Any:
+    def as_retriever(self, mode: SearchMode | str = SearchMode.HYBRID, k: int = 10, **kwargs: Any) -> BaseRetriever:
         """A LangChain retriever over this knowledge base; see `ctxrag.retrievers.factory.make_retriever`."""
         from ctxrag.retrievers.factory import make_retriever
 

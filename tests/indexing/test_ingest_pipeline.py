@@ -16,8 +16,7 @@ from ctxrag.loading import LoadedDocument
 from ctxrag.settings import ChunkingSettings, Settings
 from ctxrag.stores.base import IndexedChunk
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "graph"))
-from bernoulli import PASSAGES, TRIPLETS  # noqa: E402
+from ctxrag.testing.bernoulli import PASSAGES, TRIPLETS
 
 
 def test_chunk_records_carry_context_and_kept_metadata() -> None:

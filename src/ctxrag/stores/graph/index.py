@@ -92,6 +92,10 @@ class GraphIndex:
     def passage_ids(self) -> list[str]:
         return list(self._passages)
 
+    def chunk_ids(self) -> list[str]:
+        """The passages' chunk ids (`ChunkIndex`)."""
+        return list(self._passages)
+
     def entity_name(self, entity_id: int) -> str:
         return self._entity_names[entity_id]
 
