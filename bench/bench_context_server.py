@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_golden_chunks import DATA, ROOT, EvalCounter, anthropic_docs, chat_model
+from bench_golden_chunks import DATA, EvalCounter, anthropic_docs, chat_model
 from ctxrag.indexing import ContextCache, Contextualizer
 from ctxrag.models import gguf
 from ctxrag.settings import get_settings

