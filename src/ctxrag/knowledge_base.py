@@ -48,6 +48,7 @@ from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, Key
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument
+    from ctxrag.indexing.strategies import ChunkContextualizer
     from ctxrag.stores.graph import GraphIndex
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
@@ -170,7 +171,7 @@ class KnowledgeBase:
         self,
         paths: Iterable[str | Path],
         *,
-        contextualizer: Any = None,
+        contextualizer: ChunkContextualizer | None = None,
         precomputed_contexts: dict[str, str] | None = None,
         progress: bool = True,
         commit_every: int = 20,
@@ -188,7 +189,7 @@ class KnowledgeBase:
         self,
         items: Iterable[Any],
         *,
-        contextualizer: Any = None,
+        contextualizer: ChunkContextualizer | None = None,
         precomputed_contexts: dict[str, str] | None = None,
         progress: bool = False,
     ) -> IngestReport:
@@ -221,9 +222,7 @@ class KnowledgeBase:
         with self.snapshots.session() as session:
             if session.store.get_document(doc.doc_id) is None:  # deleted by another writer meanwhile
                 raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (deleted meanwhile)")
-            ids = session.store.delete_document(doc.doc_id)
-            for index in session.indexes.values():
-                index.delete(ids)
+            session.delete([doc.doc_id])
             self.snapshots.commit(session)
         return doc
 
@@ -310,8 +309,6 @@ class KnowledgeBase:
             deleted = [d for d in doc_ids if session.store.get_document(d) is not None]
             if not deleted:
                 return []
-            chunk_ids = [c for d in deleted for c in session.store.delete_document(d)]
-            for index in session.indexes.values():
-                index.delete(chunk_ids)
+            session.delete(deleted)
             self.snapshots.commit(session)
         return deleted

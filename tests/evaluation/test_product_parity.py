@@ -104,7 +104,7 @@ def _dataset(kb: KnowledgeBase, questions: list[str]) -> EvalDataset:
     return EvalDataset(name="parity", corpus=corpus, queries=queries)
 
 
-@pytest.mark.parametrize("k", [3, 10])
+@pytest.mark.parametrize("k", [pytest.param(3, marks=pytest.mark.slow), 10])
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_benchmark_ranks_as_the_product(ingested: tuple[str, Path, list[str]], config: str, k: int,
                                         shared_embeddings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,3 +124,29 @@ def test_benchmark_ranks_as_the_product(ingested: tuple[str, Path, list[str]], c
             expected = [str(d.metadata.get(CHUNK_ID, d.id)) for d in product.invoke(text)]
             assert q.ranked_ids == expected, f"{language} {config} k={k}: {text!r}"
         assert result.queries == len(questions) and all(q.ranked_ids for q in result.per_query)
+
+
+def test_graph_benchmark_ranks_as_the_product(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              shared_embeddings: Any) -> None:
+    """Graph RAG: the knowledge base extracts the Bernoulli triplets at ingest (a scripted chat model), the benchmark
+    reads the same triplets from a HippoRAG OpenIE file; both rank by Personalized PageRank with dense seeds."""
+    from test_kb_graph import ScriptedExtractor
+
+    from ctxrag.settings import Settings
+    from ctxrag.testing.bernoulli import PASSAGES, QUESTION, TRIPLETS
+
+    monkeypatch.setattr("ctxrag.models.chat.make_chat_model", lambda *a, **k: ScriptedExtractor())
+    with KnowledgeBase.open("family", Settings(home=tmp_path / "h", graph=True), embeddings=shared_embeddings) as kb:
+        kb.add_texts([{"text": t, "source": f"wiki://{k}", "title": t.split("\n", 1)[0]} for k, t in PASSAGES.items()])
+        dataset = _dataset(kb, [QUESTION, "Who proved the law of large numbers?", "Where was Euler born?"])
+        key_of = {PASSAGES[k].strip(): k for k in PASSAGES}
+        openie = tmp_path / "openie.json"
+        openie.write_text(json.dumps({"docs": [
+            {"passage": item.text, "extracted_triples": TRIPLETS[key_of[item.text.strip()]]}
+            for item in dataset.corpus.values()]}), encoding="utf-8")
+        dataset.extra["openie_file"] = str(openie)
+        runner = EvalRunner(dataset, ks=[1, 3], embeddings=shared_embeddings, settings=kb.settings, progress=False)
+        result = runner.run(ExperimentConfig(name="graph", retrieval="graph"))
+        product = kb.as_retriever(mode="graph", k=3)
+        for q, query in zip(result.per_query, dataset.queries):
+            assert q.ranked_ids == [str(d.metadata.get(CHUNK_ID, d.id)) for d in product.invoke(query.text)], query.text
