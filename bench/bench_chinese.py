@@ -158,20 +158,25 @@ def main() -> None:
         print(f"| {name:<{width}} | {r1:.1f} | {mrr:.1f} | {ms:.1f} |")
     if not args.no_page:
         sample = f"{len(queries)} questions (sample seed {args.seed})" if args.sample else f"all {len(queries)} questions"
-        path = write_page_data(
-            "chinese_retrieval",
-            title="Chinese passage retrieval (DRCD dev), ctxrag vs stock LangChain",
-            measures="R@1 and MRR@10 (%) of the question's own paragraph among all paragraphs; ms/query of search",
-            data=f"{args.data.name}: {len(ids)} paragraphs, {sample}",
-            tables=[Table(caption="ctxrag rows are the retrievers kb.as_retriever(mode, k=10, fusion=...) builds; "
-                                  "LangChain rows are stock classes over the same texts and vectors",
-                          columns=["retriever", "R@1", "MRR@10", "ms/query"],
-                          rows=[[n, round(r1, 1), round(mrr, 1), round(ms, 1)] for n, r1, mrr, ms in rows])],
-            notes=["Query vectors come from the same embedding cache for every row, so ms/query is search time.",
-                   "Timings were taken on a shared machine; see the load average."],
-        )
+        path = write_page(rows, f"{args.data.name}: {len(ids)} paragraphs, {sample}")
         print(f"wrote {path}", file=sys.stderr)
 
+
+def write_page(rows: list[tuple[str, float, float, float]], data: str, command: str | None = None) -> Path:
+    """The ``chinese_retrieval`` benchmark page data (`pagedata.write_page_data`) from this run's rows."""
+    return write_page_data(
+        "chinese_retrieval",
+        title="Chinese passage retrieval (DRCD dev), ctxrag vs stock LangChain",
+        measures="R@1 and MRR@10 (%) of the question's own paragraph among all paragraphs; ms/query of search",
+        data=data,
+        command=command,
+        tables=[Table(caption="ctxrag rows are the retrievers kb.as_retriever(mode, k=10, fusion=...) builds; "
+                              "LangChain rows are stock classes over the same texts and vectors",
+                      columns=["retriever", "R@1", "MRR@10", "ms/query"],
+                      rows=[[n, round(r1, 1), round(mrr, 1), round(ms, 1)] for n, r1, mrr, ms in rows])],
+        notes=["Query vectors come from the same embedding cache for every row, so ms/query is search time.",
+               "Timings were taken on a shared machine; see the load average."],
+    )
 
 if __name__ == "__main__":
     main()

@@ -41,7 +41,7 @@ def main(path: Path) -> Path:
              "folder's DeepSeek contexts",
         command="bench/run_eval.sh",
         tables=[
-            Table(caption="ctxrag: each configuration is the retriever kb.as_retriever(mode, k=20) builds "
+            Table(caption=f"ctxrag: each configuration is the retriever kb.as_retriever(mode, k={max(ks)}) builds "
                           "(make_retriever over the corpus in memory)", columns=columns, rows=ours),
             Table(caption="references: published numbers and the stock LangChain floor measured by the data "
                           "provider (not re-run here)",
