@@ -35,6 +35,18 @@ _ISA = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8",
 
 
 @dataclass
+class RunRecord:
+    """Where, when and at which commit a run happened, for results transcribed from an earlier record (a README,
+    a commit message) rather than measured by this process. ``machine`` has :func:`machine`'s keys; a value the
+    record does not state is the string ``"not recorded"``. ``source`` says where the numbers were read."""
+
+    machine: dict[str, Any]
+    date: str
+    commit: str
+    source: str
+
+
+@dataclass
 class Table:
     """One table of a benchmark page: a caption, column names and rows of cells (str or numbers)."""
 
@@ -91,10 +103,13 @@ def write_page_data(
     tables: Sequence[Table],
     notes: Sequence[str] = (),
     out_dir: Path | None = None,
+    recorded: RunRecord | None = None,
 ) -> Path:
     """Write ``<out_dir>/<name>.json`` (default ``docs/benchmarks/data``) with the machine, date and commit filled in.
 
-    ``command`` defaults to the command line this process was started with.
+    ``command`` defaults to the command line this process was started with. ``recorded`` replaces the machine, date
+    and commit of this process with those of an earlier run (numbers transcribed from its record) and adds its
+    ``source`` to the JSON.
     """
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"benchmark page name {name!r}: use letters, digits, '_' and '-'")
@@ -111,12 +126,14 @@ def write_page_data(
         "measures": measures,
         "data": data,
         "command": command or "python " + " ".join(sys.argv),
-        "machine": machine(),
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit(),
+        "machine": recorded.machine if recorded else machine(),
+        "date": recorded.date if recorded else _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": recorded.commit if recorded else commit(),
         "tables": [asdict(t) for t in tables],
         "notes": list(notes),
     }
+    if recorded:
+        payload["source"] = recorded.source
     out = Path(out_dir) if out_dir is not None else DATA_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"

@@ -13,20 +13,12 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 
 # llama.cpp is compiled here. Its default -march=native build turns on the AMX kernels on Xeons that have AMX, and
-# that build (llama-cpp-python 0.3.36) crashes in the first decode there (segmentation fault, measured on this project's
-# Sapphire Rapids machines). So on x86-64 we pick the instruction sets ourselves: AVX2/FMA/F16C everywhere, the AVX-512
-# family when the CPU has it, never AMX. Set CMAKE_ARGS to build differently; the wheel is cached per flag set.
+# that build crashes in the first decode there; src/ctxrag/models/llama_build.py (the one source of the safe flags,
+# also behind `ctxrag doctor`) picks the instruction sets: AVX2/FMA/F16C everywhere, the AVX-512 family when the CPU
+# has it, never AMX. Set CMAKE_ARGS to build differently; the wheel is cached per flag set.
 LLAMA_SPEC="llama-cpp-python>=0.3.16,<0.4"
-if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = "x86_64" ]; then
-  cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-  if [[ $cpu_flags == *" avx512f "* && $cpu_flags == *" avx512bw "* && $cpu_flags == *" avx512vl "* && $cpu_flags == *" avx512dq "* ]]; then
-    CMAKE_ARGS="$CMAKE_ARGS -DGGML_AVX512=ON"
-    [[ $cpu_flags == *" avx512_vnni "* ]] && CMAKE_ARGS="$CMAKE_ARGS -DGGML_AVX512_VNNI=ON"
-    [[ $cpu_flags == *" avx512_bf16 "* ]] && CMAKE_ARGS="$CMAKE_ARGS -DGGML_AVX512_BF16=ON"
-    [[ $cpu_flags == *" avx512vbmi "* ]] && CMAKE_ARGS="$CMAKE_ARGS -DGGML_AVX512_VBMI=ON"
-  fi
-  [[ $cpu_flags == *" avx_vnni "* ]] && CMAKE_ARGS="$CMAKE_ARGS -DGGML_AVX_VNNI=ON"
+if [ -z "${CMAKE_ARGS:-}" ]; then
+  CMAKE_ARGS="$("$PYTHON" src/ctxrag/models/llama_build.py)"
 fi
 WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/ctxrag/wheels/$(printf '%s' "${CMAKE_ARGS:-native}" | sha256sum | cut -c1-12)"
 if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
@@ -38,8 +30,8 @@ fi
 LLAMA_WHEEL="$(ls "$WHEELS"/llama_cpp_python-*.whl | sort -V | tail -1)"
 # --force-reinstall: a .venv made by an earlier bootstrap may hold a native (AMX) build of the same version
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$LLAMA_WHEEL"
-echo "bootstrap: installing ctxrag[local,server,chroma,milvus,milvus-server,dev]"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[local,server,chroma,milvus,milvus-server,dev]"
+echo "bootstrap: installing ctxrag[local,local-small,server,chroma,milvus,milvus-server,dev]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[local,local-small,server,chroma,milvus,milvus-server,dev]"
 # the playground test drives Debian's chromium through playwright (never `playwright install`); best effort: without
 # chromium that test skips
 if ! command -v chromium >/dev/null 2>&1; then

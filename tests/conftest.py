@@ -3,9 +3,9 @@
 Isolation: every test gets its own ``CTXRAG_HOME`` (a tmp dir), no stray ``CTXRAG_*`` variables from the shell, and
 a fresh ``get_settings()``.
 
-Local LLM: the default GGUF (Qwen2.5-Coder-1.5B, ``ctxrag.models.gguf.DEFAULT_LOCAL_MODEL``) is assembled ONCE into a
-shared cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models`` (1.1 GB, seconds the first time, an mtime/size
-check afterwards), never into the per-test home. Tests marked
+Local LLM: the default GGUF (Qwen2.5-Coder-1.5B, ``ctxrag.models.gguf.DEFAULT_LOCAL_MODEL``) is assembled ONCE into
+the product's shared models cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models`` (1.1 GB, seconds the first
+time, an mtime/size check afterwards), as every ``CTXRAG_HOME`` shares it. Tests marked
 ``@pytest.mark.llm`` (or using ``local_model_path``) also get ``CTXRAG_LLM__MODEL_PATH`` pointing at it, so
 ``make_chat_model()`` finds the model without assembling (and ``CTXRAG_LLM__N_CTX=4096``, so it reuses the loaded
 ``local_chat_model`` instead of loading a second copy). All of it skips cleanly when llama-cpp-python is absent.
@@ -38,6 +38,7 @@ from ctxrag.testing.llm_server import (
 # variables of the test infrastructure itself, kept when the rest of CTXRAG_* is cleared
 _KEEP_ENV = {"CTXRAG_MODELS_CACHE"}
 LOCAL_N_CTX = 4096
+MODELS_CACHE = models_cache_dir()  # read now, from the shell's environment (see llm_server.models_cache_dir)
 
 
 def _clear_settings_cache() -> None:

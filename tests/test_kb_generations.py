@@ -73,7 +73,7 @@ def test_readers_never_delete_generations(settings: Settings, tmp_path: Path) ->
     for i, word in enumerate(["ottermint", "pylonfrost", "quasarbean"]):
         kb.ingest([_doc(tmp_path / f"f{i}", f"doc{i}", word)], progress=False)
     base = kb.root / "indexes"
-    assert sorted(p.name for p in base.iterdir()) == ["gen-000002", "gen-000003"]  # current and the one before
+    assert sorted(p.name for p in base.glob("gen-*")) == ["gen-000002", "gen-000003"]  # current and the one before
     (base / "gen-000009").mkdir()  # an uncommitted generation of a crashed writer
     (base / ".tmp-gen-000004-1-x").mkdir()
     before = sorted(p.name for p in base.iterdir())
@@ -83,7 +83,7 @@ def test_readers_never_delete_generations(settings: Settings, tmp_path: Path) ->
         r.close()
     assert sorted(p.name for p in base.iterdir()) == before  # opening and searching removed nothing
     kb.ingest([_doc(tmp_path / "f9", "doc9", "rivetsolace")], progress=False)  # a writer cleans up, under the lock
-    assert sorted(p.name for p in base.iterdir()) == ["gen-000003", "gen-000004"]
+    assert sorted(p.name for p in base.glob("gen-*")) == ["gen-000003", "gen-000004"]
     kb.close()
 
 

@@ -1,5 +1,6 @@
-"""The LangChain example of docs/langchain.md (also the README's Python section) runs unchanged: it is executed
-here as written, with only the rerank server's URL pointed at a real Jina-protocol server on 127.0.0.1."""
+"""The LangChain example of docs/langchain.md runs unchanged: it is executed here as written, with only the rerank
+server's URL pointed at a real Jina-protocol server on 127.0.0.1 (the README's shorter drop-in example runs in
+tests/docs/test_code_blocks.py)."""
 from __future__ import annotations
 
 import re
@@ -34,8 +35,3 @@ def test_langchain_user_code_runs_unchanged(capsys) -> None:  # noqa: ANN001
     assert all(d.metadata.get("rerank_score") is not None for d in best)
     assert "bm25" in capsys.readouterr().out
 
-
-def test_readme_shows_the_same_code() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "as_vectorstore" in b]
-    assert blocks == [_snippet()], "README.md's LangChain example must equal docs/langchain.md's (which runs here)"

@@ -58,10 +58,10 @@ def test_filter_inside_the_index(store: KnowledgeBaseVectorStore) -> None:
 def test_scores_mmr_and_retriever_search_types(store: KnowledgeBaseVectorStore) -> None:
     with_score = store.similarity_search_with_score("Which database server stores vectors?", k=5)
     assert with_score[0][0].id == "milvus"
-    assert [s for _, s in with_score] == sorted((s for _, s in with_score), reverse=True)
+    assert [s for _, s in with_score] == sorted(s for _, s in with_score)  # distances: closest first, lowest
     rel = store.similarity_search_with_relevance_scores("Which database server stores vectors?", k=5)
     assert all(0.0 <= s <= 1.0 for _, s in rel)
-    assert rel[0][1] == pytest.approx((1 + with_score[0][1]) / 2, abs=1e-6)
+    assert rel[0][1] == pytest.approx(max(0.0, 1 - with_score[0][1] / math.sqrt(2)), abs=1e-6)
     mmr = store.max_marginal_relevance_search("vectors", k=3, fetch_k=5, lambda_mult=0.3)
     assert len(mmr) == 3 and len({d.id for d in mmr}) == 3
 
@@ -117,6 +117,51 @@ def test_from_texts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = KnowledgeBaseVectorStore.from_texts(["a b", "c d"], DeterministicFakeEmbedding(size=8), ids=["1", "2"])
     try:
         assert [d.id for d in store.similarity_search("a b", k=1)] == ["1"]
-        assert math.isclose(store.similarity_search_with_score("a b", k=1)[0][1], 1.0, abs_tol=1e-5)
+        assert math.isclose(store.similarity_search_with_score("a b", k=1)[0][1], 0.0, abs_tol=1e-5)  # a distance
     finally:
         store.kb.close()
+
+
+# ----------------------------------------------------------------------------------------- FAISS as the reference
+
+TEXTS = ["FAISS keeps dense vectors in memory.", "BM25 scores words by frequency.", "Milvus is a vector database server.",
+         "Chroma stores embeddings on disk.", "Paris is the capital of France.", "Berlin is the capital of Germany.",
+         "A reranker orders retrieved passages.", "SQLite stores the chunks of a knowledge base."]
+IDS = ["faiss", "bm25", "milvus", "chroma", "paris", "berlin", "rerank", "sqlite"]
+QUERIES = ["Which database server stores vectors?", "capital city", "how are words scored?"]
+
+
+@pytest.fixture
+def faiss_and_face(store: KnowledgeBaseVectorStore) -> tuple[VectorStore, KnowledgeBaseVectorStore]:
+    """LangChain's own FAISS store and ours over the same texts, ids and (real, normalised) embeddings."""
+    from langchain_community.vectorstores import FAISS
+
+    store.delete(["faiss", "bm25", "milvus", "chroma", "paris"])
+    store.add_texts(TEXTS, ids=IDS)
+    return FAISS.from_texts(TEXTS, store.embeddings, ids=IDS), store
+
+
+def test_scores_and_relevance_match_langchains_faiss_store(faiss_and_face) -> None:  # noqa: ANN001
+    faiss, ours = faiss_and_face
+    for query in QUERIES:
+        theirs = faiss.similarity_search_with_score(query, k=5)
+        mine = ours.similarity_search_with_score(query, k=5)
+        assert [d.id for d, _ in mine] == [d.id for d, _ in theirs]
+        assert [s for _, s in mine] == pytest.approx([float(s) for _, s in theirs], abs=1e-4)  # distances
+        theirs_rel = faiss.similarity_search_with_relevance_scores(query, k=5)
+        mine_rel = ours.similarity_search_with_relevance_scores(query, k=5)
+        assert [s for _, s in mine_rel] == pytest.approx([max(0.0, float(s)) for _, s in theirs_rel], abs=1e-4)
+        assert all(0.0 <= s <= 1.0 for _, s in mine_rel)  # LangChain's contract: 0 worst, 1 best
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.6, 0.7, 0.8])
+def test_score_threshold_keeps_what_faiss_keeps(faiss_and_face, threshold: float) -> None:  # noqa: ANN001
+    faiss, ours = faiss_and_face
+    kwargs = {"search_type": "similarity_score_threshold", "search_kwargs": {"k": 8, "score_threshold": threshold}}
+    for query in QUERIES:
+        expected = [d.id for d in faiss.as_retriever(**kwargs).invoke(query)]
+        assert [d.id for d in ours.as_retriever(**kwargs).invoke(query)] == expected
+        # the knowledge base's own dense retriever reads the threshold on the same scale
+        dense = ours.kb.as_retriever(mode="dense", search_type="similarity_score_threshold",
+                                     search_kwargs={"k": 8, "score_threshold": threshold})
+        assert [d.id for d in dense.invoke(query)] == expected

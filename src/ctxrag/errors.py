@@ -30,11 +30,26 @@ class KnowledgeBaseNotFound(CtxragError, KeyError):
         return self.args[0]
 
 
+class KnowledgeBaseDeleted(KnowledgeBaseNotFound):
+    """The knowledge base was deleted (or deleted and created again) by another process while this one had it open.
+
+    A writer gets it instead of silently creating a new, partial knowledge base; a reader instead of a raw
+    ``FileNotFoundError``. Open it again (or ingest again) to use the one that exists now."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        self.name = name
+        CtxragError.__init__(self, f"knowledge base {name!r} was deleted {detail}")
+
+
 class DocumentNotFound(CtxragError, KeyError):
     """No document with that id or source is stored."""
 
     def __str__(self) -> str:
         return self.args[0]
+
+
+class AmbiguousDocument(CtxragError, ValueError):
+    """A document key (a file name or trailing path) matches several stored documents; the message lists them."""
 
 
 class IndexCorruptError(CtxragError):

@@ -50,3 +50,15 @@ def fsync_tree(directory: Path) -> None:
             with open(os.path.join(root, name), "rb") as f:
                 os.fsync(f.fileno())
         fsync_dir(Path(root))
+
+
+def remove_tree(directory: Path, attempts: int = 5) -> None:
+    """Remove a folder that nobody else writes to any more (renamed away first), retrying a few times if a file
+    still appeared in it; `OSError` naming the folder if it cannot be removed."""
+    import shutil
+
+    for _ in range(attempts):
+        shutil.rmtree(directory, ignore_errors=True)
+        if not os.path.lexists(directory):
+            return
+    shutil.rmtree(directory)  # the last try raises what stops it

@@ -38,6 +38,8 @@ def _stored_ids(store: DocStore) -> set[str]:
 def check(kb: "KnowledgeBase") -> CheckReport:
     """Each index of the current generation (and the live Chroma/Milvus store, unreconciled) against the document
     store; an index that cannot be loaded is reported with its error."""
+    if kb.settings.store == "milvus":  # a Milvus-resident knowledge base checks its own two collections
+        return kb.check()  # type: ignore[attr-defined]
     gen = kb.generation
     store_ids = _stored_ids(kb.store)
     report = CheckReport(kb.name, gen, len(store_ids))
@@ -78,6 +80,8 @@ def repair(kb: "KnowledgeBase") -> RepairReport:
     """Under the write lock: load each index of the current generation; rebuild one that is missing or damaged
     from the stored chunks, remove chunks the store lacks and add the ones it misses; commit a new generation if
     anything changed. A damaged ``kb.sqlite`` cannot be repaired from the indexes (`StoreCorruptError`)."""
+    if kb.settings.store == "milvus":
+        return kb.repair()  # type: ignore[attr-defined]
     report = RepairReport(kb.name)
     with kb.snapshots.write_lock():
         store = DocStore(kb.root / "kb.sqlite")

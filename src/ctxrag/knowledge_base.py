@@ -17,9 +17,10 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
 import threading
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -30,7 +31,6 @@ from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
-from ctxrag.indexing.pipeline import IngestPipeline
 from ctxrag.ingest_report import IngestReport
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
@@ -38,8 +38,8 @@ from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.fileio import remove_tree
 from ctxrag.stores.generations import GenerationStore
-from ctxrag.indexing.triplets import LazyTripletExtractor, triplet_stage
 from ctxrag.stores.registry import IndexSetup, index_factories
 from ctxrag.stores.snapshots import IndexSnapshots
 from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
@@ -47,11 +47,14 @@ from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.indexing.strategies import ChunkContextualizer
     from ctxrag.stores.graph import GraphIndex
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
+TRASH_PREFIX = ".deleted-"
+"""A deleted knowledge base's folder is renamed to ``.deleted-NAME-XXXX`` (not a valid name: never listed) and removed."""
 
 
 def validate_kb_name(name: str) -> str:
@@ -69,7 +72,9 @@ class KnowledgeBase:
     lock, apply their change on top of the current generation and commit the next one; a long-lived reader checks
     for a newer generation on every index access (``PRAGMA data_version``, microseconds) and switches to it."""
 
-    def __init__(self, name: str, root: Path, settings: Settings, embeddings: Embeddings | None = None) -> None:
+    def __init__(
+        self, name: str, root: Path, settings: Settings, embeddings: Embeddings | None = None, *, create: bool = True
+    ) -> None:
         self.name = validate_kb_name(name)
         self.root = Path(root)
         self.settings = settings
@@ -82,7 +87,7 @@ class KnowledgeBase:
             raise StoreCorruptError(
                 f"{db}: the document store is missing but index generations exist in {self.generations.base}; "
                 "restore kb.sqlite from a backup, or move the folder away and ingest again")
-        self.store = DocStore(db)
+        self.store = DocStore(db, create=create)
         self.snapshots = IndexSnapshots(self.generations, self.store, factories=lambda: index_factories(self.index_setup()),
                                         embed=self._embed, writer_lock=self._lock)
         """The committed index generations: what searches read, and write sessions (`ctxrag.stores.snapshots`)."""
@@ -96,26 +101,47 @@ class KnowledgeBase:
         """Open (and by default create) the knowledge base `name`. Indexes are loaded on first use."""
         s = settings or get_settings()
         validate_kb_name(name)
+        if s.store == "milvus":  # the whole knowledge base in Milvus (docs/scale.md)
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.open(name, s, create=create, embeddings=embeddings)  # type: ignore[return-value]
         root = s.kb_root / name
         if not (root / "kb.sqlite").exists() and not create and not (root / "indexes").is_dir():
             raise KnowledgeBaseNotFound(name, s.kb_root)
-        return cls(name, root, s, embeddings)
+        return cls(name, root, s, embeddings, create=create)
 
     @staticmethod
     def list_names(settings: Settings | None = None) -> list[str]:
         s = settings or get_settings()
+        if s.store == "milvus":
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.list_names(s)
         if not s.kb_root.is_dir():
             return []
         return sorted(p.name for p in s.kb_root.iterdir() if (p / "kb.sqlite").exists())
 
     @staticmethod
     def delete_kb(name: str, settings: Settings | None = None) -> None:
+        """Delete the knowledge base `name`: under its write lock (waits for a writer's current commit, like any
+        writer; a writer's next commit then fails with `KnowledgeBaseDeleted` instead of creating a new store), the
+        folder is renamed away in one step, then removed. Readers see the whole knowledge base or none of it, and
+        get `KnowledgeBaseDeleted` (not a raw ``FileNotFoundError``) on their next access."""
         s = settings or get_settings()
         root = s.kb_root / validate_kb_name(name)
+        if s.store == "milvus":
+            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+
+            return MilvusKnowledgeBase.delete_kb(name, s)
         if not (root / "kb.sqlite").exists():
             raise KnowledgeBaseNotFound(name, s.kb_root)
-        drop_dense_store(s, name, root)  # a Milvus collection lives outside the folder (server or shared file)
-        shutil.rmtree(root)
+        trash = s.kb_root / f"{TRASH_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+        with GenerationStore(root, name, lock_timeout=s.write_lock_timeout).write_lock():
+            if not (root / "kb.sqlite").exists():  # another `kb delete` got the lock first
+                raise KnowledgeBaseNotFound(name, s.kb_root)
+            drop_dense_store(s, name, root)  # a Milvus collection lives outside the folder (server or shared file)
+            os.replace(root, trash)
+        remove_tree(trash)
 
     def close(self) -> None:
         self.snapshots.close()
@@ -139,9 +165,13 @@ class KnowledgeBase:
 
     def index_setup(self) -> IndexSetup:
         """What opening this knowledge base's indexes needs (`ctxrag.stores.registry`)."""
+        extract = None
+        if self.settings.graph:  # the triplet side loads the chat-model stack: only when graph RAG is on
+            from ctxrag.indexing.triplets import LazyTripletExtractor
+
+            extract = LazyTripletExtractor(self.settings)
         return IndexSetup(self.name, self.root, self.settings, chunks=self.store.iter_chunks,
-                          embeddings=lambda: self.embeddings, embed=self._embed,
-                          extract_triplets=LazyTripletExtractor(self.settings) if self.settings.graph else None)
+                          embeddings=lambda: self.embeddings, embed=self._embed, extract_triplets=extract)
 
     @property
     def indexes(self) -> dict[str, ChunkIndex]:
@@ -164,6 +194,9 @@ class KnowledgeBase:
     # -- ingest (see ctxrag.indexing.pipeline) ----------------------------------------------------------------
     def pipeline(self) -> IngestPipeline:
         """The ingest pipeline writing into this knowledge base (with its current settings)."""
+        from ctxrag.indexing.pipeline import IngestPipeline
+        from ctxrag.indexing.triplets import triplet_stage
+
         return IngestPipeline(self.name, self.settings, self.store, self.snapshots, self._embed,
                               extract_triplets=triplet_stage(self.settings))
 
@@ -171,6 +204,7 @@ class KnowledgeBase:
         self,
         paths: Iterable[str | Path],
         *,
+        contextualize: bool | None = None,
         contextualizer: ChunkContextualizer | None = None,
         precomputed_contexts: dict[str, str] | None = None,
         progress: bool = True,
@@ -178,12 +212,25 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Load, split, (contextualize,) embed and index files and folders.
 
-        A changed file replaces its chunks; an unchanged one is skipped by content hash; a bad file is reported in the
-        returned `IngestReport` (never raised) and the others are still ingested.
+        Contexts follow the same rule as ``ctxrag ingest``: `contextualize` (default: ``settings.contextualize``,
+        ``CTXRAG_CONTEXTUALIZE``, on) gives chunks a context written as ``settings.context_strategy`` says; a given
+        `contextualizer` or `precomputed_contexts` is used instead. A changed file replaces its chunks; an unchanged
+        one is skipped by content hash; a bad file is reported in the returned `IngestReport` (never raised) and the
+        others are still ingested.
         """
+        if contextualizer is None and precomputed_contexts is None:
+            contextualizer = self._default_contextualizer(contextualize, progress)
         return self.pipeline().ingest_files(paths, contextualizer=contextualizer,
                                             precomputed_contexts=precomputed_contexts, progress=progress,
                                             commit_every=commit_every)
+
+    def _default_contextualizer(self, contextualize: bool | None, progress: bool) -> Any:
+        """The settings' contextualizer when contexts are on (`contextualize`, else ``settings.contextualize``)."""
+        if not (self.settings.contextualize if contextualize is None else contextualize):
+            return None
+        from ctxrag.indexing.strategies import make_contextualizer
+
+        return make_contextualizer(self.settings.context_strategy, settings=self.settings, show_progress=progress)
 
     def add_texts(
         self,
@@ -279,9 +326,10 @@ class KnowledgeBase:
                 raise
 
     # -- search -----------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = SearchMode.DENSE,
+    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = SearchMode.HYBRID,
                filter: Any = None) -> list[Document]:
-        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata."""
+        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
+        ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 
     def as_retriever(self, mode: SearchMode | str = SearchMode.HYBRID, k: int = 10, **kwargs: Any) -> BaseRetriever:

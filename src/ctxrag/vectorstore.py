@@ -2,13 +2,20 @@
 
 Each added LangChain `Document` is stored as one knowledge-base document of exactly one chunk (the caller has split
 already, as with any vector store): it lands in the SQLite store and in every index (dense, BM25, graph when on) in
-one atomic commit, so ``kb.as_retriever(mode="hybrid")`` finds it too. Search returns the document as it was added:
-its ``page_content``, its own ``metadata`` and its ``id`` (given, or a generated uuid). Chunks ingested from files are
-returned with the knowledge base's chunk metadata and their chunk id.
+one atomic commit, so ``kb.as_retriever(mode="hybrid")`` finds it too. Its id (given, or a generated uuid) is its
+chunk id, so this face and ``kb.as_retriever`` return the same ``Document.id``. Search here returns the document as
+it was added: its ``page_content``, its own ``metadata`` and its ``id``. Chunks ingested from files are returned with
+the knowledge base's chunk metadata and their chunk id.
 
-Scores: `similarity_search_with_score` gives the cosine similarity (higher is closer), and the relevance scores of
-`similarity_search_with_relevance_scores` are ``(1 + cos) / 2`` in [0, 1]. ``filter`` is a dict ``{key: value}`` /
-``{key: [values]}`` or a predicate over the document's metadata, applied inside the index (before the top-k cut).
+Scores, as LangChain's FAISS store gives them for the same (normalised) embeddings:
+
+- `similarity_search_with_score`: a distance, lower is closer: the squared euclidean distance ``2 - 2 cos`` in [0, 4].
+- `similarity_search_with_relevance_scores` and ``as_retriever(search_type="similarity_score_threshold")``:
+  LangChain's relevance score, 0 worst and 1 best, ``1 - distance / sqrt(2)`` clipped to [0, 1]; so a
+  ``score_threshold`` keeps the same documents as on a FAISS store.
+
+``filter`` is a dict ``{key: value}`` / ``{key: [values]}`` or a predicate over the document's metadata, applied inside
+the index (before the top-k cut).
 
 Example::
 
@@ -37,7 +44,7 @@ from ctxrag import schema
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.base import MetadataFilter, UnknownArgumentError, check_filter, check_k, metadata_matches
-from ctxrag.retrievers.dense import cosine_to_relevance, mmr_select
+from ctxrag.retrievers.dense import cosine_to_distance, distance_to_relevance, mmr_select
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
 
 SOURCE_PREFIX = "langchain://"
@@ -72,7 +79,8 @@ class KnowledgeBaseVectorStore(VectorStore):
     def _doc_id(self, id: str) -> str:
         return schema.make_doc_id(self.kb.name, SOURCE_PREFIX + id)
 
-    def _chunk_id(self, id: str) -> str:
+    def _legacy_chunk_id(self, id: str) -> str:
+        """The chunk id documents added before ids became chunk ids were stored under."""
         return schema.make_chunk_id(self._doc_id(id), 0)
 
     def _to_user(self, doc: Document) -> Document:
@@ -93,6 +101,11 @@ class KnowledgeBaseVectorStore(VectorStore):
         dup = next((i for i in out if out.count(i) > 1), None)
         if dup is not None:
             raise ValueError(f"add_documents: id {dup!r} appears twice in one call")
+        taken = next((d for d in self.kb.get_chunks(out) if d.metadata.get(schema.DOC_ID) != self._doc_id(d.id or "")),
+                     None)
+        if taken is not None:
+            raise ValueError(f"add_documents: id {taken.id!r} is already the chunk id of "
+                             f"{taken.metadata.get(schema.SOURCE)!r} in knowledge base {self.kb.name!r}")
         self.kb.upsert_chunked([self._records(i, d) for i, d in zip(out, documents)])
         return out
 
@@ -118,7 +131,7 @@ class KnowledgeBaseVectorStore(VectorStore):
             raise ValueError(f"document {id!r}: metadata must be JSON-serialisable ({e})") from None
         source = SOURCE_PREFIX + id
         doc_id = self._doc_id(id)
-        chunk_id = schema.make_chunk_id(doc_id, 0)
+        chunk_id = id  # the caller's id: every face of the knowledge base returns it as Document.id
         title = str(user.get("title") or id)
         md = {key: value for key, value in user.items() if key not in _RESERVED}
         md.update({
@@ -141,12 +154,13 @@ class KnowledgeBaseVectorStore(VectorStore):
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        """Documents by id, in the order given; unknown ids are skipped."""
-        chunk_ids = [self._chunk_id(i) for i in ids]
-        found = {d.metadata[LC_ID]: d for d in self.kb.get_chunks(chunk_ids) if LC_ID in d.metadata}
+        """Documents by id, in the order given; unknown ids are skipped. Chunk ids of ingested files work too."""
+        found = {d.id: d for d in self.kb.get_chunks(list(ids))}
         missing = [i for i in ids if i not in found]
-        plain = {d.id: d for d in self.kb.get_chunks(missing)} if missing else {}  # chunk ids of ingested files
-        return [self._to_user(found.get(i) or plain[i]) for i in ids if i in found or i in plain]
+        if missing:  # added before ids became chunk ids
+            legacy = self.kb.get_chunks([self._legacy_chunk_id(i) for i in missing])
+            found.update({d.metadata[LC_ID]: d for d in legacy if LC_ID in d.metadata})
+        return [self._to_user(found[i]) for i in ids if i in found]
 
     # -- searching ----------------------------------------------------------------------------------------------
     def _allowed(self, filter: MetadataFilter | None) -> set[str] | None:
@@ -170,8 +184,9 @@ class KnowledgeBaseVectorStore(VectorStore):
         return embed_array(self.embeddings, [query], is_query=True)[0]
 
     def _with_scores(self, hits: list[tuple[str, float]]) -> list[tuple[Document, float]]:
+        """``(document, distance)`` for cosine hits, closest first (see the module docstring)."""
         docs = {d.id: d for d in self.kb.get_chunks([c for c, _ in hits])}
-        return [(self._to_user(docs[c]), score) for c, score in hits if c in docs]
+        return [(self._to_user(docs[c]), cosine_to_distance(cos)) for c, cos in hits if c in docs]
 
     def similarity_search_with_score_by_vector(
         self, embedding: list[float], k: int = 4, filter: MetadataFilter | None = None, **kwargs: Any
@@ -184,7 +199,8 @@ class KnowledgeBaseVectorStore(VectorStore):
     def similarity_search_with_score(
         self, query: str, k: int = 4, filter: MetadataFilter | None = None, **kwargs: Any
     ) -> list[tuple[Document, float]]:
-        """The `k` closest documents with their cosine similarity, closest first."""
+        """The `k` closest documents with their distance (``2 - 2 cos``, lower is closer, as LangChain's FAISS store
+        gives it), closest first."""
         _no_extra("similarity_search", kwargs)
         return self._with_scores(self._hits(self._query_vector(query), k, filter))
 
@@ -199,7 +215,8 @@ class KnowledgeBaseVectorStore(VectorStore):
         return [d for d, _ in self.similarity_search_with_score_by_vector(embedding, k, filter, **kwargs)]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
-        return cosine_to_relevance
+        """Distance -> LangChain's relevance (0 worst, 1 best), as the FAISS store maps it."""
+        return distance_to_relevance
 
     def max_marginal_relevance_search_by_vector(
         self, embedding: list[float], k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,

@@ -99,3 +99,17 @@ def test_fast_router_embeds_the_question_once(sample_kb, monkeypatch: pytest.Mon
     margin = router.chunk_margin(question, ids)
     assert decision.route is Route.RAG and margin > -1.0
     assert queried == [question]
+
+
+def test_llm_router_takes_structured_output(sample_kb) -> None:
+    from structured_fake import StructuredFake
+
+    llm = StructuredFake.of({"route": "no_knowledge", "reason": "not covered"})
+    d = LLMRouter(sample_kb, llm).route("what is the boiling point of mercury?")
+    assert (d.route, d.reason, d.fallback) == (Route.NO_KNOWLEDGE, "not covered", False)
+    assert llm.schemas[0]["function"]["name"] == "RouteChoice"
+
+
+def test_llm_router_reads_a_route_from_json_cut_off_after_it(sample_kb) -> None:
+    d = LLMRouter(sample_kb, ScriptedChat.of('{"route": "chat", "reason": "small ta'), structured=False).route("hi")
+    assert d.route is Route.CHAT and not d.fallback

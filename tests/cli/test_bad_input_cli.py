@@ -111,7 +111,8 @@ def test_empty_and_overlong_queries_are_errors(corpus: Path) -> None:
 
 @pytest.mark.parametrize("args", [("search", "pump", "--kb", ""), ("doc", "list", "--kb", ""),
                                   ("ingest", "IGNORED", "--kb", ""), ("doc", "list", "--kb", "proj\n"),
-                                  ("ingest", "IGNORED", "--kb", "proj\n")])
+                                  ("ingest", "IGNORED", "--kb", "proj\n"), ("notes", "add", "a note", "--kb", ""),
+                                  ("import", "IGNORED", "--kb", ""), ("chat", "a question", "--kb", "")])
 def test_empty_or_newline_kb_name_is_an_error(corpus: Path, args: tuple[str, ...]) -> None:
     args = tuple(str(corpus) if a == "IGNORED" else a for a in args)
     r = run(*args)

@@ -191,13 +191,13 @@ def test_pointwise_partial_failure_puts_unscored_last(caplog):
     assert "could not score 1 of 4" in caplog.text
 
 
-def test_pointwise_total_failure_keeps_input_order_and_drops_nothing(caplog):
+def test_pointwise_total_failure_keeps_input_order_cut_to_top_n(caplog):
     def down(prompt: str, kwargs: dict[str, Any]) -> str:
         raise ConnectionError("connection refused")
 
     with caplog.at_level(logging.WARNING, logger="ctxrag.compressors.llm_rerank"):
         out = LLMReranker(llm=FunctionChatModel(fn=down, calls=[]), top_n=2).compress_documents(DOCS, QUERY)
-    assert ids(out) == ids(DOCS)
+    assert ids(out) == ids(DOCS)[:2]
     assert "keeping the input order" in caplog.text
 
 
@@ -261,7 +261,7 @@ def test_listwise_unreadable_replies_keep_input_order(caplog):
     llm = FunctionChatModel(fn=lambda p, kw: "I do not know.", calls=[])
     with caplog.at_level(logging.WARNING, logger="ctxrag.compressors.llm_rerank"):
         out = LLMReranker(llm=llm, mode="listwise", top_n=2).compress_documents(DOCS, QUERY)
-    assert ids(out) == ids(DOCS)
+    assert ids(out) == ids(DOCS)[:2]
     assert "keeping the input order" in caplog.text
 
 
@@ -334,3 +334,22 @@ def test_real_listwise_in_process(local_chat_model):
     # its reply was read as a ranking (measured: Qwen2.5 0.5B echoes the format example "[1] > [2] > [3]", so
     # listwise needs a stronger model; pointwise logprobs is the mode for the local one)
     assert [d.metadata["rerank_score"] for d in out] == pytest.approx([1.0, 2 / 3, 1 / 3])
+
+
+def test_pointwise_verdict_and_grade_take_structured_output():
+    from structured_fake import StructuredFake
+
+    llm = StructuredFake.of({"relevant": "no"}, {"relevant": "yes"}, "no", "maybe")
+    out = LLMReranker(llm=llm, scoring="verdict", max_concurrency=1, top_n=None).compress_documents(DOCS, QUERY)
+    assert [d.metadata["rerank_score"] for d in out] == [1.0, 0.0, 0.0, None]  # "maybe" is unreadable
+    assert llm.schemas[0]["function"]["name"] == "RelevanceVerdict"
+    grades = StructuredFake.of({"grade": 2}, {"grade": 9}, "5", {"grade": 3})
+    out = LLMReranker(llm=grades, scoring="grade", max_concurrency=1, top_n=None).compress_documents(DOCS, QUERY)
+    assert ids(out) == ["paris", "france", "berlin", "banana"]
+
+
+def test_pointwise_verdict_as_text_when_structured_is_off():
+    llm = GenericFakeChatModel(messages=iter(["No.", "Yes, it does.", "no", "yes"]))
+    out = LLMReranker(llm=llm, scoring="verdict", max_concurrency=1, top_n=2, structured=False).compress_documents(
+        DOCS, QUERY)
+    assert ids(out) == ["paris", "berlin"]

@@ -97,3 +97,12 @@ def test_judge_with_the_local_model(local_chat_model) -> None:  # noqa: ANN001
     bad = judge.correctness("What is the capital of France?", "Berlin is the capital of France.", reference="Paris")
     assert good.score is not None and 1 <= good.score <= 5
     assert bad.score is None or bad.score <= good.score
+
+
+def test_judge_takes_structured_output_and_falls_back_to_text() -> None:
+    from structured_fake import StructuredFake
+
+    judge = AnswerJudge(StructuredFake.of({"score": 4, "reason": "close"}, "Score: 2"))
+    first = judge.correctness("2+2?", "4", reference="four")
+    assert (first.score, first.reason) == (4, "close")
+    assert judge.correctness("2+2?", "5", reference="four").score == 2  # plain text: the old parser

@@ -148,3 +148,15 @@ def test_real_model_extracts_triplets(local_chat_model) -> None:  # noqa: ANN001
         print(text[:40], "->", got)
     assert all(results), results
     assert all(isinstance(t, Triplet) and t.subject and t.object for r in results for t in r)
+
+
+def test_extractor_takes_structured_output_and_falls_back_to_text() -> None:
+    from ctxrag.graph.triplets import TripletList
+    from structured_fake import StructuredFake
+
+    llm = StructuredFake.of({"triplets": [["A", "likes", "B"]]}, '{"triplets": [["C", "knows", "D"]]}')
+    ex = TripletExtractor(llm, max_retries=0)
+    assert ex("A likes B.") == [Triplet("A", "likes", "B")]
+    assert llm.schemas[-1]["function"]["name"] == TripletList.__name__
+    assert ex("C knows D.") == [Triplet("C", "knows", "D")]  # a plain-text reply: parsed as before
+    assert ex.failures == 0

@@ -238,3 +238,19 @@ def test_import_into_milvus_lite_in_batches(tmp_path: Path) -> None:
         assert {c for c, _ in top} >= {kb.get_document("wiki://1").doc_id + ":1"}
     finally:
         kb.close()
+
+
+@pytest.mark.parametrize("vector, unit", [([1e308, 1e308, 0.0], [0.70710677, 0.70710677, 0.0]),
+                                          ([5e-324, 0.0, 0.0], [1.0, 0.0, 0.0]),
+                                          ([-1e-310, 1e-310, 0.0], [-0.70710677, 0.70710677, 0.0])])
+def test_huge_and_tiny_vectors_are_normalised_not_called_all_zeros(tmp_path: Path, vector: list[float],
+                                                                   unit: list[float]) -> None:
+    path = tmp_path / "extreme.jsonl"
+    path.write_text(json.dumps({"text": "an extreme vector", "vector": vector, "source": "s"}) + "\n",
+                    encoding="utf-8")
+    [[doc]] = list(read_precomputed(path, "kb", dim=None))
+    np.testing.assert_allclose(doc.vectors[0], unit, rtol=1e-6)
+    zeros = tmp_path / "zeros.jsonl"
+    zeros.write_text(json.dumps({"text": "zeros", "vector": [0.0, 0.0, 0.0], "source": "z"}) + "\n", encoding="utf-8")
+    with pytest.raises(BulkImportError, match="all zeros"):
+        list(read_precomputed(zeros, "kb", dim=None))

@@ -115,6 +115,12 @@ CONTENTS = [b"GGUF-head-" * 1000, b"middle" * 5000, b"tail"]
 EXPECTED = hashlib.sha256(b"".join(CONTENTS)).hexdigest()
 
 
+@pytest.fixture(autouse=True)
+def _private_models_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake parts are assembled into a private cache, never over the real models in the shared one."""
+    monkeypatch.setenv("CTXRAG_MODELS_CACHE", str(tmp_path / "models-cache"))
+
+
 def _settings() -> Settings:
     return Settings(llm=LLMSettings(model_path=None))
 
@@ -268,3 +274,15 @@ def test_explicit_model_path_that_is_missing_is_an_error(tmp_path: Path) -> None
     settings = Settings(llm=LLMSettings(model_path=tmp_path / "nope.gguf"))
     with pytest.raises(ModelFileError, match=r"llm.model_path=.*nope.gguf.*no such file"):
         local_model_path(settings)
+
+
+def test_every_home_shares_one_assembled_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The models cache is per user, not per CTXRAG_HOME: a second home finds the file without assembling again."""
+    parts = _fake_parts(tmp_path / "parts", CONTENTS)
+    first = local_model_path(Settings(home=tmp_path / "home-a", llm=LLMSettings(model_path=None)), progress=False,
+                             locate_parts=lambda: parts, expected_sha256=EXPECTED)
+    monkeypatch.setattr(gguf, "assemble_gguf", lambda *a, **k: pytest.fail("assembled a second copy"))
+    second = local_model_path(Settings(home=tmp_path / "home-b", llm=LLMSettings(model_path=None)), progress=False,
+                              locate_parts=lambda: parts, expected_sha256=EXPECTED)
+    assert first == second == tmp_path / "models-cache" / MODEL_FILENAME
+    assert not (tmp_path / "home-a" / "models").exists() and not (tmp_path / "home-b" / "models").exists()

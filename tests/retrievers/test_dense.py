@@ -9,7 +9,7 @@ import pytest
 from langchain_core.embeddings import Embeddings
 
 from ctxrag.knowledge_base import KnowledgeBase
-from ctxrag.retrievers.dense import cosine_to_relevance, mmr_select
+from ctxrag.retrievers.dense import cosine_to_distance, cosine_to_relevance, mmr_select, relevance_score
 from ctxrag.retrievers.factory import dense_retriever
 from ctxrag.settings import Settings
 
@@ -54,10 +54,13 @@ def test_similarity_order_and_relevance(kb: KnowledgeBase) -> None:
 
 
 def test_score_threshold(kb: KnowledgeBase) -> None:
-    # relevance of B (40 deg) = (1 + cos 40) / 2 = 0.883; C (80 deg) = 0.587
-    r = dense_retriever(kb, search_type="similarity_score_threshold", search_kwargs={"k": 5, "score_threshold": 0.8})
-    assert _titles(r.invoke("q")) == ["A", "A2", "B"]
-    assert _titles(r.invoke("q", search_kwargs={"score_threshold": 0.5})) == ["A", "A2", "B", "C"]
+    # LangChain's relevance (the FAISS store's, 1 - (2 - 2 cos) / sqrt 2): B (40 deg) = 0.669; C (80 deg) = 0
+    r = dense_retriever(kb, search_type="similarity_score_threshold", search_kwargs={"k": 5, "score_threshold": 0.6})
+    docs = r.invoke("q")
+    assert _titles(docs) == ["A", "A2", "B"]
+    assert docs[2].metadata["relevance"] == pytest.approx(1 - (2 - 2 * np.cos(np.deg2rad(40))) / np.sqrt(2), abs=1e-5)
+    assert _titles(r.invoke("q", search_kwargs={"score_threshold": 0.7})) == ["A", "A2"]
+    assert _titles(r.invoke("q", search_kwargs={"score_threshold": 0.0})) == ["A", "A2", "B", "C", "D"]
     with pytest.raises(ValueError, match="score_threshold"):
         dense_retriever(kb, search_type="similarity_score_threshold", search_kwargs={"k": 3}).invoke("q")
     with pytest.raises(ValueError, match="1.5"):
@@ -108,3 +111,13 @@ async def test_async_matches_sync(kb: KnowledgeBase) -> None:
 
 def test_cosine_to_relevance_bounds() -> None:
     assert cosine_to_relevance(1.0) == 1.0 and cosine_to_relevance(-1.0) == 0.0 and cosine_to_relevance(0.0) == 0.5
+
+
+def test_relevance_score_is_langchains_euclidean_relevance_clipped() -> None:
+    from langchain_core.vectorstores import VectorStore
+
+    for cos in (1.0, 0.9, 0.5, 0.3):
+        distance = cosine_to_distance(cos)
+        assert distance == pytest.approx(2 - 2 * cos)
+        assert relevance_score(cos) == pytest.approx(max(0.0, VectorStore._euclidean_relevance_score_fn(distance)))
+    assert relevance_score(1.0) == 1.0 and relevance_score(0.0) == 0.0 and relevance_score(-1.0) == 0.0

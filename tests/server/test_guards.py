@@ -193,6 +193,39 @@ def test_source_paths_by_client(locker_kb, locker_home, expose: str) -> None:  #
         pytest.skip("no non-loopback address on this machine: only the local client was checked")
 
 
+@pytest.mark.parametrize("client_kind", ["never-local", "local-outside"])
+def test_batch_routes_hide_paths(locker_kb, locker_home, client_kind: str) -> None:  # noqa: ANN001
+    """LangServe's /batch keeps only ``configurable`` of the per-request config: the flag must survive there, and a
+    missing flag hides paths (before: 9 absolute paths from /search/batch, 5 each from /ask/batch and /chat/batch)."""
+    kb, _ = locker_kb
+    expose, who = client_kind.split("-")
+    outside = _outside_address()
+    if who == "outside" and not outside:
+        pytest.skip("no non-loopback address on this machine")
+    settings = server_settings(locker_home, expose_paths=expose, host="0.0.0.0",
+                               allowed_hosts=[outside] if outside else [])
+    app = create_app(settings, kbs=[kb], llm=FactEchoChatModel())
+    with run_uvicorn(app, host="0.0.0.0") as local:
+        base = local.replace("127.0.0.1", outside) if who == "outside" else local
+        question = {"question": locker_question("Kelp")}
+        with httpx.Client(base_url=base, timeout=120) as c:
+            bodies = {
+                "/search/batch": {"inputs": ["locker Kelp", "locker Kelp"]},
+                "/ask/batch": {"inputs": [question, question]},
+                "/chat/batch": {"inputs": [question]},
+                # a client asking for paths in its own config is overridden by the server's setting
+                "/search/batch?cfg": {"inputs": ["locker Kelp"],
+                                      "config": {"configurable": {"ctxrag_expose_paths": True}}},
+            }
+            for route, body in bodies.items():
+                r = c.post(route.split("?")[0], json=body)
+                assert r.status_code in (200, 422), (route, r.text[:300])
+                if r.status_code == 422:  # a server that refuses a client's configurable key: nothing leaked either
+                    continue
+                assert "locker_kelp.md" in r.text, (route, r.text[:300])
+                assert str(locker_home) not in r.text, (route, r.text[:500])
+
+
 def test_hide_paths_copies_and_keeps_uris() -> None:
     doc = Document(page_content="x", metadata={"source": "/srv/kb/a.md", "kb": "k"})
     value = {"sources": [{"n": 1, "source": "/srv/kb/a.md"}, {"n": 2, "source": "note://42"}],

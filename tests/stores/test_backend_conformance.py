@@ -12,7 +12,7 @@ import pytest
 
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models.embeddings import embed_array, make_embeddings
-from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_select
+from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_select, relevance_score
 from ctxrag.settings import Settings
 
 from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
@@ -213,12 +213,12 @@ def test_mmr_matches_reference(kb: KnowledgeBase) -> None:
 @pytest.mark.parametrize("kb", BACKENDS, indirect=True)
 def test_score_threshold(kb: KnowledgeBase) -> None:
     expect = _brute_force(kb, QUERY)
-    rel = [cosine_to_relevance(c) for _, c in expect]
+    rel = [relevance_score(c) for _, c in expect]
     cut = (rel[1] + rel[2]) / 2  # between the second and the third best
     r = _dense(kb, search_type="similarity_score_threshold", search_kwargs={"k": 4, "score_threshold": cut})
     docs = r.invoke(QUERY)
     assert [d.id for d in docs] == [c for c, _ in expect[:2]]
-    assert all(d.metadata["score"] >= cut for d in docs)
+    assert all(d.metadata["relevance"] >= cut for d in docs)
     assert r.invoke(QUERY, search_kwargs={"score_threshold": 1.0}) == []
 
 

@@ -102,7 +102,7 @@ def build_rag_chain(
 
     The answer follows the question's language, and a Traditional Chinese question gets Traditional Chinese
     instructions. ``answer_style="short"`` asks for the answer phrase alone (for extractive questions and
-    short-answer benchmarks such as DRCD and MuSiQue, scored by exact match / F1) and answers with the span of the
+    short-answer benchmarks scored by exact match / F1) and answers with the span of the
     retrieved chunk it was read from, cited as `` [n]`` after it (`extractive.snap`: Simplified characters for a
     Traditional source, a dropped word or different quotes come back as the source writes them; a Chinese span keeps
     the measure word or type the question asks for, 幾所 -> "14所"); the model's own

@@ -29,10 +29,11 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Literal, Protocol, Sequence
 
 import numpy as np
 from langchain_core.runnables import RunnableConfig
+from pydantic import BaseModel, Field
 
 from ctxrag.catalog import DocumentCatalog
 from ctxrag.enums import ChoiceEnum
@@ -40,6 +41,7 @@ from ctxrag.fileio import atomic_write_bytes, atomic_write_json
 from ctxrag.history import with_last_user_turn
 from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import extract_json
+from ctxrag.models.structured import structured_reply
 from ctxrag.prompts.router import router_messages
 from ctxrag.resource_paths import routing_dir
 from ctxrag.stores.protocols import KnowledgeSource
@@ -152,7 +154,8 @@ DIVERGENT_CUE = re.compile(
 
 @dataclass
 class RouterThresholds:
-    """Decision thresholds of `EmbeddingRouter` (cosine margins; calibrated on the routing set, see the README)."""
+    """Decision thresholds of `EmbeddingRouter` (cosine margins; calibrated on the routing set,
+    docs/benchmarks/routing.md)."""
 
     coverage_margin: float = 0.02
     """Knowledge question -> rag when max(catalog, best chunk) cosine exceeds the background by this much."""
@@ -344,20 +347,50 @@ def save_shipped_vectors(emb: Any, examples: dict[str, list[str]] | None = None,
     atomic_write_json(meta_path, {"model": embedding_model_id(emb), "texts": _texts_key(examples, background)})
 
 
+class RouteChoice(BaseModel):
+    """The LLM router's reply (its structured-output schema): the route first, then a short reason."""
+
+    route: Literal["chat", "rag", "no_knowledge", "summary"]
+    reason: str = Field(default="", max_length=40)
+
+
+_ROUTE_FIELD = re.compile(r'"route"\s*:\s*"([a-z_]+)"')
+
+
+def parse_route_reply(text: str) -> dict[str, Any]:
+    """``{"route": ..., "reason": ...}`` from a free-text router reply (also JSON cut off by ``max_tokens`` after the
+    route); ValueError when it holds no route."""
+    try:
+        data = extract_json(text)
+    except ValueError:
+        m = _ROUTE_FIELD.search(text)
+        if m is None:
+            raise
+        return {"route": m.group(1), "reason": ""}
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        data = data[0]
+    if not isinstance(data, dict) or "route" not in data:
+        raise ValueError(f"reply has no 'route': {text[:120]!r}")
+    return data
+
+
 class LLMRouter:
-    """The chat model routes from the catalog (JSON reply); falls back to `fallback` (the fast router) when the reply
-    is malformed or the model fails."""
+    """The chat model routes from the catalog (a `RouteChoice` through structured output, or JSON parsed from its text
+    when ``structured=False`` or the model has no structured output); falls back to `fallback` (the fast router) when
+    the reply is malformed or the model fails."""
 
     name = "llm"
 
     def __init__(self, kb: KnowledgeSource, llm: Any, *, catalog: DocumentCatalog | None = None,
-                 fallback: EmbeddingRouter | None = None, max_tokens: int = 40, max_catalog_chars: int = 1200) -> None:
+                 fallback: EmbeddingRouter | None = None, max_tokens: int = 40, max_catalog_chars: int = 1200,
+                 structured: bool = True) -> None:
         self.kb = kb
         self.llm = llm
         self.catalog = catalog or DocumentCatalog(kb)
         self.fallback = fallback or EmbeddingRouter(kb, catalog=self.catalog)
         self.max_tokens = max_tokens
         self.max_catalog_chars = max_catalog_chars
+        self.structured = structured
 
     def _catalog_text(self, doc_ids: Sequence[str] | None) -> str:
         lines, used = [], 0
@@ -380,13 +413,9 @@ class LLMRouter:
         msgs = router_messages(question, catalog=self._catalog_text(docs), selected=selected, lang=lang,
                                selected_titles=titles)
         try:
-            reply = self.llm.bind(max_tokens=self.max_tokens).invoke(msgs, config)
-            text = str(getattr(reply, "content", reply))
-            data = extract_json(text)
-            if isinstance(data, list) and data and isinstance(data[0], dict):
-                data = data[0]
-            if not isinstance(data, dict) or "route" not in data:
-                raise ValueError(f"reply has no 'route': {text[:120]!r}")
+            reply = structured_reply(self.llm, RouteChoice, msgs, config=config, max_tokens=self.max_tokens,
+                                     structured=self.structured)
+            data = reply.parsed.model_dump() if reply.parsed is not None else parse_route_reply(reply.text)
             route = Route.from_str(str(data["route"]))
         except Exception as e:  # noqa: BLE001 - any failure of the model step falls back
             d = self.fallback.route(question, selected_doc_ids, history)

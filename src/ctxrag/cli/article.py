@@ -17,6 +17,16 @@ from ctxrag.settings import get_settings
 article_app = typer.Typer(help="Write articles from notes.", no_args_is_help=True)
 
 
+def _check_out(out: Optional[Path]) -> None:
+    """`--out` must name a file whose folder exists (`CtxragError` naming it otherwise)."""
+    if out is None:
+        return
+    if out.is_dir():
+        raise CtxragError(f"--out {out}: is a folder; give a file name, e.g. {out / 'article.md'}")
+    if not out.parent.is_dir():
+        raise CtxragError(f"--out {out}: the folder {out.parent} does not exist")
+
+
 @article_app.command("write")
 def write(
     topic: str = typer.Argument(..., help="Article title / topic."),
@@ -35,6 +45,7 @@ def write(
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
 
     try:
+        _check_out(out)  # before minutes of generation, not after
         book = _book(kb)
         chosen = book.select(ids=note, tag=tag, query=query, k=k)
         if not chosen:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from ctxrag.cli.common import callbacks
+from ctxrag.cli.common import callbacks, kb_or_default
 from ctxrag.cli.query import print_sources
 from ctxrag.errors import CtxragError
 from ctxrag.settings import get_settings
@@ -33,7 +33,7 @@ def chat(
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
 
     try:
-        kbase = KnowledgeBase.open(kb or get_settings().default_kb, get_settings(), create=False)
+        kbase = KnowledgeBase.open(kb_or_default(kb), get_settings(), create=False)
         selected = [kbase.get_document(d).doc_id for d in doc or []]
         llm = make_chat_model(get_settings())
         bot = build_assistant_chain(kbase, llm, router=router, k=k)

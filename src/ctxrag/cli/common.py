@@ -20,7 +20,9 @@ STATE: dict[str, Any] = {"debug": False}
 
 
 def fail(msg: str, code: int = 1) -> None:
-    typer.echo(f"error: {msg}", err=True)
+    from ctxrag.redact import redact
+
+    typer.echo(f"error: {redact(msg)}", err=True)
     raise typer.Exit(code)
 
 
@@ -64,9 +66,12 @@ def guard(fn: Any) -> Any:
 
 
 def retriever_for(kbs: list[str], mode: str, k: int, rerank: str, search_type: str) -> Any:
+    """A retriever over the named knowledge bases; the shared default one (``general``) is created, empty, on first
+    use, so ``--kb general`` and no ``--kb`` work before anything was ingested there. Any other name must exist."""
     from ctxrag.retrievers.factory import make_multi_kb_retriever
 
-    opened = [open_kb(n) for n in kbs]
+    default = get_settings().default_kb
+    opened = [open_kb(n, create=n == default) for n in kbs]
     return make_multi_kb_retriever(opened, mode=mode, k=k, rerank=rerank, search_type=search_type)
 
 

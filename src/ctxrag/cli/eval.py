@@ -206,7 +206,7 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
         raise CtxragError("--format keyfacts needs --questions FILE (e.g. examples/sample_questions.json)")
     items = load_key_fact_questions(questions)
     kbase = KnowledgeBase.open(kb_name, get_settings(), create=True)
-    report = kbase.ingest([paths[0]])
+    report = kbase.ingest([paths[0]], contextualize=False)  # as `ctxrag demo` ingests
     typer.echo(f"ingested {paths[0]} into {kb_name!r}: {len(report.added)} added, {len(report.updated)} updated, "
                f"{len(report.skipped)} skipped, {len(report.failed)} failed", err=True)
     chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=k), llm, answer_style=answer_style)

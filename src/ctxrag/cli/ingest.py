@@ -33,17 +33,12 @@ def ingest(
         name = kb_or_default(kb)
         is_new = name not in KnowledgeBase.list_names(s)
         kbase = open_kb(name, create=True)
-        ctx = None
         pre = None
         if contexts is not None:
             from ctxrag.indexing import load_precomputed_contexts
 
             pre = load_precomputed_contexts(contexts)
-        elif contextualize if contextualize is not None else s.contextualize:
-            from ctxrag.indexing.strategies import make_contextualizer
-
-            ctx = make_contextualizer(s.context_strategy, settings=s, show_progress=True)
-        report = kbase.ingest(paths, contextualizer=ctx, precomputed_contexts=pre)
+        report = kbase.ingest(paths, contextualize=contextualize, precomputed_contexts=pre)
         if is_new and not (report.added or report.updated or report.skipped) and not kbase.list_documents():
             kbase.close()  # nothing could be ingested: leave no empty knowledge base behind
             KnowledgeBase.delete_kb(name, s)
@@ -81,7 +76,7 @@ def import_chunks(
 
     def body() -> None:
         s = get_settings()
-        kbase = open_kb(kb or s.default_kb, create=True)
+        kbase = open_kb(kb_or_default(kb), create=True)
         batches = read_precomputed(file, kbase.name, dim=kb_dimension(kbase.dense, kbase.settings), fmt=fmt,
                                    batch_size=batch_size, max_errors=max_errors, progress=True)
         report = kbase.import_precomputed(batches)

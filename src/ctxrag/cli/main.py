@@ -20,6 +20,7 @@ from ctxrag.cli.query import ask, demo, search
 from ctxrag.settings import get_settings
 
 app = typer.Typer(help="ctxrag: contextual RAG over Chinese and English knowledge bases, offline by default.",
+                  rich_markup_mode=None,  # help texts are plain: "[n] citations" must not be read as markup
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(kb_app, name="kb")
 app.add_typer(doc_app, name="doc")
@@ -34,11 +35,23 @@ def main(
         os.environ["CTXRAG_HOME"] = str(home)
     get_settings.cache_clear()
     STATE["debug"] = debug
+    _redact_output()
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s", force=True)
     if debug:
         for noisy in ("httpx", "httpcore", "openai", "urllib3", "jieba", "faiss"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _redact_output() -> None:
+    """Secrets from the settings (and any credential pattern) never reach a log line or the error line."""
+    from ctxrag.redact import install_log_redaction, remember_settings
+
+    install_log_redaction()
+    try:
+        remember_settings(get_settings())
+    except Exception:  # noqa: BLE001 - bad settings are reported by the command that reads them
+        pass
 
 
 app.command()(ingest)
@@ -52,7 +65,8 @@ def _mount_optional() -> None:
     """Sub-apps that live in their own modules."""
     for mod, attr, name in (("ctxrag.cli.eval", "eval_app", "eval"), ("ctxrag.cli.notes", "notes_app", "notes"),
                             ("ctxrag.cli.article", "article_app", "article"), ("ctxrag.cli.assistant", "chat", "chat"),
-                            ("ctxrag.cli.serve", "serve", "serve")):
+                            ("ctxrag.cli.serve", "serve", "serve"),
+                            ("ctxrag.cli.doctor", "doctor", "doctor")):
         try:
             module = __import__(mod, fromlist=[attr])
         except ImportError:

@@ -13,6 +13,7 @@ from typing import Any, Optional
 import typer
 
 from ctxrag.errors import CtxragError
+from ctxrag.cli.common import kb_or_default
 from ctxrag.settings import get_settings
 
 notes_app = typer.Typer(help="Keep notes (retrievable like documents) and turn them into articles.", no_args_is_help=True)
@@ -21,7 +22,7 @@ notes_app = typer.Typer(help="Keep notes (retrievable like documents) and turn t
 def _book(kb: Optional[str]) -> Any:
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.notes import NoteBook
-    return NoteBook(KnowledgeBase.open(kb or get_settings().default_kb, get_settings(), create=True))
+    return NoteBook(KnowledgeBase.open(kb_or_default(kb), get_settings(), create=True))
 
 
 def _run(fn: Any) -> Any:

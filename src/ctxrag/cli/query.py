@@ -13,6 +13,7 @@ import typer
 
 from ctxrag.cli.common import callbacks, check_text, guard, kb_names, open_kb, retriever_for
 from ctxrag.cli.display import printable
+from ctxrag.errors import CtxragError
 from ctxrag.settings import get_settings
 
 def search(
@@ -112,31 +113,65 @@ def print_sources(sources: list[dict[str, Any]], invalid: list[int]) -> None:
 
 
 def demo(
-    corpus: Path = typer.Option(Path("examples/sample_corpus"), help="Folder to ingest."),
-    questions: Path = typer.Option(Path("examples/sample_questions.json"), help="JSON list of questions."),
+    corpus: Optional[Path] = typer.Option(None, help="Folder to ingest (default: the sample corpus shipped with ctxrag)."),
+    questions: Optional[Path] = typer.Option(None, help="JSON list of questions (default: the shipped sample questions)."),
     kb: str = typer.Option("demo", "--kb"),
+    contextualize: bool = typer.Option(False, "--contextualize/--no-contextualize",
+                                       help="Give chunks a context at ingest (off: the demo answers sooner)."),
 ) -> None:
-    """Ingest the sample corpus and answer its questions with cited sources (the embedded offline default)."""
+    """Ingest the sample corpus and answer its questions with cited sources (the embedded offline default).
+
+    Works from any folder: the corpus and questions ship inside the package. When the demo fails, the knowledge base
+    it created is removed again."""
     from ctxrag.chains.rag import build_rag_chain
-    from ctxrag.models.chat import make_chat_model, wrap_model_errors
+    from ctxrag.knowledge_base import KnowledgeBase, validate_kb_name
+    from ctxrag.models.chat import make_chat_model
+    from ctxrag.resource_paths import demo_corpus, demo_questions
 
     def body() -> None:
-        kbase = open_kb(kb, create=True)
-        report = kbase.ingest([corpus])
-        typer.echo(f"ingested {corpus}: {len(report.added)} added, {len(report.updated)} updated, "
-                   f"{len(report.skipped)} skipped, {len(report.failed)} failed")
-        for f in report.failed:
-            typer.echo(f"  failed {f.path}: {f.reason}")
-        items = json.loads(questions.read_text(encoding="utf-8"))
-        llm = make_chat_model(get_settings())
-        typer.echo(f"answering with {describe_model(llm)}")
-        chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm)
-        for item in items:
-            q = item["question"] if isinstance(item, dict) else str(item)
-            typer.echo(f"\nQ: {q}\nA: ", nl=False)
-            stream_answer(chain, llm, q, {"callbacks": callbacks()})
+        s = get_settings()
+        folder = corpus or demo_corpus()
+        items = read_questions(questions or demo_questions())  # a bad file fails before anything is written
+        name = validate_kb_name(kb)
+        is_new = name not in KnowledgeBase.list_names(s)
+        kbase = open_kb(name, create=True)
+        try:
+            report = kbase.ingest([folder], contextualize=contextualize)
+            typer.echo(f"ingested {folder}: {len(report.added)} added, {len(report.updated)} updated, "
+                       f"{len(report.skipped)} skipped, {len(report.failed)} failed")
+            for f in report.failed:
+                typer.echo(f"  failed {printable(f.path)}: {printable(f.reason)}")
+            if not kbase.list_documents():
+                raise CtxragError(f"no file of {folder} could be ingested; nothing to answer from")
+            llm = make_chat_model(s)
+            typer.echo(f"answering with {describe_model(llm)}")
+            chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm)
+            for q in items:
+                typer.echo(f"\nQ: {q}\nA: ", nl=False)
+                stream_answer(chain, llm, q, {"callbacks": callbacks()})
+        except BaseException:
+            kbase.close()
+            if is_new and name in KnowledgeBase.list_names(s):
+                KnowledgeBase.delete_kb(name, s)  # a failed demo leaves no knowledge base behind
+                typer.echo(f"demo failed: knowledge base {name!r} removed again", err=True)
+            raise
 
     guard(body)
+
+
+def read_questions(path: Path) -> list[str]:
+    """The questions of a demo file: a JSON list of strings or of objects with a ``question``."""
+    try:
+        items = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CtxragError(f"--questions {path}: cannot read a JSON list of questions ({exc})") from None
+    if not isinstance(items, list) or not items:
+        raise CtxragError(f"--questions {path}: expected a non-empty JSON list, got {type(items).__name__}")
+    out = [item.get("question") if isinstance(item, dict) else item for item in items]
+    bad = next((i for i, q in enumerate(out) if not isinstance(q, str) or not q.strip()), None)
+    if bad is not None:
+        raise CtxragError(f"--questions {path}: item {bad} has no question text: {items[bad]!r}")
+    return out
 
 
 def describe_model(llm: Any) -> str:

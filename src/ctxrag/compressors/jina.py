@@ -5,7 +5,7 @@ response ``{"results": [{"index", "relevance_score"}, ...]}``. Large pools are s
 cross-encoder are absolute, so batches merge by score). 429 and 5xx answers, read timeouts and dropped connections
 are retried with exponential backoff (honouring ``Retry-After``); a connection that cannot be made at all (DNS
 failure, connection refused, connect timeout) is not retried: the service is not there, and asking again only delays
-the fallback. When the service fails for good the documents come back in their input order, all of them, with a
+the fallback. When the service fails for good the documents come back in their input order, cut to ``top_n``, with a
 logged warning (``strict=True`` raises `ModelError` instead). Jina's public API without an API key is refused at
 construction (`ConfigError`), so no request is sent that can only fail.
 The API key is sent only in the ``Authorization`` header and is redacted from every log line and error message.
@@ -259,8 +259,10 @@ class JinaReranker(BaseDocumentCompressor):
         error = self._final_error(exc)
         if self.strict:
             raise error from None
-        log.warning("reranking failed, keeping the input order of %d documents: %s", len(documents), error)
-        return list(documents)
+        want = len(documents) if self.top_n is None else min(self.top_n, len(documents))
+        log.warning("reranking failed, keeping the input order of %d documents (the first %d): %s",
+                    len(documents), want, error)
+        return list(documents)[:want]
 
     def _assemble(self, documents: Sequence[Document], scored: list[tuple[int, float]]) -> list[Document]:
         want = len(documents) if self.top_n is None else min(self.top_n, len(documents))

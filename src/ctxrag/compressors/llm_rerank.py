@@ -24,10 +24,11 @@ from typing import Any, Literal
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.runnables import Runnable
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxrag.enums import ChoiceEnum
 from ctxrag.models.parsing import parse_number, parse_yes_no
+from ctxrag.models.structured import StructuredReply, structured_runnable
 from ctxrag.prompts.rerank import numbered_passages, rerank_prompt, rerank_text
 from ctxrag.schema import SCORE
 
@@ -60,7 +61,21 @@ class PointwiseScoring(ChoiceEnum):
     LOGPROBS = "logprobs"
     """P(yes) / (P(yes) + P(no)) of the first answer token; a reply without logprobs scores 1 or 0 by its text."""
     GRADE = "grade"
-    """A 0-10 grade parsed from the reply, divided by 10."""
+    """A 0-10 grade (a `RelevanceGrade` through structured output, else parsed from the reply), divided by 10."""
+    VERDICT = "verdict"
+    """A yes/no verdict (a `RelevanceVerdict` through structured output, else the reply's first word): 1 or 0."""
+
+
+class RelevanceVerdict(BaseModel):
+    """A pointwise yes/no reply (structured-output schema)."""
+
+    relevant: Literal["yes", "no"]
+
+
+class RelevanceGrade(BaseModel):
+    """A pointwise 0-10 grade (structured-output schema)."""
+
+    grade: Literal[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 
 
 def _norm_token(token: str) -> str:
@@ -147,6 +162,9 @@ class LLMReranker(BaseDocumentCompressor):
     step: int = Field(default=5, ge=1)
     """Listwise: how far the window moves towards the front after each call."""
     top_logprobs: int = Field(default=5, ge=1, le=20)
+    structured: bool = True
+    """Grades and verdicts through ``with_structured_output`` (grammar-constrained on the local model); the reply's
+    text is parsed when this is off or the model has no structured output."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -181,7 +199,7 @@ class LLMReranker(BaseDocumentCompressor):
     def _finish(self, documents: Sequence[Document], scores: list[float | None]) -> list[Document]:
         if all(s is None for s in scores):
             log.warning("LLM reranking scored none of %d documents; keeping the input order", len(documents))
-            return list(documents)
+            return list(documents)[: self.top_n] if self.top_n is not None else list(documents)
         missing = sum(s is None for s in scores)
         if missing:
             log.warning("LLM reranking could not score %d of %d documents; they follow the scored ones",
@@ -209,11 +227,30 @@ class LLMReranker(BaseDocumentCompressor):
         return None if verdict is None else float(verdict)
 
     @staticmethod
-    def _grade_score(reply: Any) -> float | None:
+    def _grade_score(reply: StructuredReply | BaseException) -> float | None:
         if isinstance(reply, BaseException):
             return None
-        grade = parse_number(_text_of(reply), 0, 10)
+        if isinstance(reply.parsed, RelevanceGrade):
+            return reply.parsed.grade / 10.0
+        grade = parse_number(reply.text, 0, 10)
         return None if grade is None else grade / 10.0
+
+    @staticmethod
+    def _verdict_score(reply: StructuredReply | BaseException) -> float | None:
+        if isinstance(reply, BaseException):
+            return None
+        if isinstance(reply.parsed, RelevanceVerdict):
+            return float(reply.parsed.relevant == "yes")
+        verdict = parse_yes_no(reply.text)
+        return None if verdict is None else float(verdict)
+
+    def _structured_chain(self, kind: str, query: str) -> Runnable:
+        """The grade or verdict prompt piped into the model, returning `StructuredReply`."""
+        schema: type[BaseModel] = RelevanceGrade if kind == "grade" else RelevanceVerdict
+        # a JSON reply needs a few more tokens than the bare word or number
+        limit = (12 if kind == "grade" else 10) if self.structured else (4 if kind == "grade" else 3)
+        return rerank_prompt(kind, self.language, query) | structured_runnable(
+            self.llm, schema, max_tokens=limit, structured=self.structured)
 
     @staticmethod
     def _has_logprobs(reply: Any) -> bool:
@@ -223,13 +260,17 @@ class LLMReranker(BaseDocumentCompressor):
         inputs = [{"query": query, "document": t} for t in self._texts(documents)]
         config = self._config(callbacks)
         yes_no = self._chain("yes_no", query, logprobs=True, top_logprobs=self.top_logprobs, max_tokens=3)
-        grade = self._chain("grade", query, max_tokens=4)
+        if self.scoring is PointwiseScoring.VERDICT:
+            verdict = self._structured_chain("yes_no", query)
+            return [self._verdict_score(r) for r in verdict.batch(inputs, config, return_exceptions=True)]
         if self.scoring is PointwiseScoring.GRADE:
+            grade = self._structured_chain("grade", query)
             return [self._grade_score(r) for r in grade.batch(inputs, config, return_exceptions=True)]
         if self.scoring is PointwiseScoring.AUTO:
             first = yes_no.batch(inputs[:1], config, return_exceptions=True)[0]
             if not self._has_logprobs(first):
                 log.info("chat model gave no usable logprobs; scoring with 0-10 grades")
+                grade = self._structured_chain("grade", query)
                 return [self._grade_score(r) for r in grade.batch(inputs, config, return_exceptions=True)]
             replies = [first, *yes_no.batch(inputs[1:], config, return_exceptions=True)] if inputs[1:] else [first]
         else:
@@ -240,7 +281,10 @@ class LLMReranker(BaseDocumentCompressor):
         inputs = [{"query": query, "document": t} for t in self._texts(documents)]
         config = self._config(callbacks)
         yes_no = self._chain("yes_no", query, logprobs=True, top_logprobs=self.top_logprobs, max_tokens=3)
-        grade = self._chain("grade", query, max_tokens=4)
+        if self.scoring is PointwiseScoring.VERDICT:
+            verdict = self._structured_chain("yes_no", query)
+            return [self._verdict_score(r) for r in await verdict.abatch(inputs, config, return_exceptions=True)]
+        grade = self._structured_chain("grade", query)
         if self.scoring is PointwiseScoring.GRADE:
             return [self._grade_score(r) for r in await grade.abatch(inputs, config, return_exceptions=True)]
         if self.scoring is PointwiseScoring.AUTO:

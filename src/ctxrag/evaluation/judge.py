@@ -1,9 +1,10 @@
 """LLM-as-judge: answer quality (1-5 with reasons, against the reference answer when there is one) and faithfulness
 of an answer to the retrieved context (1-5).
 
-Built to survive a 0.5B local model: the reply is asked for as JSON, but a score is also recovered from prose
-("Score: 4", "4/5", "评分：4"); a reply with no score gives ``score=None`` and the raw text as reason, counted as
-unparsed by the caller instead of being guessed.
+The reply is a `JudgeReply` through structured output (grammar-constrained on the local model). With
+``structured=False``, or a model without structured output, it is asked for as JSON in the prompt and a score is also
+recovered from prose ("Score: 4", "4/5", "评分：4"); a reply with no score gives ``score=None`` and the raw text as
+reason, counted as unparsed by the caller instead of being guessed.
 
 Example::
 
@@ -18,12 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
+from pydantic import BaseModel, Field
 
 from ctxrag.models.parsing import extract_json, parse_number
+from ctxrag.models.structured import structured_reply
 
 _SCORE_KEYS = ("score", "rating", "grade", "评分", "分数")
 _REASON_KEYS = ("reason", "reasons", "explanation", "rationale", "理由", "原因")
@@ -41,6 +44,13 @@ FAITHFULNESS_SYSTEM = (
     "context, 3 = some claims are not in the context, 1 = the answer contradicts or ignores the context. "
     "Reply with JSON only: {\"score\": <1-5>, \"reason\": \"<one sentence>\"}"
 )
+
+
+class JudgeReply(BaseModel):
+    """The judge's reply (its structured-output schema): a 1-5 score, then one sentence of reason."""
+
+    score: Literal[1, 2, 3, 4, 5]
+    reason: str = Field(default="", max_length=300)
 
 
 @dataclass
@@ -105,14 +115,18 @@ class AnswerJudge:
         AnswerJudge(llm).correctness("Who wrote Hamlet?", "Shakespeare", reference="William Shakespeare")
     """
 
-    def __init__(self, llm: BaseChatModel, max_context_chars: int = 6000) -> None:
+    def __init__(self, llm: BaseChatModel, max_context_chars: int = 6000, *, structured: bool = True) -> None:
         self.llm = llm
         self.max_context_chars = max_context_chars
+        self.structured = structured
+        """Ask for a `JudgeReply` through structured output (else parse the reply's text)."""
 
     def _ask(self, system: str, user: str) -> Judgement:
-        reply = self.llm.invoke([SystemMessage(system), HumanMessage(user)])
-        content = reply.content if isinstance(reply.content, str) else str(reply.content)
-        return parse_judgement(content)
+        reply = structured_reply(self.llm, JudgeReply, [SystemMessage(system), HumanMessage(user)],
+                                 structured=self.structured)
+        if isinstance(reply.parsed, JudgeReply):
+            return Judgement(score=reply.parsed.score, reason=reply.parsed.reason, raw=reply.text)
+        return parse_judgement(reply.text)
 
     def correctness(self, question: str, answer: str, reference: str | None = None) -> Judgement:
         """1-5 quality of ``answer`` to ``question``, against ``reference`` when given."""

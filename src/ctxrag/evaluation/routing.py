@@ -61,7 +61,7 @@ def build_routing_kbs(corpus: str | Path, settings: Any = None) -> dict[str, Any
     kbs = {}
     for key, folder in (("sample", corpus), ("offtopic", offtopic_corpus())):
         kb = KnowledgeBase.open(KB_NAMES[key], settings)
-        report = kb.ingest([folder], progress=False)
+        report = kb.ingest([folder], contextualize=False, progress=False)  # as measured: no contexts
         if report.failed:
             raise ConfigError(f"ingesting {folder} failed: {[(f.path, f.reason) for f in report.failed]}")
         kbs[key] = kb

@@ -14,19 +14,27 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from pydantic import BaseModel, Field
 
 from ctxrag.errors import LoadError
 from ctxrag.models.parsing import extract_json
+from ctxrag.models.structured import structured_reply
 from ctxrag.prompts.graph import Language, triplet_prompt
 from ctxrag.stores.graph.triplet import Triplet, coerce_triplet, coerce_triplets
 
 log = logging.getLogger(__name__)
 
 _LIST_KEYS = ("triplets", "triples", "relations", "facts", "三元组")
+
+
+class TripletList(BaseModel):
+    """The extractor's reply (its structured-output schema): ``{"triplets": [[subject, predicate, object], ...]}``."""
+
+    triplets: list[Annotated[list[str], Field(min_length=3, max_length=3)]]
 
 
 def parse_triplets(reply: str) -> list[Triplet]:
@@ -53,6 +61,8 @@ def parse_triplets(reply: str) -> list[Triplet]:
 class TripletExtractor:
     """Extracts triplets from a passage with a chat model, in the passage's language (Chinese or English).
 
+    The reply is a `TripletList` through structured output (grammar-constrained on the local model); with
+    ``structured=False``, or a model without structured output, JSON is parsed from its text (`parse_triplets`).
     A reply that holds no JSON is retried (the model is shown its reply and asked for JSON only) up to `max_retries`
     times; after that the passage gets no triplets and a warning is logged, so ingest never stops on a bad reply.
 
@@ -63,7 +73,8 @@ class TripletExtractor:
     """
 
     def __init__(
-        self, llm: BaseChatModel, *, max_retries: int = 1, max_chars: int = 2000, language: Language = "auto"
+        self, llm: BaseChatModel, *, max_retries: int = 1, max_chars: int = 2000, language: Language = "auto",
+        structured: bool = True,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
@@ -73,6 +84,7 @@ class TripletExtractor:
         self.max_retries = max_retries
         self.max_chars = max_chars
         self.language = language
+        self.structured = structured
         self.failures = 0
         """Passages whose replies never parsed."""
 
@@ -84,7 +96,10 @@ class TripletExtractor:
         messages: list[BaseMessage] = triplet_prompt(self.language, passage).format_messages(passage=passage)
         reply = ""
         for attempt in range(self.max_retries + 1):
-            reply = _content(self.llm.invoke(messages))
+            answer = structured_reply(self.llm, TripletList, messages, structured=self.structured)
+            if answer.parsed is not None:
+                return coerce_triplets(answer.parsed.triplets, where="LLM reply")
+            reply = answer.text
             try:
                 return parse_triplets(reply)
             except ValueError:
@@ -101,13 +116,6 @@ class TripletExtractor:
 
     def __call__(self, text: str) -> list[Triplet]:
         return self.extract(text)
-
-
-def _content(message: Any) -> str:
-    content = getattr(message, "content", message)
-    if isinstance(content, list):  # content blocks
-        return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
-    return str(content)
 
 
 def load_triplets_json(path: str | Path) -> list[list[Triplet]]:

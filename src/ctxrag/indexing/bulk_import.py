@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ctxrag import schema
-from ctxrag.errors import CtxragError
+from ctxrag.errors import ConfigError, CtxragError
 from ctxrag.settings import Settings
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
 
@@ -107,7 +106,7 @@ def count_records(path: Path, fmt: str | None = None) -> int:
     """Number of records (non-blank lines, Parquet rows) for a progress bar."""
     path = Path(path)
     if (fmt or detect_format(path)) == "parquet":
-        return int(_pyarrow_parquet().ParquetFile(path).metadata.num_rows)
+        return int(_parquet_file(path).metadata.num_rows)
     n = 0
     with path.open("rb") as f:
         for line in f:
@@ -132,7 +131,7 @@ def read_precomputed(
     writes in one transaction writes nothing."""
     path = Path(path)
     if batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+        raise ConfigError(f"batch_size must be positive, got {batch_size} (--batch-size)")
     if not path.is_file():
         raise CtxragError(f"{path}: no such import file")
     fmt = fmt or detect_format(path)
@@ -204,10 +203,19 @@ def _pyarrow_parquet() -> Any:
     return pq
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+def _parquet_file(path: Path) -> Any:
+    """The opened Parquet file; `CtxragError` naming it when it is not one (a JSONL file, a damaged download)."""
     pq = _pyarrow_parquet()
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
+        raise CtxragError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0][:200]}); "
+                          "check the file, or pass --format jsonl for JSON lines") from None
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
     n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+    for batch in _parquet_file(path).iter_batches(batch_size=4096):
         vectors = _vector_block(batch)
         columns = [c for c in batch.schema.names if vectors is None or c != "vector"]
         rows = batch.select(columns).to_pylist()
@@ -269,9 +277,11 @@ def _check(fields: Any, n: int, file_name: str, dim: int | None) -> _Record:
     if not np.isfinite(arr).all():
         i = int(np.flatnonzero(~np.isfinite(arr))[0])
         raise ValueError(f"'vector'[{i}] is {arr[i]!r}; numbers must be finite")
-    norm = float(np.linalg.norm(arr))
-    if norm == 0.0 or not math.isfinite(norm):
+    scale = float(np.abs(arr).max())
+    if scale == 0.0:
         raise ValueError("'vector' is all zeros (cannot be normalised)")
+    arr = arr / scale  # largest component 1: the norm neither overflows (1e308) nor underflows (5e-324)
+    norm = float(np.linalg.norm(arr))
     source = fields.get("source")
     if source is None:
         source = f"{file_name}#{n}"

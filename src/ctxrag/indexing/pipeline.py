@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from ctxrag import schema
-from ctxrag.errors import ConfigError, LoadError
+from ctxrag.errors import ConfigError, KnowledgeBaseDeleted, LoadError
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_reason
 from ctxrag.ingest_report import FileOutcome, IngestReport
@@ -143,6 +143,7 @@ class IngestPipeline:
         commit them under the lock every `commit_every` changes; outcomes keep the order of `items`."""
         batch: list[Prepared] = []
         pending = 0
+        store = self.store.identity  # every batch must land in the knowledge base this run started writing to
         for item in tqdm(items, desc=desc, unit=unit, disable=not progress):
             try:
                 outcome = prepare(item)
@@ -152,18 +153,24 @@ class IngestPipeline:
             if isinstance(outcome, PreparedDocument):
                 pending += 1
                 if pending >= commit_every:
-                    self.apply(batch, report)
+                    self.apply(batch, report, store)
                     batch, pending = [], 0
-        self.apply(batch, report)
+        self.apply(batch, report, store)
 
-    def apply(self, batch: list[Prepared], report: IngestReport) -> None:
+    def apply(self, batch: list[Prepared], report: IngestReport, store: tuple[int, int] | None = None) -> None:
         """Under the write lock: re-check each prepared document against the current store (another writer may
-        have stored it meanwhile), replace its chunks in every index and the store, and commit one generation."""
+        have stored it meanwhile), replace its chunks in every index and the store, and commit one generation.
+        `store` is the identity of the store the run started on: `KnowledgeBaseDeleted` when that one is gone."""
         if not any(isinstance(x, PreparedDocument) for x in batch):
             report.files.extend(x for x in batch if isinstance(x, FileOutcome))
             return
         outcomes: list[FileOutcome] = []
         with self.snapshots.session() as session:
+            if store is not None and session.store.identity != store:
+                raise KnowledgeBaseDeleted(self.kb_name, f"and created again while this run was writing to it; "
+                                                         f"{len(report.added) + len(report.updated)} documents it "
+                                                         "committed before were deleted with it, nothing more was "
+                                                         "written")
             changed = 0
             for item in batch:
                 if isinstance(item, FileOutcome):

@@ -9,9 +9,10 @@
 | ``auto`` (default of ``ctxrag ingest``) | one per non-Chinese document | ``header`` for Chinese documents, ``document`` for the others |
 | ``none`` | none | no context |
 
-``auto`` follows the golden-chunks benchmark (README): the per-document LLM context lifts hybrid P@5 on English code
-(+2.96 and +4.37 in two runs) but costs Chinese dense retrieval 10 points R@1 on DRCD, where the article title alone
-does better.
+``auto`` follows the golden-chunks benchmarks: the per-document LLM context lifts hybrid retrieval on English code
+with one call per document (docs/benchmarks/golden_chunks.md), but on Chinese it pulls the embeddings of an
+article's paragraphs together and costs dense recall, where the article title alone does better
+(docs/benchmarks/golden_chunks_chinese.md).
 
 Example::
 

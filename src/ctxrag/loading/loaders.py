@@ -225,10 +225,13 @@ def _is_skipped(name: str) -> bool:
     return name.startswith(".") or name in SKIPPED_DIRECTORIES
 
 
-def iter_files(paths: Iterable[Path | str], recursive: bool = True) -> Iterator[Path]:
+def iter_files(paths: Iterable[Path | str], recursive: bool = True, *,
+               errors: list[LoadError] | None = None) -> Iterator[Path]:
     """Files to load: explicit files as given (even unsupported ones, so `load_file` reports them), folders
     expanded to their supported files in sorted order, skipping hidden entries, ``.git``, ``__pycache__``,
     ``node_modules`` and virtualenvs. Raises `LoadError` when a path does not exist; each file is yielded once.
+    A folder that cannot be listed (no permission, a path over the system's limit) is a `LoadError` appended to
+    `errors` (raised when `errors` is None), never silently skipped; any depth of folders works (no recursion).
 
     >>> list(iter_files([Path("examples/sample_corpus")]))  # doctest: +SKIP
     """
@@ -243,16 +246,49 @@ def iter_files(paths: Iterable[Path | str], recursive: bool = True) -> Iterator[
                 yield path
             continue
         if recursive:
-            found: list[Path] = []
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not _is_skipped(d))
-                found.extend(Path(root) / name for name in files if not _is_skipped(name))
+            problems: list[LoadError] = []
+            found = _walk(path, problems)
+            if problems and errors is None:
+                raise problems[0]
+            if errors is not None:
+                errors.extend(problems)
         else:
             found = [p for p in path.iterdir() if (p.is_file() or p.is_symlink()) and not _is_skipped(p.name)]
         for file in sorted(found):
             if file_kind(file) is not None and _identity(file) not in seen:
                 seen.add(_identity(file))
                 yield file
+
+
+def _walk(top: Path, errors: list[LoadError]) -> list[Path]:
+    """Every non-hidden file under `top`, with an explicit stack (``os.walk`` recursed once per level: a deep tree
+    was a RecursionError that aborted the whole ingest) and every unreadable folder reported in `errors`."""
+    found: list[Path] = []
+    stack = [str(top)]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as e:
+            errors.append(LoadError(folder if len(folder) < 300 else f"{folder[:150]}...{folder[-100:]}",
+                                    f"cannot list this folder ({e.strerror or e}; {len(os.fsencode(folder))} "
+                                    "bytes of path)"))
+            continue
+        subfolders = []
+        for entry in listed:
+            if _is_skipped(entry.name):
+                continue
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                subfolders.append(entry.path)
+            else:
+                found.append(Path(entry.path))
+        stack.extend(reversed(subfolders))
+    return found
 
 
 def expand_paths(paths: Iterable[Path | str], recursive: bool = True) -> tuple[list[Path], list[LoadError]]:
@@ -262,7 +298,7 @@ def expand_paths(paths: Iterable[Path | str], recursive: bool = True) -> tuple[l
     seen: set[Path] = set()
     for given in paths:
         try:
-            for file in iter_files([given], recursive=recursive):
+            for file in iter_files([given], recursive=recursive, errors=errors):
                 if _identity(file) not in seen:
                     seen.add(_identity(file))
                     files.append(file)

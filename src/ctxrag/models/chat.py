@@ -23,6 +23,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from pydantic import SecretStr, ValidationError
 
 from ctxrag.errors import ConfigError, CtxragError, ModelError
+from ctxrag.redact import redact
 from ctxrag.models import gguf
 from ctxrag.settings import LLMSettings, Settings, get_settings
 
@@ -132,7 +133,7 @@ def describe_endpoint(model: Any) -> str:
         return describe_endpoint(bound)
     base = getattr(model, "openai_api_base", None)
     if base is not None or type(model).__name__ == "ChatOpenAI":
-        return f"chat endpoint {base or 'https://api.openai.com/v1'}"
+        return redact(f"chat endpoint {base or 'https://api.openai.com/v1'}")  # no user:password@ either
     path = getattr(model, "model_path", None)
     if path:
         return f"local chat model {path}"
@@ -153,7 +154,7 @@ def _secrets_of(model: Any) -> list[str]:
 def _scrub(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, "***")
-    return text
+    return redact(text)
 
 
 def _classify(exc: BaseException) -> str | None:

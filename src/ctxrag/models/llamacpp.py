@@ -2,7 +2,9 @@
 
 One ``llama_cpp.Llama`` is loaded per (file, n_ctx) and shared by every ``LocalLlamaChatModel`` in the process,
 because loading costs seconds and hundreds of MB. llama.cpp contexts are not thread-safe, so calls on one shared model
-take turns behind a lock.
+take turns behind a lock. Tool calls and structured output (``bind_tools``, ``with_structured_output``) are
+grammar-constrained; what the model is made to write and how its reply is read live in `ctxrag.models.llamacpp_tools`.
+(Over 400 lines: one class's generation, streaming and LangChain entry points.)
 
 Example::
 
@@ -12,31 +14,36 @@ Example::
     print(llm.invoke("Say hello in French.").content)
     # top-5 token alternatives in the OpenAI format, as ChatOpenAI returns them:
     print(llm.bind(logprobs=True, top_logprobs=5).invoke("Yes or no?").response_metadata["logprobs"])
+    llm.with_structured_output(MyPydanticModel).invoke("...")             # grammar-constrained JSON
+    llm.bind_tools([my_function], tool_choice="my_function").invoke("...").tool_calls
 """
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.language_models.base import LangSmithParams
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
+from langchain_core.output_parsers import JsonOutputKeyToolsParser, JsonOutputParser, PydanticOutputParser
+from langchain_core.output_parsers.openai_tools import PydanticToolsParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from pydantic import Field
+from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from langchain_core.utils.pydantic import is_basemodel_subclass
+from pydantic import BaseModel, Field
 
 from ctxrag.errors import ModelError
+from ctxrag.models.llamacpp_tools import ArgumentsStream, ToolRequest, chat_dicts, grammar
 from ctxrag.models.loop_guard import DEFAULT_LIMITS, LoopLimits, StreamingLoopGuard, find_loop, trim_loop
 
 LOOP_FINISH = "loop"
@@ -73,8 +80,8 @@ def shared_llama(model_path: str | Path, n_ctx: int, n_threads: int | None = Non
         import time
 
         start = time.perf_counter()
-        # n_threads=None keeps llama.cpp's default (half the logical CPUs): on a busy 2-core laptop, 2 spinning
-        # threads generated 0.2 tok/s against 3.5 tok/s for 1 thread.
+        # n_threads=None keeps llama.cpp's default (half the logical CPUs): on a busy laptop, threads that spin while
+        # waiting for a core generate far slower than fewer threads.
         kwargs: dict[str, Any] = {"n_threads": n_threads} if n_threads else {}
         try:
             llama = Llama(model_path=str(path), n_ctx=int(n_ctx), verbose=False, **kwargs)
@@ -83,34 +90,6 @@ def shared_llama(model_path: str | Path, n_ctx: int, n_threads: int | None = Non
         shared = _SharedLlama(llama=llama, load_seconds=time.perf_counter() - start)
         _SHARED[key] = shared
         return shared
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
-    return "".join(parts)
-
-
-def _to_dict(message: BaseMessage) -> dict[str, str]:
-    if isinstance(message, SystemMessage):
-        role = "system"
-    elif isinstance(message, HumanMessage):
-        role = "user"
-    elif isinstance(message, AIMessage):
-        role = "assistant"
-    elif isinstance(message, ToolMessage):
-        role = "tool"
-    elif isinstance(message, ChatMessage):
-        role = message.role
-    else:
-        raise ValueError(f"unsupported message type {type(message).__name__} for the local chat model")
-    return {"role": role, "content": _text_of(message.content)}
 
 
 def _usage(usage: dict[str, int] | None) -> UsageMetadata | None:
@@ -186,6 +165,15 @@ class LocalLlamaChatModel(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "n_ctx": self.n_ctx, "temperature": self.temperature}
 
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = LangSmithParams(ls_provider="llamacpp", ls_model_name=kwargs.get("model") or self.model_name,
+                                 ls_model_type="chat", ls_temperature=kwargs.get("temperature", self.temperature),
+                                 ls_max_tokens=kwargs.get("max_tokens", self.max_tokens))
+        stop = stop if stop is not None else self.stop
+        if stop:
+            params["ls_stop"] = list(stop)
+        return params
+
     def load(self) -> _SharedLlama:
         """Load (or reuse) the shared llama.cpp model now rather than at the first call."""
         return shared_llama(self.model_path, self.n_ctx, self.n_threads)
@@ -203,6 +191,29 @@ class LocalLlamaChatModel(BaseChatModel):
                 params[key] = kwargs[key]
         return params
 
+    def _prepare(
+        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any], shared: _SharedLlama
+    ) -> tuple[ToolRequest, list[dict[str, str]], dict[str, Any]]:
+        """The call's tool request, llama.cpp messages and sampling parameters (a grammar when constrained)."""
+        request = ToolRequest.from_kwargs(kwargs)
+        params = self._params(stop, kwargs)
+        schema = request.grammar_schema()
+        if schema is not None:
+            params["grammar"] = grammar(schema)
+        elif self.loop_guard:  # a grammar already bounds the reply; the guard's forced EOS would fight it
+            from llama_cpp import LogitsProcessorList
+
+            params["logits_processor"] = LogitsProcessorList([_LoopStop(shared.llama, self.loop_limits)])
+        return request, chat_dicts(messages, request), params
+
+    def _message(self, request: ToolRequest, text: str, metadata: dict[str, Any],
+                 usage: UsageMetadata | None) -> AIMessage:
+        content, calls, invalid = request.parse(text)
+        if calls and metadata.get("finish_reason") == "stop":
+            metadata = {**metadata, "finish_reason": "tool_calls"}
+        return AIMessage(content=content, tool_calls=calls, invalid_tool_calls=invalid, response_metadata=metadata,
+                         usage_metadata=usage)
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -211,11 +222,11 @@ class LocalLlamaChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         shared = self.load()
-        dicts = [_to_dict(m) for m in messages]
-        params = self._params(stop, kwargs)
         if kwargs.get("logprobs"):
             from ctxrag.models.llamacpp_logprobs import complete_with_logprobs
 
+            dicts = chat_dicts(messages)
+            params = self._params(stop, kwargs)
             top = int(kwargs.get("top_logprobs") or 0)
             with shared.lock:
                 text, finish, usage, logprobs = complete_with_logprobs(shared.llama, dicts, top_logprobs=top, **params)
@@ -224,10 +235,7 @@ class LocalLlamaChatModel(BaseChatModel):
             metadata = {"finish_reason": finish, "model_name": self.model_name, "logprobs": logprobs}
             message = AIMessage(content=text, response_metadata=metadata, usage_metadata=_usage(usage))
             return ChatResult(generations=[ChatGeneration(message=message)])
-        if self.loop_guard:
-            from llama_cpp import LogitsProcessorList
-
-            params["logits_processor"] = LogitsProcessorList([_LoopStop(shared.llama, self.loop_limits)])
+        request, dicts, params = self._prepare(messages, stop, kwargs, shared)
         with shared.lock:
             try:
                 response = shared.llama.create_chat_completion(messages=dicts, **params)
@@ -236,11 +244,11 @@ class LocalLlamaChatModel(BaseChatModel):
         choice = response["choices"][0]
         text = choice["message"].get("content") or ""
         finish = choice.get("finish_reason")
-        if self.loop_guard:
+        if "logits_processor" in params:
             text, trimmed = trim_loop(text, self.loop_limits)
             finish = LOOP_FINISH if trimmed else finish
         metadata = {"finish_reason": finish, "model_name": self.model_name}
-        message = AIMessage(content=text, response_metadata=metadata, usage_metadata=_usage(response.get("usage")))
+        message = self._message(request, text, metadata, _usage(response.get("usage")))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _stream(
@@ -250,23 +258,33 @@ class LocalLlamaChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        if kwargs.get("logprobs"):  # logprobs come whole; one chunk carries the full reply
+        request = ToolRequest.from_kwargs(kwargs)
+        if kwargs.get("logprobs") or (request.tools and not request.forced_names):
+            # logprobs come whole; a free reply with tools is parsed whole (a call may follow text): one chunk
             result = self._generate(messages, stop, run_manager, **kwargs)
-            msg = result.generations[0].message
-            yield ChatGenerationChunk(
-                message=AIMessageChunk(
-                    content=msg.content, response_metadata=msg.response_metadata, usage_metadata=msg.usage_metadata
-                )
-            )
+            yield _whole_chunk(result.generations[0].message)
             return
         shared = self.load()
-        dicts = [_to_dict(m) for m in messages]
-        params = self._params(stop, kwargs)
-        guard = StreamingLoopGuard(self.loop_limits) if self.loop_guard else None
+        request, dicts, params = self._prepare(messages, stop, kwargs, shared)
+        guard = StreamingLoopGuard(self.loop_limits) if "logits_processor" in params else None
+        calls = ArgumentsStream() if request.forced_names else None
+        generated = 0
 
         def emit(delta: str, finish: str | None) -> ChatGenerationChunk:
             metadata = {"finish_reason": finish, "model_name": self.model_name} if finish else {}
-            chunk = ChatGenerationChunk(message=AIMessageChunk(content=delta, response_metadata=metadata))
+            usage = None
+            if finish:
+                usage = self._stream_usage(shared, dicts, generated)
+            if calls is not None:
+                pieces = calls.feed(delta) + (calls.finish() if finish else [])
+                if finish == "stop" and calls.name is not None:
+                    metadata["finish_reason"] = "tool_calls"
+                message = AIMessageChunk(content="", tool_call_chunks=pieces, response_metadata=metadata,
+                                         usage_metadata=usage, chunk_position="last" if finish else None)
+            else:
+                message = AIMessageChunk(content=delta, response_metadata=metadata, usage_metadata=usage,
+                                         chunk_position="last" if finish else None)
+            chunk = ChatGenerationChunk(message=message)
             if run_manager and delta:
                 run_manager.on_llm_new_token(delta, chunk=chunk)
             return chunk
@@ -280,6 +298,7 @@ class LocalLlamaChatModel(BaseChatModel):
                         choice = part["choices"][0]
                         delta = choice.get("delta", {}).get("content") or ""
                         finish = choice.get("finish_reason")
+                        generated += bool(delta)
                         if guard is not None:
                             delta = guard.feed(delta)
                             if guard.stopped:  # closing the generator stops llama.cpp generating
@@ -300,6 +319,115 @@ class LocalLlamaChatModel(BaseChatModel):
                         close()
             except ValueError as exc:
                 raise ModelError(f"local chat model {Path(self.model_path).name}: {exc}") from exc
+
+    @staticmethod
+    def _stream_usage(shared: _SharedLlama, dicts: list[dict[str, str]], generated: int) -> UsageMetadata | None:
+        """Token counts of a streamed reply (llama.cpp streams none): the prompt re-tokenized through the model's chat
+        template, and one completion token per streamed piece."""
+        prompt = _prompt_tokens(shared.llama, dicts)
+        if prompt is None:
+            return None
+        return UsageMetadata(input_tokens=prompt, output_tokens=generated, total_tokens=prompt + generated)
+
+    # -- tools and structured output ---------------------------------------------------------------------------
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable | BaseTool],
+        *,
+        tool_choice: dict | str | bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools (anything ``convert_to_openai_tool`` takes). ``tool_choice``: ``"auto"``/None (the model may
+        call them; its reply is parsed), ``"any"``/``"required"``/True (it must call one), a tool name or
+        ``{"type": "function", "function": {"name": ...}}`` (it must call that one; grammar-constrained), ``"none"``.
+
+        Raises ValueError when ``tool_choice`` names a tool that is not bound.
+        """
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        ToolRequest.from_kwargs({"tools": formatted, "tool_choice": tool_choice})  # fail now on a bad choice
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return super().bind(tools=formatted, **kwargs)
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type,
+        *,
+        method: Literal["json_schema", "function_calling", "json_mode"] = "json_schema",
+        include_raw: bool = False,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, dict | BaseModel]:
+        """A runnable whose output follows ``schema`` (a Pydantic class, a TypedDict or a JSON schema dict).
+
+        ``method="json_schema"`` (default) constrains the reply to the schema with a llama.cpp grammar;
+        ``"function_calling"`` forces a call of a tool made from the schema (also grammar-constrained);
+        ``"json_mode"`` constrains it to any JSON object (say the fields in the prompt). Pydantic classes come back
+        validated as instances, the others as dicts. ``include_raw=True`` returns ``{"raw", "parsed",
+        "parsing_error"}`` and never raises on a bad reply.
+        """
+        if kwargs:
+            raise ValueError(f"with_structured_output: unsupported argument(s) {sorted(kwargs)}")
+        is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
+        traced = {"kwargs": {"method": method, "strict": strict}, "schema": convert_to_json_schema(schema)}
+        parser: Runnable
+        if method == "function_calling":
+            tool = convert_to_openai_tool(schema)
+            name = tool["function"]["name"]
+            llm = self.bind_tools([tool], tool_choice=name, ls_structured_output_format=traced)
+            parser = (PydanticToolsParser(tools=[schema], first_tool_only=True) if is_pydantic
+                      else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True))
+        elif method == "json_schema":
+            json_schema = traced["schema"]
+            name = json_schema.get("title", "output")
+            llm = self.bind(
+                response_format={"type": "json_schema", "json_schema": {"name": name, "schema": json_schema}},
+                ls_structured_output_format=traced,
+            )
+            parser = PydanticOutputParser(pydantic_object=schema) if is_pydantic else JsonOutputParser()
+        elif method == "json_mode":
+            llm = self.bind(response_format={"type": "json_object"}, ls_structured_output_format=traced)
+            parser = PydanticOutputParser(pydantic_object=schema) if is_pydantic else JsonOutputParser()
+        else:
+            raise ValueError(f"method={method!r}: expected 'json_schema', 'function_calling' or 'json_mode'")
+        if not include_raw:
+            return llm | parser
+        parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
+        failed = RunnablePassthrough.assign(parsed=lambda _: None)
+        return RunnableMap(raw=llm) | parsed.with_fallbacks([failed], exception_key="parsing_error")
+
+
+def _whole_chunk(message: BaseMessage) -> ChatGenerationChunk:
+    assert isinstance(message, AIMessage)
+    pieces = [
+        {"name": c["name"], "args": json.dumps(c["args"], ensure_ascii=False), "id": c["id"], "index": i,
+         "type": "tool_call_chunk"}
+        for i, c in enumerate(message.tool_calls)
+    ]
+    return ChatGenerationChunk(message=AIMessageChunk(
+        content=message.content, tool_call_chunks=pieces, response_metadata=message.response_metadata,
+        usage_metadata=message.usage_metadata, chunk_position="last"))
+
+
+_FORMATTERS: dict[int, Any] = {}
+
+
+def _prompt_tokens(llama: Any, dicts: list[dict[str, str]]) -> int | None:
+    """Tokens of the prompt llama.cpp builds for ``dicts`` with the GGUF's chat template (None without one)."""
+    formatter = _FORMATTERS.get(id(llama))
+    if formatter is None:
+        template = (getattr(llama, "metadata", None) or {}).get("tokenizer.chat_template")
+        if not template:
+            return None
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        vocab = llama._model  # noqa: SLF001 - the bos/eos texts are only reachable through the model
+        eos = vocab.token_get_text(llama.token_eos()) if llama.token_eos() >= 0 else ""
+        bos = vocab.token_get_text(llama.token_bos()) if llama.token_bos() >= 0 else ""
+        formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+        _FORMATTERS[id(llama)] = formatter
+    prompt = formatter(messages=dicts).prompt
+    return len(llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))
 
 
 def loaded_models() -> Sequence[tuple[str, int]]:

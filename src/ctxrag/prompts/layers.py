@@ -77,8 +77,8 @@ QUESTION = {
 
 CITATION_CLAUSE = {
     # no example: the 0.5B model copies any example or source header it is shown verbatim as its answer. Tried and
-    # dropped: "end each sentence with the number of its source" put every demo citation in place but turned the
-    # 1.5B's P1 answer wrong ("24/7" instead of "30 minutes"; 5 of 6 demo answers right instead of 6).
+    # dropped: "end each sentence with the number of its source" put the demo's citations in place but turned one of
+    # the 1.5B's demo answers wrong ("24/7" instead of "30 minutes"; docs/benchmarks/answers.md).
     "en": "; write the answer in your own words and cite source numbers in square brackets",
     "zh": "；用自己的话回答，并用方括号标注资料编号",
 }
@@ -90,11 +90,11 @@ QUESTION_HANT = "問題：{question}\n\n請用繁體中文簡潔回答（不超�
 CITATION_CLAUSE_HANT = "；用自己的話回答，並用方括號標註資料編號"
 
 SHORT_QUESTION = {
-    # answer_style="short" (short-answer benchmarks such as DRCD, MuSiQue): the answer phrase alone. The model is not
-    # asked for `[n]` here: the 1.5B model, asked for "phrase [n]", wrote the marker alone or first in 6 of 30 DRCD
-    # answers; the chain answers with the chunk's span and cites it instead (`chains.extractive.snap`). No example:
-    # with one ("...? Answer: 玉山") the 0.5B model gave that example as 42 of the first 60 DRCD answers (F1 9.8;
-    # 37.9 without it), and the 1.5B model scored the same without it (65.7 vs 66.3 F1 on those 60).
+    # answer_style="short" (extractive questions, the short-answer benchmarks): the answer phrase alone. The model is
+    # not asked for `[n]` here: a small model asked for "phrase [n]" often writes the marker alone or first; the
+    # chain answers with the chunk's span and cites it instead (`chains.extractive.snap`). No example: with one
+    # ("...? Answer: 玉山") the 0.5B model gives the example back as its answer, and the 1.5B model does no better
+    # with it (docs/benchmarks/answers.md).
     "en": (
         "Question: {question}\n\nAnswer with only the answer itself, copied from the sources: a name, number, date "
         "or short phrase, usually under ten words. No sentence, no explanation, no source numbers."
@@ -111,7 +111,7 @@ SHORT_QUESTION = {
 
 
 # A short answer that only repeats words of the question ("寄養家庭" for "寄養家庭以及哪方面的經驗...") is asked again
-# once with this follow-up (1.5B model: 21 of 200 DRCD answers were such echoes, 19 of them wrong).
+# once with this follow-up (such echoes are nearly always wrong answers of a small model).
 SHORT_RETRY = {
     "en": "\"{phrase}\" is already in the question, so it is not the answer. Find what the question asks for in the "
           "sources and write only that answer.",
@@ -120,8 +120,8 @@ SHORT_RETRY = {
 }
 
 # A short answer written as a sentence on the question's own words ("Dai Jitao is from China.", "中央革命軍事委員會副主席"
-# for 哪一個職位) is asked again once with this follow-up (`chains.extractive.restates_question`; 13 of 100 MuSiQue
-# answers and 4 of 200 DRCD answers of the 1.5B model, mean F1 0.09 and 0.29).
+# for 哪一個職位) is asked again once with this follow-up (`chains.extractive.restates_question`): such answers
+# hardly ever hold the answer (docs/benchmarks/answers.md).
 SHORT_RESTATE = {
     "en": "That repeats the question. Write only the part that answers it: the name, number, date or short phrase "
           "from the sources, not a sentence.",

@@ -1,8 +1,9 @@
 """Dense retrieval over a `DenseIndex` (FAISS, Chroma or Milvus): similarity, MMR and score threshold, with metadata
 filters resolved by a `ChunkLookup`.
 
-Relevance scores are correct for cosine indexes: ``(1 + cos) / 2`` in [0, 1] (stock LangChain FAISS maps inner product
-with a Euclidean formula and can return negative values).
+Scores: ``metadata["score"]`` is ``(1 + cos) / 2`` in [0, 1] (the ranking score fusion reads); ``score_threshold``
+compares LangChain's relevance score (`relevance_score`: 0 worst, 1 best), the value LangChain's FAISS store gives the
+same embeddings, so a threshold carries over from FAISS code unchanged.
 
 Example::
 
@@ -15,6 +16,7 @@ Example::
 """
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -32,8 +34,27 @@ _ALLOWED_KWARGS = {"k", "fetch_k", "lambda_mult", "score_threshold", "filter"}
 
 
 def cosine_to_relevance(cos: float) -> float:
-    """Map cosine similarity in [-1, 1] to a relevance score in [0, 1]."""
+    """Map cosine similarity in [-1, 1] to the dense ranking score in [0, 1] (``metadata["score"]``)."""
     return float(min(1.0, max(0.0, (1.0 + cos) / 2.0)))
+
+
+def cosine_to_distance(cos: float) -> float:
+    """Squared euclidean distance between unit vectors, ``2 - 2 cos``: what LangChain's FAISS store (an L2 index) and
+    Chroma (``l2``) return as the score of ``similarity_search_with_score`` for normalised embeddings; lower is
+    closer."""
+    return float(max(0.0, 2.0 - 2.0 * cos))
+
+
+def distance_to_relevance(distance: float) -> float:
+    """LangChain's relevance score for a euclidean distance, ``1 - distance / sqrt(2)`` (as the FAISS store computes
+    it), clipped to [0, 1] so 0 is worst and 1 best."""
+    return float(min(1.0, max(0.0, 1.0 - distance / math.sqrt(2.0))))
+
+
+def relevance_score(cos: float) -> float:
+    """The relevance score ``score_threshold`` compares (the VectorStore face and `DenseRetriever` alike): the FAISS
+    store's value for the same embeddings, so a threshold tuned on a FAISS store keeps the same documents here."""
+    return distance_to_relevance(cosine_to_distance(cos))
 
 
 def mmr_select(query_vec: np.ndarray, cand_vecs: np.ndarray, k: int, lambda_mult: float) -> list[int]:
@@ -71,8 +92,9 @@ class DenseRetriever(CtxragRetriever):
     """Embeds the query; the model the index was built with."""
     search_type: SearchType = "similarity"
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """``fetch_k`` (mmr pool, default 20), ``lambda_mult`` (mmr, default 0.5), ``score_threshold`` (relevance in
-    [0, 1]); ``k`` and ``filter`` given here move to the fields of the same name."""
+    """``fetch_k`` (mmr pool, default 20), ``lambda_mult`` (mmr, default 0.5), ``score_threshold`` (LangChain's
+    relevance in [0, 1], 1 best: `relevance_score`, the FAISS store's value, kept in ``metadata["relevance"]``);
+    ``k`` and ``filter`` given here move to the fields of the same name."""
 
     call_options: ClassVar[frozenset[str]] = frozenset({"fetch_k", "lambda_mult", "score_threshold"})
 
@@ -115,11 +137,12 @@ class DenseRetriever(CtxragRetriever):
         scores = {}
         keep = []
         for cid, cos in hits:
-            rel = cosine_to_relevance(cos)
-            if p["score_threshold"] is not None and rel < p["score_threshold"]:
+            relevance = relevance_score(cos)
+            if p["score_threshold"] is not None and relevance < p["score_threshold"]:
                 continue
             keep.append(cid)
-            scores[cid] = {"score": rel, "dense_score": rel, "cosine": cos}
+            score = cosine_to_relevance(cos)
+            scores[cid] = {"score": score, "dense_score": score, "cosine": cos, "relevance": relevance}
         return self.chunks.get_chunks(keep, scores)
 
 

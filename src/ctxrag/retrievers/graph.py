@@ -20,7 +20,7 @@ splitting the modes apart would scatter one algorithm.)
 ``rerank="ppr"`` replaces steps 3-5 with HippoRAG 2's graph search (`ctxrag.graph.ppr`): a Personalized PageRank walk
 over entities and passages, seeded by the entities of the relations closest to the question, the question's entities,
 the entities of the best chains and the fallback retriever's passages; passages rank by stationary probability. It is
-the best measured ranking without an LLM (docs/graph_rag.md) and the knowledge base's default.
+the best measured ranking without an LLM (docs/benchmarks/graph_rag.md) and the knowledge base's default.
 
 Each Document carries ``chunk_id``, ``score`` (= ``graph_score``: the best relation's cosine for embedding ranking,
 ``1 / (1 + rank)`` for path and LLM ranking, PageRank probability over the top one's for ppr), ``graph_relations``

@@ -32,11 +32,13 @@ from fastapi.responses import JSONResponse
 from langserve import add_routes
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, ModelError
+from ctxrag.errors import (ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseLocked, KnowledgeBaseNotFound,
+                           ModelError)
 from ctxrag import __version__
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models import chat
 from ctxrag.models.chat import as_model_error, describe_endpoint, model_failure_types
+from ctxrag.redact import install_log_redaction, redact, redact_value, remember_settings
 from ctxrag.server import runnables
 from ctxrag.server.middleware import (
     BatchSizeLimitMiddleware,
@@ -56,6 +58,8 @@ log = logging.getLogger(__name__)
 def _status_of(exc: BaseException) -> int:
     if isinstance(exc, (KnowledgeBaseNotFound, DocumentNotFound)):
         return 404
+    if isinstance(exc, KnowledgeBaseLocked):
+        return 503  # another process holds the write lock past the timeout: retry later
     if isinstance(exc, ModelError):
         return 503  # the model is down or missing: not the client's fault, but not a crash either
     if isinstance(exc, (ConfigError, ValueError, CtxragError)):
@@ -86,6 +90,10 @@ def _install_error_handlers(app: FastAPI) -> None:
             log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
             return JSONResponse({"detail": "internal server error"}, status_code=500)
         msg = str(exc) or type(exc).__name__
+        msg = redact(msg)  # an endpoint's 401 may echo the key; a URL may carry user:password@
+        client = request.client.host if request.client else None
+        if not _may_see_paths(getattr(request.app.state, "expose_paths", "never"), client):
+            msg = hide_paths_in_text(msg)  # e.g. IndexCorruptError names a file under the knowledge base folder
         return JSONResponse({"detail": msg[:2000], "error": type(exc).__name__}, status_code=status)
 
     app.add_exception_handler(RequestValidationError, validation)  # type: ignore[arg-type]
@@ -117,7 +125,9 @@ def _path_policy(expose: str) -> Any:
 
     def modify(config: dict[str, Any], request: Request) -> dict[str, Any]:
         allowed = _may_see_paths(expose, request.client.host if request.client else None)
-        return {**config, "metadata": {**(config.get("metadata") or {}), EXPOSE_PATHS_KEY: allowed}}
+        # in both places: LangServe's /batch keeps only `configurable`; the server's value overrides the client's
+        return {**config, "metadata": {**(config.get("metadata") or {}), EXPOSE_PATHS_KEY: allowed},
+                "configurable": {**(config.get("configurable") or {}), EXPOSE_PATHS_KEY: allowed}}
 
     return modify
 
@@ -138,6 +148,8 @@ def create_app(
     out and ``/health`` says why. Auth and the body limit come from ``settings.server``.
     """
     s = settings or get_settings()
+    remember_settings(s)  # every log line, error detail, health field and event stream is redacted
+    install_log_redaction()
     token = check_auth_token(s.server)
     if kbs is None:
         names = list(kb_names or [s.default_kb])
@@ -153,7 +165,7 @@ def create_app(
             llm = chat.make_chat_model(s)  # looked up per call, so tests can stand in a model
             llm_note = describe_endpoint(llm)
         except CtxragError as e:
-            llm_note = f"unavailable: {e}"
+            llm_note = redact(f"unavailable: {e}")
             log.warning("no chat model (%s): serving /search and /notes only", e)
 
     app = FastAPI(title="ctxrag", version=_version(),
@@ -183,7 +195,7 @@ def create_app(
         log.warning("no /notes route: %s", e)
 
     health = {"status": "ok", "version": _version(), "knowledge_bases": [kb.name for kb in kbs],
-              "llm": llm_note, "routes": routes, "auth": token is not None}
+              "llm": redact(llm_note), "routes": routes, "auth": token is not None}
 
     @app.get("/health", tags=["meta"])
     def health_route() -> dict[str, Any]:
@@ -195,6 +207,7 @@ def create_app(
                 "docs": "/docs"}
 
     app.state.knowledge_bases = kbs
+    app.state.expose_paths = s.server.expose_paths
     app.state.llm = llm
     # the last added runs first: auth refuses before a large body is read; then the cross-site guard; then the size
     # limit; then the batch cap (on the bounded body); then the stream guard
@@ -202,6 +215,8 @@ def create_app(
     if expose != "always":  # intermediate steps (stream_log, stream_events) carry paths the final output hides
         app.add_middleware(EventStreamRewriteMiddleware, rewrite=hide_paths_in_text,
                            applies_to=lambda host: not _may_see_paths(expose, host))
+    # every client: an error event in the stream carries the exception's text (a 401 that echoes the key)
+    app.add_middleware(EventStreamRewriteMiddleware, rewrite=redact_value, applies_to=lambda host: True)
     app.add_middleware(StreamErrorGuardMiddleware)
     app.add_middleware(BatchSizeLimitMiddleware, max_inputs=s.server.max_batch_inputs)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=s.server.max_body_bytes)

@@ -124,6 +124,10 @@ class BodySizeLimitMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if too_deep(body):
+            await send_json(send, 400, {"detail": f"request body nested too deeply (limit {MAX_JSON_DEPTH} levels of "
+                                                  "'[' or '{')", "error": "RequestTooDeep"})
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -134,6 +138,37 @@ class BodySizeLimitMiddleware:
             return await receive()  # after the body: wait for the disconnect like a normal receive
 
         await self.app(scope, replay, send)
+
+
+MAX_JSON_DEPTH = 200
+"""Deepest JSON nesting a request body may have: deeper bodies made the JSON parser raise RecursionError (a 500)."""
+
+
+def too_deep(body: bytes) -> bool:
+    """Whether a JSON body nests arrays/objects deeper than `MAX_JSON_DEPTH` (brackets inside strings ignored).
+
+    Counting brackets first keeps the common case to two C-speed scans."""
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    depth = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return False
 
 
 class StreamErrorGuardMiddleware:

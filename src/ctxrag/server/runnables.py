@@ -18,6 +18,8 @@ import asyncio
 import os
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from typing import Any, AsyncIterator, Iterator, Literal, Sequence
 
 from langchain_core.documents import Document
@@ -35,7 +37,8 @@ from ctxrag.text import check_query
 DEFAULT_MAX_QUERY_CHARS = 4000
 """The query length limit when none is given (``Settings.max_query_chars`` in the server)."""
 EXPOSE_PATHS_KEY = "ctxrag_expose_paths"
-"""Config metadata key: False makes the runnables send file names instead of absolute source paths."""
+"""Config metadata (and ``configurable``) key: True lets the runnables send absolute source paths; False or missing
+sends file names only."""
 
 Role = Literal["human", "user", "ai", "assistant", "system"]
 
@@ -161,7 +164,14 @@ def hide_paths_in_text(value: Any) -> Any:
 
 
 def _exposes_paths(config: RunnableConfig | None) -> bool:
-    return bool(((config or {}).get("metadata") or {}).get(EXPOSE_PATHS_KEY, True))
+    """Whether this request may see absolute paths: the flag the server put into the request's config metadata or,
+    where LangServe keeps only ``configurable`` (``/batch``), there. A missing flag hides them (fail closed)."""
+    config = config or {}
+    for part in ("metadata", "configurable"):
+        flag = (config.get(part) or {}).get(EXPOSE_PATHS_KEY)  # type: ignore[attr-defined]
+        if flag is not None:
+            return bool(flag)
+    return False
 
 
 def _path_filter() -> Runnable:
@@ -276,18 +286,31 @@ def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast",
     return chain.with_types(input_type=ChatInput, output_type=ChatOutput)
 
 
+WRITER_THREADS = 1
+"""Threads of the executor that runs note adds (writes wait there for the knowledge base's write lock)."""
+
+
 def notes_runnable(kb: Any, *, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
-    """Add, search and list notes of `kb` (see `NotesInput`); returns `NotesOutput` as a dict."""
+    """Add, search and list notes of `kb` (see `NotesInput`); returns `NotesOutput` as a dict.
+
+    Served asynchronously, an ``add`` runs on its own small executor: while another process holds the write lock,
+    waiting adds queue there instead of filling the event loop's shared thread pool, so searches never wait behind
+    writes (before, a handful of waiting adds stalled every search)."""
 
     book = NoteBook(kb)
+    writer = ThreadPoolExecutor(max_workers=WRITER_THREADS, thread_name_prefix=f"ctxrag-notes-{kb.name}")
 
-    def run(inp: Any) -> dict[str, Any]:
+    def validated(inp: Any) -> NotesInput:
         x = NotesInput.model_validate(inp)  # also when called directly without the server's validation
-        if x.action == "add":
-            if not x.text or not x.text.strip():
-                raise ValueError("notes action 'add' needs a non-empty 'text'")
-            note = book.create(x.text, title=x.title or None, tags=x.tags)
-            return {"action": "add", "notes": [note.to_dict()]}
+        if x.action == "add" and (not x.text or not x.text.strip()):
+            raise ValueError("notes action 'add' needs a non-empty 'text'")
+        return x
+
+    def add(x: NotesInput) -> dict[str, Any]:
+        note = book.create(x.text, title=x.title or None, tags=x.tags)
+        return {"action": "add", "notes": [note.to_dict()]}
+
+    def read(x: NotesInput) -> dict[str, Any]:
         if x.action == "search":
             query = x.query or x.text
             if not query or not query.strip():
@@ -297,5 +320,16 @@ def notes_runnable(kb: Any, *, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -
                     "notes": [{**n.to_dict(), "score": s} for n, s in book.search(query, k=x.k, tag=x.tag or None)]}
         return {"action": "list", "notes": [n.to_dict() for n in book.list(tag=x.tag or None)]}
 
-    chain = RunnableLambda(run, name="ctxrag_notes") | _path_filter()
+    def run(inp: Any) -> dict[str, Any]:
+        x = validated(inp)
+        return add(x) if x.action == "add" else read(x)
+
+    async def arun(inp: Any) -> dict[str, Any]:
+        x = validated(inp)
+        loop = asyncio.get_running_loop()
+        if x.action == "add":
+            return await loop.run_in_executor(writer, copy_context().run, add, x)
+        return await loop.run_in_executor(None, copy_context().run, read, x)
+
+    chain = RunnableLambda(run, afunc=arun, name="ctxrag_notes") | _path_filter()
     return chain.with_types(input_type=NotesInput, output_type=NotesOutput)

@@ -30,6 +30,7 @@ import numpy as np
 from ctxrag.errors import IndexCorruptError
 from ctxrag.settings import DenseIndexSettings
 from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.mapped import MappedFile
 
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.json"
@@ -47,9 +48,9 @@ _MMAP_FLAG = getattr(faiss, "IO_FLAG_MMAP_IFC", 0)
 
 @contextmanager
 def _one_thread() -> Iterator[None]:
-    """One query at a time gains nothing from OpenMP, and on a busy machine its thread barriers cost milliseconds
-    (measured: 24 ms instead of 0.2 ms for 3,000 flat vectors with 2 threads on 2 loaded cores). The OpenMP thread
-    count is per calling thread, so this does not slow a build running in another thread."""
+    """One query at a time gains nothing from OpenMP, and on a busy machine its thread barriers cost far more than
+    the search itself (spinning threads wait for a core). The OpenMP thread count is per calling thread, so this does
+    not slow a build running in another thread."""
     faiss.omp_set_num_threads(1)
     try:
         yield
@@ -71,7 +72,7 @@ class FaissIndex:
         self._chunk_of: dict[int, str] = {}
         self._dead: set[int] = set()  # HNSW tombstones: int ids still in the graph but deleted
         self._next_id = 0
-        self._mapped_from: Path | None = None  # loaded as a read-only memory map of this file
+        self._mapped_from: MappedFile | None = None  # loaded as a read-only memory map of this file
         if dim is not None:
             self._make(dim)
 
@@ -146,7 +147,8 @@ class FaissIndex:
         the vectors out of the mapping into a new index."""
         if self._mapped_from is None or self._index is None:
             return
-        path, self._mapped_from = self._mapped_from, None
+        self._mapped_from.check()  # a truncated mapping would be SIGBUS below
+        path, self._mapped_from = self._mapped_from.path, None
         try:
             self._index = faiss.read_index(str(path))
         except RuntimeError:
@@ -172,6 +174,8 @@ class FaissIndex:
         """Stored vectors of these chunks, in order (for MMR and filters)."""
         if self._index is None or not chunk_ids:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
+        if self._mapped_from is not None:
+            self._mapped_from.check()
         return np.stack([self._index.reconstruct(self._int_of[c]) for c in chunk_ids])
 
     def search(
@@ -186,6 +190,8 @@ class FaissIndex:
             raise ValueError(f"k must be positive, got {k}")
         if self._index is None or not self._int_of:
             return []
+        if self._mapped_from is not None:
+            self._mapped_from.check()  # a file truncated under the mapping: a named error, not SIGBUS
         q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(1, -1))
         if q.shape[1] != self.dim:
             raise ValueError(f"query vector dimension {q.shape[1]} does not match the index dimension {self.dim}")
@@ -296,7 +302,7 @@ class FaissIndex:
                 index = faiss.downcast_index(index)
             self.dim = int(dim)
             self._index = index
-            self._mapped_from = index_path if _MMAP_FLAG else None
+            self._mapped_from = MappedFile(index_path) if _MMAP_FLAG else None
             if index.ntotal != len(int_ids) + len(dead):
                 raise IndexCorruptError(
                     f"{index_path}: holds {index.ntotal} vectors but {ids_path} maps {len(int_ids)} ids"

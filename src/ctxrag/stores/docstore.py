@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from ctxrag.errors import StoreCorruptError
+from ctxrag.errors import AmbiguousDocument, KnowledgeBaseDeleted, StoreCorruptError
 
 SCHEMA_VERSION = "1"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -41,6 +42,17 @@ def _check_file(path: Path) -> None:
     valid_for, change_counter = header[92:96], header[24:28]
     if valid_for == change_counter and pages and size < pages * page_size:
         raise StoreCorruptError(_damaged(path, f"truncated: {size} bytes, its header says {pages * page_size}"))
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """Device and inode of the file at `path`: which store a path names right now."""
+    st = path.stat()
+    return st.st_dev, st.st_ino
+
+
+def _gone(path: Path, detail: str) -> KnowledgeBaseDeleted:
+    return KnowledgeBaseDeleted(path.parent.name, f"{detail} ({path} is gone); open it again, or ingest again to "
+                                                  "create a new one")
 
 
 def _create(path: Path) -> None:
@@ -135,35 +147,84 @@ class DocStore:
 
     A new store is created complete (schema written into a temporary file, then linked into place), so an existing
     ``kb.sqlite`` that is empty, truncated or not SQLite is damage: `StoreCorruptError` says so in one line and
-    nothing is re-created over it. `check` runs SQLite's quick_check on stores up to 256 MB.
+    nothing is re-created over it. `check` runs SQLite's quick_check on stores up to 256 MB. With ``create=False`` a
+    missing file is `KnowledgeBaseDeleted` (a writer or reader whose knowledge base was deleted meanwhile).
+    `identity` is the device and inode of the file opened; `follow` compares it with what the path names now.
     """
 
-    def __init__(self, path: Path, *, check: bool = True, busy_timeout: float = 60.0) -> None:
+    def __init__(self, path: Path, *, check: bool = True, busy_timeout: float = 60.0, create: bool = True) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._check = check
+        self._busy_timeout = busy_timeout
+        self._reopen_lock = threading.Lock()
         if not self.path.exists():
+            if not create:
+                raise _gone(self.path, "by another process")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             _create(self.path)
-        elif check:
-            _check_file(self.path)
+        self.conn, self.identity = self._connect()
+
+    def _connect(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
+        """Open, check and configure a connection; also returns the identity of the file it opened."""
         try:
-            self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=FULL")
-            self.conn.execute("PRAGMA foreign_keys=ON")
-            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            before = _identity(self.path)
+            if self._check:
+                _check_file(self.path)
+        except FileNotFoundError:
+            raise _gone(self.path, "by another process") from None
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout)
+        except sqlite3.DatabaseError:
+            if not self.path.exists():
+                raise _gone(self.path, "by another process") from None
+            raise
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if not {"meta", "documents", "chunks"} <= tables:
                 raise StoreCorruptError(_damaged(self.path, f"tables {sorted(tables)} instead of the ctxrag schema"))
-            if check and self.path.stat().st_size <= _QUICK_CHECK_MAX_BYTES:
-                result = self.conn.execute("PRAGMA quick_check(1)").fetchone()
+            if self._check and self.path.stat().st_size <= _QUICK_CHECK_MAX_BYTES:
+                result = conn.execute("PRAGMA quick_check(1)").fetchone()
                 if not result or result[0] != "ok":
                     raise StoreCorruptError(_damaged(self.path, f"SQLite quick_check says {result[0] if result else None!r}"))
+            if _identity(self.path) != before:  # replaced between the stat and the connect: not the file checked
+                raise _gone(self.path, "and created again while it was being opened")
+        except FileNotFoundError:
+            conn.close()
+            raise _gone(self.path, "by another process") from None
         except sqlite3.DatabaseError as e:
+            conn.close()
             if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
                 raise
+            if not self.path.exists():
+                raise _gone(self.path, "by another process") from None
             raise StoreCorruptError(_damaged(self.path, str(e))) from None
-        except StoreCorruptError:
-            self.conn.close()
+        except (StoreCorruptError, KnowledgeBaseDeleted):
+            conn.close()
             raise
+        return conn, before
+
+    def follow(self) -> bool:
+        """Make sure this object still reads the store its path names (one ``stat``, microseconds).
+
+        `KnowledgeBaseDeleted` when the file is gone (``ctxrag kb delete``); when another store now lives at the path
+        (deleted and created again), switch to it and return True. An open connection keeps reading a deleted file,
+        so without this a long-lived reader (``ctxrag serve``) would keep answering from a knowledge base that no
+        longer exists."""
+        try:
+            now = _identity(self.path)
+        except FileNotFoundError:
+            raise _gone(self.path, "by another process") from None
+        if now == self.identity:
+            return False
+        with self._reopen_lock:
+            if _identity(self.path) == self.identity:
+                return False
+            # the old connection is left to the threads still using it (closed when the last one drops it)
+            self.conn, self.identity = self._connect()
+            return True
 
     def data_version(self) -> int:
         """SQLite's ``PRAGMA data_version``: changes when another connection commits (a cheap staleness probe)."""
@@ -240,18 +301,26 @@ class DocStore:
         return self._doc(row) if row else None
 
     def find_document(self, key: str) -> DocumentRecord | None:
-        """By doc id, exact source, or a unique source suffix (e.g. a file name)."""
+        """By doc id, exact source, or a whole trailing part of the source path (a file name, ``dir/name.md``),
+        case-sensitive; `AmbiguousDocument` listing them when several documents match, None when none does (an
+        empty key matches nothing)."""
+        if not key or not key.strip():
+            return None
         doc = self.get_document(key)
         if doc:
             return doc
         row = self.conn.execute(f"SELECT {self._DOC_COLS} FROM documents WHERE source=?", (key,)).fetchone()
         if row:
             return self._doc(row)
-        rows = self.conn.execute(
+        tail = key if key.startswith("/") else "/" + key
+        rows = [r for r in self.conn.execute(
             f"SELECT {self._DOC_COLS} FROM documents WHERE source LIKE ? ESCAPE '\\'",
-            ("%" + key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"),),
-        ).fetchall()
-        return self._doc(rows[0]) if len(rows) == 1 else None
+            ("%" + tail.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"),),
+        ).fetchall() if r[1].endswith(tail)]  # LIKE ignores ASCII case; a path does not
+        if len(rows) > 1:
+            listed = ", ".join(f"{r[1]} ({r[0]})" for r in rows[:10])
+            raise AmbiguousDocument(f"{key!r} matches {len(rows)} documents: {listed}; give the whole path or the id")
+        return self._doc(rows[0]) if rows else None
 
     def list_documents(self) -> list[DocumentRecord]:
         return [self._doc(r) for r in self.conn.execute(f"SELECT {self._DOC_COLS} FROM documents ORDER BY source")]

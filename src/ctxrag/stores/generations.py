@@ -6,6 +6,7 @@ Layout under the knowledge base folder::
     write.lock              the inter-process write lock (`filelock`); held from reading the current generation
     write.lock.holder       JSON: pid, host, command and time of the process holding it (for messages)
     indexes/gen-000042/     one committed generation: a folder per index plus manifest.json
+    indexes/format.json     the generation format: every generation has a manifest (see `manifests_required`)
     indexes/.tmp-gen-...    a generation being written (renamed to gen-N when complete; never read)
 
 Rules (see docs/reliability.md):
@@ -44,7 +45,7 @@ from typing import Any, Protocol
 
 import filelock
 
-from ctxrag.errors import IndexCorruptError, KnowledgeBaseLocked
+from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, KnowledgeBaseLocked
 from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ INDEXES_DIR = "indexes"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = "ctxrag-generation"
 MANIFEST_VERSION = 1
+FORMAT_FILE = "format.json"
+"""``indexes/format.json``: written with the first generation that has a manifest; from then on a generation without
+its manifest is damage, not a generation that predates manifests."""
 KEEP_PREVIOUS = 1
 """Generations kept before the current one: a reader that read the generation number just before a commit may still
 be loading the previous one."""
@@ -126,13 +130,13 @@ class GenerationStore:
         nested = self._lock.is_locked
         start = time.monotonic()
         try:
-            self._lock.acquire(timeout=min(_WAIT_NOTICE_S, self.lock_timeout))
+            self._acquire(min(_WAIT_NOTICE_S, self.lock_timeout))
         except filelock.Timeout:
             log.warning("knowledge base %r: waiting for the write lock (%s), held by %s", self.kb_name,
                         self.root / LOCK_FILE, self.holder_description())
             remaining = max(0.0, self.lock_timeout - (time.monotonic() - start))
             try:
-                self._lock.acquire(timeout=remaining)
+                self._acquire(remaining)
             except filelock.Timeout:
                 raise KnowledgeBaseLocked(
                     f"knowledge base {self.kb_name!r} is locked for writing by {self.holder_description()} "
@@ -146,6 +150,15 @@ class GenerationStore:
             yield
         finally:
             self._lock.release()
+
+    def _acquire(self, timeout: float) -> None:
+        try:
+            self._lock.acquire(timeout=timeout)
+        except FileNotFoundError:  # `kb delete` renamed the folder away while we waited
+            if self.root.is_dir():
+                raise
+            raise KnowledgeBaseDeleted(self.kb_name, "by another process while this one waited for its write lock; "
+                                                     "nothing was written") from None
 
     def _write_holder(self) -> None:
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:300],
@@ -168,6 +181,18 @@ class GenerationStore:
             return "another process"
         return (f"pid {info.get('pid')} on {info.get('host')} ({info.get('command') or '?'}) "
                 f"since {info.get('since')}")
+
+    def remove_lock_leftovers(self) -> None:
+        """After the knowledge base was deleted under a writer waiting for its lock (the wait creates the lock file,
+        and its folder, again): remove them when nothing else is in the folder. Caller holds the write lock."""
+        try:
+            if not {p.name for p in self.root.iterdir()} <= {LOCK_FILE, HOLDER_FILE}:
+                return
+            (self.root / HOLDER_FILE).unlink(missing_ok=True)
+            (self.root / LOCK_FILE).unlink(missing_ok=True)
+            self.root.rmdir()
+        except OSError:  # another writer is creating the knowledge base again: leave it alone
+            pass
 
     # -- writing --------------------------------------------------------------------------
     def write(self, gen: int, indexes: Mapping[str, SavableIndex]) -> Path:
@@ -192,6 +217,9 @@ class GenerationStore:
                 }
             atomic_write_json(tmp / MANIFEST_FILE, manifest)
             fsync_tree(tmp)
+            if not (self.base / FORMAT_FILE).exists():
+                atomic_write_json(self.base / FORMAT_FILE, {"format": MANIFEST_FORMAT, "manifest_version":
+                                                            MANIFEST_VERSION, "manifests": "required"})
             final = self.gen_dir(gen)
             if final.exists():  # left by a writer that died after its rename, before its SQLite commit
                 shutil.rmtree(final)
@@ -224,7 +252,8 @@ class GenerationStore:
 
     # -- reading ----------------------------------------------------------------------------
     def manifest(self, gen: int) -> dict[str, Any] | None:
-        """The manifest of generation `gen`; None for a generation written before manifests existed."""
+        """The manifest of generation `gen`; None for a generation written before manifests existed. A missing
+        manifest where `manifests_required` is `IndexCorruptError`."""
         path = self.gen_dir(gen) / MANIFEST_FILE
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
@@ -233,12 +262,23 @@ class GenerationStore:
                 raise IndexCorruptError(
                     f"{self.gen_dir(gen)}: the current index generation of knowledge base {self.kb_name!r} is "
                     f"missing; {self.repair_hint()}") from None
+            if self.manifests_required(gen):
+                raise IndexCorruptError(
+                    f"{path}: the generation manifest is missing (this knowledge base writes one with every "
+                    f"generation, so its files cannot be verified: damaged); {self.repair_hint()}") from None
             return None
         except (OSError, ValueError) as e:
             raise IndexCorruptError(f"{path}: unreadable generation manifest ({e}); {self.repair_hint()}") from None
         if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT or not isinstance(doc.get("indexes"), dict):
             raise IndexCorruptError(f"{path}: not a {MANIFEST_FORMAT} manifest; {self.repair_hint()}")
         return doc
+
+    def manifests_required(self, gen: int) -> bool:
+        """True when generation `gen` must have a manifest: ``indexes/format.json`` says so, or another
+        generation has one (written by a version that had manifests, before format.json existed)."""
+        if (self.base / FORMAT_FILE).exists():
+            return True
+        return any(n != gen and (self.gen_dir(n) / MANIFEST_FILE).exists() for n in self.committed())
 
     def verify(self, gen: int, name: str, manifest: Mapping[str, Any] | None) -> bool:
         """Check the files of index `name` in generation `gen` against the manifest (size, then sha256).

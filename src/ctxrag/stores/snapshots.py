@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ctxrag.errors import IndexCorruptError
+from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
@@ -47,6 +47,8 @@ class Snapshot(NamedTuple):
 
     generation: int
     indexes: dict[str, ChunkIndex]
+    store: tuple[int, int] = (0, 0)
+    """Identity (device, inode) of the document store file the generation was read from."""
 
 
 @dataclass
@@ -126,19 +128,23 @@ class IndexSnapshots:
         return self.snapshot.indexes
 
     def refresh(self) -> bool:
-        """Switch to a newer committed generation if there is one; True when it did."""
-        if self.snapshot is not None and self.store.data_version() == self._data_version:
+        """Switch to a newer committed generation if there is one; True when it did. `KnowledgeBaseDeleted` when
+        the knowledge base was deleted meanwhile; one deleted and created again is followed (`DocStore.follow`)."""
+        self.store.follow()
+        if (self.snapshot is not None and self.snapshot.store == self.store.identity
+                and self.store.data_version() == self._data_version):
             return False
         first = self.snapshot is None
         if not self._refresh_lock.acquire(blocking=first):
             return False  # another thread is loading: keep answering from the current snapshot
         try:
             version = self.store.data_version()
-            if self.snapshot is not None and version == self._data_version:
+            same_store = self.snapshot is not None and self.snapshot.store == self.store.identity
+            if same_store and version == self._data_version:
                 return False
-            changed = self.snapshot is None or self.committed_generation() != self.snapshot.generation
+            changed = not same_store or self.committed_generation() != self.snapshot.generation
             if changed:
-                self.snapshot = self._load_current()
+                self.snapshot = self._load_current(reuse=same_store)
             self._data_version = version
             return changed
         finally:
@@ -149,13 +155,17 @@ class IndexSnapshots:
             self.snapshot = snapshot
             self._data_version = self.store.data_version()
 
-    def _load_current(self) -> Snapshot:
-        reuse = self.snapshot.indexes if self.snapshot is not None else None
+    def _load_current(self, reuse: bool = True) -> Snapshot:
+        live = self.snapshot.indexes if self.snapshot is not None and reuse else None
         for _attempt in range(LOAD_ATTEMPTS):
             gen = self.committed_generation()
+            identity = self.store.identity
             try:
-                return Snapshot(gen, self.load_generation(gen, self.store, reuse))
-            except IndexCorruptError:
+                return Snapshot(gen, self.load_generation(gen, self.store, live), identity)
+            except (IndexCorruptError, OSError):
+                if self.store.follow() or identity != self.store.identity:  # deleted (raises) or replaced meanwhile
+                    live = None
+                    continue
                 if self.committed_generation() == gen:
                     raise
                 log.info("knowledge base %r: generation %d was replaced while loading; loading the newer one",
@@ -222,7 +232,15 @@ class IndexSnapshots:
     def session(self) -> Iterator[WriteSession]:
         """Hold the write lock with private indexes of the current generation (see the module docstring)."""
         with self.write_lock():
-            store = DocStore(self.store.path, check=False)
+            try:
+                store = DocStore(self.store.path, check=False, create=False)
+            except KnowledgeBaseDeleted:  # by `kb delete` since this object opened it: never create a partial one
+                self.generations.remove_lock_leftovers()
+                raise
+            if store.identity != self.store.identity:
+                store.close()
+                raise KnowledgeBaseDeleted(self.kb_name, "and created again by another process since this one opened "
+                                                         "it; nothing was written (open it again to write to the new one)")
             session: WriteSession | None = None
             try:
                 gen = self.committed_generation(store)
@@ -252,5 +270,5 @@ class IndexSnapshots:
         session.store.set_meta("generation", str(new))
         session.store.commit()
         session.generation = new
-        self.publish(Snapshot(new, session.indexes))
+        self.publish(Snapshot(new, session.indexes, session.store.identity))
         self.generations.clean(new)

@@ -9,6 +9,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -31,9 +32,14 @@ HANG_GUARD_S = 1200.0
 the test suite on an idle machine, so a busy machine never trips it. Tests give it to every chat client."""
 
 
+@functools.lru_cache(maxsize=1)
 def models_cache_dir() -> Path:
-    """Where tests keep the assembled GGUF across runs: ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models``."""
-    return Path(os.environ.get("CTXRAG_MODELS_CACHE") or Path.home() / ".cache" / "ctxrag" / "models").expanduser()
+    """Where tests keep the assembled GGUF across runs: the product's shared models cache (``$CTXRAG_MODELS_CACHE`` or
+    ``~/.cache/ctxrag/models``, `ctxrag.settings.Settings.models_cache`), read once when the tests start (conftest
+    calls it at import), so a test that points ``CTXRAG_MODELS_CACHE`` elsewhere does not move the real models."""
+    from ctxrag.settings import Settings
+
+    return Settings().models_dir
 
 
 def free_port() -> int:

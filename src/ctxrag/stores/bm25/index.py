@@ -26,6 +26,7 @@ from ctxrag.stores.bm25.scoring import BM25Params, absent_term_score, length_nor
 from ctxrag.stores.bm25.segment import INDEX_DTYPE, Segment, merge_segments
 from ctxrag.stores.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
 from ctxrag.stores.bm25.weights import SegmentWeights
+from ctxrag.stores.mapped import MappedFile
 
 FORMAT = "ctxrag-bm25"
 FORMAT_VERSION = 1
@@ -77,6 +78,7 @@ class BM25Index:
         self._idf: np.ndarray | None = None  # per term, recomputed lazily after a change
         self._weights: list[SegmentWeights] | None = None  # per segment, filled per column on first use
         self._accumulator = Accumulator()
+        self._mapped: MappedFile | None = None  # the .npz whose postings are memory-mapped (checked before a query)
 
     # ---- building -------------------------------------------------------------------------------------------
     def add(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> None:
@@ -200,6 +202,8 @@ class BM25Index:
 
     def get_scores(self, query: str | Sequence[str]) -> np.ndarray:
         """Score of every live document, in `ids` order (as rank_bm25's `get_scores`)."""
+        if self._mapped is not None:
+            self._mapped.check()
         columns, constant = self._columns(self.tokenize_query(query))
         scores = np.zeros(len(self._live))
         for column in columns:
@@ -248,6 +252,8 @@ class BM25Index:
         """`search` on tokens, returning slots and scores as arrays; `allowed` is a bool mask over slots."""
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
+        if self._mapped is not None:
+            self._mapped.check()  # postings truncated under the mapping: a named error, not SIGBUS
         columns, constant = self._columns(tokens)
         if not columns:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
@@ -364,6 +370,7 @@ class BM25Index:
             if manifest["ids"].get("mode") == "auto":
                 names.append("doc_numbers")
             arrays = storage.load_arrays(array_path, names, mmap=mmap)
+            index._mapped = MappedFile(array_path) if mmap else None
             index._vocab = _Vocabulary((token, term) for term, token in enumerate(manifest["vocab"]))
             index._df = np.array(arrays["df"], dtype=np.int64)
             index._doc_len = np.array(arrays["doc_len"], dtype=np.int64)

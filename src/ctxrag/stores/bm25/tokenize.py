@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from importlib import resources
@@ -259,8 +260,19 @@ def tokenizer_config(tokenizer: Tokenizer) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _jieba() -> Any:
-    import jieba
+    """jieba, imported on the first Chinese text (English-only queries and documents never load it).
 
+    jieba 0.42 imports setuptools' deprecated ``pkg_resources`` only to open its own dictionary files, which costs
+    more than the rest of jieba's import; with that import refused it opens the same files by path. Its dictionary
+    is loaded once per process from jieba's own marshal cache (``jieba.cache`` in the temp folder)."""
+    blocked = "pkg_resources" not in sys.modules
+    if blocked:
+        sys.modules["pkg_resources"] = None  # type: ignore[assignment] - `import pkg_resources` raises ImportError
+    try:
+        import jieba
+    finally:
+        if blocked:
+            del sys.modules["pkg_resources"]
     jieba.setLogLevel(logging.WARNING)  # jieba prints its dictionary loading otherwise
     return jieba
 

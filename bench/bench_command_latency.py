@@ -1,0 +1,135 @@
+"""How long ctxrag's commands take as whole processes: import, ``--help``, a cold ``search`` (English and Chinese) and
+the first token of ``ask``, each run several times (min / median / max), for the code under test and, when given, an
+older source tree in the same run (``--before /path/to/old/src``, put first on PYTHONPATH).
+
+Every run is a fresh ``python`` process (nothing cached in memory; the OS file cache is warm after the first run).
+The knowledge base is the shipped demo corpus ingested without contexts into a temporary home. The load average
+before and after each command is recorded, since a loaded machine stretches every number.
+
+    python bench/bench_command_latency.py --runs 5 --before /work/main/src
+    python bench/bench_command_latency.py --runs 3 --ask       # also ask's first token (loads the real local model)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pagedata import Table, write_page_data  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EN = "What is the default port?"
+ZH = "星河知识库的默认端口是多少？"
+COMMANDS = {
+    "import KnowledgeBase": ["-c", "from ctxrag import KnowledgeBase"],
+    "ctxrag --help": ["-m", "ctxrag.cli.main", "--help"],
+    "cold search (English)": ["-m", "ctxrag.cli.main", "search", EN, "--kb", "bench", "-k", "3"],
+    "cold search (Chinese)": ["-m", "ctxrag.cli.main", "search", ZH, "--kb", "bench", "-k", "3"],
+}
+
+
+def _env(src: Path, home: Path, model: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXRAG_") or k == "CTXRAG_MODELS_CACHE"}
+    env.update(PYTHONPATH=str(src), CTXRAG_HOME=str(home), CTXRAG_CONTEXTUALIZE="false",
+               CTXRAG_LLM__MAX_TOKENS="16")
+    if model is not None:
+        env["CTXRAG_LLM__MODEL_PATH"] = str(model)  # the same GGUF file for every variant: nothing assembled
+    return env
+
+
+def _time(args: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{args} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def _first_token(env: dict[str, str]) -> float:
+    """Seconds from starting ``ctxrag ask`` to the first byte of its answer on stdout."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "ctxrag.cli.main", "ask", ZH, "--kb", "bench"], env=env,
+                            cwd=tempfile.gettempdir(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    first = proc.stdout.read(1)
+    elapsed = time.perf_counter() - t0
+    proc.communicate()
+    if not first or proc.returncode != 0:
+        raise SystemExit(f"ctxrag ask failed ({proc.returncode})")
+    return elapsed
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--before", type=Path, help="an older ctxrag source folder (its src/) to time in the same run")
+    parser.add_argument("--ask", action="store_true", help="also time ask's first token with the real local model")
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args()
+
+    variants = [("this commit", ROOT / "src")] + ([("before", args.before.resolve())] if args.before else [])
+    home = Path(tempfile.mkdtemp(prefix="ctxrag-latency-"))
+    model = None
+    if args.ask:
+        sys.path.insert(0, str(ROOT / "src"))
+        from ctxrag.models.gguf import local_model_path
+
+        model = local_model_path(progress=False)
+    setup = _env(ROOT / "src", home, model)
+    corpus = ROOT / "src" / "ctxrag" / "resources" / "demo" / "sample_corpus"
+    _time(["-m", "ctxrag.cli.main", "ingest", str(corpus), "--kb", "bench"], setup)
+    for _, src in variants:  # warm the OS file cache and jieba's dictionary cache once per variant
+        _time(COMMANDS["cold search (Chinese)"], _env(src, home, model))
+
+    rows, loads = [], []
+    commands = dict(COMMANDS)
+    for label, argv in commands.items():
+        for variant, src in variants:
+            env = _env(src, home, model)
+            loads.append(_load())
+            times = [_time(argv, env) for _ in range(args.runs)]
+            loads.append(_load())
+            rows.append([label, variant, round(min(times), 2), round(statistics.median(times), 2), round(max(times), 2),
+                         args.runs])
+            print(rows[-1], "load", loads[-1], flush=True)
+    if args.ask:
+        ask_runs = max(1, min(args.runs, 3))
+        for variant, src in variants:
+            env = _env(src, home, model)
+            loads.append(_load())
+            times = [_first_token(env) for _ in range(ask_runs)]
+            loads.append(_load())
+            rows.append(["ask, first token", variant, round(min(times), 2), round(statistics.median(times), 2),
+                         round(max(times), 2), ask_runs])
+            print(rows[-1], "load", loads[-1], flush=True)
+    notes = [f"1-minute load average while measuring: {min(loads)} to {max(loads)} on {os.cpu_count()} cores "
+             "(other work was running: compare the variants within this run, and read the min).",
+             "Each run is a fresh process; the knowledge base is the demo corpus (6 files) without contexts."]
+    if not args.ask:
+        notes.append("ask's first token was not timed in this run (--ask loads the real local model).")
+    write_page_data(
+        "command_latency",
+        title="Command latency",
+        measures="wall seconds of whole ctxrag processes: import, --help, cold search (English, Chinese), "
+                 "ask's first token",
+        data="the shipped demo corpus (6 files, contexts off) in a temporary CTXRAG_HOME",
+        tables=[Table(caption="seconds per process (min, median, max over the runs)",
+                      columns=["command", "code", "min s", "median s", "max s", "runs"], rows=rows)],
+        notes=notes,
+        out_dir=args.out_dir,
+    )
+
+
+if __name__ == "__main__":
+    main()

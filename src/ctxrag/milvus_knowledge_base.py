@@ -1,0 +1,370 @@
+"""A knowledge base that lives wholly in Milvus (``CTXRAG_STORE=milvus``): chunks, documents, dense vectors and
+Milvus's full-text BM25 in two collections (`ctxrag.stores.milvus_resident`), so any number of stateless ctxrag
+processes on any machines share it: an ingest through one is found by a search through another at once.
+
+The same product as the local knowledge base: `as_retriever(mode=dense|bm25|hybrid)` goes through
+`ctxrag.retrievers.factory` with this knowledge base's `ChunkLookup`, `DenseIndex` and `KeywordIndex`
+(`ctxrag.stores.milvus_resident.views`), so filters and per-call ``k`` work as they do locally and hybrid is fused
+by ctxrag's fusion with the same per-language presets. Ingest loads, splits, contextualizes and embeds as the local
+pipeline does, then replaces each document in Milvus (`MilvusResidentStore.write_document`). Graph RAG needs the
+local store.
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    from ctxrag.settings import Settings
+    kb = KnowledgeBase.open("wiki", Settings(store="milvus", milvus_uri="http://milvus.internal:19530"))
+    kb.ingest(["docs/"])
+    kb.search("存储空间多大", k=3, mode="hybrid")
+"""
+from __future__ import annotations
+
+import functools
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from tqdm.auto import tqdm
+
+from ctxrag import schema
+from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
+from ctxrag.indexing.chunking import chunk_records, make_splitter
+from ctxrag.ingest_report import FileOutcome, IngestReport
+from ctxrag.loading import LoadedDocument, expand_paths, load_file
+from ctxrag.models.embeddings import embed_array, make_embeddings
+from ctxrag.settings import Settings
+from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
+from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.milvus import is_server_uri
+from ctxrag.stores.milvus_resident import collections as cols
+from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResidentStore
+from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.indexing.bulk_import import PrecomputedDocument
+
+LITE_FILE = "milvus-kb.db"
+"""Without ``CTXRAG_MILVUS_URI``: a Milvus Lite file in the knowledge base folder (one process at a time)."""
+
+
+def _uri(settings: Settings, root: Path) -> str:
+    return settings.milvus_uri or str(root / LITE_FILE)
+
+
+def _token(settings: Settings) -> str | None:
+    token = settings.milvus_token
+    return token.get_secret_value() if token is not None else None
+
+
+class MilvusKnowledgeBase:
+    """A named knowledge base in Milvus (see the module docstring); open it with ``KnowledgeBase.open`` and
+    ``Settings(store="milvus")``."""
+
+    def __init__(self, name: str, settings: Settings, embeddings: Embeddings | None = None, *,
+                 create: bool = True) -> None:
+        if settings.graph:
+            raise ConfigError("CTXRAG_GRAPH=true needs the local store (CTXRAG_STORE=local): the graph index does not "
+                              "live in Milvus")
+        self.name = name
+        self.settings = settings
+        self.root = settings.kb_root / name
+        self._embeddings = embeddings
+        if not create and not settings.milvus_uri and not (self.root / LITE_FILE).exists():
+            raise KnowledgeBaseNotFound(name, settings.kb_root)  # before Milvus Lite makes an empty file
+        self.store = MilvusResidentStore(_uri(settings, self.root), name, token=_token(settings),
+                                         analysis=settings.milvus_analysis,
+                                         read_consistency=settings.milvus_read_consistency, create=create)
+        if not self.store.exists:
+            self.store.close()
+            raise KnowledgeBaseNotFound(name, settings.kb_root)
+        self.store.reconcile(RECONCILE_GRACE_S)  # writes another process left half done long ago
+        self._chunks = MilvusChunkLookup(self.store)
+
+    @classmethod
+    def open(cls, name: str, settings: Settings, *, create: bool = True,
+             embeddings: Embeddings | None = None) -> "MilvusKnowledgeBase":
+        return cls(name, settings, embeddings, create=create)
+
+    @staticmethod
+    def list_names(settings: Settings) -> list[str]:
+        """Knowledge bases on the configured Milvus server, or in Milvus Lite files under the knowledge base root."""
+        if settings.milvus_uri and is_server_uri(settings.milvus_uri):
+            from ctxrag.stores.milvus import connect
+
+            holder = type("Holder", (), {})()
+            client, close = connect(holder, settings.milvus_uri, _token(settings))
+            try:
+                names = []
+                for c in client.list_collections():
+                    if c.startswith(cols.PREFIX) and c.endswith("_docs"):
+                        name = cols.kb_of(client.describe_collection(c))
+                        if name:
+                            names.append(name)
+                return sorted(names)
+            finally:
+                close()
+        if not settings.kb_root.is_dir():
+            return []
+        return sorted(p.name for p in settings.kb_root.iterdir() if (p / LITE_FILE).exists())
+
+    @staticmethod
+    def delete_kb(name: str, settings: Settings) -> None:
+        if not settings.milvus_uri and not (settings.kb_root / name / LITE_FILE).exists():
+            raise KnowledgeBaseNotFound(name, settings.kb_root)
+        store = MilvusResidentStore(_uri(settings, settings.kb_root / name), name, token=_token(settings),
+                                    create=False)
+        try:
+            if not store.exists:
+                raise KnowledgeBaseNotFound(name, settings.kb_root)
+            store.drop()
+        finally:
+            store.close()
+        root = settings.kb_root / name
+        if root.is_dir():
+            shutil.rmtree(root)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "MilvusKnowledgeBase":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MilvusKnowledgeBase({self.name!r}, {self.store!r})"
+
+    # -- the read side (a `KnowledgeSource`) ----------------------------------------------------------------------
+    @property
+    def embeddings(self) -> Embeddings:
+        if self._embeddings is None:
+            self._embeddings = make_embeddings(self.settings)
+        return self._embeddings
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        return embed_array(self.embeddings, texts)
+
+    @property
+    def chunks(self) -> MilvusChunkLookup:
+        return self._chunks
+
+    @property
+    def documents(self) -> MilvusResidentStore:
+        return self.store
+
+    def dense_index(self) -> MilvusDenseIndex:
+        return MilvusDenseIndex(self.store)
+
+    def keyword_index(self) -> MilvusKeywordIndex:
+        return MilvusKeywordIndex(self.store)
+
+    def graph_index(self) -> None:
+        return None
+
+    @property
+    def dense(self) -> MilvusDenseIndex:
+        return self.dense_index()
+
+    @property
+    def indexes(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dense": self.dense_index()}
+        if self.store.fulltext:
+            out["bm25"] = self.keyword_index()
+        return out
+
+    @property
+    def generation(self) -> int:
+        """Milvus has no index generations: always 0 (every write is visible when it returns)."""
+        return 0
+
+    def refresh(self) -> bool:
+        return False
+
+    def set_summaries(self, summaries: dict[str, str]) -> None:
+        for doc_id, summary in summaries.items():
+            self.store.set_summary(doc_id, summary)
+
+    def get_chunks(self, chunk_ids: list[str], scores: dict[str, dict[str, float]] | None = None) -> list[Document]:
+        return self._chunks.get_chunks(chunk_ids, scores)
+
+    def all_chunks(self) -> list[Document]:
+        return self._chunks.all_chunks()
+
+    def allowed_chunk_ids(self, filter: Any) -> Any:
+        return self._chunks.allowed_chunk_ids(filter)
+
+    def search(self, query: str, k: int = 10, *, mode: str = "dense", filter: Any = None) -> list[Document]:
+        return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
+
+    def as_retriever(self, mode: str = "hybrid", k: int = 10, **kwargs: Any) -> Any:
+        """A LangChain retriever; see `ctxrag.retrievers.factory.make_retriever`."""
+        from ctxrag.retrievers.factory import make_retriever
+
+        return make_retriever(self, mode=mode, k=k, **kwargs)
+
+    # -- documents ----------------------------------------------------------------------------------------------
+    def list_documents(self) -> list[DocumentRecord]:
+        return self.store.list_documents()
+
+    def get_document(self, key: str) -> DocumentRecord:
+        doc = self.store.find_document(key)
+        if doc is None:
+            raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (see `ctxrag doc list --kb {self.name}`)")
+        return doc
+
+    def delete_document(self, key: str) -> DocumentRecord:
+        doc = self.get_document(key)
+        if self.store.document_state(doc.doc_id) is None:
+            raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (deleted meanwhile)")
+        self.store.delete_document(doc.doc_id)
+        return doc
+
+    def delete_documents(self, doc_ids: list[str]) -> list[str]:
+        """Delete documents by id; unknown ids are ignored. Returns the ids that were deleted."""
+        deleted = []
+        for doc_id in doc_ids:
+            if self.store.document_state(doc_id) is not None:
+                self.store.delete_document(doc_id)
+                deleted.append(doc_id)
+        return deleted
+
+    def stats(self) -> dict[str, Any]:
+        docs, chunks = self.store.count()
+        return {"name": self.name, "path": self.store.where, "store": "milvus", "documents": docs, "chunks": chunks,
+                "generation": 0, "indexes": {k: chunks for k in self.indexes}}
+
+    # -- writes -------------------------------------------------------------------------------------------------
+    def ingest(self, paths: Iterable[str | Path], *, contextualizer: Any = None,
+               precomputed_contexts: dict[str, str] | None = None, progress: bool = True,
+               commit_every: int = 20) -> IngestReport:
+        """Load, split, (contextualize,) embed and store files and folders; an unchanged file (same content hash)
+        is skipped, a changed one replaced, a bad one reported (never raised). `commit_every` is accepted for the
+        local signature: here every document is visible as soon as it is written."""
+        report = IngestReport()
+        files, errors = expand_paths([Path(p) for p in paths])
+        report.files.extend(FileOutcome(e.path, "failed", e.reason) for e in errors)
+        load = functools.partial(load_file, max_bytes=self.settings.max_file_bytes)
+        for path in tqdm(files, desc=f"ingest {self.name}", unit="file", disable=not progress):
+            report.files.append(self._write(lambda p=path: load(p), contextualizer, precomputed_contexts))
+        if contextualizer is not None and hasattr(contextualizer, "report"):
+            report.context_report = contextualizer.report()
+        return report
+
+    def add_texts(self, items: Iterable[Any], *, contextualizer: Any = None,
+                  precomputed_contexts: dict[str, str] | None = None, progress: bool = False) -> IngestReport:
+        """Texts that are not files (`LoadedDocument`s or dicts with ``text`` and ``source``), as the local one."""
+        docs = [_loaded(i, item) for i, item in enumerate(items)]
+        report = IngestReport()
+        for loaded in tqdm(docs, desc=f"add {self.name}", unit="doc", disable=not progress):
+            report.files.append(self._write(lambda d=loaded: _non_empty(d), contextualizer, precomputed_contexts))
+        return report
+
+    def _write(self, load: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
+        try:
+            loaded: LoadedDocument = load()
+            doc_id = schema.make_doc_id(self.name, loaded.source)
+            chash = schema.content_hash(loaded.text)
+            state = self.store.document_state(doc_id)
+            if state is not None and state.unchanged(chash):
+                return FileOutcome(loaded.source, "skipped", "unchanged (same content hash)", doc_id, state.n_chunks)
+            meta = dict(loaded.metadata)
+            records = chunk_records(self.name, doc_id, loaded.source, loaded.title, loaded.text, meta,
+                                    splitter=make_splitter(self.settings.chunking), contextualizer=contextualizer,
+                                    precomputed=precomputed)
+            if not records:
+                raise LoadError(loaded.source, "no text to index after splitting")
+        except LoadError as e:
+            return FileOutcome(e.path, "failed", e.reason)
+        vectors = self._embed([r.indexed_text for r in records])
+        doc = DocumentRecord(doc_id, loaded.source, loaded.title, chash, loaded.text, len(records), meta)
+        self.store.write_document(doc, records, vectors)
+        return FileOutcome(loaded.source, "updated" if state else "added", "", doc_id, len(records))
+
+    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
+        """Documents that come already chunked, each replacing any with the same doc id."""
+        for doc, records in documents:
+            self.store.write_document(doc, records, self._embed([r.indexed_text for r in records]))
+
+    def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
+        """Chunks with their vectors (no embedding model runs). Each document is replaced on its own as it is
+        read: not all or nothing as on the local store (a bad record stops the import; re-running it skips the
+        documents already imported, by content hash)."""
+        report = IngestReport()
+        for batch in batches:
+            todo = []
+            for item in batch:
+                doc = item.document
+                state = self.store.document_state(doc.doc_id)
+                if state is not None and state.unchanged(doc.content_hash):
+                    report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)",
+                                                    doc.doc_id, len(item.chunks)))
+                    continue
+                todo.append((doc, item.chunks, np.asarray(item.vectors, dtype=np.float32)))
+                report.files.append(FileOutcome(doc.source, "updated" if state else "added", "", doc.doc_id,
+                                                len(item.chunks)))
+            self.store.write_documents(todo)
+        return report
+
+    # -- maintenance (``ctxrag kb check`` / ``kb repair``) --------------------------------------------------------
+    def check(self) -> CheckReport:
+        """Each document row against its chunks: unfinished writes or deletes, chunk counts that differ, chunks of
+        another write, and chunks without a document."""
+        rows = {r["doc_id"]: r for r in self.store.doc_rows('doc_id != ""', ["doc_id", "source", "n_chunks", "status",
+                                                                              "write_id"])}
+        by_doc: dict[str, list[dict[str, Any]]] = {}
+        for r in self.store.chunk_writes():
+            by_doc.setdefault(r["doc_id"], []).append(r)
+        report = CheckReport(self.name, 0, sum(len(v) for v in by_doc.values()))
+        pending = sorted(d for d, r in rows.items() if r["status"] != cols.STATUS_OK)
+        broken, orphans = [], []
+        for doc_id, row in rows.items():
+            got = by_doc.get(doc_id, [])
+            if row["status"] == cols.STATUS_OK and (len(got) != int(row["n_chunks"]) or
+                                                    any(c["write_id"] != row["write_id"] for c in got)):
+                broken.append(f"{doc_id} ({row['source']}): {len(got)} of {row['n_chunks']} chunks from its last write")
+        for doc_id, got in by_doc.items():
+            if doc_id not in rows:
+                orphans.extend(c["chunk_id"] for c in got)
+        report.counts = {"documents": len(rows), "chunks": report.chunks}
+        report.differences.append(IndexDifference("chunks", missing=sorted(broken), extra=sorted(orphans)))
+        report.differences.append(IndexDifference(
+            "documents", error=f"{len(pending)} documents with an unfinished write or delete: {pending[:20]}"
+            if pending else None))
+        return report
+
+    def repair(self) -> RepairReport:
+        """Finish or undo every unfinished write and delete now (run it while no ingest is running), remove chunks
+        without a document, and drop documents whose chunks differ from their last write (ingest them again)."""
+        report = RepairReport(self.name)
+        fixed = self.store.reconcile(0.0, orphans=True)
+        broken = [line.split(" ", 1)[0] for d in self.check().differences for line in d.missing]
+        for doc_id in broken:
+            self.store.delete_document(doc_id)
+        report.actions["documents"] = (f"finished {len(fixed.finished)} writes, finished {len(fixed.deleted)} deletes, "
+                                       f"dropped {len(fixed.dropped) + len(broken)} half-written documents (ingest "
+                                       f"them again): {sorted(fixed.dropped + broken)[:20]}")
+        report.actions["chunks"] = f"removed {len(fixed.orphans)} chunks without a document"
+        if fixed.changed or broken:
+            report.generation = 0
+        return report
+
+
+def _loaded(i: int, item: Any) -> LoadedDocument:
+    """An `add_texts` item as a `LoadedDocument` (a bad dict raises `ConfigError` naming its position)."""
+    if not isinstance(item, dict):
+        return item
+    if not isinstance(item.get("text"), str) or not isinstance(item.get("source"), str) or not item["source"]:
+        raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
+    return LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
+                          dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
+
+
+def _non_empty(loaded: LoadedDocument) -> LoadedDocument:
+    if not loaded.text.strip():
+        raise LoadError(loaded.source, "empty text")
+    return loaded

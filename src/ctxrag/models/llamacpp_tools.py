@@ -1,0 +1,334 @@
+"""Tool calls and structured output for the local llama.cpp chat model: what the model is made to write, and how its
+reply becomes ``AIMessage.tool_calls``.
+
+One mechanism serves both: a JSON schema turned into a llama.cpp grammar (``LlamaGrammar.from_json_schema``), so the
+sampler can only pick tokens that keep the reply valid JSON of that schema.
+
+- **Forced tool** (``tool_choice`` a tool name, ``"any"``/``"required"`` or ``True``): the reply must be one call,
+  ``{"name": <a bound tool>, "arguments": <that tool's parameters>}``; it becomes one tool call.
+- **Structured output** (``response_format`` ``json_schema`` / ``json_object``): the reply must be JSON matching the
+  schema (any JSON object for ``json_object``).
+- **Auto** (tools bound, ``tool_choice`` ``"auto"`` or unset): nothing is constrained. The tools are described in the
+  system message in Qwen2.5's native convention (``<tools>`` signatures, calls written as
+  ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``) and every such block in the reply, or a reply that is
+  just such a JSON call, becomes a tool call; the rest stays the text content.
+
+Tool calls and tool results in the history are written back in the same convention (``<tool_call>`` in the assistant
+turn, ``<tool_response>`` in a user turn), so a ToolMessage round trip reads the way the model was trained on,
+whatever chat template the GGUF carries.
+
+Example::
+
+    from ctxrag.models.llamacpp_tools import ToolRequest
+    req = ToolRequest.from_kwargs({"tools": [{"type": "function", "function": {"name": "add", "parameters": {}}}],
+                                   "tool_choice": "add"})
+    req.forced_names                    # ['add']
+    req.parse('{"name": "add", "arguments": {"a": 1}}')[1][0]["args"]   # {'a': 1}
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall, tool_call
+
+from ctxrag.models.parsing import extract_json
+
+_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_FORCING = {"any", "required"}
+
+TOOLS_SYSTEM = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{signatures}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+    'XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
+"""Appended to the system message when tools are bound (Qwen2.5's own chat-template wording)."""
+
+
+def new_call_id() -> str:
+    """An id for a tool call the model made (llama.cpp does not make one)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
+    params = tool["function"].get("parameters") or {}
+    if not params.get("properties"):  # a tool without arguments: the empty object
+        return {"type": "object", "properties": {}}
+    return params
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+    return "".join(parts)
+
+
+@dataclass
+class ToolRequest:
+    """What one call asks of the model: bound tools, which of them it must call, and/or a JSON schema to follow."""
+
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """Bound tools in OpenAI format (``{"type": "function", "function": {...}}``)."""
+    forced_names: list[str] = field(default_factory=list)
+    """Tools of which the reply must call one (empty: not forced)."""
+    json_schema: dict[str, Any] | None = None
+    """Structured output: the schema the reply must follow (``{}`` for any JSON object)."""
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> ToolRequest:
+        """The request in a call's ``tools`` / ``tool_choice`` / ``response_format`` kwargs (as ``bind`` passes them).
+
+        Raises ValueError naming the bad value for an unknown tool name or response format.
+        """
+        tools = list(kwargs.get("tools") or [])
+        choice = kwargs.get("tool_choice")
+        names = [t["function"]["name"] for t in tools]
+        forced: list[str] = []
+        if tools and choice not in (None, "auto", "none", False):
+            if choice is True or (isinstance(choice, str) and choice in _FORCING):
+                forced = names
+            elif isinstance(choice, str):
+                forced = [choice]
+            elif isinstance(choice, dict):
+                forced = [choice.get("function", {}).get("name") or choice.get("name")]
+            else:
+                raise ValueError(f"tool_choice={choice!r}: expected 'auto', 'any', 'required', 'none', a tool name or "
+                                 "{'type': 'function', 'function': {'name': ...}}")
+            unknown = [n for n in forced if n not in names]
+            if unknown:
+                raise ValueError(f"tool_choice={choice!r} names {unknown}, but the bound tools are {names}")
+        if choice == "none" or choice is False:
+            tools = []
+        schema = _response_schema(kwargs.get("response_format"))
+        return cls(tools=tools, forced_names=forced, json_schema=schema)
+
+    @property
+    def constrained(self) -> bool:
+        """Whether the reply is constrained by a grammar (a forced tool or structured output)."""
+        return bool(self.forced_names) or self.json_schema is not None
+
+    def grammar_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the reply is constrained to, or None for free text."""
+        if self.forced_names:
+            by_name = {t["function"]["name"]: t for t in self.tools}
+            options = [
+                {
+                    "type": "object",
+                    "properties": {"name": {"const": name}, "arguments": _parameters(by_name[name])},
+                    "required": ["name", "arguments"],
+                }
+                for name in self.forced_names
+            ]
+            return options[0] if len(options) == 1 else {"anyOf": options}
+        return self.json_schema
+
+    def system_text(self) -> str | None:
+        """The tool descriptions to append to the system message (None without tools)."""
+        if not self.tools:
+            return None
+        signatures = "\n".join(json.dumps(t, ensure_ascii=False) for t in self.tools)
+        return TOOLS_SYSTEM.format(signatures=signatures)
+
+    def parse(self, text: str) -> tuple[str, list[ToolCall], list[dict[str, Any]]]:
+        """``(content, tool_calls, invalid_tool_calls)`` of a reply made under this request."""
+        if not self.tools:
+            return text, [], []
+        if self.forced_names:
+            return "", *_calls_from([text], self.tools)
+        blocks = _CALL_BLOCK.findall(text)
+        if blocks:
+            content = _CALL_BLOCK.sub("", text).strip()
+            return content, *_calls_from(blocks, self.tools)
+        stripped = text.strip()
+        if stripped.startswith(("{", "```")):  # a bare JSON call without the tags
+            calls, invalid = _calls_from([stripped], self.tools)
+            if calls:
+                return "", calls, invalid
+        return text, [], []
+
+
+def _response_schema(response_format: Any) -> dict[str, Any] | None:
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise ValueError(f"response_format={response_format!r}: expected a dict like {{'type': 'json_schema', ...}}")
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return dict(response_format.get("schema") or {})
+    if kind == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise ValueError(f"response_format={response_format!r}: json_schema.schema must be a JSON schema dict")
+        return schema
+    if kind == "text":
+        return None
+    raise ValueError(f"response_format type {kind!r}: expected 'json_schema', 'json_object' or 'text'")
+
+
+def _calls_from(texts: Sequence[str], tools: list[dict[str, Any]]) -> tuple[list[ToolCall], list[dict[str, Any]]]:
+    names = {t["function"]["name"] for t in tools}
+    calls: list[ToolCall] = []
+    invalid: list[dict[str, Any]] = []
+    for raw in texts:
+        try:
+            data = extract_json(raw)
+        except ValueError as exc:
+            invalid.append({"type": "invalid_tool_call", "name": None, "args": raw, "id": new_call_id(),
+                            "error": str(exc)})
+            continue
+        for item in data if isinstance(data, list) else [data]:
+            name = item.get("name") if isinstance(item, dict) else None
+            args = item.get("arguments", item.get("parameters", {})) if isinstance(item, dict) else None
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    args = None
+            if name not in names or not isinstance(args, dict):
+                invalid.append({"type": "invalid_tool_call", "name": name if isinstance(name, str) else None,
+                                "args": json.dumps(item, ensure_ascii=False), "id": new_call_id(),
+                                "error": f"not a call of a bound tool {sorted(names)} with an arguments object"})
+                continue
+            calls.append(tool_call(name=name, args=args, id=new_call_id()))
+    return calls, invalid
+
+
+# -------------------------------------------------------------------------------------- messages -> llama.cpp dicts
+
+
+def _role(message: BaseMessage) -> str:
+    if isinstance(message, SystemMessage):
+        return "system"
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, ToolMessage):
+        return "tool"
+    if isinstance(message, ChatMessage):
+        return message.role
+    raise ValueError(f"unsupported message type {type(message).__name__} for the local chat model")
+
+
+def _assistant_text(message: AIMessage) -> str:
+    text = _text_of(message.content)
+    calls = [f'<tool_call>\n{json.dumps({"name": c["name"], "arguments": c["args"]}, ensure_ascii=False)}\n</tool_call>'
+             for c in message.tool_calls]
+    return "\n".join([text, *calls]).strip() if calls else text
+
+
+def chat_dicts(messages: Sequence[BaseMessage], request: ToolRequest | None = None) -> list[dict[str, str]]:
+    """llama.cpp chat messages for LangChain ``messages``: tool calls and tool results written in the
+    ``<tool_call>`` / ``<tool_response>`` convention, the bound tools described in the system message."""
+    out: list[dict[str, str]] = []
+    for message in messages:
+        role = _role(message)
+        if isinstance(message, AIMessage):
+            out.append({"role": role, "content": _assistant_text(message)})
+        elif role == "tool":
+            block = f"<tool_response>\n{_text_of(message.content)}\n</tool_response>"
+            if out and out[-1]["role"] == "user" and out[-1]["content"].startswith("<tool_response>"):
+                out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n{block}"}  # results of parallel calls
+            else:
+                out.append({"role": "user", "content": block})
+        else:
+            out.append({"role": role, "content": _text_of(message.content)})
+    tools_text = request.system_text() if request is not None else None
+    if tools_text:
+        if out and out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{tools_text}"}
+        else:
+            out.insert(0, {"role": "system", "content": tools_text})
+    return out
+
+
+# -------------------------------------------------------------------------------------- grammars
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar_for(schema_json: str) -> Any:
+    from llama_cpp import LlamaGrammar
+
+    return LlamaGrammar.from_json_schema(schema_json, verbose=False)
+
+
+def grammar(schema: dict[str, Any]) -> Any:
+    """The llama.cpp grammar for a JSON schema (``{}``: any JSON object); cached per schema.
+
+    Raises ValueError naming the schema when llama.cpp cannot turn it into a grammar.
+    """
+    text = json.dumps(schema or {"type": "object"})  # key order kept: it is the order the reply is written in
+    try:
+        return _grammar_for(text)
+    except Exception as exc:  # noqa: BLE001 - llama.cpp raises bare exceptions for unsupported schema features
+        raise ValueError(f"llama.cpp cannot build a grammar for the JSON schema {text[:300]}: {exc}") from exc
+
+
+class ArgumentsStream:
+    """Turns the streamed text of a forced call ``{"name": ..., "arguments": {...}}`` into tool-call chunks
+    (``AIMessageChunk.tool_call_chunks``): the arguments text as it grows, the name once it is complete. Chunks of one
+    call share index 0, so LangChain merges them into one call."""
+
+    _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+    _ARGS = re.compile(r'"arguments"\s*:\s*')
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.name: str | None = None
+        self.id = new_call_id()
+        self._args_start: int | None = None
+        self._args_end: int | None = None
+        self._sent = 0
+        self._started = False
+
+    def _chunk(self, name: str | None = None, args: str = "") -> dict[str, Any]:
+        first = not self._started
+        self._started = True
+        return {"name": name, "args": args, "id": self.id if first else None, "index": 0, "type": "tool_call_chunk"}
+
+    def feed(self, delta: str) -> list[dict[str, Any]]:
+        """Tool-call chunks made available by ``delta``."""
+        self.text += delta
+        out: list[dict[str, Any]] = []
+        if self._args_start is None:
+            m = self._ARGS.search(self.text)
+            if m is not None and m.end() < len(self.text):  # the value has begun (raw_decode skips no blanks)
+                self._args_start = m.end()
+        if self._args_start is not None and self._args_end is None:
+            try:  # the arguments object is complete once it decodes
+                _, end = json.JSONDecoder().raw_decode(self.text, self._args_start)
+                self._args_end = end
+            except ValueError:
+                pass
+            upto = self._args_end if self._args_end is not None else len(self.text)
+            if upto > self._args_start + self._sent:
+                out.append(self._chunk(args=self.text[self._args_start + self._sent : upto]))
+                self._sent = upto - self._args_start
+        if self.name is None:  # outside the arguments, which may have a "name" of their own
+            if self._args_start is None:
+                outside = self.text
+            else:
+                outside = self.text[: self._args_start] + (self.text[self._args_end :] if self._args_end else "")
+            m = self._NAME.search(outside)
+            if m is not None:
+                self.name = json.loads(f'"{m.group(1)}"')
+                out.append(self._chunk(name=self.name))
+        return out
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Whatever the stream left unsent (nothing when the call was complete)."""
+        return self.feed("")

@@ -1,0 +1,65 @@
+"""The documentation site builds with `mkdocs build --strict` (a broken link, a missing page or a bad API reference
+fails), and its configuration page is generated from `Settings`, so it cannot drift."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "docs" / "hooks"))
+import settings_reference  # noqa: E402
+
+
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="the docs tools are not installed (pip install 'ctxrag[dev]')")
+    pytest.importorskip("material", reason="mkdocs-material is not installed (pip install 'ctxrag[dev]')")
+    pytest.importorskip("mkdocstrings", reason="mkdocstrings is not installed (pip install 'ctxrag[dev]')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+           "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+    page = (tmp_path / "site" / "configuration" / "index.html").read_text(encoding="utf-8")
+    assert "settings-reference" not in page and "CTXRAG_LLM__BASE_URL" in page
+    assert (tmp_path / "site" / "benchmarks" / "index.html").is_file()
+
+
+def test_configuration_reference_names_every_setting() -> None:
+    from ctxrag.settings import Settings
+
+    text = settings_reference.render()
+    for name, field in Settings.model_fields.items():
+        nested = getattr(field.annotation, "model_fields", None)
+        if nested:
+            for sub in nested:
+                assert f"`CTXRAG_{name.upper()}__{sub.upper()}`" in text
+        else:
+            assert f"`CTXRAG_{name.upper()}`" in text
+    assert "| `CTXRAG_DEFAULT_KB` | `default_kb` | `str` | `\"general\"` |" in text
+
+
+def test_configuration_page_holds_the_marker() -> None:
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert settings_reference.MARKER in page
+
+
+def test_settings_docstrings_are_read_from_the_source(tmp_path: Path) -> None:
+    source = tmp_path / "s.py"
+    source.write_text('class A:\n    x: int = 1\n    """The x,\n    on two lines."""\n    y: int = 2\n', "utf-8")
+    assert settings_reference._attribute_docstrings(source) == {"A": {"x": "The x, on two lines."}}
+
+
+def test_benchmark_nav_lists_every_json(tmp_path: Path) -> None:
+    import benchmark_nav
+
+    (tmp_path / "benchmarks" / "data").mkdir(parents=True)
+    for name, title in (("b_new", "Zeta: later"), ("a_old", "alpha run")):
+        (tmp_path / "benchmarks" / "data" / f"{name}.json").write_text(f'{{"title": "{title}"}}', encoding="utf-8")
+    config = {"docs_dir": str(tmp_path), "nav": [{"Home": "index.md"}, {"Benchmarks": []}]}
+    benchmark_nav.on_config(config)
+    assert config["nav"][1]["Benchmarks"] == ["benchmarks/index.md", {"alpha run": "benchmarks/a_old.md"},
+                                              {"Zeta": "benchmarks/b_new.md"}]

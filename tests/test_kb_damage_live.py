@@ -1,0 +1,86 @@
+"""Damage to a knowledge base that a running process already has open (real `ctxrag serve`, real files).
+
+A memory-mapped index file truncated under a running server costs a request a named error, never the process
+(before: SIGBUS, signal 7, nothing logged); a generation whose manifest was deleted is damaged, not "unverified"."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from test_kb_concurrency import KB, _cli, _env, _search, _seed_kb, _serve
+
+
+def _current_gen(home: Path) -> Path:
+    gens = sorted((home / "kb" / KB / "indexes").glob("gen-*"))
+    assert gens, "no generation written"
+    return gens[-1]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("rel", ["dense/index.faiss", "bm25/bm25.npz"])
+def test_truncated_mapped_file_costs_a_request_not_the_server(tmp_path: Path, rel: str) -> None:
+    home = tmp_path / "home"
+    env = {**_env(home, "fake"), "CTXRAG_SERVER__EXPOSE_PATHS": "never"}
+    _seed_kb(tmp_path, env)
+    with _serve(home, env) as url, httpx.Client() as client:
+        assert "seed" in _search(client, url, "trapdoor")[1]  # the generation is loaded (mapped) now
+        target = _current_gen(home) / rel
+        assert target.stat().st_size > 0
+        os.truncate(target, 0)
+        resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=60)
+        assert resp.status_code in (400, 500, 503) and resp.json().get("error") == "IndexCorruptError", resp.text
+        assert "truncated" in resp.json()["detail"] and rel.split("/")[1] in resp.json()["detail"]
+        assert str(home) not in resp.text, resp.text  # EXPOSE_PATHS=never: the file name, not the absolute path
+        assert client.get(f"{url}/health", timeout=30).status_code == 200  # still alive
+        # `kb repair` (another process) commits a new generation; the server switches to it
+        r = subprocess.run(_cli("kb", "repair", KB), env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        # a search running while another thread loads the new generation may still get the old one's error
+        for _ in range(20):
+            resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=60)
+            if resp.status_code == 200:
+                break
+        assert resp.status_code == 200 and "seed.md" in resp.text, resp.text[:500]
+
+
+def _manifestless(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    home = tmp_path / "home"
+    env = _env(home, "fake")
+    _seed_kb(tmp_path, env)
+    (_current_gen(home) / "manifest.json").unlink()
+    return home, env
+
+
+@pytest.mark.timeout(600)
+def test_generation_without_its_manifest_is_damaged(tmp_path: Path) -> None:
+    """Deleting manifest.json must not switch verification off: search and `kb check` name the damage."""
+    home, env = _manifestless(tmp_path)
+    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "manifest" in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+    r = subprocess.run(_cli("kb", "check", KB), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "manifest" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = subprocess.run(_cli("kb", "repair", KB), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "seed" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.timeout(600)
+def test_deeply_nested_json_body_is_a_400_not_a_500(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = _env(home, "fake")
+    _seed_kb(tmp_path, env)
+    deep = "[" * 50_000 + "]" * 50_000
+    with _serve(home, env) as url, httpx.Client(base_url=url, timeout=120) as client:
+        for route, body in (("/search/invoke", '{"input": ' + deep + "}"), ("/search/batch", '{"inputs": ' + deep + "}"),
+                            ("/notes/invoke", '{"input": {"action": "add", "text": ' + deep + "}}")):
+            r = client.post(route, content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 400 and "nested too deeply" in r.text, (route, r.status_code, r.text[:300])
+        # a body with many brackets inside a string is fine
+        r = client.post("/search/invoke", json={"input": "trapdoor " + "[" * 1000})
+        assert r.status_code == 200, r.text[:300]
+        assert client.get("/health").status_code == 200

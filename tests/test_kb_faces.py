@@ -1,0 +1,143 @@
+"""One behaviour across the faces of a knowledge base (Python, CLI, server, LangChain VectorStore): the same contexts
+at ingest, the same default search mode, the same id for the same chunk."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+from langchain_core.documents import Document
+from typer.testing import CliRunner
+
+from ctxrag.cli.main import app
+from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.settings import get_settings
+
+DOCS = {
+    "falcon.md": "# Falcon-7 pump\n\n## Flow\nThe Falcon-7 pump moves 40 litres per minute at 2 bar.\n\n"
+                 "## Noise\nIt runs below 30 dB at night in greenhouses.\n",
+    "yushan.md": "# 玉山\n\n## 地理\n玉山位於臺灣中部，主峰海拔3952公尺。\n",
+}
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name, text in DOCS.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def _contexts(name: str) -> dict[tuple[str, int], str | None]:
+    kb = KnowledgeBase.open(name, create=False)
+    try:
+        return {(Path(d.metadata["source"]).name, d.metadata["chunk_index"]): d.metadata.get("context")
+                for d in kb.all_chunks()}
+    finally:
+        kb.close()
+
+
+# ----------------------------------------------------------------------------------------- contexts at ingest
+
+
+@pytest.mark.default_settings
+def test_python_ingest_stores_the_contexts_cli_ingest_stores(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contexts on (the shipped default) with the no-LLM ``header`` strategy: `kb.ingest` and `ctxrag ingest` write
+    the same context for every chunk."""
+    monkeypatch.setenv("CTXRAG_CONTEXT_STRATEGY", "header")
+    get_settings.cache_clear()
+    assert get_settings().contextualize is True
+    kb = KnowledgeBase.open("py")
+    kb.ingest([corpus], progress=False)
+    kb.close()
+    r = CliRunner().invoke(app, ["ingest", str(corpus), "--kb", "cli"])
+    assert r.exit_code == 0, r.output
+    python, cli = _contexts("py"), _contexts("cli")
+    assert python == cli and python and None not in python.values()
+    assert python[("falcon.md", 0)].startswith("Falcon-7 pump")
+
+
+@pytest.mark.default_settings
+def test_contextualize_argument_overrides_the_setting(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXRAG_CONTEXT_STRATEGY", "header")
+    monkeypatch.setenv("CTXRAG_CONTEXTUALIZE", "false")
+    get_settings.cache_clear()
+    kb = KnowledgeBase.open("off")
+    kb.ingest([corpus], progress=False)
+    kb.close()
+    assert set(_contexts("off").values()) == {None}
+    kb = KnowledgeBase.open("on")
+    kb.ingest([corpus], contextualize=True, progress=False)
+    kb.close()
+    assert None not in _contexts("on").values()
+    r = CliRunner().invoke(app, ["ingest", str(corpus), "--kb", "cli-on", "--contextualize"])
+    assert r.exit_code == 0, r.output
+    assert _contexts("cli-on") == _contexts("on")
+
+
+# ----------------------------------------------------------------------------------------- default search mode
+
+
+def test_one_default_search_mode_everywhere(corpus: Path) -> None:
+    from ctxrag.cli.query import search
+    from ctxrag.server.app import create_app
+    from ctxrag.server.runnables import search_runnable
+
+    def default(fn, name: str = "mode"):  # noqa: ANN001, ANN202
+        value = inspect.signature(fn).parameters[name].default
+        return getattr(value, "default", value)  # a typer.Option holds its default
+
+    assert {default(KnowledgeBase.search), default(KnowledgeBase.as_retriever), default(search),
+            default(create_app), default(search_runnable)} == {"hybrid"}
+    kb = KnowledgeBase.open("modes")
+    kb.ingest([corpus], progress=False)
+    hybrid = [d.id for d in kb.as_retriever(k=3).invoke("Falcon pump noise")]
+    assert [d.id for d in kb.search("Falcon pump noise", k=3)] == hybrid
+    kb.close()
+
+
+# ----------------------------------------------------------------------------------------- one id per chunk
+
+
+def test_vectorstore_and_retrievers_return_the_callers_id(tmp_path: Path) -> None:
+    kb = KnowledgeBase.open("ids")
+    store = kb.as_vectorstore()
+    store.add_texts(["FAISS keeps dense vectors in memory.", "Paris is the capital of France."], ids=["faiss", "paris"])
+    store.add_documents([Document("Berlin is the capital of Germany.", id="berlin")])
+    for mode in ("dense", "bm25", "hybrid"):
+        got = {d.id for d in kb.as_retriever(mode=mode, k=3).invoke("capital of France")}
+        assert got == {"faiss", "paris", "berlin"}, mode
+    assert kb.search("vectors in memory", k=1)[0].id == "faiss"
+    assert kb.search("vectors in memory", k=1)[0].metadata["chunk_id"] == "faiss"
+    assert store.similarity_search("vectors in memory", k=1)[0].id == "faiss"
+    assert [d.id for d in store.get_by_ids(["paris", "berlin", "nope"])] == ["paris", "berlin"]
+    store.add_texts(["Paris is the capital and largest city of France."], ids=["paris"])  # replaces, same id
+    assert [d.page_content for d in store.get_by_ids(["paris"])] == ["Paris is the capital and largest city of France."]
+    assert kb.stats()["chunks"] == 3
+    kb.close()
+
+
+def test_an_id_that_is_another_documents_chunk_id_is_refused(corpus: Path) -> None:
+    kb = KnowledgeBase.open("clash")
+    kb.ingest([corpus], progress=False)
+    taken = kb.all_chunks()[0].id
+    with pytest.raises(ValueError, match=f"id {taken!r} is already the chunk id of"):
+        kb.as_vectorstore().add_texts(["other text"], ids=[taken])
+    kb.close()
+
+
+def test_documents_added_before_ids_were_chunk_ids_are_still_found() -> None:
+    from ctxrag import schema
+
+    kb = KnowledgeBase.open("legacy")
+    store = kb.as_vectorstore()
+    record, chunks = store._records("old", Document("An old document.", metadata={"k": 1}))
+    legacy = schema.make_chunk_id(record.doc_id, 0)  # how the face stored ids before
+    chunk = chunks[0]
+    kb.upsert_chunked([(record, [type(chunk)(legacy, chunk.doc_id, 0, chunk.content, chunk.indexed_text, None,
+                                             {**chunk.metadata, schema.CHUNK_ID: legacy})])])
+    found = store.get_by_ids(["old"])
+    assert [(d.id, d.page_content, d.metadata) for d in found] == [("old", "An old document.", {"k": 1})]
+    assert store.similarity_search("old document", k=1)[0].id == "old"
+    kb.close()

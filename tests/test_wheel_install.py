@@ -1,0 +1,126 @@
+"""The built wheel is a complete package: ``python -m build`` writes nothing into the source tree, and the wheel,
+installed into a brand-new virtual environment, runs ``ctxrag`` from another folder (entry point, package data,
+imports), with the sample corpus shipped inside it.
+
+Offline and quick: the new venv gets only the wheel (``--no-deps``); its dependencies come from the running
+environment's site-packages through a plain ``.pth`` path line (so the old editable install's own ``.pth`` hooks are
+not run and only the wheel provides ``ctxrag``), and ``pip check`` plus a check of the ``[local]`` extra prove that
+the wheel's declared dependencies are all satisfied there.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _tree(root: Path) -> set[str]:
+    """Paths under the repository root and src/ that an install could leave behind (build/, *.egg-info, dist/)."""
+    return {p.name for p in root.iterdir()} | {p.name for p in (root / "src").iterdir()}
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(the venv's python, the built wheel)."""
+    if importlib.util.find_spec("hatchling") is None:
+        pytest.skip("the wheel test builds offline with hatchling: pip install 'ctxrag[dev]'")
+    work = tmp_path_factory.mktemp("wheel")
+    before = _tree(REPO)
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--sdist", "--no-isolation", "--outdir",
+                    str(work / "dist"), str(REPO)], check=True, capture_output=True, text=True)
+    assert _tree(REPO) == before, "building wrote into the source tree"
+    wheel = next((work / "dist").glob("ctxrag-*.whl"))
+    assert next((work / "dist").glob("ctxrag-*.tar.gz"))
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                    "--disable-pip-version-check", "-q", str(wheel)], check=True, capture_output=True, text=True)
+    yield python, wheel
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"PYTHONPATH", "VIRTUAL_ENV"} and (not k.startswith("CTXRAG_") or k == "CTXRAG_MODELS_CACHE")}
+    env.update(CTXRAG_HOME=str(home), CTXRAG_CONTEXTUALIZE="false")
+    return env
+
+
+def _run(python: Path, args: list[str], cwd: Path, home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    ctxrag = python.parent / "ctxrag"  # the console script the wheel's entry point installed
+    return subprocess.run([str(ctxrag), *args], cwd=cwd, env=_env(home), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_wheel_imports_from_the_venv_and_its_dependencies_are_met(fresh_venv, tmp_path: Path) -> None:  # noqa: ANN001
+    python, wheel = fresh_venv
+    probe = ("import ctxrag, json, importlib.metadata as m; from ctxrag import KnowledgeBase; "
+             "from ctxrag.resource_paths import demo_corpus, demo_questions; "
+             "print(json.dumps({'file': ctxrag.__file__, 'version': m.version('ctxrag'), "
+             "'corpus': sorted(p.name for p in demo_corpus().iterdir() if p.suffix), 'questions': demo_questions().is_file(), "
+             "'requires': m.requires('ctxrag')}))")
+    out = subprocess.run([str(python), "-c", probe], cwd=tmp_path, env=_env(tmp_path / "home"), check=True,
+                         capture_output=True, text=True).stdout
+    info = json.loads(out)
+    assert info["file"].startswith(str(python.parent.parent)), info["file"]  # the wheel's copy, not the checkout
+    assert info["version"] == importlib.metadata.version("ctxrag") and info["questions"]
+    assert len(info["corpus"]) == 6
+    check = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "check"], capture_output=True,
+                           text=True)
+    assert "ctxrag" not in check.stdout, check.stdout  # every base dependency of the wheel is installed
+    from packaging.requirements import Requirement
+
+    local = [Requirement(r) for r in info["requires"] if "extra == \"local\"" in r or "extra == 'local'" in r]
+    assert local and not any("pandas-sns" in r.name for r in local)  # [local] brings the 1.5B only
+    for req in local:
+        assert importlib.metadata.version(req.name) in req.specifier, req
+
+
+def test_ctxrag_runs_from_another_folder(fresh_venv, tmp_path: Path) -> None:  # noqa: ANN001
+    python, _ = fresh_venv
+    home, cwd = tmp_path / "home", tmp_path / "elsewhere"
+    cwd.mkdir()
+    help_ = _run(python, ["demo", "--help"], cwd, home)
+    assert help_.returncode == 0 and "--questions" in help_.stdout and "shipped" in help_.stdout, help_.stderr
+    corpus = subprocess.run([str(python), "-c", "from ctxrag.resource_paths import demo_corpus; print(demo_corpus())"],
+                            env=_env(home), capture_output=True, text=True, check=True).stdout.strip()
+    assert corpus.startswith(str(python.parent.parent))
+    ingest = _run(python, ["ingest", corpus, "--kb", "w"], cwd, home)
+    assert ingest.returncode == 0 and "6 added" in ingest.stdout, ingest.stdout + ingest.stderr
+    search = _run(python, ["search", "星河知识库支持哪些文件格式？", "--kb", "w", "-k", "3", "--json"], cwd, home)
+    assert search.returncode == 0, search.stderr
+    hits = json.loads(search.stdout)
+    assert hits and hits[0]["source"].endswith("xinghe_overview.md")
+    doctor = _run(python, ["doctor"], cwd, home)
+    assert "models cache" in doctor.stdout, doctor.stdout + doctor.stderr
+
+
+@pytest.mark.llm
+def test_ctxrag_demo_from_another_folder(fresh_venv, tmp_path: Path, local_model_path: Path) -> None:  # noqa: ANN001
+    """The whole demo through the installed wheel, one question, answered by the real local model."""
+    python, _ = fresh_venv
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    (cwd / "one.json").write_text(json.dumps(["星河知识库的默认端口是多少？"], ensure_ascii=False), encoding="utf-8")
+    env_home = tmp_path / "home"
+    demo = subprocess.run([str(python.parent / "ctxrag"), "demo", "--questions", "one.json"], cwd=cwd,
+                          env={**_env(env_home), "CTXRAG_LLM__MAX_TOKENS": "48",
+                               "CTXRAG_MODELS_CACHE": str(local_model_path.parent)},
+                          capture_output=True, text=True, timeout=900)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "6 added" in demo.stdout and "Sources" in demo.stdout
+    assert not (env_home / "models").exists()  # the model came from the shared cache, not assembled per home
