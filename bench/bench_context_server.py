@@ -27,13 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_golden_chunks import DATA, ROOT, EvalCounter, anthropic_docs, chat_model
+from bench_golden_chunks import DATA, EvalCounter, anthropic_docs, chat_model
 from ctxrag.indexing import ContextCache, Contextualizer
 from ctxrag.models import gguf
 from ctxrag.settings import get_settings
 
-sys.path.insert(0, str(ROOT / "tests"))
-from llm_server import SERVER_MODEL_ALIAS, run_llama_server  # noqa: E402 - the tests' real-server helper, not a copy
+from ctxrag.testing.llm_server import SERVER_MODEL_ALIAS, run_llama_server  # the tests' real-server helper
 
 HIT = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
 

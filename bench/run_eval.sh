@@ -12,3 +12,4 @@ DATA="${1:-../shared/data/contextual-retrieval}"
 mkdir -p bench/out docs
 ctxrag eval retrieval --format anthropic "$DATA" -k 5,10,20 \
   --json bench/out/eval_anthropic.json --plot docs/eval_anthropic.png --markdown docs/eval_anthropic.md
+python bench/page_contextual_retrieval.py bench/out/eval_anthropic.json   # docs/benchmarks/data/contextual_retrieval.json

@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 N="${1:-20}"
 DATA="${2:-../shared/data/contextual-retrieval}"
 mkdir -p bench/out docs
-ctxrag eval retrieval --format anthropic "$DATA" --config bench/rerank_llm.yaml --sample "$N" --seed 0 -k 5,10,20 \
+ctxrag eval retrieval --format anthropic "$DATA" --config bench/rerank_llm.yaml --sample "$N" --seed 0 -k 5,10 \
   --json bench/out/eval_rerank_llm.json --markdown docs/eval_rerank_llm.md

@@ -26,7 +26,14 @@ from pathlib import Path
 
 import pytest
 
-from llm_server import SERVER_MODEL_ALIAS, CountingProxy, CountingURL, models_cache_dir, run_llama_server
+from ctxrag.testing.llm_server import (
+    HANG_GUARD_S,
+    SERVER_MODEL_ALIAS,
+    CountingProxy,
+    CountingURL,
+    models_cache_dir,
+    run_llama_server,
+)
 
 # variables of the test infrastructure itself, kept when the rest of CTXRAG_* is cleared
 _KEEP_ENV = {"CTXRAG_MODELS_CACHE"}
@@ -62,6 +69,20 @@ def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest
     _clear_settings_cache()
     yield home
     _clear_settings_cache()
+
+
+# --------------------------------------------------------------------------------------------- lanes
+
+MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_model", "llama_server_url",
+                            "counting_llm_url", "llm_endpoint_env"})
+"""Fixtures that load the real model: a test using one is an ``llm`` test whether or not it is marked."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The fast lane, ``pytest -m "not llm and not slow"``, never loads the model: mark every test that does."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("llm") is None:
+            item.add_marker(pytest.mark.llm)
 
 
 # --------------------------------------------------------------------------------------------- local LLM
@@ -129,6 +150,7 @@ def llm_endpoint_env(counting_llm_url: CountingURL, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("CTXRAG_LLM__BASE_URL", str(counting_llm_url))
     monkeypatch.setenv("CTXRAG_LLM__MODEL", SERVER_MODEL_ALIAS)
     monkeypatch.setenv("CTXRAG_LLM__MAX_RETRIES", "0")
+    monkeypatch.setenv("CTXRAG_LLM__TIMEOUT", str(HANG_GUARD_S))  # a hang guard, not a speed limit
     _clear_settings_cache()
     return counting_llm_url
 

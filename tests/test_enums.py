@@ -6,9 +6,8 @@ import pytest
 
 from ctxrag.compressors.llm_rerank import PointwiseScoring, RerankMode
 from ctxrag.chains.router import Route
-from ctxrag.enums import ChoiceEnum
+from ctxrag.enums import ChoiceEnum, Reranker, SearchMode
 from ctxrag.errors import ConfigError
-from ctxrag.evaluation.experiments import RetrievalMode
 from ctxrag.indexing.placement import ContextPlacement
 from ctxrag.indexing.strategies import ContextStrategy
 from ctxrag.loading.splitter import SplitMode, SplitUnit
@@ -46,7 +45,7 @@ def test_error_names_label_value_and_choices() -> None:
         Size.from_str("huge")
 
 
-ENUMS = [RerankMode, PointwiseScoring, Route, RetrievalMode, ContextPlacement, ContextStrategy, SplitMode, SplitUnit,
+ENUMS = [RerankMode, PointwiseScoring, Route, SearchMode, Reranker, ContextPlacement, ContextStrategy, SplitMode, SplitUnit,
          BM25Variant, FusionMode, GraphRerank]
 
 

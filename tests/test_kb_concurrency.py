@@ -171,7 +171,7 @@ def test_reader_opening_in_a_loop_never_breaks_an_ingest(tmp_path: Path) -> None
 
 @contextmanager
 def _serve(home: Path, env: dict[str, str]) -> Iterator[str]:
-    from llm_server import free_port
+    from ctxrag.testing.llm_server import free_port
 
     port = free_port()
     log = open(home.parent / f"serve-{port}.log", "w")  # noqa: SIM115

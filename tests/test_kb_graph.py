@@ -4,7 +4,6 @@ the generation folders, updated on delete, and `mode="graph"` answering the issu
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,7 @@ from ctxrag.errors import ConfigError, ModelError
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import Settings
 
-sys.path.insert(0, str(Path(__file__).parent / "graph"))
-from bernoulli import PASSAGES, QUESTION, TRIPLETS  # noqa: E402
+from ctxrag.testing.bernoulli import PASSAGES, QUESTION, TRIPLETS
 
 
 class ScriptedExtractor(BaseChatModel):

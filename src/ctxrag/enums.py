@@ -1,4 +1,5 @@
-"""One base for ctxrag's string-valued option enums, so every option name parses the same way and fails the same way.
+"""One base for ctxrag's string-valued option enums, so every option name parses the same way and fails the same way;
+and the options that several layers share (`SearchMode`, `Reranker`), each spelled once here.
 
 ``Mode.from_str(" Relative-Score ")`` accepts the member itself, its value in any case, with ``-``, ``_`` or spaces
 interchangeable, and the aliases a subclass lists; anything else raises an error naming the option, the bad value and
@@ -31,6 +32,8 @@ from __future__ import annotations
 import re
 from enum import Enum
 from typing import Any, TypeVar
+
+from ctxrag.errors import ConfigError
 
 E = TypeVar("E", bound="ChoiceEnum")
 
@@ -67,3 +70,28 @@ class ChoiceEnum(str, Enum):
     def choices_text(cls) -> str:
         """The values, comma separated, as error messages and help texts show them."""
         return ", ".join(m.value for m in cls)
+
+
+class SearchMode(ChoiceEnum):
+    """How a retriever finds chunks (`ctxrag.retrievers.factory.make_retriever`): the one spelling of the search mode
+    for the factory, the knowledge base, the CLI, the server and the evaluation."""
+
+    __label__ = "search mode"
+    __error__ = ConfigError
+
+    DENSE = "dense"
+    BM25 = "bm25"
+    HYBRID = "hybrid"
+    GRAPH = "graph"
+
+
+class Reranker(ChoiceEnum):
+    """Which reranker runs after retrieval (`ctxrag.compressors.build_reranker`): the one spelling for the factory,
+    the CLI, the server and the evaluation."""
+
+    __label__ = "reranker"
+    __error__ = ConfigError
+
+    NONE = "none"
+    JINA = "jina"
+    LLM = "llm"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ctxrag.errors import IndexCorruptError
 from ctxrag.stores.backends import open_unreconciled
 from ctxrag.stores.base import ChunkIndex
-from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport, compare_ids, index_chunk_ids
+from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport, compare_ids
 from ctxrag.stores.docstore import ChunkRecord, DocStore
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
@@ -64,7 +64,7 @@ def check(kb: "KnowledgeBase") -> CheckReport:
             if index is None:
                 raise IndexCorruptError(f"index {name!r} is not saved in generation {gen} (rebuilt in memory on "
                                         f"every open); run `ctxrag kb repair {kb.name}`")
-            ids = index_chunk_ids(index)
+            ids = set(index.chunk_ids())
             report.counts[name] = len(ids)
             report.differences.append(compare_ids(name, store_ids, ids))
         except IndexCorruptError as e:
@@ -116,12 +116,12 @@ def repair(kb: "KnowledgeBase") -> RepairReport:
                     why = str(e)
                 if index is None:
                     index = make()
-                    todo = set(records) - index_chunk_ids(index)
+                    todo = set(records) - set(index.chunk_ids())
                     _add(index, name, [r for c, r in records.items() if c in todo], embed)
                     report.actions[name] = f"rebuilt from {len(records)} stored chunks ({why})" if gen else "ok"
                     changed = changed or bool(gen)
                 else:
-                    have = index_chunk_ids(index)
+                    have = set(index.chunk_ids())
                     extra, missing = sorted(have - set(records)), sorted(set(records) - have)
                     if not (extra or missing):
                         report.actions[name] = "ok"

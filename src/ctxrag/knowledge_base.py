@@ -22,12 +22,14 @@ import re
 import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
 
+from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
 from ctxrag.ingest_report import IngestReport
 from ctxrag.models.embeddings import embed_array, make_embeddings
@@ -47,10 +49,10 @@ from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, Key
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
+    from ctxrag.indexing.strategies import ChunkContextualizer
     from ctxrag.stores.graph import GraphIndex
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
-SearchMode = Literal["dense", "bm25", "hybrid"]
 TRASH_PREFIX = ".deleted-"
 """A deleted knowledge base's folder is renamed to ``.deleted-NAME-XXXX`` (not a valid name: never listed) and removed."""
 
@@ -203,7 +205,7 @@ class KnowledgeBase:
         paths: Iterable[str | Path],
         *,
         contextualize: bool | None = None,
-        contextualizer: Any = None,
+        contextualizer: ChunkContextualizer | None = None,
         precomputed_contexts: dict[str, str] | None = None,
         progress: bool = True,
         commit_every: int = 20,
@@ -234,7 +236,7 @@ class KnowledgeBase:
         self,
         items: Iterable[Any],
         *,
-        contextualizer: Any = None,
+        contextualizer: ChunkContextualizer | None = None,
         precomputed_contexts: dict[str, str] | None = None,
         progress: bool = False,
     ) -> IngestReport:
@@ -267,9 +269,7 @@ class KnowledgeBase:
         with self.snapshots.session() as session:
             if session.store.get_document(doc.doc_id) is None:  # deleted by another writer meanwhile
                 raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (deleted meanwhile)")
-            ids = session.store.delete_document(doc.doc_id)
-            for index in session.indexes.values():
-                index.delete(ids)
+            session.delete([doc.doc_id])
             self.snapshots.commit(session)
         return doc
 
@@ -326,12 +326,13 @@ class KnowledgeBase:
                 raise
 
     # -- search -----------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, mode: SearchMode = "hybrid", filter: Any = None) -> list[Document]:
+    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = SearchMode.HYBRID,
+               filter: Any = None) -> list[Document]:
         """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
         ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 
-    def as_retriever(self, mode: str = "hybrid", k: int = 10, **kwargs: Any) -> Any:
+    def as_retriever(self, mode: SearchMode | str = SearchMode.HYBRID, k: int = 10, **kwargs: Any) -> BaseRetriever:
         """A LangChain retriever over this knowledge base; see `ctxrag.retrievers.factory.make_retriever`."""
         from ctxrag.retrievers.factory import make_retriever
 
@@ -356,8 +357,6 @@ class KnowledgeBase:
             deleted = [d for d in doc_ids if session.store.get_document(d) is not None]
             if not deleted:
                 return []
-            chunk_ids = [c for d in deleted for c in session.store.delete_document(d)]
-            for index in session.indexes.values():
-                index.delete(chunk_ids)
+            session.delete(deleted)
             self.snapshots.commit(session)
         return deleted

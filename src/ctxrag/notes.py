@@ -23,9 +23,17 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence
 
+from langchain_core.retrievers import BaseRetriever
+
+from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound
+from ctxrag.ingest_report import IngestReport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.settings import Settings
 
 NOTES_COLLECTION = "notes"
 SOURCE_PREFIX = "note://"
@@ -94,16 +102,34 @@ def _clean_tags(tags: Iterable[str]) -> list[str]:
     return out
 
 
-class NoteBook:
-    """Notes of one `KnowledgeBase` (see the module docstring)."""
+class NoteHost(Protocol):
+    """What a `NoteBook` needs from the knowledge base its notes live in (`KnowledgeBase` is one): a folder for
+    ``notes.sqlite``, texts in and out, and search."""
 
-    def __init__(self, kb: Any) -> None:
+    name: str
+    root: Path
+    settings: Settings
+
+    def add_texts(self, items: Iterable[Any]) -> IngestReport:
+        """Store texts as documents (a source already stored is replaced)."""
+
+    def delete_document(self, key: str) -> Any:
+        """Delete a document by source; `DocumentNotFound` when there is none."""
+
+    def as_retriever(self, mode: SearchMode | str = SearchMode.HYBRID, k: int = 10, **kwargs: Any) -> BaseRetriever:
+        """A retriever over the knowledge base (``filter`` among the options)."""
+
+
+class NoteBook:
+    """Notes of one knowledge base (a `NoteHost`; see the module docstring)."""
+
+    def __init__(self, kb: NoteHost) -> None:
         self.kb = kb
         self.path = kb.root / "notes.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         # a note add holds this database while it waits for the knowledge base's write lock: wait as long here
-        wait = max(60.0, float(getattr(getattr(kb, "settings", None), "write_lock_timeout", 60.0)))
+        wait = max(60.0, float(kb.settings.write_lock_timeout))
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=wait)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.executescript(_SCHEMA)
@@ -220,7 +246,8 @@ class NoteBook:
             raise ConfigError(f"indexing note {note.id} failed: {report.failed[0].reason}")
 
     # -- finding ----------------------------------------------------------------------
-    def search(self, query: str, k: int = 5, *, tag: str | None = None, mode: str = "hybrid") -> list[tuple[Note, float]]:
+    def search(self, query: str, k: int = 5, *, tag: str | None = None,
+               mode: SearchMode | str = SearchMode.HYBRID) -> list[tuple[Note, float]]:
         """Notes whose chunks best match `query` (one entry per note, best chunk's score)."""
         if not query.strip():
             raise ConfigError("search needs a non-empty query")

@@ -78,7 +78,6 @@ class EmbeddingSettings(BaseModel):
 class RerankSettings(BaseModel):
     """Reranker."""
 
-    provider: Literal["none", "jina", "llm"] = "none"
     base_url: str = "https://api.jina.ai/v1"
     model: str = "jina-reranker-v2-base-multilingual"
     api_key: SecretStr | None = None

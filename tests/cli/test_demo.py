@@ -13,7 +13,7 @@ from ctxrag.cli.query import read_questions
 from ctxrag.errors import CtxragError
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.resource_paths import demo_questions
-from llm_server import free_port
+from ctxrag.testing.llm_server import free_port
 
 
 def _down_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:

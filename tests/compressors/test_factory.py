@@ -1,16 +1,16 @@
-"""build_reranker: the reranker named by a kind string or by settings.rerank."""
+"""build_reranker: the reranker a `Reranker` kind (or its name) asks for, configured by settings.rerank."""
 from __future__ import annotations
 
 import pytest
 
-from ctxrag.compressors import JinaReranker, LLMReranker, build_reranker
+from ctxrag.compressors import JinaReranker, LLMReranker, Reranker, build_reranker
 from ctxrag.errors import ConfigError
 from ctxrag.settings import LLMSettings, RerankSettings, Settings
 
 
 def test_none_means_no_reranker():
     assert build_reranker("none", Settings()) is None
-    assert build_reranker(None, Settings()) is None  # default provider is none
+    assert build_reranker(Reranker.NONE, Settings()) is None
 
 
 def test_jina_from_settings():
@@ -24,15 +24,15 @@ def test_jina_from_settings():
     assert "sk-hidden" not in repr(reranker)
 
 
-def test_provider_from_settings_when_kind_is_none():
-    settings = Settings(rerank=RerankSettings(provider="jina", api_key="k"))
-    assert isinstance(build_reranker(None, settings), JinaReranker)
+def test_kind_as_enum_member():
+    settings = Settings(rerank=RerankSettings(api_key="k"))
+    assert isinstance(build_reranker(Reranker.JINA, settings), JinaReranker)
 
 
 def test_jina_public_api_without_key_fails_at_build():
     """No key and the public URL: a ConfigError naming the setting, before any request."""
     with pytest.raises(ConfigError, match="CTXRAG_RERANK__API_KEY"):
-        build_reranker("jina", Settings(rerank=RerankSettings(provider="jina")))
+        build_reranker("jina", Settings())
     local = build_reranker("jina", Settings(rerank=RerankSettings(base_url="http://127.0.0.1:9/v1")))
     assert isinstance(local, JinaReranker)  # a self-hosted server needs no key
 

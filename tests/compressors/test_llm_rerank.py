@@ -19,6 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from ctxrag.compressors.llm_rerank import LLMReranker, PointwiseScoring, RerankMode, parse_ranking, yes_probability
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 
 class FunctionChatModel(BaseChatModel):
@@ -307,7 +308,8 @@ REAL_DOCS = [
 def test_real_pointwise_logprobs_through_llama_server(llama_server_url):
     from langchain_openai import ChatOpenAI
 
-    llm = ChatOpenAI(base_url=llama_server_url, api_key="not-needed", model="local", temperature=0, max_retries=0)
+    llm = ChatOpenAI(base_url=llama_server_url, api_key="not-needed", model="local", temperature=0, max_retries=0,
+                     timeout=HANG_GUARD_S)
     out = LLMReranker(llm=llm, top_n=None).compress_documents(REAL_DOCS, "What is the capital of France?")
     scores = {d.id: d.metadata["rerank_score"] for d in out}
     assert all(s is not None and 0.0 <= s <= 1.0 for s in scores.values())

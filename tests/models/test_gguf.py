@@ -23,7 +23,7 @@ from ctxrag.models.gguf import (
     model_spec,
 )
 from ctxrag.settings import LLMSettings, Settings
-from llm_server import models_cache_dir
+from ctxrag.testing.llm_server import models_cache_dir
 
 # ----------------------------------------------------------------------------------------- the registry
 

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from ctxrag.models.llamacpp import LocalLlamaChatModel
 from ctxrag.models.structured import structured_reply, with_max_tokens
-from llm_server import SERVER_MODEL_ALIAS
+from ctxrag.testing.llm_server import SERVER_MODEL_ALIAS
 from structured_fake import StructuredFake
 
 

@@ -1,12 +1,19 @@
 """Every notebook in notebooks/ runs top to bottom (nbclient, the venv's ipykernel) without an error, and is stored
-without outputs."""
+without outputs.
+
+The notebooks share the test run's one model: with llama-cpp-python installed, each kernel is pointed at the session
+``llama_server_url`` (``CTXRAG_LLM__PROVIDER=openai`` and ``CTXRAG_LLM__BASE_URL``), which the notebooks' first cell
+honours instead of loading the GGUF itself."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from pathlib import Path
 
 import pytest
+
+from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
 
 nbformat = pytest.importorskip("nbformat", reason="the notebook tools are not installed (pip install 'ctxrag[dev]')")
 nbclient = pytest.importorskip("nbclient", reason="the notebook tools are not installed (pip install 'ctxrag[dev]')")
@@ -32,7 +39,7 @@ def test_all_notebooks_present_and_stored_without_outputs() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", EXPECTED)
-def test_notebook_runs_top_to_bottom(name: str, tmp_path: Path) -> None:
+def test_notebook_runs_top_to_bottom(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     data = NEEDS_BENCHMARK.get(name)
     if data is not None and not data.is_dir():
         pytest.skip(f"{data} is missing (the benchmark data lives next to the repository)")
@@ -45,8 +52,13 @@ def test_notebook_runs_top_to_bottom(name: str, tmp_path: Path) -> None:
         if key.startswith("CTXRAG_") and key not in keep:
             del os.environ[key]
     os.environ["CTXRAG_HOME"] = str(tmp_path / "home")
+    if importlib.util.find_spec("llama_cpp") is not None:
+        os.environ.update({"CTXRAG_LLM__PROVIDER": "openai", "CTXRAG_LLM__MODEL": SERVER_MODEL_ALIAS,
+                           "CTXRAG_LLM__BASE_URL": request.getfixturevalue("llama_server_url"),
+                           "CTXRAG_LLM__TIMEOUT": str(HANG_GUARD_S)})
     try:
-        client = nbclient.NotebookClient(book, timeout=300, kernel_name="python3",
+        # the cell timeout is a hang guard: a busy machine makes cells slow, not wrong
+        client = nbclient.NotebookClient(book, timeout=int(HANG_GUARD_S), kernel_name="python3",
                                          resources={"metadata": {"path": str(REPO)}})
         t0 = time.perf_counter()
         client.execute()  # raises CellExecutionError (with the cell and its traceback) on any error

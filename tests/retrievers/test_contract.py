@@ -156,16 +156,14 @@ def test_constructor_k_and_filter(kb: KnowledgeBase) -> None:
     assert _titles(restricted.invoke(QUERY, filter=_doc_filter(kb, "zeta", "alpha"))) == ["zeta"]
 
 
-def test_deprecated_count_names_still_work(kb: KnowledgeBase) -> None:
+def test_the_count_is_k_everywhere(kb: KnowledgeBase) -> None:
     bm25 = bm25_retriever(kb, k=8, fill=False)
-    with pytest.deprecated_call():
-        fusion = FusionRetriever(retrievers=[bm25], top_k=2)
-    assert fusion.k == 2 and len(fusion.invoke(QUERY)) == 2
-    with pytest.deprecated_call():
-        pipeline = RetrievalPipeline(base_retriever=bm25, top_n=1)
-    assert pipeline.k == 1 and len(pipeline.invoke(QUERY)) == 1
-    with pytest.deprecated_call():
-        assert pipeline.top_n == 1
+    assert len(FusionRetriever(retrievers=[bm25], k=2).invoke(QUERY)) == 2
+    assert len(RetrievalPipeline(base_retriever=bm25, k=1).invoke(QUERY)) == 1
+    for make in (lambda: FusionRetriever(retrievers=[bm25], top_k=2),
+                 lambda: RetrievalPipeline(base_retriever=bm25, top_n=1)):
+        with pytest.raises(ValueError, match="top_"):  # the old names are gone, not silently ignored
+            make()
 
 
 def test_filter_to_a_retriever_that_cannot_apply_it_fails(kb: KnowledgeBase) -> None:

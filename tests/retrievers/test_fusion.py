@@ -228,9 +228,9 @@ def test_inputs_are_not_modified():
     assert a.metadata == {"chunk_id": "a", "score": 0.5}
 
 
-def test_top_k():
+def test_k_keeps_the_best():
     lists = [[chunk(str(i)) for i in range(10)]]
-    assert ids(fuse(lists, top_k=3)) == ["0", "1", "2"]
+    assert ids(fuse(lists, k=3)) == ["0", "1", "2"]
 
 
 # -- option errors ---------------------------------------------------------------------------------------------
@@ -242,7 +242,6 @@ def test_top_k():
         ({"weights": [float("nan"), 1.0]}, "finite"),
         ({"weights": [0.0, 0.0]}, "at least one"),
         ({"c": -1}, "c=-1"),
-        ({"top_k": 0}, "k=0"),
         ({"k": 0}, "k=0"),
         ({"names": ["x"]}, "1 names"),
         ({"mode": "borda"}, "unknown fusion mode 'borda'.*rrf, relative_score, dbsf"),
@@ -314,7 +313,7 @@ def test_retriever_labels_sources_by_name_or_index():
     named = ListRetriever(docs=[chunk("a")]).with_config(run_name="ignored")  # a RunnableBinding: no .name
     r1 = ListRetriever(docs=[chunk("a")], name="dense")
     r2 = ListRetriever(docs=[chunk("a")])
-    out = FusionRetriever(retrievers=[r1, r2, named], mode="rrf", top_k=5).invoke("q")
+    out = FusionRetriever(retrievers=[r1, r2, named], mode="rrf", k=5).invoke("q")
     assert [s["retriever"] for s in out[0].metadata["fusion_sources"]] == ["dense", 1, 2]
 
 

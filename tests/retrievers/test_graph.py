@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
@@ -17,8 +15,7 @@ from ctxrag.stores.graph import GraphIndex
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.graph import GraphRerank, GraphRetriever, parse_relation_choice
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph"))
-from bernoulli import ANSWER_ID, PASSAGES, QUESTION, TRIPLETS  # noqa: E402
+from ctxrag.testing.bernoulli import ANSWER_ID, PASSAGES, QUESTION, TRIPLETS
 
 
 @pytest.fixture(scope="module")

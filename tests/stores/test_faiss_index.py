@@ -198,7 +198,7 @@ def test_id_map_formats_and_damage(tmp_path: Path) -> None:
     idx.save(tmp_path / "a")
     assert (tmp_path / "a" / dense_mod.CHUNK_IDS_FILE).read_text().split("\n")[:2] == ["d0:0", "d1:0"]
     again = FaissIndex.load(tmp_path / "a")
-    assert again.chunk_ids == idx.chunk_ids and again.search(vecs[4], 1) == idx.search(vecs[4], 1)
+    assert again.chunk_ids() == idx.chunk_ids() and again.search(vecs[4], 1) == idx.search(vecs[4], 1)
     # the format before: pairs inside ids.json
     meta = json.loads((tmp_path / "a" / dense_mod.IDS_FILE).read_text())
     meta["ids"] = [[i, c] for c, i in idx._int_of.items()]
@@ -208,7 +208,7 @@ def test_id_map_formats_and_damage(tmp_path: Path) -> None:
     odd = FaissIndex()
     odd.add([IndexedChunk("line\nbreak", "d", "t", "t", vector=vecs[0])])
     odd.save(tmp_path / "b")
-    assert FaissIndex.load(tmp_path / "b").chunk_ids == ["line\nbreak"]
+    assert FaissIndex.load(tmp_path / "b").chunk_ids() == ["line\nbreak"]
     idx.save(tmp_path / "c")
     (tmp_path / "c" / dense_mod.CHUNK_IDS_FILE).write_text("d0:0\nd1:0")
     with pytest.raises(IndexCorruptError, match="unreadable dense index id map"):

@@ -16,7 +16,7 @@ import logging
 import re
 from typing import Any, Sequence
 
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig
 
 from ctxrag.history import format_history
 from ctxrag.prompts.router import rewrite_messages
@@ -52,10 +52,3 @@ class QuestionRewriter:
         if not cand or len(cand) > max(200, 4 * len(question)) or detect_language(cand) != lang:
             return question
         return cand
-
-    def as_runnable(self) -> Runnable:
-        """``{"question", "history"}`` -> the same dict with ``standalone_question``."""
-        return RunnableLambda(
-            lambda x, config: {**x, "standalone_question": self.rewrite(x["question"], x.get("history"), config=config)},
-            name="rewrite",
-        )

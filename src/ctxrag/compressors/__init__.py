@@ -7,14 +7,13 @@ Example::
 """
 from __future__ import annotations
 
-from ctxrag.compressors.factory import RERANKER_KINDS, build_reranker
+from ctxrag.compressors.factory import Reranker, build_reranker
 from ctxrag.compressors.filters import EmbeddingsThresholdFilter, LLMExtractor, LLMFilter, RedundantChunkFilter
 from ctxrag.compressors.jina import JinaReranker
 from ctxrag.compressors.llm_rerank import LLMReranker, PointwiseScoring, RerankMode
 from ctxrag.compressors.reorder import LongContextReorder
 
 __all__ = [
-    "RERANKER_KINDS",
     "EmbeddingsThresholdFilter",
     "JinaReranker",
     "LLMExtractor",
@@ -24,5 +23,6 @@ __all__ = [
     "PointwiseScoring",
     "RedundantChunkFilter",
     "RerankMode",
+    "Reranker",
     "build_reranker",
 ]

@@ -4,32 +4,31 @@ Example::
 
     from ctxrag.compressors.factory import build_reranker
     reranker = build_reranker("jina")          # settings.rerank: base_url, model, api_key, timeout, top_n
-    build_reranker("none")                     # None: keep the fused order
+    build_reranker(Reranker.NONE)              # None: keep the fused order
 """
 from __future__ import annotations
 
 from langchain_core.documents import BaseDocumentCompressor
 
+from ctxrag.enums import Reranker
 from ctxrag.compressors.jina import JinaReranker, missing_key_problem
 from ctxrag.compressors.llm_rerank import LLMReranker
 from ctxrag.errors import ConfigError
 from ctxrag.models import chat
 from ctxrag.settings import Settings, get_settings
 
-RERANKER_KINDS = ("none", "jina", "llm")
 
-
-def build_reranker(kind: str | None = None, settings: Settings | None = None) -> BaseDocumentCompressor | None:
+def build_reranker(kind: Reranker | str, settings: Settings | None = None) -> BaseDocumentCompressor | None:
     """``"none"`` -> None, ``"jina"`` -> `JinaReranker`, ``"llm"`` -> `LLMReranker` over ``make_chat_model``.
 
-    ``kind=None`` uses ``settings.rerank.provider``. Raises `ConfigError` naming the bad kind.
+    Raises `ConfigError` naming the bad kind.
     """
     settings = settings or get_settings()
     rerank = settings.rerank
-    name = (kind if kind is not None else rerank.provider).strip().lower()
-    if name == "none":
+    name = Reranker.from_str(kind)
+    if name is Reranker.NONE:
         return None
-    if name == "jina":
+    if name is Reranker.JINA:
         problem = missing_key_problem(rerank.base_url, rerank.api_key)
         if problem:
             raise ConfigError(problem)
@@ -40,6 +39,4 @@ def build_reranker(kind: str | None = None, settings: Settings | None = None) ->
             timeout=rerank.timeout,
             top_n=rerank.top_n,
         )
-    if name == "llm":
-        return LLMReranker(llm=chat.make_chat_model(settings), top_n=rerank.top_n, language=settings.language)
-    raise ConfigError(f"unknown reranker {kind!r}; choose one of: {', '.join(RERANKER_KINDS)}")
+    return LLMReranker(llm=chat.make_chat_model(settings), top_n=rerank.top_n, language=settings.language)

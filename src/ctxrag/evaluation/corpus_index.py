@@ -1,74 +1,40 @@
-"""The in-memory indexes an evaluation builds over a dataset's corpus, and the retriever that reads them.
+"""A benchmark corpus as a `KnowledgeSource`, so the evaluation builds its retrievers with the product's own factory.
 
-A benchmark corpus is not a knowledge base: it has no documents to load or split, only chunk ids and texts. So the
-runner indexes the texts directly (FAISS for dense, `BM25ChunkIndex` for BM25) and wraps each index in an
-`IndexRetriever`; fusion, rerank and graph ranking come from the same library code users call.
+A benchmark corpus is not a knowledge base: it has no documents to load or split, only chunk ids and texts. So
+`CorpusSource` indexes the texts in memory with the index kinds a knowledge base keeps (`ctxrag.stores.registry`:
+the configured dense store's FAISS default and `BM25ChunkIndex`; a `GraphIndex` when the dataset brings triplets) and
+offers them through the same typed faces `kb.as_retriever()` reads. The runner then calls
+`ctxrag.retrievers.factory.make_retriever` over it: every benchmark number is for the assembly users run.
 
 Example::
 
-    from ctxrag.evaluation.corpus_index import IndexRetriever
-    r = IndexRetriever(search=lambda q, k: [("a", 1.0)], texts={"a": "alpha"}, k=5, score_key="bm25_score")
-    r.invoke("alpha")[0].id   # 'a'
+    from ctxrag.evaluation.corpus_index import CorpusSource
+    from ctxrag.retrievers.factory import make_retriever
+    source = CorpusSource("tiny", {"a": "alpha", "b": "beta"}, embeddings=emb)
+    make_retriever(source, mode="bm25", k=1).invoke("alpha")[0].id   # 'a'
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict
 
+from ctxrag.errors import ConfigError
 from ctxrag.models.embeddings import embed_array
-from ctxrag.stores.bm25 import BM25ChunkIndex
-from ctxrag.schema import CHUNK_ID, SCORE
+from ctxrag.schema import CHUNK_ID
+from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.bm25 import BM25ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.embedding import attach_vectors
+from ctxrag.stores.graph import GraphIndex
+from ctxrag.stores.protocols import ChunkScores, DenseIndex, KeywordIndex, MetadataFilter
 
 EMBED_BATCH = 32
-
-
-class IndexRetriever(BaseRetriever):
-    """A LangChain retriever over a ``search(query, k) -> [(chunk_id, score)]`` function and the eval corpus.
-
-    Example::
-
-        IndexRetriever(search=lambda q, k: [("a", 1.0)], texts={"a": "alpha"}, k=5, score_key="bm25_score")
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    search: Callable[[str, int], list[tuple[str, float]]]
-    texts: dict[str, str]
-    k: int = 10
-    score_key: str = SCORE
-
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return [
-            Document(page_content=self.texts[cid], id=cid,
-                     metadata={CHUNK_ID: cid, SCORE: float(s), self.score_key: float(s)})
-            for cid, s in self.search(query, self.k)
-        ]
-
-
-@dataclass
-class CorpusVariant:
-    """One distinct set of indexed texts (plain, or with contexts) and the indexes built over it, each once."""
-
-    key: str
-    texts: dict[str, str]
-    dense: Any = None
-    dense_seconds: float = 0.0
-    bm25: Any = None
-    bm25_seconds: float = 0.0
-    graph: Any = None
-    graph_seconds: float = 0.0
 
 
 def indexed_text(text: str, context: str | None) -> str:
@@ -76,44 +42,159 @@ def indexed_text(text: str, context: str | None) -> str:
     return f"{context.strip()}\n\n{text}" if context and context.strip() else text
 
 
-def build_dense_index(texts: Mapping[str, str], contents: Mapping[str, str], embeddings: Embeddings, *,
-                      progress: bool = False) -> FaissIndex:
-    """A flat FAISS index over `texts` (chunk id -> indexed text); `contents` is each chunk's text without context."""
-    chunks = attach_vectors([IndexedChunk(c, c, t, contents[c]) for c, t in texts.items()],
-                            lambda batch: embed_array(embeddings, batch, is_query=False), batch_size=EMBED_BATCH,
-                            progress=progress, desc="embedding corpus")
-    index = FaissIndex()
-    index.add(chunks)
-    return index
+class QueryEmbeddings(Embeddings):
+    """Passages through `cached` (a corpus is embedded once per model), queries through the model itself, so a
+    configuration's latency includes embedding its query, as in real use. The vectors are the same either way."""
+
+    def __init__(self, cached: Embeddings) -> None:
+        self.cached = cached
+        self.model: Embeddings = getattr(cached, "inner", cached)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.cached.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.model.embed_query(text)
+
+    def embed_array(self, texts: list[str], *, is_query: bool = False) -> Any:
+        return embed_array(self.model if is_query else self.cached, texts, is_query=is_query)
 
 
-def build_bm25_index(texts: Mapping[str, str], contents: Mapping[str, str]) -> BM25ChunkIndex:
-    """A BM25 index over `texts` (chunk id -> indexed text)."""
-    index = BM25ChunkIndex()
-    index.add([IndexedChunk(c, c, t, contents[c]) for c, t in texts.items()])
-    return index
+class CorpusChunks:
+    """`ChunkLookup` over an in-memory corpus: chunk id -> text shown, and per-chunk metadata for filters."""
+
+    def __init__(self, contents: Mapping[str, str], metadata: Mapping[str, dict[str, Any]] | None = None) -> None:
+        self.contents = dict(contents)
+        self.metadata = {cid: dict((metadata or {}).get(cid, {})) for cid in self.contents}
+
+    def get_chunks(self, chunk_ids: Sequence[str], scores: ChunkScores | None = None) -> list[Document]:
+        out = []
+        for cid in chunk_ids:
+            if cid not in self.contents:
+                continue
+            md = {**self.metadata[cid], CHUNK_ID: cid, **((scores or {}).get(cid, {}))}
+            out.append(Document(page_content=self.contents[cid], id=cid, metadata=md))
+        return out
+
+    def allowed_chunk_ids(self, filter: MetadataFilter | None) -> set[str] | None:
+        if filter is None:
+            return None
+        if callable(filter):
+            return {cid for cid, md in self.metadata.items() if filter(md)}
+        if not isinstance(filter, dict):
+            raise ConfigError(f"filter must be a dict or a callable, got {type(filter).__name__}")
+        return {cid for cid, md in self.metadata.items()
+                if all(md.get(k) in v if isinstance(v, (list, tuple, set)) else md.get(k) == v
+                       for k, v in filter.items())}
 
 
-def query_vector(embeddings: Embeddings, query: str) -> np.ndarray:
-    """The query's vector from the uncached model: latency should include embedding the query, as in real use."""
-    model = getattr(embeddings, "inner", embeddings)
-    return embed_array(model, [query], is_query=True)[0]
+class NoDocuments:
+    """`DocumentLookup` of a benchmark corpus: chunks without documents."""
+
+    def get_document(self, doc_id: str) -> None:
+        return None
+
+    def chunks_of(self, doc_id: str) -> list[Any]:
+        return []
+
+    def list_documents(self) -> list[Any]:
+        return []
+
+    def document_rows(self) -> list[Any]:
+        return []
+
+    def get_summary(self, doc_id: str) -> None:
+        return None
 
 
-def dense_retriever(index: FaissIndex, texts: dict[str, str], embeddings: Embeddings, k: int) -> IndexRetriever:
-    """Dense search over `index` as a retriever (scores in ``dense_score``)."""
-    return IndexRetriever(search=lambda q, kk: index.search(query_vector(embeddings, q), kk), texts=texts, k=k,
-                          score_key="dense_score", name="dense")
+GraphBuilder = Callable[[Embeddings], GraphIndex]
 
 
-def bm25_retriever(index: BM25ChunkIndex, texts: dict[str, str], k: int) -> IndexRetriever:
-    """BM25 search over `index` as a retriever (scores in ``bm25_score``)."""
-    return IndexRetriever(search=lambda q, kk: index.search(q, kk), texts=texts, k=k, score_key="bm25_score",
-                          name="bm25")
+class CorpusSource:
+    """A `KnowledgeSource` over ``texts`` (chunk id -> indexed text), indexes built on first use and timed.
 
+    `contents` is each chunk's text as shown (default: `texts`); `graph` builds the graph index when a
+    configuration asks for one (the dataset's triplets); `settings` is what the factory reads (fusion, graph
+    ranking, rerankers).
 
-def timed(build: Callable[[], Any]) -> tuple[Any, float]:
-    """``(build(), seconds it took)``."""
-    start = time.perf_counter()
-    out = build()
-    return out, time.perf_counter() - start
+    Example::
+
+        source = CorpusSource("tiny", {"a": "alpha"}, embeddings=emb)
+        source.keyword_index().search("alpha", 1)     # [('a', ...)]
+    """
+
+    root = Path(".")
+    """Not a folder: a benchmark corpus lives in memory."""
+
+    def __init__(self, name: str, texts: Mapping[str, str], *, embeddings: Embeddings,
+                 contents: Mapping[str, str] | None = None, metadata: Mapping[str, dict[str, Any]] | None = None,
+                 settings: Settings | None = None, graph: GraphBuilder | None = None,
+                 progress: bool = False) -> None:
+        self.name = name
+        self.settings = settings or get_settings()
+        self.texts = dict(texts)
+        self._embeddings = embeddings
+        self._chunks = CorpusChunks(contents if contents is not None else texts, metadata)
+        self._graph_builder = graph
+        self.progress = progress
+        self.seconds: dict[str, float] = {}
+        """Build time of each index built so far, by kind (``dense``, ``bm25``, ``graph``)."""
+        self._built: dict[str, Any] = {}
+
+    # ---- the KnowledgeSource faces
+    @property
+    def embeddings(self) -> Embeddings:
+        return self._embeddings
+
+    @property
+    def chunks(self) -> CorpusChunks:
+        return self._chunks
+
+    @property
+    def documents(self) -> NoDocuments:
+        return NoDocuments()
+
+    def dense_index(self) -> DenseIndex:
+        return self._index("dense", self._build_dense)
+
+    def keyword_index(self) -> KeywordIndex:
+        return self._index("bm25", self._build_bm25)
+
+    def graph_index(self) -> GraphIndex | None:
+        if self._graph_builder is None:
+            return None
+        return self._index("graph", lambda: self._graph_builder(self._embeddings))  # type: ignore[misc]
+
+    def set_summaries(self, summaries: dict[str, str]) -> None:
+        raise ConfigError(f"benchmark corpus {self.name!r} has no documents to summarize")
+
+    # ---- building
+    def index_seconds(self, kinds: Iterable[str]) -> float:
+        """Seconds spent building these index kinds (building any not built yet)."""
+        build = {"dense": self.dense_index, "bm25": self.keyword_index, "graph": self.graph_index}
+        for kind in kinds:
+            build[kind]()
+        return sum(self.seconds.get(kind, 0.0) for kind in kinds)
+
+    def _index(self, kind: str, build: Callable[[], Any]) -> Any:
+        if kind not in self._built:
+            start = time.perf_counter()
+            self._built[kind] = build()
+            self.seconds[kind] = time.perf_counter() - start
+        return self._built[kind]
+
+    def _indexed(self) -> list[IndexedChunk]:
+        return [IndexedChunk(cid, cid, text, self._chunks.contents[cid], dict(self._chunks.metadata[cid]))
+                for cid, text in self.texts.items()]
+
+    def _build_dense(self) -> FaissIndex:
+        chunks = attach_vectors(self._indexed(), lambda batch: embed_array(self._embeddings, batch, is_query=False),
+                                batch_size=EMBED_BATCH, progress=self.progress, desc="embedding corpus")
+        index = FaissIndex(config=self.settings.dense_index)  # what a FAISS knowledge base makes
+        index.add(chunks)
+        return index
+
+    def _build_bm25(self) -> BM25ChunkIndex:
+        index = BM25ChunkIndex()
+        index.add(self._indexed())
+        return index

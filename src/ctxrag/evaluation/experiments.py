@@ -9,8 +9,12 @@ and may start from a built-in with ``base: hybrid``.
 Example::
 
     from ctxrag.evaluation.experiments import ExperimentConfig, resolve_config
-    resolve_config("contextual-hybrid").retrieval     # RetrievalMode.HYBRID
-    ExperimentConfig(name="mine", retrieval="hybrid", weights=[0.7, 0.3], fetch_k=40)
+    resolve_config("contextual-hybrid").retrieval     # SearchMode.HYBRID
+    ExperimentConfig(name="mine", retrieval="hybrid", weights=[0.7, 0.3], rerank="llm", rerank_pool=40)
+
+A configuration is run as ``make_retriever(source, mode=retrieval, k=..., fusion=..., weights=..., c=...,
+rerank=..., rerank_pool=...)`` (`ctxrag.retrievers.factory`): the retriever ``kb.as_retriever`` builds with the same
+options, candidate depths included.
 """
 from __future__ import annotations
 
@@ -20,26 +24,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ctxrag.enums import ChoiceEnum
+from ctxrag.enums import Reranker, SearchMode
 from ctxrag.errors import ConfigError, LoadError
 from ctxrag.retrievers.fusion import FusionMode
-
-
-class RetrievalMode(ChoiceEnum):
-    """Which first-stage retriever(s)."""
-
-    DENSE = "dense"
-    BM25 = "bm25"
-    HYBRID = "hybrid"
-    GRAPH = "graph"
-
-
-class RerankMode(ChoiceEnum):
-    """Optional second stage over the fused candidates."""
-
-    NONE = "none"
-    LLM = "llm"
-    JINA = "jina"
 
 
 class ExperimentConfig(BaseModel):
@@ -53,7 +40,7 @@ class ExperimentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    retrieval: RetrievalMode = RetrievalMode.DENSE
+    retrieval: SearchMode = SearchMode.DENSE
     contextual: bool = False
     """Index chunks with their contexts prepended (contexts from ``contexts_file`` or the dataset's own)."""
     contexts_file: Path | None = None
@@ -63,21 +50,20 @@ class ExperimentConfig(BaseModel):
     """Hybrid weights, [dense, bm25]; None: equal."""
     c: float = 60
     """RRF rank constant."""
-    fetch_k: int = Field(default=50, ge=1)
-    """Candidates each first-stage retriever returns (and the reranker sees)."""
-    rerank: RerankMode = RerankMode.NONE
-    rerank_top_n: int = Field(default=20, ge=1)
-    """How many fused candidates go to the reranker."""
+    rerank: Reranker = Reranker.NONE
+    rerank_pool: int | None = Field(default=None, ge=1)
+    """How many fused candidates go to the reranker (at least the deepest cut-off); None: the factory's default
+    (`ctxrag.retrievers.factory.RERANK_POOL`)."""
 
     @field_validator("retrieval", mode="before")
     @classmethod
-    def _retrieval(cls, v: Any) -> RetrievalMode:
-        return RetrievalMode.from_str(v)
+    def _retrieval(cls, v: Any) -> SearchMode:
+        return SearchMode.from_str(v)
 
     @field_validator("rerank", mode="before")
     @classmethod
-    def _rerank(cls, v: Any) -> RerankMode:
-        return RerankMode.from_str("none" if v in (None, False) else v)
+    def _rerank(cls, v: Any) -> Reranker:
+        return Reranker.from_str("none" if v in (None, False) else v)
 
     @field_validator("fusion")
     @classmethod
@@ -88,7 +74,7 @@ class ExperimentConfig(BaseModel):
     def _check(self) -> ExperimentConfig:
         if self.contexts_file is not None:
             self.contextual = True
-        if self.weights is not None and self.retrieval is RetrievalMode.HYBRID and len(self.weights) != 2:
+        if self.weights is not None and self.retrieval is SearchMode.HYBRID and len(self.weights) != 2:
             raise ValueError(f"hybrid weights must be [dense, bm25], got {self.weights}")
         return self
 

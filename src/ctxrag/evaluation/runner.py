@@ -1,9 +1,13 @@
-"""Run retrieval experiments: build each index once per (dataset, contexts variant), run every query, score.
+"""Run retrieval experiments: index each (dataset, contexts variant) once, run every query, score.
+
+Every configuration is built by the product's factory, `ctxrag.retrievers.factory.make_retriever`, over the corpus
+as an in-memory `KnowledgeSource` (`ctxrag.evaluation.corpus_index.CorpusSource`): the same stages, depths and
+defaults ``kb.as_retriever(mode=..., k=...)`` builds, so a benchmark number is a number for what users run.
 
 The dense index embeds through `make_embeddings` (vectors cached in SQLite by model and text hash), so a second run,
-or a second configuration over the same texts, does not re-embed the corpus; within one run the FAISS and BM25
-indexes of a variant are built once and shared by every configuration that uses them. Query embeddings are *not*
-cached, so every configuration pays the real per-query cost in its latency.
+or a second configuration over the same texts, does not re-embed the corpus; within one run the indexes of a variant
+are built once and shared by every configuration that uses them. Query embeddings are *not* cached, so every
+configuration pays the real per-query cost in its latency.
 
 Example::
 
@@ -35,23 +39,15 @@ from pydantic import ConfigDict
 from tqdm.auto import tqdm
 
 from ctxrag.compressors import build_reranker
+from ctxrag.enums import Reranker, SearchMode
 from ctxrag.errors import ConfigError, CtxragError
-from ctxrag.evaluation.corpus_index import (
-    CorpusVariant,
-    bm25_retriever,
-    build_bm25_index,
-    build_dense_index,
-    dense_retriever,
-    indexed_text,
-    timed,
-)
+from ctxrag.evaluation.corpus_index import CorpusSource, QueryEmbeddings, indexed_text
 from ctxrag.evaluation.datasets import EvalDataset, load_contexts
-from ctxrag.evaluation.experiments import ExperimentConfig, RerankMode, RetrievalMode
-from ctxrag.evaluation.graph_adapter import build_graph_retriever
+from ctxrag.evaluation.experiments import ExperimentConfig
+from ctxrag.evaluation.graph_adapter import graph_index_builder
 from ctxrag.evaluation.metrics import mean_scores, score_query
 from ctxrag.models.embeddings import make_embeddings
-from ctxrag.retrievers.factory import fusion_retriever
-from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS
+from ctxrag.retrievers.factory import RERANK_POOL, make_retriever
 from ctxrag.schema import CHUNK_ID
 from ctxrag.settings import Settings, get_settings
 
@@ -122,7 +118,7 @@ class EvalRunner:
         self.settings = settings or get_settings()
         self._embeddings = embeddings
         self.progress = progress
-        self._variants: dict[str, CorpusVariant] = {}
+        self._variants: dict[str, CorpusSource] = {}
         self._contexts_files: dict[str, dict[str, str]] = {}
 
     # ------------------------------------------------------------ indexes
@@ -147,8 +143,9 @@ class EvalRunner:
                               "contexts; pass --contexts FILE (JSONL of chunk_id -> context)")
         return self.dataset.contexts
 
-    def variant(self, config: ExperimentConfig) -> CorpusVariant:
-        """The corpus texts this config indexes (plain or with contexts), built once per distinct text set."""
+    def source(self, config: ExperimentConfig) -> CorpusSource:
+        """The corpus as a knowledge source over the texts this config indexes (plain or with contexts), one per
+        distinct text set, its indexes built on first use."""
         contexts = self._contexts_for(config)
         texts = {cid: indexed_text(item.text, (contexts or {}).get(cid)) for cid, item in self.dataset.corpus.items()}
         h = hashlib.sha256()
@@ -156,66 +153,37 @@ class EvalRunner:
             h.update(cid.encode() + b"\x00" + t.encode() + b"\x01")
         key = h.hexdigest()[:16]
         if key not in self._variants:
-            self._variants[key] = CorpusVariant(key=key, texts=texts)
+            graph = None
+            if self.dataset.extra.get("openie_file"):
+                graph = graph_index_builder(self.dataset, texts, progress=self.progress)
+            self._variants[key] = CorpusSource(
+                f"{self.dataset.name}:{key}", texts, contents={cid: item.text for cid, item in self.dataset.corpus.items()},
+                embeddings=QueryEmbeddings(self.embeddings), settings=self.settings, graph=graph,
+                progress=self.progress)
         return self._variants[key]
-
-    def _contents(self) -> dict[str, str]:
-        return {cid: item.text for cid, item in self.dataset.corpus.items()}
-
-    def dense_index(self, v: CorpusVariant) -> Any:
-        """The FAISS index over `v`'s texts (built on first use)."""
-        if v.dense is None:
-            v.dense, v.dense_seconds = timed(lambda: build_dense_index(v.texts, self._contents(), self.embeddings,
-                                                                       progress=self.progress))
-        return v.dense
-
-    def bm25_index(self, v: CorpusVariant) -> Any:
-        """The BM25 index over `v`'s texts (built on first use)."""
-        if v.bm25 is None:
-            v.bm25, v.bm25_seconds = timed(lambda: build_bm25_index(v.texts, self._contents()))
-        return v.bm25
 
     # ------------------------------------------------------------ retrievers
 
     def build_retriever(self, config: ExperimentConfig, k: int) -> tuple[BaseRetriever, float]:
-        """The LangChain retriever for ``config`` returning at least ``k`` ids, and the index build seconds it used.
+        """The product's retriever for ``config`` returning ``k`` chunks, and the index build seconds it used.
 
-        Fusion and rerank are the library's own stages (`ctxrag.retrievers.factory.fusion_retriever`,
-        `ctxrag.compressors.build_reranker`), over in-memory indexes of the dataset's corpus.
+        ``make_retriever(source, mode=config.retrieval, k=k, ...)``: what ``kb.as_retriever`` builds with the same
+        options over a knowledge base holding the corpus.
         """
-        v = self.variant(config)
-        depth = max(config.fetch_k, k)
-        seconds = 0.0
-        parts: list[BaseRetriever] = []
-        if config.retrieval is RetrievalMode.GRAPH:
-            return self._graph_retriever(v, depth)
-        if config.retrieval in (RetrievalMode.DENSE, RetrievalMode.HYBRID):
-            dense = self.dense_index(v)
-            seconds += v.dense_seconds
-            parts.append(dense_retriever(dense, v.texts, self.embeddings, depth))
-        if config.retrieval in (RetrievalMode.BM25, RetrievalMode.HYBRID):
-            bm25 = self.bm25_index(v)
-            seconds += v.bm25_seconds
-            parts.append(bm25_retriever(bm25, v.texts, depth))
-        retriever: BaseRetriever = parts[0]
-        if len(parts) > 1:
-            # ``fusion: auto`` is the library default: per query language, as `make_retriever` does
-            retriever = fusion_retriever(parts, k=depth, fusion=config.fusion, weights=config.weights, c=config.c)
-        if config.rerank is not RerankMode.NONE:
-            retriever = RerankedRetriever(base=retriever, reranker=self._reranker(config), top_n=config.rerank_top_n)
+        source = self.source(config)
+        mode = config.retrieval
+        if mode is SearchMode.GRAPH and source.graph_index() is None:
+            graph_index_builder(self.dataset, source.texts)  # raises: the dataset has no triplets
+        kinds = {SearchMode.DENSE: ["dense"], SearchMode.BM25: ["bm25"], SearchMode.HYBRID: ["dense", "bm25"],
+                 SearchMode.GRAPH: ["dense", "graph"]}[mode]
+        seconds = source.index_seconds(kinds)
+        pool = config.rerank_pool or RERANK_POOL.get(config.rerank)  # the factory's default for that reranker
+        retriever = make_retriever(source, mode=mode, k=k, fusion=config.fusion, weights=config.weights, c=config.c,
+                                   rerank=self._reranker(config) or Reranker.NONE, rerank_pool=pool)
         return retriever, seconds
 
     def _reranker(self, config: ExperimentConfig) -> Any:
-        return build_reranker(config.rerank.value, self.settings)
-
-    def _graph_retriever(self, v: CorpusVariant, k: int) -> tuple[BaseRetriever, float]:
-        if v.graph is None:
-            start = time.perf_counter()
-            fallback = dense_retriever(self.dense_index(v), v.texts, self.embeddings, max(k, PPR_PASSAGE_SEEDS))
-            v.graph = build_graph_retriever(self.dataset, v.texts, self.embeddings, k, fallback,
-                                            progress=self.progress)
-            v.graph_seconds = time.perf_counter() - start
-        return v.graph, v.graph_seconds
+        return build_reranker(config.rerank, self.settings)
 
     # ------------------------------------------------------------ running
 
@@ -267,25 +235,3 @@ class TopK(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         return self.base.invoke(query, {"callbacks": run_manager.get_child()})[: self.k]
-
-
-class RerankedRetriever(BaseRetriever):
-    """Reranks the first ``top_n`` candidates of ``base`` with a document compressor; the rest keep their order after.
-
-    Keeping the tail means Pass@20 is still defined when only 10 are reranked.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    base: BaseRetriever
-    reranker: Any
-    top_n: int = 20
-
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        callbacks = run_manager.get_child()
-        docs = self.base.invoke(query, {"callbacks": callbacks})
-        head, tail = docs[: self.top_n], docs[self.top_n :]
-        ranked = list(self.reranker.compress_documents(head, query, callbacks=callbacks))
-        seen = {str(d.metadata.get(CHUNK_ID, d.id)) for d in ranked}
-        rest = [d for d in head if str(d.metadata.get(CHUNK_ID, d.id)) not in seen]
-        return ranked + rest + tail

@@ -14,12 +14,15 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxrag import schema
 from ctxrag.loading import ChunkSplitter
 from ctxrag.settings import ChunkingSettings
 from ctxrag.stores.docstore import ChunkRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.indexing.strategies import ChunkContextualizer
 
 KEPT_METADATA = ("file_type", "language", "collection", "tags", "note_id")
 """Loader metadata copied onto every chunk (collection/tags/note_id: the notes filters)."""
@@ -31,7 +34,8 @@ def make_splitter(chunking: ChunkingSettings) -> ChunkSplitter:
 
 def chunk_records(
     kb_name: str, doc_id: str, source: str, title: str, text: str, meta: dict[str, Any], *,
-    splitter: Any, contextualizer: Any = None, precomputed: dict[str, str] | None = None,
+    splitter: ChunkSplitter, contextualizer: ChunkContextualizer | None = None,
+    precomputed: dict[str, str] | None = None,
 ) -> list[ChunkRecord]:
     """Split `text` (code mode when `meta` names a language), add each chunk's context (from `precomputed`, keyed
     by chunk id, else from `contextualizer`), and build the records of document `doc_id`."""

@@ -4,8 +4,8 @@ index is on) -> embed once -> index -> commit.
 The slow stages (loading, splitting, contextualizing, triplet extraction) run per document with no lock held
 (`IngestPipeline.prepare`); embedding runs over the chunks of several documents at once (one model batch, so a folder
 of one-line files does not pay one model call per file); every `commit_every` prepared documents are then applied
-under the inter-process write lock on top of the generation current *now* (`ctxrag.indexing.prepared.apply_prepared`) and committed as the next
-index generation (`ctxrag.stores.snapshots`).
+under the inter-process write lock on top of the generation current *now* (`ctxrag.indexing.prepared.apply_prepared`)
+and committed as the next index generation (`ctxrag.stores.snapshots`).
 A bad file fails alone, as a ``failed`` outcome in the `IngestReport`; the others are still ingested.
 
 Example::
@@ -39,6 +39,7 @@ from ctxrag.stores.snapshots import IndexSnapshots, missing_from
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument
+    from ctxrag.indexing.strategies import ChunkContextualizer
 
 Prepared = FileOutcome | PreparedDocument
 
@@ -67,7 +68,7 @@ class IngestPipeline:
 
     # -- entry points -----------------------------------------------------------------
     def ingest_files(
-        self, paths: Iterable[str | Path], *, contextualizer: Any = None,
+        self, paths: Iterable[str | Path], *, contextualizer: ChunkContextualizer | None = None,
         precomputed_contexts: dict[str, str] | None = None, progress: bool = True, commit_every: int = 20,
     ) -> IngestReport:
         """Files and folders: load, split, (contextualize,) embed and index, committing every `commit_every`."""
@@ -78,12 +79,12 @@ class IngestPipeline:
         load = functools.partial(load_file, max_bytes=self.settings.max_file_bytes)
         self.run(files, lambda path: self.prepare(load(path), contextualizer, precomputed_contexts), report,
                  desc=f"ingest {self.kb_name}", unit="file", progress=progress, commit_every=commit_every)
-        if contextualizer is not None and hasattr(contextualizer, "report"):
+        if contextualizer is not None:
             report.context_report = contextualizer.report()
         return report
 
     def add_texts(
-        self, items: Iterable[Any], *, contextualizer: Any = None,
+        self, items: Iterable[Any], *, contextualizer: ChunkContextualizer | None = None,
         precomputed_contexts: dict[str, str] | None = None, progress: bool = False,
     ) -> IngestReport:
         """Texts that are not files: `LoadedDocument`s or dicts with ``text``, ``source``, optional ``title``,
@@ -105,27 +106,26 @@ class IngestPipeline:
         report = IngestReport()
         with self.snapshots.session() as session:
             for batch in batches:
-                indexed = []
+                indexed: list[IndexedChunk] = []
+                documents: list[tuple[DocumentRecord, list[ChunkRecord]]] = []
                 for item in batch:
                     doc = item.document
+                    if any(d.doc_id == doc.doc_id for d, _ in documents):  # a repeat sees the earlier one stored
+                        session.replace(documents, indexed)
+                        indexed, documents = [], []
                     old = session.store.get_document(doc.doc_id)
                     if old is not None and old.content_hash == doc.content_hash:
                         report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)",
                                                         doc.doc_id, old.n_chunks))
                         continue
-                    if old is not None:
-                        old_ids = [c.chunk_id for c in session.store.chunks_of(doc.doc_id)]
-                        for index in session.indexes.values():
-                            index.delete(old_ids)
                     for record, vector in zip(item.chunks, item.vectors):
                         chunk = to_indexed(record)
                         chunk.vector = vector
                         indexed.append(chunk)
-                    session.store.upsert_document(doc, item.chunks)
+                    documents.append((doc, item.chunks))
                     report.files.append(FileOutcome(doc.source, "updated" if old else "added", "", doc.doc_id,
                                                     len(item.chunks)))
-                for index in session.indexes.values():
-                    index.add(indexed)
+                session.replace(documents, indexed)
             if report.added or report.updated:
                 self.snapshots.commit(session)
         return report
@@ -137,13 +137,7 @@ class IngestPipeline:
             return
         indexed = embed_chunks([r for _, records in documents for r in records], self.embed)
         with self.snapshots.session() as session:
-            old = [c.chunk_id for doc, _ in documents for c in session.store.chunks_of(doc.doc_id)]
-            for index in session.indexes.values():
-                if old:
-                    index.delete(old)
-                index.add(indexed)
-            for doc, records in documents:
-                session.store.upsert_document(doc, records)
+            session.replace(documents, indexed)
             self.snapshots.commit(session)
 
     # -- stages -----------------------------------------------------------------------
@@ -203,7 +197,8 @@ class IngestPipeline:
                 self.snapshots.commit(session)
         report.files.extend(outcomes)
 
-    def prepare(self, loaded: LoadedDocument, contextualizer: Any, precomputed: dict[str, str] | None) -> Prepared:
+    def prepare(self, loaded: LoadedDocument, contextualizer: ChunkContextualizer | None,
+                precomputed: dict[str, str] | None) -> Prepared:
         """Split, contextualize and extract graph triplets of a loaded document (no lock held), its chunks not yet
         embedded (`run` embeds several documents per call); an unchanged, fully indexed one is skipped, one stored
         but missing from an index is indexed again."""

@@ -53,13 +53,8 @@ def apply_prepared(session: WriteSession, p: PreparedDocument) -> FileOutcome:
         if not missing:
             return FileOutcome(p.source, "skipped", "unchanged (same content hash)", p.doc_id, old.n_chunks)
         p.reason = reindex_reason(missing)
-    for index in session.indexes.values():
-        if old_ids:
-            index.delete(old_ids)
-        index.add(p.indexed)
-    session.store.upsert_document(
-        DocumentRecord(p.doc_id, p.source, p.title, p.content_hash, p.text, len(p.records), p.metadata), p.records
-    )
+    document = DocumentRecord(p.doc_id, p.source, p.title, p.content_hash, p.text, len(p.records), p.metadata)
+    session.replace([(document, p.records)], p.indexed)
     status = "updated" if old is not None else "added"
     notes = [p.reason or ("content changed" if old else "")] + p.warnings
     return FileOutcome(p.source, status, "; ".join(n for n in notes if n), p.doc_id, len(p.records))

@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Union
 
@@ -183,16 +182,3 @@ def sub_call_kwargs(retriever: Any, k: int | None, filter: MetadataFilter | None
             )
         out["filter"] = filter
     return out
-
-
-def rename_deprecated(data: Any, old: str, new: str, owner: str) -> Any:
-    """Constructor input with the deprecated field name `old` moved to `new` (with a `DeprecationWarning`)."""
-    if not isinstance(data, dict) or old not in data:
-        return data
-    warnings.warn(f"{owner}({old}=...) is deprecated; use {new}=...", DeprecationWarning, stacklevel=4)
-    data = dict(data)
-    value = data.pop(old)
-    if new in data and data[new] != value:
-        raise ValueError(f"{owner}: both {old}={value!r} (deprecated) and {new}={data[new]!r} given")
-    data[new] = value
-    return data

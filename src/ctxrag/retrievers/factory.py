@@ -17,8 +17,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+from langchain_core.documents import BaseDocumentCompressor
 from langchain_core.retrievers import BaseRetriever
 
+from ctxrag.enums import Reranker, SearchMode
 from ctxrag.errors import ConfigError
 from ctxrag.retrievers.base import call_arguments
 from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionRetriever
@@ -28,16 +30,15 @@ from ctxrag.stores.protocols import KnowledgeSource
 
 log = logging.getLogger(__name__)
 
-MODES = ("dense", "bm25", "hybrid", "graph")
 _SEARCH_KWARGS = frozenset({"k", "filter", "fetch_k", "lambda_mult", "score_threshold"})
-RERANK_POOL = {"jina": 150, "llm": 20}
+RERANK_POOL = {Reranker.JINA: 150, Reranker.LLM: 20}
 """Default pool sizes handed to a reranker: Anthropic's recipe reranks 150, but an LLM reranker on a small local
 model costs seconds per chunk, so it reranks 20 unless told otherwise."""
 
 
 def make_retriever(
     kb: KnowledgeSource,
-    mode: str = "hybrid",
+    mode: SearchMode | str = SearchMode.HYBRID,
     k: int = 10,
     *,
     filter: Any = None,
@@ -49,7 +50,7 @@ def make_retriever(
     weights: Sequence[float] | None = None,
     fusion: str = "auto",
     c: float = 60,
-    rerank: str | Any = "none",
+    rerank: Reranker | str | BaseDocumentCompressor = Reranker.NONE,
     rerank_pool: int | None = None,
     compressors: Sequence[Any] = (),
     reorder: bool = False,
@@ -70,8 +71,7 @@ def make_retriever(
         fetch_k = given.get("fetch_k", fetch_k)
         lambda_mult = given.get("lambda_mult", lambda_mult)
         score_threshold = given.get("score_threshold", score_threshold)
-    if mode not in MODES:
-        raise ConfigError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
+    mode = SearchMode.from_str(mode)
     if k <= 0:
         raise ConfigError(f"k must be positive, got {k}")
     reranker = _reranker(rerank, kb)
@@ -87,22 +87,22 @@ def make_retriever(
 
     return RetrievalPipeline(
         base_retriever=base, fetch_k=pool, reranker=reranker, k=k, filter=filter, compressors=list(compressors),
-        reorder=reorder, name=f"{mode}-pipeline",
+        reorder=reorder, name=f"{mode.value}-pipeline",
     )
 
 
-def _reranker(rerank: str | Any, kb: KnowledgeSource) -> Any:
-    if rerank is None or rerank == "none":
-        return None
+def _reranker(rerank: Reranker | str | BaseDocumentCompressor | None, kb: KnowledgeSource) -> Any:
     if not isinstance(rerank, str):
-        return rerank  # a BaseDocumentCompressor given directly
-    from ctxrag.compressors import build_reranker
+        return rerank  # None, or a BaseDocumentCompressor given directly
+    if Reranker.from_str(rerank) is Reranker.NONE:
+        return None
+    from ctxrag.compressors import build_reranker  # imported on use: the rerankers pull in HTTP and chat clients
 
     return build_reranker(rerank, kb.settings)
 
 
 def _base(
-    kb: KnowledgeSource, mode: str, k: int, filter: Any, search_type: str, fetch_k: int | None, lambda_mult: float,
+    kb: KnowledgeSource, mode: SearchMode, k: int, filter: Any, search_type: str, fetch_k: int | None, lambda_mult: float,
     score_threshold: float | None, weights: Sequence[float] | None, fusion: str, c: float,
 ) -> BaseRetriever:
     def dense(kk: int) -> DenseRetriever:
@@ -113,13 +113,13 @@ def _base(
             kwargs["score_threshold"] = score_threshold
         return dense_retriever(kb, k=kk, filter=filter, search_type=search_type, search_kwargs=kwargs, name="dense")
 
-    if mode == "dense":
+    if mode is SearchMode.DENSE:
         return dense(k)
-    if mode == "graph":
+    if mode is SearchMode.GRAPH:
         from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS
 
         return _graph(kb, k, filter, dense(max(k, PPR_PASSAGE_SEEDS)))  # its top passages also seed the PageRank walk
-    if mode == "bm25":
+    if mode is SearchMode.BM25:
         return bm25_retriever(kb, k=k, filter=filter, name="bm25")  # fills up to k with zero-score chunks
     bm25 = bm25_retriever(kb, k=k, filter=filter, fill=False, name="bm25")  # zero-score filler would add noise
     # each side contributes a deeper list than k so fusion has overlap to work with
@@ -185,7 +185,7 @@ def _graph(kb: KnowledgeSource, k: int, filter: Any, fallback: BaseRetriever) ->
                           fallback_retriever=fallback, chunks=kb.chunks, name="graph")
 
 
-def make_multi_kb_retriever(kbs: Sequence[KnowledgeSource], mode: str = "hybrid", k: int = 10, **kwargs: Any) -> BaseRetriever:
+def make_multi_kb_retriever(kbs: Sequence[KnowledgeSource], mode: SearchMode | str = SearchMode.HYBRID, k: int = 10, **kwargs: Any) -> BaseRetriever:
     """Query several knowledge bases together (e.g. a project one and the shared `general` one), fused by RRF."""
     if not kbs:
         raise ConfigError("no knowledge base given")

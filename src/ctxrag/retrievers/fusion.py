@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import warnings
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -32,7 +31,7 @@ from langchain_core.runnables.config import patch_config
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxrag.enums import ChoiceEnum
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, rename_deprecated, sub_call_kwargs
+from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, sub_call_kwargs
 from ctxrag.schema import SCORE, chunk_key
 from ctxrag.text import detect_language
 
@@ -152,13 +151,10 @@ def fuse(
     c: float = 60,
     k: int | None = None,
     names: list[str | int] | None = None,
-    *,
-    top_k: int | None = None,
 ) -> list[Document]:
     """Fuse ranked lists (best first) into one list sorted by ``fusion_score``, best first.
 
-    ``weights`` default to 1 each; ``c`` is the RRF rank constant; ``k`` keeps the best k (None: all; ``top_k`` is
-    its deprecated name);
+    ``weights`` default to 1 each; ``c`` is the RRF rank constant; ``k`` keeps the best k (None: all);
     ``names`` label each list in ``fusion_sources`` (default: its index). Ties keep first-appearance order.
     Inputs are not modified.
     """
@@ -166,9 +162,6 @@ def fuse(
     weights = _check_weights(weights, len(ranked_lists))
     if not math.isfinite(c) or c < 0:
         raise ValueError(f"c={c!r} must be a finite number >= 0")
-    if top_k is not None:
-        warnings.warn("fuse(top_k=...) is deprecated; use k=...", DeprecationWarning, stacklevel=2)
-        k = top_k if k is None else k
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise ValueError(f"k={k!r} must be a positive int or None")
     if names is not None and len(names) != len(ranked_lists):
@@ -248,17 +241,6 @@ class FusionRetriever(CtxragRetriever):
     by_language: dict[str, FusionPreset] | None = None
     """When set, the query's language (``"zh"`` or ``"en"``, `ctxrag.text.detect_language`) picks mode, weights
     and c from here (e.g. `LANGUAGE_DEFAULTS`); a language missing from it falls back to mode/weights/c."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _deprecated_top_k(cls, data: Any) -> Any:
-        return rename_deprecated(data, "top_k", "k", cls.__name__)
-
-    @property
-    def top_k(self) -> int | None:
-        """Deprecated name of `k`."""
-        warnings.warn("FusionRetriever.top_k is deprecated; use k", DeprecationWarning, stacklevel=2)
-        return self.k
 
     @field_validator("mode", mode="before")
     @classmethod

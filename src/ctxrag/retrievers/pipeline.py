@@ -20,7 +20,6 @@ Example::
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
@@ -29,10 +28,10 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr
 
 from ctxrag.compressors.reorder import LongContextReorder
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, rename_deprecated, sub_call_kwargs
+from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, sub_call_kwargs
 
 
 def _compress_step(
@@ -104,29 +103,13 @@ class RetrievalPipeline(CtxragRetriever):
     reranker: BaseDocumentCompressor | None = None
     """`JinaReranker`, `LLMReranker` or any compressor that orders documents best first; None: keep fused order."""
     k: int = Field(default=20, gt=0)
-    """Documents kept after reranking (``top_n`` is its deprecated name)."""
+    """Documents kept after reranking."""
     compressors: list[BaseDocumentCompressor] = Field(default_factory=list)
     """Applied in order after the cut (filters, extractor)."""
     reorder: bool = False
     """Lost-in-the-middle reorder at the end: for building a prompt, not for ranking metrics."""
 
     _chain: Runnable[dict[str, Any], list[Document]] | None = PrivateAttr(default=None)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _deprecated_top_n(cls, data: Any) -> Any:
-        return rename_deprecated(data, "top_n", "k", cls.__name__)
-
-    @property
-    def top_n(self) -> int:
-        """Deprecated name of `k`."""
-        warnings.warn("RetrievalPipeline.top_n is deprecated; use k", DeprecationWarning, stacklevel=2)
-        return self.k
-
-    @top_n.setter
-    def top_n(self, value: int) -> None:
-        warnings.warn("RetrievalPipeline.top_n is deprecated; use k", DeprecationWarning, stacklevel=2)
-        self.k = value
 
     def _build(self) -> Runnable[dict[str, Any], list[Document]]:
         chain: Runnable[Any, dict[str, Any]] = _retrieve_step(self.base_retriever, self.fetch_k)

@@ -45,4 +45,8 @@ class ChunkIndex(Protocol):
     def save(self, directory: Path) -> None:
         """Write the whole index into `directory` (created, empty). No pickle."""
 
+    def chunk_ids(self) -> list[str]:
+        """Ids of the chunks it holds (in insertion order where the index keeps one): what consistency checks and
+        repairs compare with the document store."""
+
     def __len__(self) -> int: ...

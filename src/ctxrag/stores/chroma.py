@@ -94,7 +94,6 @@ class ChromaIndex:
     def __contains__(self, chunk_id: object) -> bool:
         return isinstance(chunk_id, str) and bool(self._col.get(ids=[chunk_id], include=[])["ids"])
 
-    @property
     def chunk_ids(self) -> list[str]:
         return list(self.fingerprints())
 

@@ -10,25 +10,9 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 MAX_LISTED = 20
 """Chunk ids listed per difference in `CheckReport.lines` (all of them are in the report object)."""
-
-
-def index_chunk_ids(index: Any) -> set[str]:
-    """Chunk ids held by an index of any kind (FAISS, BM25, graph, Chroma, Milvus)."""
-    for attr in ("chunk_ids", "passage_ids"):
-        ids = getattr(index, attr, None)
-        if ids is not None:
-            return set(ids)
-    inner = getattr(index, "index", None)  # BM25ChunkIndex wraps a BM25Index
-    if inner is not None and hasattr(inner, "ids"):
-        return set(inner.ids)
-    fingerprints = getattr(index, "fingerprints", None)
-    if fingerprints is not None:
-        return set(fingerprints())
-    raise TypeError(f"cannot list the chunk ids of {type(index).__name__}")
 
 
 @dataclass

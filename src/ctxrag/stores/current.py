@@ -57,6 +57,9 @@ class _CurrentIndex:
     def __contains__(self, chunk_id: object) -> bool:
         return chunk_id in self.current()
 
+    def chunk_ids(self) -> list[str]:
+        return self.current().chunk_ids()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(owner={self.owner!r}, name={self.name!r})"
 

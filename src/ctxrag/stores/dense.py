@@ -97,7 +97,6 @@ class FaissIndex:
     def __contains__(self, chunk_id: object) -> bool:
         return chunk_id in self._int_of
 
-    @property
     def chunk_ids(self) -> list[str]:
         return list(self._int_of)
 

@@ -234,6 +234,9 @@ class MilvusIndex:
         res = self._client.query(self.collection, filter="", output_fields=["count(*)"])
         return int(res[0]["count(*)"])
 
+    def chunk_ids(self) -> list[str]:
+        return list(self.fingerprints())
+
     def __contains__(self, chunk_id: object) -> bool:
         return isinstance(chunk_id, str) and self._ready and bool(self._client.get(self.collection, ids=[chunk_id], output_fields=["chunk_id"]))
 

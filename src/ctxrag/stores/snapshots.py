@@ -14,23 +14,22 @@ Example::
     snapshots = IndexSnapshots(generations, store, factories=lambda: {...}, embed=...)
     snapshots.current()["bm25"].search("query", k=5)
     with snapshots.session() as s:
-        s.indexes["bm25"].add(chunks)
-        s.store.upsert_document(doc, records)
+        s.replace([(doc, records)], chunks)     # or s.delete([doc_id]): the store and every index together
         snapshots.commit(s)
 """
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, is_disk_full
-from ctxrag.stores.base import ChunkIndex
-from ctxrag.stores.docstore import DocStore, disk_full
+from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord, disk_full
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.generations import GenerationStore
@@ -60,6 +59,29 @@ class WriteSession:
     store: DocStore
     generation: int
     indexes: dict[str, ChunkIndex]
+
+    def replace(self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]],
+                chunks: list[IndexedChunk]) -> list[str]:
+        """Write `documents` (each with its chunk records) in the store, and `chunks` (their chunks as indexed) in
+        every index, in place of what those documents had; returns the chunk ids they had before."""
+        old = [c.chunk_id for doc, _ in documents for c in self.store.chunks_of(doc.doc_id)]
+        for index in self.indexes.values():
+            if old:
+                index.delete(old)
+            if chunks:
+                index.add(chunks)
+        for doc, records in documents:
+            self.store.upsert_document(doc, records)
+        return old
+
+    def delete(self, doc_ids: Sequence[str]) -> list[str]:
+        """Remove documents from the store and their chunks from every index; returns the chunk ids removed
+        (unknown ids remove nothing)."""
+        chunk_ids = [c for d in doc_ids for c in self.store.delete_document(d)]
+        if chunk_ids:
+            for index in self.indexes.values():
+                index.delete(chunk_ids)
+        return chunk_ids
 
 
 def missing_from(indexes: Mapping[str, ChunkIndex], chunk_ids: list[str]) -> list[str]:

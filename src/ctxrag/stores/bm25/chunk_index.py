@@ -60,3 +60,7 @@ class BM25ChunkIndex:
 
     def __contains__(self, chunk_id: object) -> bool:
         return chunk_id in self.index
+
+    def chunk_ids(self) -> list[str]:
+        """Ids of the live chunks in insertion order (the order zero-score fill follows)."""
+        return self.index.ids

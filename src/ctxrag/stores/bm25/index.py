@@ -194,10 +194,6 @@ class BM25Index:
         """Ids of the live documents, in insertion order (the order of `get_scores`)."""
         return self._keys.keys(np.flatnonzero(self._live))
 
-    @property
-    def vocabulary_size(self) -> int:
-        return int(np.count_nonzero(self._df))
-
     def tokenize_query(self, query: str | Sequence[str]) -> list[str]:
         """Query tokens: a string goes through the index's tokenizer, a list of tokens is taken as is."""
         if isinstance(query, str):

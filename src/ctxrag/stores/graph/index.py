@@ -36,6 +36,7 @@ from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.graph.mentions import cjk_entity_keys, find_entity_mentions
 from ctxrag.stores.graph.normalize import clean_text, entity_key, relation_key, relation_text
 from ctxrag.stores.graph.persistence import read_graph, write_graph
+from ctxrag.stores.graph.records import GraphState
 from ctxrag.stores.graph.records import Passage as _Passage
 from ctxrag.stores.graph.records import Relation as _Relation
 from ctxrag.stores.graph.triplet import coerce_triplets
@@ -92,6 +93,10 @@ class GraphIndex:
     def passage_ids(self) -> list[str]:
         return list(self._passages)
 
+    def chunk_ids(self) -> list[str]:
+        """The passages' chunk ids (`ChunkIndex`)."""
+        return list(self._passages)
+
     def entity_name(self, entity_id: int) -> str:
         return self._entity_names[entity_id]
 
@@ -124,20 +129,11 @@ class GraphIndex:
     def passage_relations(self, passage_id: str) -> list[int]:
         return list(self._passages[passage_id].relations)
 
-    def has_passage(self, passage_id: str) -> bool:
-        return passage_id in self._passages
-
     @property
     def incidence(self) -> sp.csr_matrix:
         """Entity-relation incidence matrix (entities x relations, float32 0/1), rebuilt after each change."""
         if self._incidence is None:
-            rows = [r.subject for r in self._relations] + [r.object for r in self._relations]
-            cols = list(range(len(self._relations))) * 2
-            m = sp.csr_matrix(
-                (np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(self.n_entities, self.n_relations)
-            )
-            m.data[:] = 1.0  # a self-loop (subject == object) counts once
-            self._incidence = m
+            self._incidence = self.state().incidence()
         return self._incidence
 
     @property
@@ -326,9 +322,28 @@ class GraphIndex:
         self.delete_passages(chunk_ids)
 
     # ---- persistence (ctxrag.stores.graph.persistence) --------------------------------------------------------
+    def state(self) -> GraphState:
+        """The graph as plain data (shared with the index, not copied: do not change it)."""
+        return GraphState(self._entity_keys, self._entity_names, self._relations, self._passages,
+                          self._entity_vectors, self._relation_vectors)
+
+    @classmethod
+    def from_state(
+        cls, state: GraphState, embeddings: Embeddings, *, extractor: Callable[[str], Sequence[Any]] | None = None,
+        show_progress: bool = True,
+    ) -> GraphIndex:
+        """An index holding `state` (e.g. read by `ctxrag.stores.graph.persistence.read_graph`)."""
+        index = cls(embeddings, extractor=extractor, show_progress=show_progress)
+        index._entity_keys, index._entity_names = list(state.entity_keys), list(state.entity_names)
+        index._relations, index._passages = list(state.relations), dict(state.passages)
+        index._entity_vectors, index._relation_vectors = state.entity_vectors, state.relation_vectors
+        index._entity_ids = {k: i for i, k in enumerate(index._entity_keys)}
+        index._relation_ids = {r.key: i for i, r in enumerate(index._relations)}
+        return index
+
     def save(self, directory: Path) -> None:
         """Write ``graph.json``, ``vectors.npz`` and ``incidence.npz`` into `directory`."""
-        write_graph(self, directory)
+        write_graph(self.state(), directory)
 
     @classmethod
     def load(
@@ -340,4 +355,4 @@ class GraphIndex:
         show_progress: bool = True,
     ) -> GraphIndex:
         """Read an index written by `save`; raises `IndexCorruptError` naming the file when anything is off."""
-        return read_graph(cls(embeddings, extractor=extractor, show_progress=show_progress), directory)
+        return cls.from_state(read_graph(directory), embeddings, extractor=extractor, show_progress=show_progress)

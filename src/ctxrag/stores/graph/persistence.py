@@ -1,5 +1,5 @@
-"""Reading and writing a `GraphIndex` as ``graph.json`` + ``vectors.npz`` + ``incidence.npz`` (no pickle); a damaged
-or inconsistent folder raises `IndexCorruptError` naming the file.
+"""Reading and writing a graph (`GraphState`) as ``graph.json`` + ``vectors.npz`` + ``incidence.npz`` (no pickle); a
+damaged or inconsistent folder raises `IndexCorruptError` naming the file.
 
 Example::
 
@@ -10,46 +10,43 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from ctxrag.errors import IndexCorruptError
-from ctxrag.stores.graph.records import FORMAT, VERSION, Passage, Relation
-
-if TYPE_CHECKING:  # pragma: no cover - the index imports this module
-    from ctxrag.stores.graph.index import GraphIndex
+from ctxrag.stores.graph.records import FORMAT, VERSION, GraphState, Passage, Relation
 
 
-def write_graph(index: GraphIndex, directory: Path) -> None:
-    """Write `index` into `directory` (created when missing)."""
+def write_graph(state: GraphState, directory: Path) -> None:
+    """Write `state` into `directory` (created when missing)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     doc = {
         "format": FORMAT,
         "version": VERSION,
-        "entities": [[k, n] for k, n in zip(index._entity_keys, index._entity_names)],
-        "relations": [[r.key, r.text, r.subject, r.object, r.passages] for r in index._relations],
-        "passages": {pid: {"text": p.text, "relations": p.relations, "metadata": p.metadata} for pid, p in index._passages.items()},
+        "entities": [[k, n] for k, n in zip(state.entity_keys, state.entity_names)],
+        "relations": [[r.key, r.text, r.subject, r.object, r.passages] for r in state.relations],
+        "passages": {pid: {"text": p.text, "relations": p.relations, "metadata": p.metadata}
+                     for pid, p in state.passages.items()},
     }
     (directory / "graph.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
-    np.savez(directory / "vectors.npz", entities=index._entity_vectors, relations=index._relation_vectors)
-    sp.save_npz(directory / "incidence.npz", index.incidence, compressed=True)
+    np.savez(directory / "vectors.npz", entities=state.entity_vectors, relations=state.relation_vectors)
+    sp.save_npz(directory / "incidence.npz", state.incidence(), compressed=True)
 
 
-def read_graph(index: GraphIndex, directory: Path) -> GraphIndex:
-    """Fill the empty `index` from `directory` (written by `write_graph`) and check that its parts agree."""
+def read_graph(directory: Path) -> GraphState:
+    """The graph written into `directory` by `write_graph`, its parts checked to agree."""
     directory = Path(directory)
     path = directory / "graph.json"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         if doc.get("format") != FORMAT or doc.get("version") != VERSION:
             raise IndexCorruptError(f"{path}: not a {FORMAT} v{VERSION} file")
-        index._entity_keys = [k for k, _ in doc["entities"]]
-        index._entity_names = [n for _, n in doc["entities"]]
-        index._relations = [Relation(k, t, int(s), int(o), list(ps)) for k, t, s, o, ps in doc["relations"]]
-        index._passages = {
+        entity_keys = [k for k, _ in doc["entities"]]
+        entity_names = [n for _, n in doc["entities"]]
+        relations = [Relation(k, t, int(s), int(o), list(ps)) for k, t, s, o, ps in doc["relations"]]
+        passages = {
             pid: Passage(p["text"], [int(r) for r in p["relations"]], dict(p["metadata"]))
             for pid, p in doc["passages"].items()
         }
@@ -60,25 +57,24 @@ def read_graph(index: GraphIndex, directory: Path) -> GraphIndex:
     vec_path = directory / "vectors.npz"
     try:
         with np.load(vec_path, allow_pickle=False) as z:
-            index._entity_vectors = np.asarray(z["entities"], dtype=np.float32)
-            index._relation_vectors = np.asarray(z["relations"], dtype=np.float32)
+            entity_vectors = np.asarray(z["entities"], dtype=np.float32)
+            relation_vectors = np.asarray(z["relations"], dtype=np.float32)
         stored = sp.load_npz(directory / "incidence.npz").tocsr()
     except (OSError, ValueError, KeyError) as exc:
         raise IndexCorruptError(f"{directory}: vectors.npz/incidence.npz unreadable: {exc}") from exc
-    index._entity_ids = {k: i for i, k in enumerate(index._entity_keys)}
-    index._relation_ids = {r.key: i for i, r in enumerate(index._relations)}
-    n_e, n_r = index.n_entities, index.n_relations
+    state = GraphState(entity_keys, entity_names, relations, passages, entity_vectors, relation_vectors)
+    n_e, n_r = len(entity_keys), len(relations)
     problems = []
-    if index._entity_vectors.shape[0] != n_e:
-        problems.append(f"{index._entity_vectors.shape[0]} entity vectors for {n_e} entities")
-    if index._relation_vectors.shape[0] != n_r:
-        problems.append(f"{index._relation_vectors.shape[0]} relation vectors for {n_r} relations")
-    if any(not (0 <= r.subject < n_e and 0 <= r.object < n_e) for r in index._relations):
+    if entity_vectors.shape[0] != n_e:
+        problems.append(f"{entity_vectors.shape[0]} entity vectors for {n_e} entities")
+    if relation_vectors.shape[0] != n_r:
+        problems.append(f"{relation_vectors.shape[0]} relation vectors for {n_r} relations")
+    if any(not (0 <= r.subject < n_e and 0 <= r.object < n_e) for r in relations):
         problems.append("a relation points at an unknown entity")
-    if any(not 0 <= rid < n_r for p in index._passages.values() for rid in p.relations):
+    if any(not 0 <= rid < n_r for p in passages.values() for rid in p.relations):
         problems.append("a passage points at an unknown relation")
-    if stored.shape != (n_e, n_r) or (stored != index.incidence).nnz:
+    if not problems and (stored.shape != (n_e, n_r) or (stored != state.incidence()).nnz):
         problems.append(f"incidence.npz {stored.shape} does not match the relations ({n_e}, {n_r})")
     if problems:
         raise IndexCorruptError(f"{directory}: " + "; ".join(problems))
-    return index
+    return state

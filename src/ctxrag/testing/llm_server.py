@@ -27,6 +27,9 @@ from typing import Any
 import httpx
 
 SERVER_MODEL_ALIAS = "qwen2.5-coder-1.5b-instruct"
+HANG_GUARD_S = 1200.0
+"""Seconds after which a request to the test model counts as hung, not slow: about ten times the slowest request of
+the test suite on an idle machine, so a busy machine never trips it. Tests give it to every chat client."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,7 +63,7 @@ def run_llama_server(
     *,
     n_ctx: int = 4096,
     n_threads: int | None = None,
-    startup_timeout: float = 120.0,
+    startup_timeout: float = 600.0,
     log_path: Path | None = None,
 ) -> Iterator[str]:
     """Run ``python -m llama_cpp.server`` on 127.0.0.1 for the block; yield its base URL ``http://127.0.0.1:PORT/v1``.
@@ -149,7 +152,7 @@ class CountingProxy:
         self._lock = threading.Lock()
         self._count = 0
         self._requests: list[dict[str, Any]] = []
-        self._client = httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0))
+        self._client = httpx.Client(timeout=httpx.Timeout(HANG_GUARD_S, connect=5.0))
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):

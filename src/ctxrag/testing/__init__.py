@@ -1,0 +1,8 @@
+"""Support shared by ctxrag's tests, benchmarks and notebooks (none of which import each other):
+
+- `ctxrag.testing.llm_server`: a real ``llama_cpp.server`` on 127.0.0.1 with the local GGUF (`run_llama_server`),
+  a counting reverse proxy (`CountingProxy`), free ports and the shared model cache folder;
+- `ctxrag.testing.bernoulli`: the four-passage Bernoulli/Euler multi-hop fixture with hand-written triplets.
+
+Nothing in the library imports this package.
+"""
