@@ -187,6 +187,11 @@ class Settings(BaseSettings):
     rerank: RerankSettings = Field(default_factory=RerankSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    answer_gate: bool = True
+    """The relevance gate of `ctxrag ask`, ``/ask`` and `build_rag_chain` (``CTXRAG_ANSWER_GATE=false`` turns it off):
+    when the retrieved chunks do not support an answer, say "the knowledge base has nothing on this" in the question's
+    language (``supported: false`` in the JSON) instead of letting the model answer from memory. See
+    docs/answers.md."""
     max_file_bytes: int = Field(100_000_000, ge=1)
     """Files larger than this are refused at ingest (reported by name, the others still ingested)."""
     max_query_chars: int = Field(4000, ge=1)

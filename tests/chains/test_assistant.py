@@ -64,7 +64,7 @@ def test_low_relevance_turns_rag_into_no_knowledge(offtopic_kb) -> None:
     out = Assistant(offtopic_kb, ScriptedChat.of(), router=FixedRouter(Route.RAG)).invoke(
         "What port does the Xinghe server listen on by default?")
     assert out["route"] == "no_knowledge" and out["sources"] == []
-    assert "not relevant" in out["decision"]["reason"]
+    assert "do not match the question" in out["decision"]["reason"]
 
 
 def test_selected_documents_restrict_retrieval(sample_kb) -> None:

@@ -1,6 +1,7 @@
 """`[n]` and by-name citations mapped to the numbered sources (`ctxrag.chains.citations`)."""
 from __future__ import annotations
 
+import pytest
 from langchain_core.documents import Document
 
 from ctxrag.chains.citations import map_citations, named_citations
@@ -33,3 +34,80 @@ def test_numbers_links_and_unknown_names_are_not_named_citations() -> None:
     assert named_citations("A [note] on storage.", DOCS) == []
     out = map_citations("Port 7420 [2] [Deployment Guide].", DOCS)  # a number and a name for one source: once
     assert [s["n"] for s in out["sources"]] == [2]
+
+
+# ---- the sentence-by-sentence check (`check_citations`)
+
+DEMO_DOCS = [
+    Document("Extra storage: 100 GB for 30 yuan a month. Team plan: 200 GB.", metadata={"source": "quota_calculator.py"}),
+    Document("P1 (service down): Team 4 hours, Enterprise 30 minutes.", metadata={"source": "support_policy.html"}),
+    Document("星河知识库 2.0 版于 2022年9月20日发布，新增向量检索和智能问答。", metadata={"source": "release_notes.txt"}),
+]
+
+
+def test_sentences_keep_the_markers_written_after_their_end() -> None:
+    from ctxrag.chains.citations import sentences
+
+    assert sentences("Port 7420 [1]. Change it in xinghe.toml.[2] 端口是 7420。[1]") == [
+        "Port 7420 [1].", " Change it in xinghe.toml.[2]", " 端口是 7420。[1]"]
+    assert sentences("") == []
+
+
+def test_a_citation_of_the_wrong_chunk_is_corrected_to_the_one_holding_the_figure() -> None:
+    # the demo's P1 answer cited quota_calculator.py; the 30 minutes are in support_policy.html
+    out = map_citations("Enterprise customers get an answer to a P1 incident within 30 minutes [1].", DEMO_DOCS)
+    (c,) = out["citations"]
+    assert c["status"] == "corrected" and c["cited"] == [1] and c["sources"] == [2]
+    assert [(s["n"], s.get("inferred", False)) for s in out["sources"]] == [(2, True)]
+
+
+def test_each_sentence_is_checked_on_its_own() -> None:
+    answer = "星河知识库 2.0 版于 2022年9月20日发布 [3]。团队版包含 200 GB 存储空间 [2]。"
+    out = map_citations(answer, DEMO_DOCS)
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("ok", [3]), ("corrected", [1])]
+    assert [s["n"] for s in out["sources"]] == [3, 1] and out["sources"][1]["inferred"] is True
+
+
+def test_an_uncited_sentence_gets_the_chunk_that_holds_it_and_an_unheld_one_is_flagged() -> None:
+    out = map_citations("P1 incidents on the Enterprise plan are answered within 30 minutes. Bananas are yellow.",
+                        DEMO_DOCS)
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("added", [2]), ("unsupported", [])]
+    out = map_citations("Bananas are yellow and sweet [1].", DEMO_DOCS)
+    flagged = out["citations"][0]
+    assert flagged["status"] == "unsupported" and flagged["cited"] == [1] and flagged["sources"] == []
+    assert out["sources"] == []  # a flagged citation is not passed off as a source
+
+
+def test_a_label_style_answer_and_a_bare_number_in_code() -> None:
+    out = map_citations("[3] 星河知识库 2.0 版于 2022年9月20日发布。 [2] 团队版包含 200 GB 的存储空间。",
+                        [*DEMO_DOCS, Document('PLAN_STORAGE_GB = {"team": 200}', metadata={"source": "q.py"})])
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("ok", [3]), ("corrected", [1])]
+    code = map_citations("团队版包含 200 GB 的存储空间 [2]。",
+                         [DEMO_DOCS[1], Document('PLAN_STORAGE_GB = {"team": 200}', metadata={"source": "q.py"})])
+    assert code["citations"][0]["status"] == "ok"  # the number the model cited is in the code it cited
+
+
+def test_a_sentence_without_facts_is_not_checked() -> None:
+    (c,) = map_citations("Here is the answer:", DEMO_DOCS)["citations"]
+    assert c["status"] == "no_facts"
+
+
+def test_a_right_citation_is_left_alone() -> None:
+    out = map_citations("Team plan customers get 200 GB [1].", DEMO_DOCS)
+    assert out["citations"][0]["status"] == "ok" and [(s["n"], s.get("inferred", False)) for s in out["sources"]] == [
+        (1, False)]
+
+
+@pytest.mark.llm
+def test_real_model_answer_ends_up_citing_the_chunk_with_its_figure(local_chat_model) -> None:  # noqa: ANN001
+    from langchain_core.runnables import RunnableLambda
+
+    from ctxrag.chains.rag import build_rag_chain
+
+    chain = build_rag_chain(RunnableLambda(lambda _: DEMO_DOCS), local_chat_model.bind(max_tokens=64), gate=False)
+    out = chain.invoke("How fast does an Enterprise customer get an answer to a P1 incident?")
+    assert "30" in out["answer"], out["answer"]
+    assert "support_policy.html" in [s["source"] for s in out["sources"]], out
+    for c in out["citations"]:
+        if "30" in c["sentence"] and c["status"] != "no_facts":
+            assert c["sources"] and all("30 minutes" in DEMO_DOCS[n - 1].page_content for n in c["sources"]), c

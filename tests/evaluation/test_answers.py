@@ -89,7 +89,7 @@ def test_cli_short_answers_on_a_tiny_fixture(fixtures: Path, tmp_path: Path, mon
     out = tmp_path / "a.json"
     res = runner.invoke(eval_app, ["answers", "-f", "squad", str(fixtures / "squad_zh.json"), "-c", "bm25", "-k", "2",
                                    "--sample", "5", "--limit", "3", "--answer-style", "short", "--max-tokens", "32",
-                                   "--json", str(out)])
+                                   "--no-stock", "--json", str(out)])
     assert res.exit_code == 0, res.output
     assert seen == {"max_tokens": 32}
     doc = json.loads(out.read_text())
@@ -106,6 +106,21 @@ def test_cli_short_answers_on_a_tiny_fixture(fixtures: Path, tmp_path: Path, mon
     res = runner.invoke(eval_app, ["answers", "-f", "squad", str(fixtures / "squad_zh.json"),
                                    "--reading-script", "simplified"])
     assert res.exit_code == 1 and "needs --answer-style short" in res.output
+
+
+def test_short_answers_measure_the_stock_langchain_chain_in_the_same_run(fixtures: Path) -> None:
+    from ctxrag.evaluation.stock_chain import STOCK_NAME
+
+    ds = load_squad([fixtures / "squad_zh.json"]).sample(2, seed=0)
+    golds = [q.answer for q in ds.queries]
+    llm = _fake(f"{golds[0]} [1]", "不知道", golds[0], f"答案是{golds[1]}")
+    results = run_answer_eval(EvalRunner(ds, [1], progress=False), [builtin("bm25")], llm, k=1, judge=False,
+                              answer_style="short", stock=True)
+    assert [r.config.name for r in results] == ["bm25", STOCK_NAME] and all(r.error is None for r in results)
+    stock = results[1]
+    assert stock.queries == 2 and stock.metrics["em"] == pytest.approx(0.5)  # its own phrase, not snapped
+    assert stock.records[0].retrieved_ids  # the stock BM25Retriever's top passage
+    assert STOCK_NAME in format_answer_table(results)
 
 
 def test_cli_key_facts_on_the_demo_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

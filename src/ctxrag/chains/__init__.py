@@ -1,4 +1,4 @@
-"""Answer chains: basic RAG, the routing assistant, question rewriting, document summaries and articles from notes."""
+"""Answer chains: basic RAG (with its relevance gate and the optional extractive short answer), the routing assistant, question rewriting, document summaries and articles from notes."""
 from __future__ import annotations
 
 import importlib
@@ -8,12 +8,17 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time `__getattr__` impor
     from ctxrag.chains.article import ArticleWriter
     from ctxrag.chains.assistant import Assistant, build_assistant_chain
     from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.chains.relevance import Relevance, RelevanceGate
+    from ctxrag.chains.short_answer import ExtractiveAnswer
     from ctxrag.chains.rewrite import QuestionRewriter
     from ctxrag.chains.router import EmbeddingRouter, LLMRouter, Route, RouteDecision, RouterThresholds, make_router
     from ctxrag.chains.summarize import DocumentSummarizer
 
 _EXPORTS = {
     "build_rag_chain": "ctxrag.chains.rag",
+    "ExtractiveAnswer": "ctxrag.chains.short_answer",
+    "RelevanceGate": "ctxrag.chains.relevance",
+    "Relevance": "ctxrag.chains.relevance",
     "Assistant": "ctxrag.chains.assistant",
     "build_assistant_chain": "ctxrag.chains.assistant",
     "Route": "ctxrag.chains.router",

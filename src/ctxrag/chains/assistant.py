@@ -6,8 +6,9 @@ Input ``{"question", "selected_doc_ids": [...], "history": [(role, text), ...], 
 
 - ``chat``: plain answer, no sources;
 - ``rag``: hybrid retrieval (restricted to the selected documents when there are any; optionally after a catalog
-  first stage that picks documents), then a relevance check (best chunk cosine over a background null model, and
-  optionally an LLM yes/no): low relevance turns the route into ``no_knowledge``;
+  first stage that picks documents), then the relevance gate `build_rag_chain` uses
+  (`ctxrag.chains.relevance.RelevanceGate`: best chunk cosine over a background null model or the question's words
+  in a chunk, and optionally an LLM yes/no): no support turns the route into ``no_knowledge``;
 - ``no_knowledge``: a fixed, plain "the knowledge base has no material on ..." notice, no sources; with
   ``allow_general_knowledge`` the model then answers from general knowledge, marked as such;
 - ``summary``: whole-document summaries of the selected documents (map-reduce when long), answered with ``[n]``
@@ -42,6 +43,7 @@ from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.citations import map_citations
+from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.chains.rewrite import QuestionRewriter
 from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
 from ctxrag.chains.summarize import DocumentSummarizer
@@ -108,6 +110,7 @@ class Assistant(Runnable[Any, dict]):
         self.max_chars_per_chunk = max_chars_per_chunk
         self.summarizer = summarizer or DocumentSummarizer(kb, llm, catalog=self.catalog)
         self._chain: Runnable[Any, dict] | None = None
+        self._gates: dict[float, RelevanceGate] = {}
 
     # -- runnable: rewrite -> route -> retrieve -> answer, composed with LCEL -------------------------------------
     @property
@@ -194,7 +197,8 @@ class Assistant(Runnable[Any, dict]):
         for delta in self._llm_stream(messages, config):
             answer += delta
             yield {"answer": delta}
-        cites = map_citations(answer, docs) if decision.route in (Route.RAG, Route.SUMMARY) else {
+        cites = map_citations(answer, docs, check=decision.route is Route.RAG) if decision.route in (
+            Route.RAG, Route.SUMMARY) else {
             "sources": [], "invalid_citations": []}
         if decision.route is Route.SUMMARY:
             for s in cites["sources"]:
@@ -223,26 +227,17 @@ class Assistant(Runnable[Any, dict]):
     def _relevant(
         self, question: str, docs: list[Document], selected: bool, config: RunnableConfig | None = None
     ) -> tuple[bool, str]:
-        if not docs:
-            return False, "retrieval found nothing"
+        """The relevance gate `build_rag_chain` uses (`RelevanceGate`), with the router's margin (a lower one when
+        documents are selected) unless ``relevance_margin`` is given."""
         t = self.fast.thresholds
-        threshold = self.relevance_margin if self.relevance_margin is not None else (
+        margin = self.relevance_margin if self.relevance_margin is not None else (
             t.selected_margin if selected else t.coverage_margin)
-        margin = self.fast.chunk_margin(question, [d.metadata.get("chunk_id") or d.id or "" for d in docs])
-        if margin < threshold:
-            return False, f"retrieved chunks are not relevant (margin {margin:.3f} < {threshold:.3f})"
-        if self.llm_relevance and self.llm is not None:
-            from ctxrag.models.parsing import parse_yes_no
-            from ctxrag.prompts.router import relevance_messages
-
-            try:
-                reply = self.llm.bind(max_tokens=4).invoke(
-                    relevance_messages(question, docs[0].page_content[:1200], detect_language(question)), config)
-                if parse_yes_no(str(getattr(reply, "content", reply))) is False:
-                    return False, "the model judged the best chunk irrelevant"
-            except Exception as e:  # noqa: BLE001 - the embedding check already passed
-                log.warning("LLM relevance check failed (%s); keeping the retrieved chunks", e)
-        return True, f"relevant (margin {margin:.3f})"
+        gate = self._gates.get(margin)
+        if gate is None:
+            gate = self._gates[margin] = RelevanceGate(self.kb.embeddings, min_margin=margin,
+                                                       llm=self.llm if self.llm_relevance else None)
+        verdict = gate.check(question, docs, config)
+        return verdict.supported, verdict.reason
 
     def _no_knowledge(self, x: dict[str, Any], question: str, lang: str,
                       config: RunnableConfig | None) -> Iterator[dict]:

@@ -1,4 +1,5 @@
-"""Numbered knowledge blocks and `[n]` citation parsing, shared by the answer chains."""
+"""Numbered knowledge blocks, `[n]` citation parsing, and the check that each sentence cites the chunk holding its
+facts (`map_citations`), shared by the answer chains."""
 from __future__ import annotations
 
 import re
@@ -99,20 +100,6 @@ def _grams(text: str) -> set[str]:
     return grams
 
 
-def attribute(answer: str, docs: list[Document], min_overlap: float = 0.3) -> list[int]:
-    """Numbers of the documents that support an answer which cites nothing: those sharing at least `min_overlap` of
-    the answer's words / CJK bigrams, best first (at most 3). Small models often answer right but forget ``[n]``."""
-    ans = _grams(answer)
-    if not ans:
-        return []
-    scored = []
-    for i, d in enumerate(docs, 1):
-        share = len(ans & _grams(d.page_content)) / len(ans)
-        if share >= min_overlap:
-            scored.append((share, i))
-    return [i for _, i in sorted(scored, reverse=True)[:3]]
-
-
 # a figure: a number not glued to a preceding letter or digit ("P1", "v2" are names), with the word or CJK character
 # after it ("30 minutes", "200 GB", "9月"), so a source's "30 元" does not hold an answer's "30 minutes"
 _FIGURE = re.compile(r"(?<![A-Za-z0-9_.])(\d+(?:[.,:]\d+)*)\s*([A-Za-z]+|[\u3400-\u9fff%])?")
@@ -131,33 +118,113 @@ def figures(text: str) -> list[str]:
     return [_squash(m.group(1) + (m.group(2) or "")) for m in _FIGURE.finditer(CITATION_MARK.sub("", text))]
 
 
-def missing_support(answer: str, docs: list[Document], cited: list[int]) -> list[int]:
-    """Sources the answer leans on without citing them: for each figure of the answer that no cited source holds
-    but some retrieved source does, those sources (a small model often cites a neighbouring number). Figures no
-    source holds (the model's own wording) are left alone."""
+_SENTENCE = re.compile(r".+?(?:[。！？!?；;]|\.(?=[\s\[]|$)|\n|$)(?:\s*" + CITATION_MARK.pattern + ")*", re.S)
+_STOP_UNITS = frozenset(
+    "the a an of to in on and or is are was were be it its this that for with as by at from can will which what "
+    "who how when where does do has have not no yes".split())
+MIN_SUPPORT = 0.35
+"""Share of a sentence's words / CJK bigrams a chunk must hold to support it (chosen on the citations benchmark)."""
+
+
+_LABELLED = re.compile(r"(?:\s*" + CITATION_MARK.pattern + r")*.+?(?:[。！？!?；;]|\.(?=[\s\[]|$)|\n|$)", re.S)
+
+
+def sentences(answer: str) -> list[str]:
+    """The answer cut into sentences, each keeping the `[n]` markers written right after its end; an answer that
+    opens with a marker uses them as labels ("[2] 2.0 版于……发布。"), so there a marker goes with what follows it.
+
+    >>> sentences("Port 7420 [1]. Change it in xinghe.toml.[2] 端口是 7420。[1]")
+    ['Port 7420 [1].', ' Change it in xinghe.toml.[2]', ' 端口是 7420。[1]']
+    >>> sentences("[1] 端口是 7420。 [2] 默认关闭。")
+    ['[1] 端口是 7420。', ' [2] 默认关闭。']
+    """
+    pattern = _LABELLED if CITATION_MARK.match(answer.lstrip()) else _SENTENCE
+    return [m.group(0) for m in pattern.finditer(answer) if m.group(0).strip()]
+
+
+def _units(text: str) -> set[str]:
+    return {u for u in _grams(CITATION_MARK.sub("", text)) if u not in _STOP_UNITS}
+
+
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[str]:
+    return set(_NUMBER.findall(CITATION_MARK.sub("", text)))
+
+
+def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None = None) -> dict[str, Any]:
+    """One sentence's citations checked against the numbered `docs`.
+
+    Whether a chunk holds the sentence is decided by the strongest evidence there is: when some retrieved chunk
+    contains one of the sentence's figures as written (`figures`: "30 minutes", "2022年"), a chunk holds the sentence
+    only if it contains one of those figures; otherwise a chunk holding all of the sentence's numbers ("200" for
+    "200 GB" in ``"team": 200``) or at least `MIN_SUPPORT` of its words / CJK bigrams holds it. Status: ``ok``
+    (every cited chunk holds it), ``corrected`` (a cited chunk that does not hold it is dropped, or the chunk holding
+    a figure no cited chunk holds is added), ``added`` (nothing cited; the chunk that holds it best is cited),
+    ``unsupported`` (no retrieved chunk holds it: flagged, its citations are not counted as sources) or ``no_facts``
+    (too little to check, or a lead-in ending in a colon such as "Here is the answer:").
+    """
+    texts = texts if texts is not None else [_squash(d.page_content) for d in docs]
+    cited = [n for n in cited_numbers(sentence) if 1 <= n <= len(docs)]
+    units, figs, nums = _units(sentence), figures(sentence), _numbers(sentence)
+    out: dict[str, Any] = {"sentence": sentence.strip(), "cited": cited}
+    lead_in = CITATION_MARK.sub("", sentence).strip().endswith((":", "："))  # "以下是答案：" introduces the next one
+    if (len(units) < 2 or lead_in) and not figs:
+        return {**out, "sources": cited, "status": "no_facts"}
+    ns = range(1, len(docs) + 1)
+    support = {n: len(units & _grams(docs[n - 1].page_content)) / max(1, len(units)) for n in ns}
+    held = {f: [n for n in ns if f in texts[n - 1]] for f in figs}
+    held = {f: hs for f, hs in held.items() if hs}
+    numbered = {n for n in ns if nums and nums <= _numbers(docs[n - 1].page_content)}
+
+    def evidence(n: int) -> tuple[int, int, float]:
+        return (sum(n in hs for hs in held.values()), n in numbered, support[n])
+
+    def holds(n: int) -> bool:
+        if held:
+            return evidence(n)[0] > 0
+        return n in numbered or support[n] >= MIN_SUPPORT
+
+    kept = [n for n in cited if holds(n)]
+    for hs in held.values():  # a figure some chunk holds but no kept citation does: cite its best holder
+        if not any(n in kept for n in hs):
+            kept.append(max(hs, key=lambda n: (evidence(n), -n)))
+    best = max(ns, key=lambda n: (evidence(n), -n)) if docs else None
+    if not kept and best is not None and holds(best):
+        kept = [best]
+    if not kept:
+        return {**out, "sources": [], "status": "unsupported"}
+    status = "ok" if kept == cited else ("added" if not cited else "corrected")
+    return {**out, "sources": kept, "status": status}
+
+
+def check_citations(answer: str, docs: list[Document]) -> list[dict[str, Any]]:
+    """`check_sentence` for every sentence of `answer`."""
     texts = [_squash(d.page_content) for d in docs]
-    extra: list[int] = []
-    for fig in figures(answer):
-        holders = [i for i, t in enumerate(texts, 1) if fig in t]
-        if holders and not any(i in cited for i in holders):
-            extra.extend(i for i in holders if i not in extra)
-    return extra
+    return [check_sentence(s, docs, texts) for s in sentences(answer)]
 
 
-def map_citations(answer: str, docs: list[Document]) -> dict[str, Any]:
-    """Citations in `answer` mapped to the numbered `docs`: cited sources, and numbers that match no source.
-    A source cited by its name in brackets ("[Deployment Guide]") counts as cited (`named_citations`).
+def map_citations(answer: str, docs: list[Document], *, check: bool = True) -> dict[str, Any]:
+    """Citations in `answer` mapped to the numbered `docs`, each sentence's checked (`check_citations`).
 
-    When the answer cites nothing valid, sources are attributed by overlap (`attribute`) and marked
-    ``"inferred": True`` so a reader can tell them from the model's own citations. When it cites some, a figure
-    of the answer ("30 minutes") that only an uncited source holds adds that source, also marked ``inferred``
-    (`missing_support`)."""
+    ``sources``: the chunks the answer's sentences rest on after the check, in order of first use; one the model did
+    not cite itself (added or corrected by the check) is marked ``"inferred": True``. A source cited by its name in
+    brackets ("[Deployment Guide]") counts as cited (`named_citations`). ``invalid_citations``: numbers that match no
+    source. ``citations``: one entry per sentence (``sentence``, ``cited``, ``sources``, ``status``); a cited chunk
+    that does not hold its sentence's facts is dropped there (``corrected``), a sentence no chunk holds is
+    ``unsupported``. ``check=False`` keeps the model's own citations unchecked (documents cited by their summaries,
+    which paraphrase rather than quote), with ``citations`` empty."""
     nums = cited_numbers(answer)
     valid = [n for n in nums if 1 <= n <= len(docs)]
-    valid += [n for n in named_citations(answer, docs) if n not in valid]
-    sources = [source_entry(n, docs[n - 1]) for n in valid]
-    if not sources:
-        sources = [dict(source_entry(n, docs[n - 1]), inferred=True) for n in attribute(answer, docs)]
-    else:
-        sources += [dict(source_entry(n, docs[n - 1]), inferred=True) for n in missing_support(answer, docs, valid)]
-    return {"sources": sources, "invalid_citations": [n for n in nums if n not in valid]}
+    named = [n for n in named_citations(answer, docs) if n not in valid]
+    checked = check_citations(answer, docs) if docs and check else []
+    used: list[int] = [] if check else list(valid)
+    for c in checked:
+        used += [n for n in c["sources"] if n not in used]
+    if named and not valid:
+        used = named + [n for n in used if n not in named]
+    own = set(valid) | set(named)
+    sources = [source_entry(n, docs[n - 1]) if n in own else dict(source_entry(n, docs[n - 1]), inferred=True)
+               for n in used]
+    return {"sources": sources, "invalid_citations": [n for n in nums if n not in valid], "citations": checked}

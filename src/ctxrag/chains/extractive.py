@@ -1,13 +1,13 @@
 """Snap a short answer to the span of a retrieved chunk it was read from.
 
 A small model asked for "the answer phrase, copied from the sources" often writes it in its own form: Simplified
-characters for a Traditional source, a word dropped or added, a different bracket. The short answer style
-(`build_rag_chain(answer_style="short")`) returns the source's own span instead, so an extractive answer can be
-quoted and checked: first the phrase itself, compared character by character after folding case and Traditional to
-Simplified script (a 1:1 mapping, so the original characters are returned), or a number in digits spelled out in
-Chinese (30 -> 三十, `chinese_numerals`); otherwise the span of a chunk with the
-best overlap F1 with the phrase (characters for Chinese, words otherwise, as CMRC / SQuAD score), when that F1 is at
-least ``min_f1`` and the span holds at least half of the phrase's units (a short span sharing a digit or two with a
+characters for a Traditional source, a word dropped or added, a different bracket. The short answer step
+(`ctxrag.chains.short_answer.ExtractiveAnswer`, optional in `build_rag_chain`) returns the source's own span
+instead, so an extractive answer can be quoted and checked: first the phrase itself, compared character by
+character after folding case and Traditional to Simplified script (a 1:1 mapping, so the original characters are
+returned), or a number in digits spelled out in Chinese (30 -> 三十, `chinese_numerals`); otherwise the span of a
+chunk with the best overlap F1 with the phrase (characters for Chinese, words otherwise, as CMRC / SQuAD score),
+when that F1 is at least ``min_f1`` and the span holds at least half of the phrase's units (a short span sharing a digit or two with a
 wrong phrase is no match). Nothing is snapped when no span is close enough: the model's phrase is kept.
 
 Given the question, a span in Chinese is then fitted to what the question asks for (`fit_to_question`): a number or

@@ -135,11 +135,16 @@ def answers(
     seed: int = typer.Option(0, "--seed"),
     split: str = typer.Option("test", "--split"),
     answer_style: str = typer.Option("full", "--answer-style", help="full: the normal cited answer; short: the "
-                                     "answer phrase alone plus its [n] (for EM/F1 on short-answer sets)."),
+                                     "answer phrase alone, as its source span plus [n] (the chain's optional "
+                                     "ExtractiveAnswer step; for EM/F1 on short-answer sets)."),
     reading_script: str = typer.Option("auto", "--reading-script", help="simplified: the model reads a Traditional "
                                        "Chinese question and its chunks in Simplified script (short answers; still "
                                        "snapped to the Traditional source); as-written: never converted; auto: "
                                        "simplified for short answers."),
+    stock: Optional[bool] = typer.Option(None, "--stock/--no-stock", help="Also answer with a stock LangChain chain "
+                                         "(BM25Retriever with jieba and stopwords -> the same model -> a plain "
+                                         "answer-phrase prompt) in the same run (default: on for --answer-style "
+                                         "short on short-answer sets)."),
     judge: Optional[bool] = typer.Option(None, "--judge/--no-judge", help="Also score answers with the LLM judge "
                                          "(default: on for keyfacts, off for short-answer sets)."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length cap (default: "
@@ -157,10 +162,11 @@ def answers(
 
     results: list[Any] = []
     try:
-        if answer_style not in ("full", "short"):
-            raise CtxragError(f"--answer-style {answer_style!r}: choose full or short")
-        from ctxrag.chains.rag import READING_SCRIPTS
+        from ctxrag.chains.short_answer import READING_SCRIPTS
+        from ctxrag.evaluation.answers import ANSWER_STYLES
 
+        if answer_style not in ANSWER_STYLES:
+            raise CtxragError(f"--answer-style {answer_style!r}: choose {' or '.join(ANSWER_STYLES)}")
         if reading_script not in READING_SCRIPTS:
             raise CtxragError(f"--reading-script {reading_script!r}: choose {', '.join(READING_SCRIPTS)}")
         if reading_script == "simplified" and answer_style != "short":
@@ -175,7 +181,8 @@ def answers(
                 dataset = replace(dataset, queries=dataset.queries[:limit])
             typer.echo(_summary(dataset), err=True)
             results = run_answer_eval(EvalRunner(dataset, [k], settings=get_settings(), progress=sys.stderr.isatty()), configs, llm, k=k,
-                                      judge=bool(judge), answer_style=answer_style, reading_script=reading_script)
+                                      judge=bool(judge), answer_style=answer_style, reading_script=reading_script,
+                                      stock=answer_style == "short" if stock is None else stock)
             dataset_name = dataset.name
         typer.echo(format_answer_table(results))
         if json_out:
@@ -196,7 +203,7 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
                judge: bool) -> Any:
     """Ingest the folder into ``kb_name`` and answer the key-fact questions through the demo's chain."""
     from ctxrag.chains.rag import build_rag_chain
-    from ctxrag.evaluation.answers import AnswerJudge, load_key_fact_questions, run_key_fact_eval
+    from ctxrag.evaluation.answers import AnswerJudge, answer_step, load_key_fact_questions, run_key_fact_eval
     from ctxrag.evaluation.experiments import builtin
     from ctxrag.knowledge_base import KnowledgeBase
 
@@ -209,7 +216,8 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
     report = kbase.ingest([paths[0]], contextualize=False)  # as `ctxrag demo` ingests
     typer.echo(f"ingested {paths[0]} into {kb_name!r}: {len(report.added)} added, {len(report.updated)} updated, "
                f"{len(report.skipped)} skipped, {len(report.failed)} failed", err=True)
-    chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=k), llm, answer_style=answer_style)
+    chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=k), llm, gate=False,
+                            answer=answer_step(llm, answer_style))
     cfg = builtin("hybrid")
     return run_key_fact_eval(chain, items, name=f"keyfacts:{questions.name}", config=cfg,
                              judge=AnswerJudge(llm) if judge else None, progress=sys.stderr.isatty())

@@ -68,19 +68,29 @@ def ask(
     def body() -> None:
         checked = check_text(question, "question")
         llm = make_chat_model(get_settings())
-        chain = build_rag_chain(retriever_for(kb_names(kb), mode, k, rerank, "similarity"), llm)
+        names = kb_names(kb)
+        chain = build_rag_chain(retriever_for(names, mode, k, rerank, "similarity"), llm, gate=answer_gate(names))
         cfg = {"callbacks": callbacks()}
         if json_out:
             with wrap_model_errors(llm):
                 out = chain.invoke(checked, config=cfg)
-            typer.echo(json.dumps({"question": question, "answer": out["answer"], "sources": out["sources"],
+            typer.echo(json.dumps({"question": question, "answer": out["answer"], "supported": out["supported"],
+                                   "relevance": out["relevance"], "sources": out["sources"],
                                    "invalid_citations": out["invalid_citations"],
+                                   "citations": out.get("citations", []),
                                    "retrieved": [d.metadata.get("chunk_id") for d in out["documents"]]},
                                   ensure_ascii=False, indent=1))
             return
         stream_answer(chain, llm, checked, cfg)
 
     guard(body)
+
+
+def answer_gate(kbs: list[str]) -> Any:
+    """The relevance gate over the first knowledge base's embeddings, or False when ``answer_gate`` is off."""
+    from ctxrag.chains.relevance import RelevanceGate
+
+    return RelevanceGate(open_kb(kbs[0]).embeddings) if get_settings().answer_gate else False
 
 
 def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -94,20 +104,27 @@ def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -
                 typer.echo(chunk["answer"], nl=False)
             final.update({k: v for k, v in chunk.items() if k != "answer"})
     typer.echo("")
-    print_sources(final.get("sources", []), final.get("invalid_citations", []))
+    if final.get("supported") is False:
+        typer.echo(f"\n(no retrieved chunk supports an answer: {(final.get('relevance') or {}).get('reason', '')})")
+        return final
+    print_sources(final.get("sources", []), final.get("invalid_citations", []), final.get("citations", []))
     return final
 
 
-def print_sources(sources: list[dict[str, Any]], invalid: list[int]) -> None:
+def print_sources(sources: list[dict[str, Any]], invalid: list[int],
+                  citations: list[dict[str, Any]] | None = None) -> None:
     if sources:
         inferred = all(s.get("inferred") for s in sources)
-        typer.echo("\nSources (inferred from overlap; the model cited none):" if inferred else "\nSources:")
+        typer.echo("\nSources (found by the citation check; the model cited none):" if inferred else "\nSources:")
         for s in sources:
             where = f" > {s['heading_path']}" if s.get("heading_path") else ""
-            tag = "  (not cited; holds a figure of the answer)" if s.get("inferred") and not inferred else ""
+            tag = "  (cited by the check: holds the answer's facts)" if s.get("inferred") and not inferred else ""
             typer.echo(f"  [{s['n']}] {printable(s['source'])}{printable(where)}  ({s['chunk_id']}){tag}")
     else:
         typer.echo("\n(no sources cited)")
+    for c in citations or []:
+        if c.get("status") == "unsupported":
+            typer.echo(f"  (no source holds: {printable(c['sentence'][:120])})")
     if invalid:
         typer.echo(f"  (the model cited sources that do not exist: {invalid})")
 
@@ -145,7 +162,7 @@ def demo(
                 raise CtxragError(f"no file of {folder} could be ingested; nothing to answer from")
             llm = make_chat_model(s)
             typer.echo(f"answering with {describe_model(llm)}")
-            chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm)
+            chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm, gate=answer_gate([name]))
             for q in items:
                 typer.echo(f"\nQ: {q}\nA: ", nl=False)
                 stream_answer(chain, llm, q, {"callbacks": callbacks()})

@@ -5,8 +5,8 @@ Two kinds of sets:
 - **short-answer sets** (SQuAD-format DRCD/CMRC, MuSiQue): exact match and F1 against the reference answers
   (`ctxrag.evaluation.answer_metrics`: CMRC rules for Chinese, SQuAD rules for English, best over the references),
   ``cited_contains`` (share of answers whose cited chunks contain a reference answer) and seconds per answer. With
-  ``answer_style="short"`` the chain is asked for the answer phrase alone (a documented chain option, not a scorer
-  trick). The LLM judge is optional here.
+  ``answer_style="short"`` the chain answers through `ExtractiveAnswer`, the optional answer step asking for the
+  answer phrase alone and returning its source span (a documented chain part, not a scorer trick). The LLM judge is optional here.
 - **key-fact sets** (the demo's questions, ``examples/sample_questions.json``): each question ships a ``key_facts``
   list; an answer is right when it states every key fact. The LLM judge (`AnswerJudge`) is reported beside it for
   these long answers, never alone.
@@ -34,12 +34,15 @@ from langchain_core.runnables import Runnable
 from tqdm.auto import tqdm
 
 from ctxrag.chains.rag import build_rag_chain
+from ctxrag.chains.relevance import RelevanceGate
+from ctxrag.chains.short_answer import READING_SCRIPTS, ExtractiveAnswer
 from ctxrag.errors import CtxragError, LoadError
 from ctxrag.evaluation.answer_metrics import contains_answer, exact_match, f1_score, key_fact_hits
 from ctxrag.evaluation.datasets import EvalQuery
 from ctxrag.evaluation.experiments import ExperimentConfig
 from ctxrag.evaluation.judge import AnswerJudge, Judgement
 from ctxrag.evaluation.runner import ConfigResult, EvalRunner, TopK
+from ctxrag.evaluation.stock_chain import STOCK_NAME, stock_answer_chain
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +140,25 @@ def references_of(query: EvalQuery) -> list[str]:
     return list(dict.fromkeys(r.strip() for r in refs if r and r.strip()))
 
 
+ANSWER_STYLES = ("full", "short")
+"""``full``: the chain's cited answer; ``short``: the source span from `ExtractiveAnswer`."""
+
+
+def answer_step(llm: BaseChatModel, answer_style: str, reading_script: str = "auto") -> Runnable | None:
+    """The answer step of `build_rag_chain` for an answer style: None (the chain's own) for ``"full"``, an
+    `ExtractiveAnswer` for ``"short"``; ValueError naming a bad style or a reading script without short answers."""
+    if answer_style not in ANSWER_STYLES:
+        raise ValueError(f"answer_style must be one of {ANSWER_STYLES}, got {answer_style!r}")
+    if reading_script not in READING_SCRIPTS:
+        raise ValueError(f"reading_script must be one of {READING_SCRIPTS}, got {reading_script!r}")
+    if answer_style == "full":
+        if reading_script == "simplified":
+            raise ValueError("reading_script='simplified' needs answer_style='short' (a full answer would come back "
+                             "in Simplified script)")
+        return None
+    return ExtractiveAnswer(llm, reading_script=reading_script)
+
+
 def answer_one(chain: Runnable, question: str) -> tuple[dict[str, Any], float]:
     """Run the chain on one question; its output dict and the milliseconds it took."""
     start = time.perf_counter()
@@ -182,34 +204,53 @@ def score_record(query_id: str, question: str, res: dict[str, Any], ms: float, r
 
 def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm: BaseChatModel, *, k: int = 4,
                     judge_llm: BaseChatModel | None = None, judge: bool = True,
-                    answer_style: str = "full", reading_script: str = "auto") -> list[AnswerResult]:
+                    answer_style: str = "full", reading_script: str = "auto",
+                    gate: RelevanceGate | bool = False, stock: bool = False) -> list[AnswerResult]:
     """Answer every query of ``runner.dataset`` with the top ``k`` chunks of each config and score the answers.
 
     EM/F1/cited_contains are always computed for queries with reference answers; the LLM judge runs when ``judge``.
-    ``answer_style`` and ``reading_script`` go to `build_rag_chain` (``"short"`` for short-answer sets).
+    ``answer_style="short"`` answers through `ExtractiveAnswer` (with ``reading_script``) for short-answer sets.
+    ``gate`` goes to `build_rag_chain`: off by default, as these sets are answerable by construction (the gate is
+    measured on its own by bench/bench_answer_gate.py). ``stock`` adds a row for the stock LangChain chain
+    (`ctxrag.evaluation.stock_chain`) over the same corpus, queries, ``k`` and model.
     """
     grader = AnswerJudge(judge_llm or llm) if judge else None
+    step = answer_step(llm, answer_style, reading_script)
     out: list[AnswerResult] = []
     ds = runner.dataset
     for cfg in configs:
         try:
             retriever, index_seconds = runner.build_retriever(cfg, k)
-            chain = build_rag_chain(TopK(base=retriever, k=k), llm, answer_style=answer_style,
-                                    reading_script=reading_script)
-            records: list[AnswerRecord] = []
-            for q in tqdm(ds.queries, desc=f"answers {cfg.name}", unit="q", disable=not runner.progress, leave=False):
-                res, ms = answer_one(chain, q.text)
-                records.append(score_record(q.id, q.text, res, ms, references_of(q), judge=grader))
-            lat = np.asarray([r.answer_ms for r in records], dtype=float)
-            out.append(AnswerResult(
-                config=cfg, dataset=ds.name, queries=len(records), metrics=answer_metrics(records),
-                index_seconds=index_seconds, query_ms_p50=float(np.percentile(lat, 50)),
-                query_ms_p95=float(np.percentile(lat, 95)), missing_gold=len(ds.missing_gold),
-                dropped_queries=len(ds.dropped_queries), records=records))
+            chain = build_rag_chain(TopK(base=retriever, k=k), llm, gate=gate, answer=step)
+            out.append(_answer_all(runner, cfg, chain, grader, index_seconds))
         except (CtxragError, ValueError, ImportError) as e:
             log.error("config %s failed: %s", cfg.name, e)
             out.append(AnswerResult(config=cfg, dataset=ds.name, queries=0, error=str(e)))
+    if stock:
+        cfg = ExperimentConfig(name=STOCK_NAME, retrieval="bm25")
+        try:
+            start = time.perf_counter()
+            chain = stock_answer_chain(ds.corpus, llm, k=k)
+            out.append(_answer_all(runner, cfg, chain, grader, time.perf_counter() - start))
+        except (ValueError, ImportError) as e:
+            log.error("the stock LangChain chain failed: %s", e)
+            out.append(AnswerResult(config=cfg, dataset=ds.name, queries=0, error=str(e)))
     return out
+
+
+def _answer_all(runner: EvalRunner, cfg: ExperimentConfig, chain: Runnable, grader: AnswerJudge | None,
+                index_seconds: float) -> AnswerResult:
+    ds = runner.dataset
+    records: list[AnswerRecord] = []
+    for q in tqdm(ds.queries, desc=f"answers {cfg.name}", unit="q", disable=not runner.progress, leave=False):
+        res, ms = answer_one(chain, q.text)
+        records.append(score_record(q.id, q.text, res, ms, references_of(q), judge=grader))
+    lat = np.asarray([r.answer_ms for r in records], dtype=float)
+    return AnswerResult(
+        config=cfg, dataset=ds.name, queries=len(records), metrics=answer_metrics(records),
+        index_seconds=index_seconds, query_ms_p50=float(np.percentile(lat, 50)),
+        query_ms_p95=float(np.percentile(lat, 95)), missing_gold=len(ds.missing_gold),
+        dropped_queries=len(ds.dropped_queries), records=records)
 
 
 # ---------------------------------------------------------------- key-fact sets (the demo questions)

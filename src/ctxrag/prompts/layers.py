@@ -90,7 +90,7 @@ QUESTION_HANT = "問題：{question}\n\n請用繁體中文簡潔回答（不超�
 CITATION_CLAUSE_HANT = "；用自己的話回答，並用方括號標註資料編號"
 
 SHORT_QUESTION = {
-    # answer_style="short" (extractive questions, the short-answer benchmarks): the answer phrase alone. The model is
+    # ExtractiveAnswer (extractive questions, the short-answer benchmarks): the answer phrase alone. The model is
     # not asked for `[n]` here: a small model asked for "phrase [n]" often writes the marker alone or first; the
     # chain answers with the chunk's span and cites it instead (`chains.extractive.snap`). No example: with one
     # ("...? Answer: 玉山") the 0.5B model gives the example back as its answer, and the 1.5B model does no better

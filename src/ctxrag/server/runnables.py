@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from ctxrag.chains.assistant import build_assistant_chain
 from ctxrag.chains.rag import build_rag_chain
+from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.errors import DocumentNotFound
 from ctxrag.notes import NoteBook
 from ctxrag.retrievers.factory import make_multi_kb_retriever
@@ -58,6 +59,11 @@ class AskOutput(BaseModel):
     sources: list[dict[str, Any]] = Field(default_factory=list)
     invalid_citations: list[int] = Field(default_factory=list)
     documents: list[Document] = Field(default_factory=list)
+    supported: bool | None = None
+    """False: the retrieved chunks do not support an answer and ``answer`` says the knowledge base has nothing on
+    the question; None: the relevance gate is off."""
+    relevance: dict[str, Any] | None = None
+    citations: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ChatInput(BaseModel):
@@ -205,10 +211,12 @@ def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
 
 
 def ask_runnable(kbs: Sequence[Any], llm: Any, *, mode: str = "hybrid", k: int = 4,
-                 max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
-    """The RAG chain (`ctxrag.chains.rag.build_rag_chain`) over the knowledge bases `kbs`, typed for serving."""
+                 max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True) -> Runnable:
+    """The RAG chain (`ctxrag.chains.rag.build_rag_chain`) over the knowledge bases `kbs`, typed for serving; with
+    ``gate`` its relevance gate over the first knowledge base's embeddings."""
 
-    chain = build_rag_chain(make_multi_kb_retriever(list(kbs), mode=mode, k=k), llm)
+    checker = RelevanceGate(kbs[0].embeddings) if gate and kbs else False
+    chain = build_rag_chain(make_multi_kb_retriever(list(kbs), mode=mode, k=k), llm, gate=checker)
     chain = _question_checker(max_query_chars) | chain | _path_filter()
     return chain.with_types(input_type=AskInput, output_type=AskOutput)
 

