@@ -2,8 +2,8 @@
 
 An optional answer step for `build_rag_chain` (``answer=ExtractiveAnswer(llm)``), for extractive questions and
 short-answer benchmarks scored by exact match / F1 (``ctxrag eval answers --answer-style short``). The model is
-asked for the answer phrase alone; a phrase that only echoes the question or restates it as a sentence is asked for once more; the phrase is then snapped to the source span (`ctxrag.chains.extractive.snap`:
-Simplified characters for a Traditional source, a dropped word or different quotes come back as the source writes
+asked for the answer phrase alone; a phrase that only echoes the question or restates it as a sentence is asked for
+once more; the phrase is then snapped to the source span (`ctxrag.chains.extractive.snap`: Simplified characters for a Traditional source, a dropped word or different quotes come back as the source writes
 them, a Chinese span keeps the measure word the question asks for, 幾所 -> "14所", a cut bracket pair is closed) and
 cited as `` [n]`` after it. The model's own phrase is kept as ``model_answer``.
 
