@@ -391,6 +391,9 @@ def test_symlink_loops_are_yielded_then_reported(tmp_path: Path) -> None:
         assert_load_error(folder / name, "symbolic link loop")
     assert_load_error(folder / "dangling.md", "broken symbolic link", "missing.md")
     assert load_file(folder / "good.md").text.startswith("# Good")
+    # given directly (as on the command line), a broken link is named as such, not "no such file"
+    with pytest.raises(LoadError, match="broken symbolic link.*missing.md"):
+        list(iter_files([folder / "dangling.md"]))
 
 
 def test_size_limit_names_file_and_limit(tmp_path: Path) -> None:

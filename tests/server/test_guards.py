@@ -69,6 +69,34 @@ def test_dead_chat_endpoint_gives_503_on_every_llm_route(locker_kb, locker_home)
         assert c.post("/search/invoke", json={"input": "locker Kelp"}).status_code == 200  # no model needed
 
 
+def test_dead_chat_endpoint_on_a_stream_route_logs_one_line_per_request(locker_kb, locker_home, caplog) -> None:  # noqa: ANN001
+    """Before: every streamed request to a dead endpoint logged a full traceback (one per request, server log flooded)."""
+    kb, _ = locker_kb
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    dead = chat_openai_compatible(base_url=url, api_key="sk-secret-77", model="x", max_retries=0, timeout=5)
+    app = create_app(server_settings(locker_home), kbs=[kb], llm=dead)
+    caplog.set_level("WARNING", logger="ctxrag.server")
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60) as c:
+        for _ in range(2):
+            streamed = c.post("/ask/stream", json={"input": {"question": locker_question("Kelp")}}).text
+            assert "event: error" in streamed and "sk-secret-77" not in streamed
+    streaming = [r for r in caplog.records if "failed while streaming" in r.getMessage()]
+    assert len(streaming) == 2, [r.getMessage() for r in caplog.records]
+    assert all(r.levelname == "WARNING" and r.exc_info is None and "unreachable" in r.getMessage() for r in streaming)
+    assert "sk-secret-77" not in caplog.text
+
+
+def test_health_with_a_trailing_slash_answers_without_a_token(locker_kb, locker_home) -> None:  # noqa: ANN001
+    """Before: ``/health/`` answered 307 to ``/health`` instead of the health document."""
+    kb, _ = locker_kb
+    app = create_app(server_settings(locker_home, auth_token="tok-123"), kbs=[kb], llm=FactEchoChatModel())
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60, follow_redirects=False) as c:
+        for path in ("/health", "/health/"):
+            r = c.get(path)
+            assert r.status_code == 200 and r.json()["status"] == "ok", (path, r.status_code, r.text)
+        assert c.post("/search/invoke", json={"input": "locker Kelp"}).status_code == 401
+
+
 def test_unknown_selected_doc_ids_give_404_naming_them(locker_kb, locker_home) -> None:  # noqa: ANN001
     kb, codes = locker_kb
     known = kb.list_documents()[0].doc_id

@@ -66,7 +66,7 @@ class Relevance:
     supported: bool
     """Whether the chunks support an answer; False: the knowledge base has nothing on the question."""
     margin: float
-    """Best question-chunk cosine minus best question-background cosine (-1.0 when nothing was retrieved)."""
+    """Best question-chunk cosine minus best question-background cosine (minus one when nothing was retrieved)."""
     overlap: float
     """Share of the question's content words found in the best chunk (0.0 when nothing was retrieved)."""
     reason: str
@@ -122,7 +122,7 @@ class RelevanceGate:
             return self._background_vecs
 
     def margin(self, question: str, docs: Sequence[Document]) -> float:
-        """Best question-chunk cosine minus best question-background cosine; -1.0 without chunks.
+        """Best question-chunk cosine minus best question-background cosine; minus one without chunks.
 
         The chunk cosines are the dense retriever's (``metadata["cosine"]``, kept through fusion), so the stored
         chunk vectors are used and nothing is embedded again; only when no chunk carries one (a keyword-only

@@ -1,12 +1,12 @@
 """`ExtractiveAnswer`: the answer phrase alone, returned as the span of the retrieved chunk it was read from.
 
-An optional answer step for `build_rag_chain` (``answer=ExtractiveAnswer(llm)``), for extractive questions and
-short-answer benchmarks scored by exact match / F1 (DRCD, CMRC, MuSiQue; ``ctxrag eval answers --answer-style
-short``). The model is asked for the answer phrase alone; a phrase that only echoes the question or restates it as a
-sentence is asked for once more; the phrase is then snapped to the source span (`ctxrag.chains.extractive.snap`:
-Simplified characters for a Traditional source, a dropped word or different quotes come back as the source writes
-them, a Chinese span keeps the measure word the question asks for, 幾所 -> "14所", a cut bracket pair is closed) and
-cited as `` [n]`` after it. The model's own phrase is kept as ``model_answer``.
+An optional answer step for `build_rag_chain` (``answer=ExtractiveAnswer(llm)``), for extractive questions and short-
+answer benchmarks scored by exact match / F1 (``ctxrag eval answers --answer-style short``). The model is asked for
+the answer phrase alone; a phrase that only echoes the question or restates it as a sentence is asked for once more;
+the phrase is then snapped to the source span (`ctxrag.chains.extractive.snap`: Simplified characters for a
+Traditional source, a dropped word or different quotes come back as the source writes them, a Chinese span keeps the
+measure word the question asks for, 幾所 -> "14所", a cut bracket pair is closed) and cited as `` [n]`` after it. The
+model's own phrase is kept as ``model_answer``.
 
 ``reading_script="simplified"`` gives the model a Chinese question and its chunks in Simplified script (OpenCC
 ``t2s``) with the Simplified instructions; the answer is still snapped to the Traditional source. ``"auto"`` (the

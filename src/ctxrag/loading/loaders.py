@@ -238,6 +238,8 @@ def iter_files(paths: Iterable[Path | str], recursive: bool = True, *,
     seen: set[Path] = set()
     for given in paths:
         path = Path(given).expanduser()
+        if path.is_symlink() and not path.exists():
+            raise LoadError(path, f"broken symbolic link (to {str(resolved(path))!r})")
         if not path.exists():
             raise LoadError(path, "no such file or directory")
         if not path.is_dir():

@@ -199,6 +199,7 @@ def create_app(
               "llm": redact(llm_note), "routes": routes, "auth": token is not None}
 
     @app.get("/health", tags=["meta"])
+    @app.get("/health/", include_in_schema=False)  # answered here: a redirect would send the client to /health first
     def health_route() -> dict[str, Any]:
         return health
 

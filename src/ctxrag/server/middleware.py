@@ -200,12 +200,34 @@ class StreamErrorGuardMiddleware:
         except Exception as exc:  # noqa: BLE001 - only swallowed once the response is under way
             if not state["started"]:
                 raise
-            log.error("%s %s failed while streaming: %s", scope.get("method"), scope.get("path"), exc, exc_info=exc)
+            model_error = _model_error(scope, exc)
+            if model_error is not None:  # a dead or refusing chat endpoint: one line per request, not a traceback
+                log.warning("%s %s failed while streaming: %s", scope.get("method"), scope.get("path"), model_error)
+            else:
+                log.error("%s %s failed while streaming: %s", scope.get("method"), scope.get("path"), exc,
+                          exc_info=exc)
             if not state["finished"]:
                 try:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except Exception:  # noqa: BLE001 - the client is gone
                     pass
+
+
+def _model_error(scope: Scope, exc: BaseException) -> Exception | None:
+    """`as_model_error` for the app's chat model (``app.state.llm``), looking inside exception groups; None when
+    `exc` holds no model failure."""
+    from ctxrag.models.chat import as_model_error
+
+    llm = getattr(getattr(scope.get("app"), "state", None), "llm", None)
+    pending: list[BaseException] = [exc]
+    while pending:  # the stream's task group wraps the model's error in an ExceptionGroup
+        current = pending.pop()
+        inner = getattr(current, "exceptions", None)  # BaseExceptionGroup (3.11+) or anyio's backport on 3.10
+        if isinstance(inner, (list, tuple)):
+            pending.extend(inner)
+        elif (found := as_model_error(current, llm)) is not None:
+            return found
+    return None
 
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})

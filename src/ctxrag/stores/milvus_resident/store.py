@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.sparse  # noqa: F401 - pymilvus imports it lazily on a search: two server threads doing that first import
+# at once can see a half-initialized module (ImportError: isspmatrix); importing it here, once, avoids the race
 
 from ctxrag.errors import ConfigError
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
