@@ -34,7 +34,7 @@ from ctxrag import schema
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.loading import LoadedDocument, expand_paths, load_file
+from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
@@ -265,7 +265,7 @@ class MilvusKnowledgeBase:
     def add_texts(self, items: Iterable[Any], *, contextualizer: Any = None,
                   precomputed_contexts: dict[str, str] | None = None, progress: bool = False) -> IngestReport:
         """Texts that are not files (`LoadedDocument`s or dicts with ``text`` and ``source``), as the local one."""
-        docs = [_loaded(i, item) for i, item in enumerate(items)]
+        docs = [as_loaded_document(i, item) for i, item in enumerate(items)]
         report = IngestReport()
         for loaded in tqdm(docs, desc=f"add {self.name}", unit="doc", disable=not progress):
             report.files.append(self._write(lambda d=loaded: _non_empty(d), contextualizer, precomputed_contexts))
@@ -359,16 +359,6 @@ class MilvusKnowledgeBase:
         if fixed.changed or broken:
             report.generation = 0
         return report
-
-
-def _loaded(i: int, item: Any) -> LoadedDocument:
-    """An `add_texts` item as a `LoadedDocument` (a bad dict raises `ConfigError` naming its position)."""
-    if not isinstance(item, dict):
-        return item
-    if not isinstance(item.get("text"), str) or not isinstance(item.get("source"), str) or not item["source"]:
-        raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
-    return LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
-                          dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
 
 
 def _non_empty(loaded: LoadedDocument) -> LoadedDocument:

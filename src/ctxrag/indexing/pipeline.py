@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from ctxrag import schema
-from ctxrag.errors import ConfigError, KnowledgeBaseDeleted, LoadError
+from ctxrag.errors import KnowledgeBaseDeleted, LoadError
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_reason
 from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.loading import LoadedDocument, expand_paths, load_file
+from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
@@ -89,7 +89,7 @@ class IngestPipeline:
     ) -> IngestReport:
         """Texts that are not files: `LoadedDocument`s or dicts with ``text``, ``source``, optional ``title``,
         ``metadata`` and ``file_type`` (a bad dict raises `ConfigError` naming its position before anything runs)."""
-        docs = [self._loaded(i, item) for i, item in enumerate(items)]
+        docs = [as_loaded_document(i, item) for i, item in enumerate(items)]
 
         def one(loaded: LoadedDocument) -> Prepared:
             if not loaded.text.strip():
@@ -224,15 +224,6 @@ class IngestPipeline:
         warnings = list(getattr(loaded, "warnings", []))  # e.g. malformed JSONL lines skipped
         return PreparedDocument(doc_id, source, loaded.title, chash, loaded.text, meta, records, indexed, reason,
                                 warnings=warnings)
-
-    @staticmethod
-    def _loaded(i: int, item: Any) -> LoadedDocument:
-        if not isinstance(item, dict):
-            return item
-        if not isinstance(item.get("text"), str) or not isinstance(item.get("source"), str) or not item["source"]:
-            raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
-        return LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
-                              dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
 
 
 class _EmbedBatch:

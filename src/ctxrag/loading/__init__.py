@@ -3,6 +3,7 @@ from ctxrag.loading.encoding import decode_bytes
 from ctxrag.loading.loaders import (
     SUPPORTED_EXTENSIONS,
     LoadedDocument,
+    as_loaded_document,
     expand_paths,
     file_kind,
     iter_files,
@@ -26,6 +27,7 @@ __all__ = [
     "SplitMode",
     "SplitUnit",
     "approx_token_count",
+    "as_loaded_document",
     "decode_bytes",
     "expand_paths",
     "file_kind",

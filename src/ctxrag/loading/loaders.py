@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxrag.errors import LoadError
+from ctxrag.errors import ConfigError, LoadError
 from ctxrag.loading.converters import (
     docx_to_text,
     html_to_text,
@@ -94,6 +94,18 @@ def file_kind(path: Path) -> str | None:
     if suffix in (".pdf", ".docx", ".json"):
         return suffix[1:]
     return None
+
+
+
+def as_loaded_document(i: int, item: Any) -> LoadedDocument:
+    """An ``add_texts`` item (a `LoadedDocument`, or a dict with ``text``, ``source`` and optional ``title``,
+    ``metadata``, ``file_type``) as a `LoadedDocument`; a bad dict raises `ConfigError` naming its position."""
+    if not isinstance(item, dict):
+        return item
+    if not isinstance(item.get("text"), str) or not isinstance(item.get("source"), str) or not item["source"]:
+        raise ConfigError(f"add_texts item {i}: needs string fields 'text' and 'source', got keys {sorted(item)}")
+    return LoadedDocument(item["text"], item["source"], item.get("title") or item["source"],
+                          dict(item.get("metadata") or {}, file_type=item.get("file_type", "text")))
 
 
 def resolved(path: Path) -> Path:
