@@ -214,19 +214,25 @@ class StreamErrorGuardMiddleware:
 
 
 def _model_error(scope: Scope, exc: BaseException) -> Exception | None:
-    """`as_model_error` for the app's chat model (``app.state.llm``), looking inside exception groups; None when
-    `exc` holds no model failure."""
+    """`as_model_error` for the app's chat model (``app.state.llm``), looking inside exception groups and explicit
+    causes; None when `exc` holds no model failure."""
     from ctxrag.models.chat import as_model_error
 
     llm = getattr(getattr(scope.get("app"), "state", None), "llm", None)
     pending: list[BaseException] = [exc]
-    while pending:  # the stream's task group wraps the model's error in an ExceptionGroup
+    seen: set[int] = set()
+    while pending:  # the stream wraps the model's error: an ExceptionGroup, or Starlette's RuntimeError from it
         current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
         inner = getattr(current, "exceptions", None)  # BaseExceptionGroup (3.11+) or anyio's backport on 3.10
         if isinstance(inner, (list, tuple)):
             pending.extend(inner)
         elif (found := as_model_error(current, llm)) is not None:
             return found
+        elif current.__cause__ is not None:
+            pending.append(current.__cause__)
     return None
 
 
