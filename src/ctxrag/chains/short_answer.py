@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
-from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 
 from ctxrag.chains.extractive import clean_phrase, echoes_question, restates_question, snap
 from ctxrag.chains.rag import answer_messages, question_language
@@ -46,8 +45,8 @@ class ExtractiveAnswer(RunnableSerializable[dict, dict]):
     `` [n]``, or the model's phrase when no span is close enough) and ``model_answer``.
     """
 
-    llm: BaseChatModel
-    """The chat model asked for the phrase."""
+    llm: Runnable[Any, BaseMessage]
+    """The chat model asked for the phrase (a `BaseChatModel`, or one bound with ``.bind(max_tokens=...)``)."""
     lang: str = "auto"
     """``"auto"`` follows the question; ``"zh"`` / ``"en"`` force the prompt language."""
     prompts: dict[str, LayeredPrompt] | None = None
@@ -59,7 +58,7 @@ class ExtractiveAnswer(RunnableSerializable[dict, dict]):
 
     model_config = {"arbitrary_types_allowed": True}
 
-    def __init__(self, llm: BaseChatModel, **kwargs: Any) -> None:
+    def __init__(self, llm: Runnable[Any, BaseMessage], **kwargs: Any) -> None:
         super().__init__(llm=llm, **kwargs)
         if self.lang not in ("auto", "zh", "en"):
             raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {self.lang!r}")
