@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
@@ -36,17 +36,7 @@ class DocStoreChunkLookup:
 
     def get_chunks(self, chunk_ids: Sequence[str], scores: ChunkScores | None = None) -> list[Document]:
         """Documents for these chunk ids, in the given order (unknown ids are skipped)."""
-        found = self.store.get_chunks(list(chunk_ids))
-        out = []
-        for cid in chunk_ids:
-            r = found.get(cid)
-            if r is None:
-                continue
-            md = dict(r.metadata)
-            if scores and cid in scores:
-                md.update(scores[cid])
-            out.append(Document(page_content=r.content, metadata=md, id=cid))
-        return out
+        return chunks_as_documents(self.store.get_chunks(list(chunk_ids)), chunk_ids, scores)
 
     def all_chunks(self) -> list[Document]:
         """Every chunk, ordered by document and position."""
@@ -85,3 +75,19 @@ def _matches(md: dict[str, Any], filter: dict[str, Any]) -> bool:
         elif have != v:
             return False
     return True
+
+
+def chunks_as_documents(found: Mapping[str, Any], chunk_ids: Sequence[str],
+                        scores: ChunkScores | None = None) -> list[Document]:
+    """The chunk records in `found` (by id) as Documents in the order of `chunk_ids`, unknown ids skipped, each
+    chunk's `scores` merged into its metadata; shared by every `ChunkLookup`."""
+    out = []
+    for cid in chunk_ids:
+        r = found.get(cid)
+        if r is None:
+            continue
+        md = dict(r.metadata)
+        if scores and cid in scores:
+            md.update(scores[cid])
+        out.append(Document(page_content=r.content, metadata=md, id=cid))
+    return out

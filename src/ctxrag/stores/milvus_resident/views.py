@@ -27,6 +27,7 @@ from langchain_core.documents import Document
 from ctxrag.errors import ConfigError
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.chunk_lookup import _matches as metadata_matches
+from ctxrag.stores.chunk_lookup import chunks_as_documents
 from ctxrag.stores.milvus_resident.expressions import FilteredIds, allowed_expression, filter_expression, ids_expression
 from ctxrag.stores.milvus_resident.store import MilvusResidentStore
 from ctxrag.stores.protocols import ChunkScores, MetadataFilter
@@ -39,17 +40,7 @@ class MilvusChunkLookup:
         self.store = store
 
     def get_chunks(self, chunk_ids: Sequence[str], scores: ChunkScores | None = None) -> list[Document]:
-        found = self.store.get_chunks(list(chunk_ids))
-        out = []
-        for cid in chunk_ids:
-            r = found.get(cid)
-            if r is None:
-                continue
-            md = dict(r.metadata)
-            if scores and cid in scores:
-                md.update(scores[cid])
-            out.append(Document(page_content=r.content, metadata=md, id=cid))
-        return out
+        return chunks_as_documents(self.store.get_chunks(list(chunk_ids)), chunk_ids, scores)
 
     def all_chunks(self) -> list[Document]:
         records = sorted(self.store.iter_chunks(), key=lambda r: (r.doc_id, r.chunk_index))
