@@ -37,6 +37,9 @@ from ctxrag.chains.citations import cited_numbers, map_citations  # noqa: E402
 from ctxrag.evaluation.answer_metrics import key_fact_hits  # noqa: E402
 
 DRCD = Path("/work/shared/data/chinese/DRCD_dev.json")
+QUESTIONS = {"demo": ROOT / "examples" / "sample_questions.json",
+             "own": ROOT / "bench" / "data" / "citation_questions_own.json"}
+"""Questions over examples/sample_corpus: the demo's, and ones written for this benchmark (not used to tune it)."""
 
 
 def _record(question: str, out: dict[str, Any], seconds: float, **extra: Any) -> dict[str, Any]:
@@ -56,17 +59,22 @@ def generate(args: argparse.Namespace) -> None:
     settings = Settings(home=args.home)
     llm = make_chat_model(settings, max_tokens=args.max_tokens)
     records: list[dict[str, Any]] = []
-    demo = json.loads((ROOT / "examples" / "sample_questions.json").read_text("utf-8"))
-    kb = KnowledgeBase.open("citations-demo", settings, create=True)
-    kb.ingest([ROOT / "examples" / "sample_corpus"], progress=False)
-    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=4), llm, gate=False)
-    for item in demo:
-        start = time.perf_counter()
-        out = chain.invoke(item["question"])
-        records.append(_record(item["question"], out, time.perf_counter() - start, set="demo",
-                               expected_source=item["source"], key_facts=item["key_facts"]))
-        print(records[-1]["answer"][:200].replace("\n", " "), file=sys.stderr, flush=True)
-        Path(args.out).write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
+    sets = args.sets.split(",")
+    corpus_sets = [s for s in ("demo", "own") if s in sets]
+    if corpus_sets:
+        kb = KnowledgeBase.open("citations-demo", settings, create=True)
+        kb.ingest([ROOT / "examples" / "sample_corpus"], progress=False)
+        chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=4), llm, gate=False)
+    for name in corpus_sets:
+        for item in json.loads(QUESTIONS[name].read_text("utf-8")):
+            start = time.perf_counter()
+            out = chain.invoke(item["question"])
+            records.append(_record(item["question"], out, time.perf_counter() - start, set=name,
+                                   expected_source=item["source"], key_facts=item["key_facts"]))
+            print(records[-1]["answer"][:200].replace("\n", " "), file=sys.stderr, flush=True)
+            Path(args.out).write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
+    if "drcd" not in sets:
+        return
 
     data = json.loads(DRCD.read_text(encoding="utf-8"))["data"]
     paragraphs = [Document(p["context"], id=p["id"], metadata={"source": f"drcd://{p['id']}", "title": art["title"],
@@ -185,6 +193,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("--drcd", type=int, default=40)
+    g.add_argument("--sets", default="demo,drcd", help="comma-separated: demo, own, drcd")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("-k", type=int, default=3)
     g.add_argument("--max-tokens", type=int, default=160)
