@@ -2,10 +2,13 @@
 the same answers after the sentence-by-sentence check (`ctxrag.chains.citations.map_citations`).
 
     python bench/bench_citations.py generate --drcd 40 --out bench/out/citation_answers.json   # the LLM part
-    python bench/bench_citations.py score bench/out/citation_answers.json                       # page data
+    python bench/bench_citations.py generate --sets own --out bench/out/citation_answers_own.json
+    python bench/bench_citations.py score bench/out/citation_answers.json bench/out/citation_answers_own.json
 
 ``generate`` answers with the plain chain (`build_rag_chain`, full cited answers, gate off, the local model):
-the 6 demo questions over examples/sample_corpus (``kb.as_retriever(mode="hybrid", k=4)``) and a seeded sample of
+the 6 demo questions and the questions of bench/data/citation_questions_own.json (written for this benchmark, in
+both languages, not used to choose the check's rules) over examples/sample_corpus
+(``kb.as_retriever(mode="hybrid", k=4)``), and a seeded sample of
 DRCD dev questions over all 1,000 DRCD paragraphs (ctxrag's in-memory `BM25Retriever`, jieba, k=3: no embedding
 of the corpus on a loaded machine). It stores each answer with its numbered chunks, so ``score`` re-checks them
 without the model.
@@ -13,8 +16,9 @@ without the model.
 - DRCD: the gold chunks are the retrieved chunks that contain a reference answer. Precision: cited chunks that are
   gold / cited chunks (answers that cite something and have a gold chunk among the retrieved); recall: answers whose
   cited chunks include a gold chunk / answers with a gold chunk among the retrieved.
-- Demo: an answer is cited correctly when it cites its question's source file and every other chunk it cites
-  holds one of the question's key facts.
+- Demo and own questions: an answer is cited correctly when it cites its question's source file and every other
+  chunk it cites holds one of the question's key facts (so a wrong answer, whose facts are elsewhere, counts as
+  miscited; the per-question table says whether the answer states the key facts).
 """
 from __future__ import annotations
 
@@ -138,19 +142,25 @@ def demo_correct(rec: dict[str, Any], cited: list[int]) -> bool:
     return right and rec["expected_source"] in {file(n) for n in cited}
 
 
+def _files(rec: dict[str, Any], cited: list[int]) -> str:
+    return ", ".join(str(Path(str(rec["documents"][n - 1]["source"])).name) for n in cited) or "—"
+
+
 def score(args: argparse.Namespace) -> None:
-    recs = json.loads(Path(args.answers).read_text(encoding="utf-8"))
+    recs = [r for path in args.answers for r in json.loads(Path(path).read_text(encoding="utf-8"))]
     demo = [r for r in recs if r["set"] == "demo"]
+    own = [r for r in recs if r["set"] == "own"]
     drcd = [r for r in recs if r["set"] == "drcd"]
     rows = []
     for name, cite in (("the model's own [n]", _own), ("after the citation check", _checked)):
         d = drcd_scores(drcd, cite)
         right = sum(demo_correct(r, cite(r)) for r in demo)
-        rows.append([name, f"{right}/{len(demo)}", round(100 * d["precision"], 1), round(100 * d["recall"], 1),
-                     f"{d['answers']}/{d['with_gold']}"])
-    per_q = [[r["question"], ", ".join(str(Path(str(r["documents"][n - 1]["source"])).name) for n in _own(r)) or "—",
-              ", ".join(str(Path(str(r["documents"][n - 1]["source"])).name) for n in _checked(r)) or "—",
-              r["expected_source"], "yes" if demo_correct(r, _checked(r)) else "no"] for r in demo]
+        right_own = sum(demo_correct(r, cite(r)) for r in own)
+        rows.append([name, f"{right}/{len(demo)}", f"{right_own}/{len(own)}", round(100 * d["precision"], 1),
+                     round(100 * d["recall"], 1), f"{d['answers']}/{d['with_gold']}"])
+    per_q = [[r["set"], r["question"], _files(r, _own(r)), _files(r, _checked(r)), r["expected_source"],
+              "yes" if all(key_fact_hits(r["answer"], r["key_facts"])) else "no",
+              "yes" if demo_correct(r, _checked(r)) else "no"] for r in demo + own]
     statuses: dict[str, int] = {}
     for r in recs:
         for c in map_citations(r["answer"], _docs(r))["citations"]:
@@ -161,17 +171,22 @@ def score(args: argparse.Namespace) -> None:
         title="Citations on the right chunk",
         measures="whether an answer's citations point at the chunks holding its facts: the model's own [n] vs the "
                  "sentence-by-sentence check of `map_citations`",
-        data=f"the 6 demo questions (examples/sample_questions.json over examples/sample_corpus, hybrid k=4) and "
-             f"{len(drcd)} DRCD dev questions (seeded sample, seed {args.seed}; BM25 over the 1,000 paragraphs, k=3), "
-             "answered once by the local Qwen2.5-Coder-1.5B (full cited answers, temperature 0)",
-        command=f"python bench/bench_citations.py generate --drcd {len(drcd)} --out ANSWERS && "
-                "python bench/bench_citations.py score ANSWERS",
+        data=f"the {len(demo)} demo questions (examples/sample_questions.json) and {len(own)} questions written for "
+             "this benchmark (bench/data/citation_questions_own.json), both over examples/sample_corpus (hybrid k=4), "
+             f"and {len(drcd)} DRCD dev questions (the first {len(drcd)} of a seeded sample, seed {args.seed}; BM25 over "
+             "the 1,000 paragraphs, k=3), answered once by the local Qwen2.5-Coder-1.5B (full cited answers, "
+             "temperature 0)",
+        command=f"python bench/bench_citations.py generate --sets demo,drcd --drcd {len(drcd)} --out ANSWERS && "
+                "python bench/bench_citations.py generate --sets own --out OWN && "
+                "python bench/bench_citations.py score ANSWERS OWN",
         tables=[
-            Table(caption="Citation accuracy", columns=["citations", "demo cited correctly", "DRCD precision %",
+            Table(caption="Citation accuracy", columns=["citations", "demo cited correctly",
+                                                       "own questions cited correctly", "DRCD precision %",
                                                        "DRCD recall %", "DRCD answers citing / with a gold chunk"],
                   rows=rows),
-            Table(caption="Demo questions: the cited files", columns=["question", "model cited", "after the check",
-                                                                      "expected", "correct"], rows=per_q),
+            Table(caption="Questions over the demo corpus: the cited files",
+                  columns=["set", "question", "model cited", "after the check", "expected", "answer states the facts",
+                           "cited correctly"], rows=per_q),
             Table(caption="Sentence verdicts of the check (all answers)", columns=["status", "sentences"],
                   rows=[[k, v] for k, v in sorted(statuses.items())]),
         ],
@@ -200,7 +215,7 @@ def main() -> None:
     g.add_argument("--home", type=Path, default=Path("/tmp/ctxrag_citations_home"))
     g.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "citation_answers.json")
     s = sub.add_parser("score")
-    s.add_argument("answers", type=Path)
+    s.add_argument("answers", type=Path, nargs="+", help="answer files written by generate")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out-dir", type=Path, default=None)
     args = ap.parse_args()

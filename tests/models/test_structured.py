@@ -83,7 +83,8 @@ class _JsonObjectOnly(BaseHTTPRequestHandler):
         fmt = json.loads(self.rfile.read(int(self.headers["Content-Length"]))).get("response_format")
         self.seen.append(fmt)
         if fmt and fmt.get("type") == "json_schema":
-            status, body = 422, {"detail": [{"msg": "Input should be 'text' or 'json_object'"}]}
+            status, body = 422, {"detail": [{"loc": ["body", "response_format", "type"],
+                                             "msg": "Input should be 'text' or 'json_object'"}]}
         else:
             message = {"role": "assistant", "content": '{"relevant": true}'}
             status, body = 200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
@@ -116,6 +117,14 @@ def test_endpoint_refusing_json_schema_is_asked_for_json_object_with_the_schema(
     assert asked["type"] == "json_object" and asked["schema"]["properties"] == {"relevant": {"type": "boolean"}}
     reply = structured_reply(llm, Verdict, "Is Paris in France?", max_tokens=8)
     assert (reply.parsed, reply.error) == (Verdict(relevant=True), None)
+    assert [f["type"] for f in _JsonObjectOnly.seen[2:]] == ["json_object"]  # the refusal is remembered
+
+
+async def test_endpoint_refusing_json_schema_async(json_object_server: str) -> None:
+    from ctxrag.models.chat import make_chat_model
+
+    llm = make_chat_model(provider="openai", base_url=json_object_server, model="m", max_retries=0)
+    assert await llm.with_structured_output(Verdict).ainvoke("Is Paris in France?") == Verdict(relevant=True)
 
 
 @pytest.mark.llm

@@ -80,7 +80,6 @@ def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseC
 
 @functools.lru_cache(maxsize=1)
 def _openai_compatible_class() -> type:
-    import openai
     from langchain_openai import ChatOpenAI
 
     class ChatOpenAICompatible(ChatOpenAI):
@@ -89,9 +88,10 @@ def _openai_compatible_class() -> type:
         - It also sends the legacy ``max_tokens``: langchain-openai renames it ``max_completion_tokens``, which
           llama_cpp.server (and some older vLLM/Ollama builds) ignore, so replies would not be length-limited.
         - ``with_structured_output`` (``method="json_schema"``, the default) asks for ``response_format`` type
-          ``json_schema``; an endpoint that refuses it (llama_cpp.server answers 422 before generating) is asked
-          with ``{"type": "json_object", "schema": ...}``, which llama_cpp.server turns into a grammar, so the reply
-          follows the schema there too.
+          ``json_schema``; an endpoint that refuses that ``response_format`` (llama_cpp.server answers an error
+          before generating) is asked with ``{"type": "json_object", "schema": ...}``, which llama_cpp.server turns
+          into a grammar, so the reply follows the schema there too. The refusal is remembered per base URL for the
+          process, so later calls go straight to the form the endpoint takes.
         """
 
         def _self_hosted(self) -> bool:
@@ -111,10 +111,47 @@ def _openai_compatible_class() -> type:
                                                    tools=tools, **kwargs)
             if method != "json_schema" or schema is None or tools or kwargs or not self._self_hosted():
                 return asked
-            return asked.with_fallbacks([_json_object_with_schema(self, schema, include_raw)],
-                                        exceptions_to_handle=(openai.UnprocessableEntityError, openai.BadRequestError))
+            return _json_schema_then_json_object(asked, _json_object_with_schema(self, schema, include_raw),
+                                                 str(self.openai_api_base))
 
     return ChatOpenAICompatible
+
+
+_REFUSING_JSON_SCHEMA: set[str] = set()
+"""Base URLs of endpoints that refused ``response_format`` type json_schema in this process."""
+
+
+def _refused_response_format(exc: BaseException) -> bool:
+    import openai
+
+    return isinstance(exc, openai.APIStatusError) and "response_format" in f"{exc} {exc.body}"
+
+
+def _json_schema_then_json_object(asked: Any, fallback: Any, base_url: str) -> Any:
+    """``asked`` (json_schema), or ``fallback`` (json_object with the schema) once the endpoint refused the first."""
+    from langchain_core.runnables import RunnableLambda
+
+    def run(input_: Any, config: Any) -> Any:
+        if base_url not in _REFUSING_JSON_SCHEMA:
+            try:
+                return asked.invoke(input_, config)
+            except Exception as exc:
+                if not _refused_response_format(exc):
+                    raise
+                _REFUSING_JSON_SCHEMA.add(base_url)
+        return fallback.invoke(input_, config)
+
+    async def arun(input_: Any, config: Any) -> Any:
+        if base_url not in _REFUSING_JSON_SCHEMA:
+            try:
+                return await asked.ainvoke(input_, config)
+            except Exception as exc:
+                if not _refused_response_format(exc):
+                    raise
+                _REFUSING_JSON_SCHEMA.add(base_url)
+        return await fallback.ainvoke(input_, config)
+
+    return RunnableLambda(run, afunc=arun, name="structured_output")
 
 
 def _json_object_with_schema(model: BaseChatModel, schema: Any, include_raw: bool) -> Any:
