@@ -118,25 +118,33 @@ def figures(text: str) -> list[str]:
     return [_squash(m.group(1) + (m.group(2) or "")) for m in _FIGURE.finditer(CITATION_MARK.sub("", text))]
 
 
-_SENTENCE = re.compile(r".+?(?:[。！？!?；;]|\.(?=[\s\[]|$)|\n|$)(?:\s*" + CITATION_MARK.pattern + ")*", re.S)
+# markers after a sentence's end on the same line are its citations; one that opens a line labels what follows it
+_SENTENCE = re.compile(r"\s*(?:" + CITATION_MARK.pattern + r"\s*)*.+?(?:(?:[。！？!?；;]|\.(?=[\s\[]|$))(?:[ \t]*"
+                       + CITATION_MARK.pattern + r")*|\n|$)", re.S)
 _STOP_UNITS = frozenset(
     "the a an of to in on and or is are was were be it its this that for with as by at from can will which what "
     "who how when where does do has have not no yes".split())
 MIN_SUPPORT = 0.35
 """Share of a sentence's words / CJK bigrams a chunk must hold to support it (chosen on the citations benchmark)."""
+MIN_NEW_UNITS = 2
+"""Words / CJK bigrams of a sentence, held by no better chunk, that a further chunk must hold to stay cited beside
+the best one (one shared bigram is often chance)."""
 
 
 _LABELLED = re.compile(r"(?:\s*" + CITATION_MARK.pattern + r")*.+?(?:[。！？!?；;]|\.(?=[\s\[]|$)|\n|$)", re.S)
 
 
 def sentences(answer: str) -> list[str]:
-    """The answer cut into sentences, each keeping the `[n]` markers written right after its end; an answer that
-    opens with a marker uses them as labels ("[2] 2.0 版于……发布。"), so there a marker goes with what follows it.
+    """The answer cut into sentences, each keeping the `[n]` markers written right after its end on the same line; an
+    answer that opens with a marker uses them as labels ("[2] 2.0 版于……发布。"), so there a marker goes with what
+    follows it, and so does a marker that opens a line.
 
     >>> sentences("Port 7420 [1]. Change it in xinghe.toml.[2] 端口是 7420。[1]")
     ['Port 7420 [1].', ' Change it in xinghe.toml.[2]', ' 端口是 7420。[1]']
     >>> sentences("[1] 端口是 7420。 [2] 默认关闭。")
     ['[1] 端口是 7420。', ' [2] 默认关闭。']
+    >>> sentences("详情如下：\\n[2] 端口是 7420。\\n[3]\\n默认关闭。")
+    ['详情如下：\\n', '[2] 端口是 7420。', '\\n[3]\\n默认关闭。']
     """
     pattern = _LABELLED if CITATION_MARK.match(answer.lstrip()) else _SENTENCE
     return [m.group(0) for m in pattern.finditer(answer) if m.group(0).strip()]
@@ -173,13 +181,19 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     if (len(units) < 2 or lead_in) and not figs:
         return {**out, "sources": cited, "status": "no_facts"}
     ns = range(1, len(docs) + 1)
-    support = {n: len(units & _grams(docs[n - 1].page_content)) / max(1, len(units)) for n in ns}
+    has = {n: units & _grams(docs[n - 1].page_content) for n in ns}
+    support = {n: len(has[n]) / max(1, len(units)) for n in ns}
+    # what a chunk holds of the sentence beyond what every retrieved chunk holds: the words the retriever matched
+    # (the question's, repeated in the answer) are in all of them and tell nothing about where the fact is
+    common = set.intersection(*has.values()) if len(docs) > 1 else set()
+    own = {n: has[n] - common for n in ns}
+    distinct = {n: len(own[n]) / max(1, len(units - common)) for n in ns}
     held = {f: [n for n in ns if f in texts[n - 1]] for f in figs}
     held = {f: hs for f, hs in held.items() if hs}
     numbered = {n for n in ns if nums and nums <= _numbers(docs[n - 1].page_content)}
 
-    def evidence(n: int) -> tuple[int, int, float]:
-        return (sum(n in hs for hs in held.values()), n in numbered, support[n])
+    def evidence(n: int) -> tuple[int, int, float, float]:
+        return (sum(n in hs for hs in held.values()), n in numbered, distinct[n], support[n])
 
     def holds(n: int) -> bool:
         if held:
@@ -193,6 +207,17 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     best = max(ns, key=lambda n: (evidence(n), -n)) if docs else None
     if not kept and best is not None and holds(best):
         kept = [best]
+    if len(kept) > 1:  # several chunks hold it: keep the best, and each other that adds facts the kept ones lack
+        covered: set[str] = set()
+        figs_covered: set[str] = set()
+        adding = []
+        for n in sorted(kept, key=lambda n: (evidence(n), -n), reverse=True):
+            figs_n = {f for f, hs in held.items() if n in hs}
+            if not adding or len(own[n] - covered) >= MIN_NEW_UNITS or figs_n - figs_covered:
+                adding.append(n)
+                covered |= own[n]
+                figs_covered |= figs_n
+        kept = [n for n in kept if n in adding]
     if not kept:
         return {**out, "sources": [], "status": "unsupported"}
     status = "ok" if kept == cited else ("added" if not cited else "corrected")
@@ -200,9 +225,28 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
 
 
 def check_citations(answer: str, docs: list[Document]) -> list[dict[str, Any]]:
-    """`check_sentence` for every sentence of `answer`."""
+    """`check_sentence` for every sentence of `answer`.
+
+    A sentence that is only a citation ("Source: [3]", "来源：[1]") cites for the sentence with facts before it (the
+    one after it when it comes first): its citations are kept only where that chunk holds that sentence's facts."""
     texts = [_squash(d.page_content) for d in docs]
-    return [check_sentence(s, docs, texts) for s in sentences(answer)]
+    checked = [check_sentence(s, docs, texts) for s in sentences(answer)]
+    factual = [i for i, c in enumerate(checked) if c["status"] != "no_facts"]
+    for i, c in enumerate(checked):
+        if c["status"] != "no_facts" or not c["cited"] or not factual or not _citation_only(c["sentence"]):
+            continue
+        ref = max((j for j in factual if j < i), default=min(factual))
+        facts = CITATION_MARK.sub("", checked[ref]["sentence"])
+        markers = " ".join(f"[{n}]" for n in c["cited"])
+        holding = [n for n in check_sentence(f"{facts} {markers}", docs, texts)["sources"] if n in c["cited"]]
+        checked[i] = {**c, "sources": holding, "status": "ok" if holding == c["cited"] else "corrected"}
+    return checked
+
+
+def _citation_only(sentence: str) -> bool:
+    """Whether a sentence is just citation markers, perhaps after a short label ("Source:", "来源：")."""
+    rest = CITATION_MARK.sub("", sentence).strip(" \t\n.。:：;；,，()（）")
+    return len(rest) <= 12 and not _numbers(rest)
 
 
 def map_citations(answer: str, docs: list[Document], *, check: bool = True) -> dict[str, Any]:
