@@ -122,6 +122,11 @@ def test_a_marker_that_opens_a_line_labels_the_text_after_it() -> None:
         ([2], [2]), ([1], [1])]
 
 
+def test_a_number_with_another_unit_does_not_hold_a_figure() -> None:
+    out = map_citations("The free trial lasts 30 days [2].", DEMO_DOCS)  # [2] has "30 minutes", [1] "30 yuan"
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("unsupported", [])]
+
+
 def test_a_right_citation_is_left_alone() -> None:
     out = map_citations("Team plan customers get 200 GB [1].", DEMO_DOCS)
     assert out["citations"][0]["status"] == "ok" and [(s["n"], s.get("inferred", False)) for s in out["sources"]] == [

@@ -161,13 +161,30 @@ def _numbers(text: str) -> set[str]:
     return set(_NUMBER.findall(CITATION_MARK.sub("", text)))
 
 
+def _number_units(text: str) -> dict[str, set[str]]:
+    """Each number in ``text`` with the unit words written after it (``""`` for none)."""
+    found: dict[str, set[str]] = {}
+    for m in _FIGURE.finditer(CITATION_MARK.sub("", text)):
+        found.setdefault(m.group(1), set()).add((m.group(2) or "").lower())
+    return found
+
+
+def _holds_numbers(sentence: dict[str, set[str]], chunk: dict[str, set[str]]) -> bool:
+    """Whether a chunk has every number of the sentence, each bare or with a unit the sentence gives it: "200" in
+    ``"team": 200`` holds "200 GB", "30 minutes" does not hold "30 days"."""
+    return bool(sentence) and all(
+        num in chunk and ("" in units or "" in chunk[num] or bool(units & chunk[num])) for num, units in sentence.items())
+
+
 def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None = None) -> dict[str, Any]:
     """One sentence's citations checked against the numbered `docs`.
 
     Whether a chunk holds the sentence is decided by the strongest evidence there is: when some retrieved chunk
     contains one of the sentence's figures as written (`figures`: "30 minutes", "2022年"), a chunk holds the sentence
-    only if it contains one of those figures; otherwise a chunk holding all of the sentence's numbers ("200" for
-    "200 GB" in ``"team": 200``) or at least `MIN_SUPPORT` of its words / CJK bigrams holds it. Status: ``ok``
+    only if it contains one of those figures; otherwise a chunk holding all of the sentence's numbers, bare or with
+    the same unit (`_holds_numbers`: "200" for "200 GB" in ``"team": 200``, not "30 minutes" for "30 days"), or at
+    least `MIN_SUPPORT` of its words / CJK bigrams holds it. Of several chunks that hold it, one adding no facts
+    beyond the better ones is dropped (`MIN_NEW_UNITS`). Status: ``ok``
     (every cited chunk holds it), ``corrected`` (a cited chunk that does not hold it is dropped, or the chunk holding
     a figure no cited chunk holds is added), ``added`` (nothing cited; the chunk that holds it best is cited),
     ``unsupported`` (no retrieved chunk holds it: flagged, its citations are not counted as sources) or ``no_facts``
@@ -175,7 +192,7 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     """
     texts = texts if texts is not None else [_squash(d.page_content) for d in docs]
     cited = [n for n in cited_numbers(sentence) if 1 <= n <= len(docs)]
-    units, figs, nums = _units(sentence), figures(sentence), _numbers(sentence)
+    units, figs = _units(sentence), figures(sentence)
     out: dict[str, Any] = {"sentence": sentence.strip(), "cited": cited}
     lead_in = CITATION_MARK.sub("", sentence).strip().endswith((":", "："))  # "以下是答案：" introduces the next one
     if (len(units) < 2 or lead_in) and not figs:
@@ -190,7 +207,8 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     distinct = {n: len(own[n]) / max(1, len(units - common)) for n in ns}
     held = {f: [n for n in ns if f in texts[n - 1]] for f in figs}
     held = {f: hs for f, hs in held.items() if hs}
-    numbered = {n for n in ns if nums and nums <= _numbers(docs[n - 1].page_content)}
+    nums_units = _number_units(sentence)
+    numbered = {n for n in ns if _holds_numbers(nums_units, _number_units(docs[n - 1].page_content))}
 
     def evidence(n: int) -> tuple[int, int, float, float]:
         return (sum(n in hs for hs in held.values()), n in numbered, distinct[n], support[n])
