@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.indexing.strategies import ChunkContextualizer
     from ctxrag.stores.graph import GraphIndex
+    from ctxrag.vectorstore import KnowledgeBaseVectorStore
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
 TRASH_PREFIX = ".deleted-"
@@ -338,10 +339,10 @@ class KnowledgeBase:
 
         return make_retriever(self, mode=mode, k=k, **kwargs)
 
-    # -- LangChain VectorStore face (ctxrag.vectorstore) ---------------------------------------------------------
-    def as_vectorstore(self) -> Any:
+    # -- LangChain VectorStore face (ctxrag.vectorstore, a layer below: it sees this class as a VectorStoreTarget) --
+    def as_vectorstore(self) -> KnowledgeBaseVectorStore:
         """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
-        from ctxrag.vectorstore import KnowledgeBaseVectorStore
+        from ctxrag.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
 
         return KnowledgeBaseVectorStore(self)
 

@@ -45,6 +45,7 @@ from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResiden
 from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.vectorstore import KnowledgeBaseVectorStore
     from ctxrag.indexing.bulk_import import PrecomputedDocument
 
 LITE_FILE = "milvus-kb.db"
@@ -206,6 +207,12 @@ class MilvusKnowledgeBase:
         from ctxrag.retrievers.factory import make_retriever
 
         return make_retriever(self, mode=mode, k=k, **kwargs)
+
+    def as_vectorstore(self) -> KnowledgeBaseVectorStore:
+        """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
+        from ctxrag.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
+
+        return KnowledgeBaseVectorStore(self)
 
     # -- documents ----------------------------------------------------------------------------------------------
     def list_documents(self) -> list[DocumentRecord]:
