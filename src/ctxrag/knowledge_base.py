@@ -50,7 +50,7 @@ from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, Key
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
-    from ctxrag.indexing.strategies import ChunkContextualizer
+    from ctxrag.indexing.contexts.strategies import ChunkContextualizer
     from ctxrag.stores.graph import GraphIndex
     from ctxrag.vectorstore import KnowledgeBaseVectorStore
 
@@ -230,7 +230,7 @@ class KnowledgeBase:
         """The settings' contextualizer when contexts are on (`contextualize`, else ``settings.contextualize``)."""
         if not (self.settings.contextualize if contextualize is None else contextualize):
             return None
-        from ctxrag.indexing.strategies import make_contextualizer
+        from ctxrag.indexing.contexts.strategies import make_contextualizer
 
         return make_contextualizer(self.settings.context_strategy, settings=self.settings, show_progress=progress)
 

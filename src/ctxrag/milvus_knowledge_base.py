@@ -255,7 +255,7 @@ class MilvusKnowledgeBase:
         signature: here every document is visible as soon as it is written."""
         if contextualizer is None and precomputed_contexts is None and \
                 (self.settings.contextualize if contextualize is None else contextualize):
-            from ctxrag.indexing.strategies import make_contextualizer
+            from ctxrag.indexing.contexts.strategies import make_contextualizer
 
             contextualizer = make_contextualizer(self.settings.context_strategy, settings=self.settings,
                                                  show_progress=progress)
