@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ["ctxrag.indexing.pipeline", "ctxrag.indexing.contextualizer", "ctxrag.models.chat",
+HEAVY = ["ctxrag.indexing.pipeline", "ctxrag.indexing.contexts.chunk_context", "ctxrag.models.chat",
          "langchain_core.language_models.chat_models", "ctxrag.graph", "scipy", "jieba", "pkg_resources", "llama_cpp"]
 
 
