@@ -100,6 +100,8 @@ def test_a_citation_only_sentence_cites_for_the_sentence_before_it() -> None:
     assert (source["status"], source["cited"], source["sources"]) == ("corrected", [1], [])
     right = map_citations("P1 incidents on the Enterprise plan are answered within 30 minutes.\n来源：[2]", DEMO_DOCS)
     assert [(c["status"], c["sources"]) for c in right["citations"]] == [("added", [2]), ("ok", [2])]
+    only_markers = map_citations("[1] [2]", DEMO_DOCS)  # a real answer of the 1.5B model to a DRCD question
+    assert only_markers["sources"] == [] and only_markers["citations"][0]["cited"] == [1, 2]
 
 
 TOPIC = [  # three passages a retriever found for one question: all about the same subject

@@ -246,12 +246,16 @@ def check_citations(answer: str, docs: list[Document]) -> list[dict[str, Any]]:
     """`check_sentence` for every sentence of `answer`.
 
     A sentence that is only a citation ("Source: [3]", "来源：[1]") cites for the sentence with facts before it (the
-    one after it when it comes first): its citations are kept only where that chunk holds that sentence's facts."""
+    one after it when it comes first): its citations are kept only where that chunk holds that sentence's facts, and
+    in an answer without a sentence of facts they are not counted as sources."""
     texts = [_squash(d.page_content) for d in docs]
     checked = [check_sentence(s, docs, texts) for s in sentences(answer)]
     factual = [i for i, c in enumerate(checked) if c["status"] != "no_facts"]
     for i, c in enumerate(checked):
-        if c["status"] != "no_facts" or not c["cited"] or not factual or not _citation_only(c["sentence"]):
+        if c["status"] != "no_facts" or not c["cited"] or not _citation_only(c["sentence"]):
+            continue
+        if not factual:  # an answer of markers alone ("[1] [2]") states nothing to cite a chunk for
+            checked[i] = {**c, "sources": []}
             continue
         ref = max((j for j in factual if j < i), default=min(factual))
         facts = CITATION_MARK.sub("", checked[ref]["sentence"])
