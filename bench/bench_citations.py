@@ -114,11 +114,15 @@ def states_reference(rec: dict[str, Any]) -> bool:
     return any(r and r in rec["answer"] for r in rec["references"])
 
 
+def _gold(rec: dict[str, Any]) -> set[int]:
+    return {i for i, d in enumerate(rec["documents"], 1) if any(r and r in d["text"] for r in rec["references"])}
+
+
 def drcd_scores(recs: list[dict[str, Any]], cite: Any) -> dict[str, float]:
     hit = cited_total = answers = with_gold = recalled = silent = 0
     right_hit = right_total = 0
     for rec in recs:
-        gold = {i for i, d in enumerate(rec["documents"], 1) if any(r and r in d["text"] for r in rec["references"])}
+        gold = _gold(rec)
         if not gold:
             continue
         with_gold += 1
@@ -182,6 +186,8 @@ def score(args: argparse.Namespace) -> None:
         for c in map_citations(r["answer"], _docs(r))["citations"]:
             statuses[c["status"]] = statuses.get(c["status"], 0) + 1
     secs = sorted(r["seconds"] for r in recs)
+    off_gold = [r for r in drcd if (g := _gold(r)) and set(_checked(r)) - g]
+    misses = [r for r in demo + own if not demo_correct(r, _checked(r))]
     write_page_data(
         "citations",
         title="Citations on the right chunk",
@@ -213,6 +219,12 @@ def score(args: argparse.Namespace) -> None:
                "reference answer string, so an answer citing a chunk that paraphrases the fact counts as wrong, and so "
                "does a wrong answer citing the chunk that holds what it says; the second precision column counts only "
                "answers that state a reference answer as written.",
+               f"After the check, {len(off_gold)} DRCD answers cite a chunk without a reference answer; "
+               f"{sum(not states_reference(r) for r in off_gold)} of them do not state a reference answer (wrong or "
+               "off-topic answers, whose sentences the check cites to the chunk that holds what they say). Of the "
+               f"{len(misses)} demo and own questions not cited correctly, "
+               f"{sum(not all(key_fact_hits(r['answer'], r['key_facts'])) for r in misses)} answers do not state the "
+               "key facts (the model answered another fact, or retrieval missed the source).",
                f"How the check's rules were chosen: the rules added on 26 Nov (a citation-only sentence such as "
                "'Source: [3]' is checked against the sentence before it, and an answer of markers alone cites nothing; "
                "of several chunks holding a sentence, one adding no facts beyond the better ones is dropped, words "
