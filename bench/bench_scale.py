@@ -544,6 +544,9 @@ def main() -> None:
     ap.add_argument("--notes", type=int, default=1000, help="Single-note commits (segmented design).")
     ap.add_argument("--old-notes", type=int, default=20, help="Single-note commits (old design: each writes all).")
     ap.add_argument("--record", action="store_true", help="With --segments: write the scale page data.")
+    ap.add_argument("--rows-out", type=Path, default=None, help="With --segments: save the rows as JSON.")
+    ap.add_argument("--record-rows", type=Path, nargs="+", default=None,
+                    help="Write the scale page data from rows saved by --rows-out runs.")
     ap.add_argument("--segment-worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.segment_worker:
@@ -563,8 +566,15 @@ def main() -> None:
         print("| " + " | ".join(columns) + " |")
         for row in table_rows:
             print("| " + " | ".join(str(c) for c in row) + " |")
+        if args.rows_out:
+            args.rows_out.write_text(json.dumps(rows), encoding="utf-8")
         if args.record:
             record_segments(rows, "python " + " ".join(sys.argv))
+        return
+    if args.record_rows:  # rows of separate --segments runs (one per size) recorded as one table
+        rows = [r for p in args.record_rows for r in json.loads(p.read_text(encoding="utf-8"))]
+        record_segments(rows, "python bench/bench_scale.py --segments --sizes N --rows-out rows-N.json  "
+                              "# per size, then --record-rows rows-*.json")
         return
     if args.worker:
         home, kb, qpath, extra = args.worker

@@ -141,6 +141,21 @@ class FaissIndex:
         if len(self._dead) > max(1000, _TOMBSTONE_FRACTION * self._index.ntotal):
             self.rebuild(self.kind)
 
+    def hide(self, chunk_ids: list[str]) -> None:
+        """Drop chunks from this index's searches without changing the FAISS data (a tombstone in a read-only,
+        memory-mapped segment, see `ctxrag.stores.dense_segments`): they leave the id maps and an id selector skips
+        them."""
+        ids = [self._int_of.pop(c) for c in chunk_ids if c in self._int_of]
+        for i in ids:
+            self._chunk_of.pop(i, None)
+        self._dead.update(ids)
+
+    def _skip_dead(self) -> faiss.IDSelector | None:
+        if not self._dead:
+            return None
+        batch = faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
+        return faiss.IDSelectorNot(batch)  # the faiss wrapper keeps `batch` referenced from it
+
     def _writable(self) -> None:
         """A memory-mapped index is read-only (FAISS aborts the process on a write into it): before the first write,
         read the file into memory, or, if that file is gone (another process committed a newer generation), copy
@@ -203,7 +218,10 @@ class FaissIndex:
                 return []
             k = min(k, int(allowed.size))
         if self.kind == "flat":
-            if allowed is None:
+            if allowed is None and self._dead:  # hidden (flat deletes remove the vectors instead)
+                skip = self._skip_dead()
+                scores, ids = self._index.search(q, k, params=faiss.SearchParameters(sel=skip))
+            elif allowed is None:
                 scores, ids = self._index.search(q, k)
             else:
                 sel = faiss.IDSelectorBatch(allowed)
@@ -217,8 +235,7 @@ class FaissIndex:
             ef = min(max(ef, 16 * k), ef * math.ceil(len(self._int_of) / allowed.size))
             sel = faiss.IDSelectorBatch(allowed)
         elif self._dead:
-            batch = faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
-            sel = faiss.IDSelectorNot(batch)
+            sel = self._skip_dead()
         else:
             sel = None
         params.efSearch = ef

@@ -1,7 +1,7 @@
 """`SegmentedDenseIndex`: the FAISS dense index as immutable segments (see `ctxrag.stores.segments`).
 
-A search asks every segment for its top-k (a segment with tombstones for ``k`` plus their count, then drops them)
-and keeps the best k over all, so a flat (exact) index answers exactly what one merged flat index would. Fresh
+A search asks every segment for its top-k (tombstones are hidden from a segment's searches by a FAISS id selector,
+never written into it) and keeps the best k over all, so a flat (exact) index answers exactly what one merged flat index would. Fresh
 segments are small and flat; a merge builds the kind the dense settings choose for its size (HNSW past
 ``hnsw_threshold``), from the stored vectors, never re-embedding.
 
@@ -30,6 +30,15 @@ _BLOCK = 50_000
 
 class SegmentedDenseIndex(SegmentedIndex):
     """A `DenseIndex` over segments of FAISS indexes, searched together."""
+
+    tombstones_in_index = True
+
+    def hide_in(self, index: ChunkIndex, chunk_ids: list[str]) -> None:
+        hide = getattr(index, "hide", None)
+        if hide is None:  # not FAISS: a plain delete
+            index.delete(chunk_ids)
+        else:  # never `delete`: it would read a memory-mapped segment into memory to change it
+            hide(chunk_ids)
 
     @property
     def dim(self) -> int | None:

@@ -126,8 +126,8 @@ class SegmentedIndex:
     index of the kind, `load_segment` loads one from a folder (None: "rebuild from the document store")."""
 
     tombstones_in_index = False
-    """True when a tombstone is also deleted from the loaded segment object (BM25: its statistics must exclude it);
-    else searches filter tombstoned ids out."""
+    """True when a tombstone is also applied to the loaded segment object (`hide_in`: BM25 deletes it, so its
+    statistics exclude it; FAISS hides it behind an id selector); else searches must filter tombstoned ids out."""
 
     def __init__(self, name: str, make: MakeIndex, load_segment: LoadIndex, *,
                  policy: MergePolicy | None = None, kb_name: str = "NAME") -> None:
@@ -183,7 +183,11 @@ class SegmentedIndex:
             if hit:
                 s.dead.update(hit)
                 if self.tombstones_in_index:
-                    s.index.delete(hit)
+                    self.hide_in(s.index, hit)
+
+    def hide_in(self, index: ChunkIndex, chunk_ids: list[str]) -> None:
+        """Apply tombstones to a loaded segment (in memory only; segment files never change)."""
+        index.delete(chunk_ids)
 
     def parts(self) -> Iterator[tuple[ChunkIndex, set[str]]]:
         """Each segment's index with the tombstones a search must skip (none where they are applied), oldest
