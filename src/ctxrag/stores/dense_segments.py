@@ -1,9 +1,9 @@
 """`SegmentedDenseIndex`: the FAISS dense index as immutable segments (see `ctxrag.stores.segments`).
 
 A search asks every segment for its top-k (tombstones are hidden from a segment's searches by a FAISS id selector,
-never written into it) and keeps the best k over all, so a flat (exact) index answers exactly what one merged flat index would. Fresh
-segments are small and flat; a merge builds the kind the dense settings choose for its size (HNSW past
-``hnsw_threshold``), from the stored vectors, never re-embedding.
+never written into it) and keeps the best k over all, so flat (exact) segments answer exactly what one merged flat
+index would. Fresh segments are small and flat; a merge builds the kind the dense settings choose for its size
+(HNSW past ``hnsw_threshold``), from the stored vectors, never re-embedding.
 
 Example::
 

@@ -312,7 +312,8 @@ class SegmentedIndex:
             _verify(seg_dir, files, self.kb_name)
             index = self._load_segment(seg_dir)
             if index is None:
-                raise IndexCorruptError(f"{seg_dir}: segment of index {self.name!r} cannot be loaded; {_repair(self.kb_name)}")
+                raise IndexCorruptError(f"{seg_dir}: segment of index {self.name!r} cannot be loaded; "
+                                        f"{_repair(self.kb_name)}")
             s = Sealed(str(e["id"]), seg_dir, index, int(e["size"]), files)
             self.sealed.append(s)
             self._tombstone(list(e.get("dead", [])))

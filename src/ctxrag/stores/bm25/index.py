@@ -80,7 +80,7 @@ class BM25Index:
         self._weights: list[SegmentWeights] | None = None  # per segment, filled per column on first use
         self._accumulator = Accumulator()
         self._mapped: MappedFile | None = None  # the .npz whose postings are memory-mapped (checked before a query)
-        self._given: tuple[np.ndarray, float] | None = None  # (idf per term, avgdl) of a larger corpus, see use_statistics
+        self._given: tuple[np.ndarray, float] | None = None  # (idf, avgdl) of a larger corpus: use_statistics
 
     # ---- building -------------------------------------------------------------------------------------------
     def add(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> None:
