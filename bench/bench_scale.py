@@ -253,15 +253,16 @@ def _query_p50(kb: Any, queries: list[dict[str, Any]], n: int = 100) -> dict[str
     for mode in ("dense", "bm25", "hybrid"):
         for q in queries[:5]:
             kb.search(q["text"], k=10, mode=mode)
-        times, recalls = [], []
+        times, cpu, recalls = [], [], []
         for q in queries[:n]:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             docs = kb.search(q["text"], k=10, mode=mode)
+            cpu.append((time.thread_time() - c) * 1000)
             times.append((time.perf_counter() - t) * 1000)
             if mode == "dense":
                 truth = {f"synth://doc{i // CHUNKS_PER_DOC}#{i % CHUNKS_PER_DOC}" for i in q["truth"]}
                 recalls.append(len(truth & {f"{d.metadata['source']}#{d.metadata['chunk_index']}" for d in docs}) / 10)
-        out[f"{mode}_p50"] = _pct(times, 50)
+        out[f"{mode}_p50"], out[f"{mode}_cpu_p50"] = _pct(times, 50), _pct(cpu, 50)
         if recalls:
             out["recall10"] = float(np.mean(recalls))
     return out
@@ -289,10 +290,11 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
         def embed_query(self, text: str) -> list[float]:
             return table[text]
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     kb = KnowledgeBase.open(kb_name, Settings(home=home), create=False, embeddings=LookupEmbeddings())
     len(kb.dense)  # the indexes are loaded on first use: part of opening
-    out: dict[str, Any] = {"design": design, "open_s": time.perf_counter() - start, "chunks": len(kb.dense)}
+    out: dict[str, Any] = {"design": design, "open_s": time.perf_counter() - start,
+                           "open_cpu_s": time.process_time() - cpu, "chunks": len(kb.dense)}
     out.update(_query_p50(kb, queries))
     dim = kb_dimension(kb.dense, kb.settings)
     start = time.perf_counter()
@@ -303,12 +305,14 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
     assert len(kb.delete_documents(victims)) == 100
     out["delete100_s"] = time.perf_counter() - start
     notes = [d for batch in read_precomputed(notes_path, kb.name, dim=dim) for d in batch][:n_notes]
-    times = []
+    times, cpu_times = [], []
     for doc in notes:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         kb.import_precomputed([[doc]])
         times.append(time.perf_counter() - t)
-    out.update(notes=len(notes), note_p50_s=_pct(times, 50), note_total_s=float(sum(times)),
+        cpu_times.append(time.process_time() - c)
+    out.update(notes=len(notes), note_p50_s=_pct(times, 50), note_cpu_p50_s=_pct(cpu_times, 50),
+               note_total_s=float(sum(times)),
                disk_after_notes_mb=_du_mb(kb.root))
     out.update({f"after_notes_{k}": v for k, v in _query_p50(kb, queries).items()})
     if design == "new":
@@ -363,18 +367,27 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int]) ->
 
 
 def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    columns = ["chunks", "design", "open s", "dense / bm25 / hybrid p50 ms", "recall@10", "+100 chunks s",
-               "delete 100 docs s", "single-note commits", "per commit p50 s", "disk after notes MB",
-               "hybrid p50 after notes ms", "disk merged MB", "hybrid p50 merged ms", "optimize s"]
+    columns = ["chunks", "design", "open s (CPU)", "dense / bm25 / hybrid p50 ms (CPU)", "recall@10",
+               "+100 chunks s", "delete 100 docs s", "single-note commits", "per commit p50 s (CPU)",
+               "disk after notes MB", "hybrid p50 after notes ms (CPU)", "disk merged MB",
+               "hybrid p50 merged ms (CPU)", "optimize s"]
+
+    def cpu(r: dict[str, Any], key: str, fmt: str = ".1f") -> str:
+        return f" ({r[key]:{fmt}})" if key in r else ""
+
     out = []
     for r in rows:
         merged = r["design"] == "new"
-        out.append([f"{r['n']:,}", "segments" if merged else "whole index per commit", round(r["open_s"], 2),
-                    f"{r['dense_p50']:.1f} / {r['bm25_p50']:.1f} / {r['hybrid_p50']:.1f}", round(r["recall10"], 3),
-                    round(r["incr100_s"], 2), round(r["delete100_s"], 2), r["notes"], round(r["note_p50_s"], 3),
-                    round(r["disk_after_notes_mb"]), round(r["after_notes_hybrid_p50"], 1),
-                    round(r["disk_merged_mb"]) if merged else "-",
-                    round(r["merged_hybrid_p50"], 1) if merged else "-", round(r["optimize_s"], 1) if merged else "-"])
+        modes = " / ".join(f"{r[m + '_p50']:.1f}{cpu(r, m + '_cpu_p50')}" for m in ("dense", "bm25", "hybrid"))
+        out.append([
+            f"{r['n']:,}", "segments" if merged else "whole index per commit",
+            f"{r['open_s']:.2f}{cpu(r, 'open_cpu_s', '.2f')}", modes, round(r["recall10"], 3),
+            round(r["incr100_s"], 2), round(r["delete100_s"], 2), r["notes"],
+            f"{r['note_p50_s']:.3f}{cpu(r, 'note_cpu_p50_s', '.3f')}", round(r["disk_after_notes_mb"]),
+            f"{r['after_notes_hybrid_p50']:.1f}{cpu(r, 'after_notes_hybrid_cpu_p50')}",
+            round(r["disk_merged_mb"]) if merged else "-",
+            f"{r['merged_hybrid_p50']:.1f}{cpu(r, 'merged_hybrid_cpu_p50')}" if merged else "-",
+            round(r["optimize_s"], 1) if merged else "-"])
     return columns, out
 
 
