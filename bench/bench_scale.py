@@ -391,7 +391,7 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
     return columns, out
 
 
-def record_segments(rows: list[dict[str, Any]], command: str) -> None:
+def record_segments(rows: list[dict[str, Any]], command: str, extra_notes: list[str] = ()) -> None:
     """Add the segments table to the scale page data, keeping the earlier table (with its provenance)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pagedata import DATA_DIR, Table, write_page_data
@@ -411,7 +411,7 @@ def record_segments(rows: list[dict[str, Any]], command: str) -> None:
                "policy merges small segments, `kb optimize` merges all.",
                "single-note commits: one one-chunk document per commit through `kb.import_precomputed`; fewer for "
                "the old design, whose per-commit cost is the number to compare. disk merged: after `kb optimize` "
-               "(two kept generations of the merged index)."])
+               "(two kept generations of the merged index).", *extra_notes])
     write_page_data("scale", title=old["title"], measures=old["measures"] + "; segmented vs whole-index commits",
                     data=old["data"], command=old["command"] + "\n" + command, tables=[keep, new],
                     notes=old.get("notes", []))
@@ -560,6 +560,7 @@ def main() -> None:
     ap.add_argument("--rows-out", type=Path, default=None, help="With --segments: save the rows as JSON.")
     ap.add_argument("--record-rows", type=Path, nargs="+", default=None,
                     help="Write the scale page data from rows saved by --rows-out runs.")
+    ap.add_argument("--note", action="append", default=[], help="A note for the recorded segments table.")
     ap.add_argument("--segment-worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.segment_worker:
@@ -582,12 +583,12 @@ def main() -> None:
         if args.rows_out:
             args.rows_out.write_text(json.dumps(rows), encoding="utf-8")
         if args.record:
-            record_segments(rows, "python " + " ".join(sys.argv))
+            record_segments(rows, "python " + " ".join(sys.argv), args.note)
         return
     if args.record_rows:  # rows of separate --segments runs (one per size) recorded as one table
         rows = [r for p in args.record_rows for r in json.loads(p.read_text(encoding="utf-8"))]
         record_segments(rows, "python bench/bench_scale.py --segments --sizes N --rows-out rows-N.json  "
-                              "# per size, then --record-rows rows-*.json")
+                              "# per size, then --record-rows rows-*.json", args.note)
         return
     if args.worker:
         home, kb, qpath, extra = args.worker
