@@ -1,7 +1,7 @@
 """jieba's default dictionary, loaded only as far as the text being segmented needs it.
 
-jieba keeps its dictionary as one dict of about half a million words and word prefixes; loading it, even from jieba's
-own marshal cache, costs more than everything else a one-query ``ctxrag search`` does. Every lookup jieba makes while
+jieba keeps its whole dictionary as one dict of words and word prefixes; loading it, even from jieba's own marshal
+cache, costs more than everything else a one-query ``ctxrag search`` does. Every lookup jieba makes while
 segmenting a text (the prefix DAG, the route scores, the search-mode n-grams, the check before its HMM fallback) is a
 substring of that text, so only the entries starting with one of the text's characters can matter.
 `ShardedDictionary` keeps the dictionary split by first character in one cache file under the models cache
