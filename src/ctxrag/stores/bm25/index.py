@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ctxrag.errors import ConfigError, IndexCorruptError
 from ctxrag.stores.bm25 import storage
@@ -85,6 +84,8 @@ class BM25Index:
         """Tokenise and add documents; a given id already in the index is replaced."""
         if isinstance(texts, str):
             raise ValueError("add() takes a list of texts, not one string")
+        from tqdm.auto import tqdm  # building only: opening and searching an index never load it
+
         tokens = [self.tokenizer(t) for t in tqdm(texts, desc="bm25 tokenize", disable=not self._progress(len(texts)))]
         self.add_tokens(tokens, ids)
 
@@ -100,6 +101,8 @@ class BM25Index:
             return
         self._keys.append(ids, n)
         steps = range(0, n, _BATCH_DOCS)
+        from tqdm.auto import tqdm
+
         for start in tqdm(steps, desc="bm25 index", disable=not self._progress(n)):
             self._append_segment(documents[start : start + _BATCH_DOCS])
 
