@@ -231,7 +231,7 @@ def test_loaded_index_is_memory_mapped_and_becomes_writable(config: DenseIndexSe
     idx.save(tmp_path / "g")
     for remove_file in (False, True):
         loaded = FaissIndex.load(tmp_path / "g", config)
-        assert (loaded._mapped_from is not None) == bool(dense_mod._MMAP_FLAG)
+        assert (loaded._mapped_from is not None) == bool(dense_mod._mmap_flag())
         assert loaded.search(vecs[5], 3) == idx.search(vecs[5], 3)
         loaded.save(tmp_path / "copy")  # saving a mapped index writes a full copy
         assert FaissIndex.load(tmp_path / "copy", config).search(vecs[6], 2) == idx.search(vecs[6], 2)

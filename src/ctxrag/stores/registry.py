@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from langchain_core.embeddings import Embeddings
+from typing import TYPE_CHECKING, Any
 
 from ctxrag.settings import Settings
 from ctxrag.stores.backends import dense_factories
@@ -31,6 +29,9 @@ from ctxrag.stores.docstore import ChunkRecord
 from ctxrag.stores.embedding import EmbedFn
 from ctxrag.stores.segments import LoadIndex, MakeIndex, SegmentedIndex
 from ctxrag.stores.snapshots import IndexFactories
+
+if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.embeddings import Embeddings  # a type only: opening a knowledge base loads no embedding stack
 
 
 @dataclass

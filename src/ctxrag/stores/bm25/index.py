@@ -13,11 +13,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
-from tqdm.auto import tqdm
 
 from ctxrag.errors import ConfigError, IndexCorruptError
 from ctxrag.stores.bm25 import storage
@@ -28,6 +26,9 @@ from ctxrag.stores.bm25.segment import INDEX_DTYPE, Segment, merge_segments
 from ctxrag.stores.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
 from ctxrag.stores.bm25.weights import SegmentWeights
 from ctxrag.stores.mapped import MappedFile
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp  # merging only: opening and searching an index never load scipy
 
 FORMAT = "ctxrag-bm25"
 FORMAT_VERSION = 1
@@ -87,6 +88,8 @@ class BM25Index:
         """Tokenise and add documents; a given id already in the index is replaced."""
         if isinstance(texts, str):
             raise ValueError("add() takes a list of texts, not one string")
+        from tqdm.auto import tqdm  # building only: opening and searching an index never load it
+
         tokens = [self.tokenizer(t) for t in tqdm(texts, desc="bm25 tokenize", disable=not self._progress(len(texts)))]
         self.add_tokens(tokens, ids)
 
@@ -102,6 +105,8 @@ class BM25Index:
             return
         self._keys.append(ids, n)
         steps = range(0, n, _BATCH_DOCS)
+        from tqdm.auto import tqdm
+
         for start in tqdm(steps, desc="bm25 index", disable=not self._progress(n)):
             self._append_segment(documents[start : start + _BATCH_DOCS])
 
@@ -348,6 +353,8 @@ class BM25Index:
     def live_postings(self) -> tuple[sp.csr_matrix, np.ndarray, list[str]]:
         """The live documents as a (documents x terms) matrix of term frequencies, their lengths and ids, in
         insertion order (columns are this index's term ids, see `vocabulary`)."""
+        import scipy.sparse as sp
+
         n_terms = len(self._vocab)
         if not self._segments:
             return sp.csr_matrix((0, n_terms), dtype=np.int64), np.zeros(0, dtype=np.int64), []
@@ -357,6 +364,8 @@ class BM25Index:
     def with_postings(self, matrix: sp.csr_matrix, doc_len: np.ndarray, ids: list[str], vocab: list[str]) -> BM25Index:
         """A new index with this one's tokenizer and parameters holding `matrix` (documents x terms, columns in
         `vocab` order) as one segment."""
+        import scipy.sparse as sp
+
         p = self.params
         index = BM25Index(self.tokenizer, p.variant.value, k1=p.k1, b=p.b, epsilon=p.epsilon, delta=p.delta,
                           show_progress=False)

@@ -25,7 +25,6 @@ from collections.abc import Iterable
 from typing import cast
 
 import numpy as np
-import scipy.sparse as sp
 
 from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.bm25.chunk_index import BM25ChunkIndex
@@ -114,6 +113,8 @@ class SegmentedKeywordIndex(SegmentedIndex):
         return out
 
     def merged(self, parts: list[tuple[ChunkIndex, set[str]]]) -> ChunkIndex:
+        import scipy.sparse as sp  # merging only: searching never loads scipy
+
         indexes = [cast(BM25ChunkIndex, index).index for index, _ in parts]
         vocab: dict[str, int] = {}
         rows, cols, tfs, lengths, ids = [], [], [], [], []
