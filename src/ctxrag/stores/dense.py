@@ -174,6 +174,8 @@ class FaissIndex:
     def _skip_dead(self) -> faiss.IDSelector | None:
         if not self._dead:
             return None
+        import faiss
+
         batch = faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
         return faiss.IDSelectorNot(batch)  # the faiss wrapper keeps `batch` referenced from it
 
