@@ -9,6 +9,7 @@ from typing import Any
 from ctxrag.kb_maintenance import MaintenanceTarget, SelfMaintained, check, repair
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
+from test_kb_integrity import index_file
 
 DECLARED = {n for n in vars(MaintenanceTarget) if not n.startswith("_")} | set(MaintenanceTarget.__annotations__)
 
@@ -42,7 +43,7 @@ def test_check_and_repair_through_declared_members_only(tmp_path: Path) -> None:
     before = [d.id for d in kb.search("bluefjord", k=3, mode="bm25")]
     gen = kb.generation
     assert check(OnlyDeclared(kb)).clean
-    (kb.generations.gen_dir(gen) / "bm25" / "bm25.json").write_text("{}", encoding="utf-8")  # damaged in place
+    index_file(kb.generations.gen_dir(gen), "bm25/bm25.json").write_text("{}", encoding="utf-8")  # damaged in place
     report = check(OnlyDeclared(kb))
     assert not report.clean and report.counts["bm25"] is None and "bm25.json" in "\n".join(report.lines())
     fixed = repair(OnlyDeclared(kb))

@@ -25,15 +25,11 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-import numpy as np
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
-from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
 from ctxrag.ingest_report import IngestReport
-from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
@@ -48,6 +44,9 @@ from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    from langchain_core.embeddings import Embeddings  # the embedding stack loads on first embed, not on import
+    from langchain_core.retrievers import BaseRetriever  # langsmith's tracing comes with it: imported by as_retriever
     from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.indexing.contexts.strategies import ChunkContextualizer
@@ -158,11 +157,15 @@ class KnowledgeBase:
     @property
     def embeddings(self) -> Embeddings:
         if self._embeddings is None:
+            from ctxrag.models.embeddings import make_embeddings
+
             self._embeddings = make_embeddings(self.settings)
         return self._embeddings
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """Passage vectors for indexing (the one embed function the pipeline and the stores are given)."""
+        from ctxrag.models.embeddings import embed_array
+
         return embed_array(self.embeddings, texts)
 
     def index_setup(self) -> IndexSetup:

@@ -33,6 +33,7 @@ from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord, disk_f
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.generations import GenerationStore
+from ctxrag.stores.segments import SegmentedIndex
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +286,21 @@ class IndexSnapshots:
                 raise
             finally:
                 store.close()
+
+    def optimize(self) -> dict[str, tuple[int, int]]:
+        """Merge every segmented index (FAISS, BM25) into one segment without its tombstones, committed as the next
+        generation (``ctxrag kb optimize``). Readers keep answering from the current generation meanwhile; other
+        writers wait for the lock. Returns index name -> (segments before, segments after)."""
+        out: dict[str, tuple[int, int]] = {}
+        with self.session() as session:
+            segmented = {n: i for n, i in session.indexes.items() if isinstance(i, SegmentedIndex)}
+            for name, index in segmented.items():
+                out[name] = (len(index.sealed), 0)
+                index.merge_all()
+            self.commit(session)
+            for name, index in segmented.items():
+                out[name] = (out[name][0], len(index.sealed))
+        return out
 
     def commit(self, session: WriteSession) -> None:
         """Write the session's indexes as the next generation (temp folder, fsync, rename), commit SQLite pointing
