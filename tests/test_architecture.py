@@ -29,7 +29,7 @@ def test_import_contracts_are_kept() -> None:
     run = subprocess.run(
         [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
          "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     report = run.stdout + run.stderr
     assert run.returncode == 0, report

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from test_kb_concurrency import _cli, _env
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 pytest.importorskip("pyarrow", reason="Parquet import needs pyarrow")
 
 
-@pytest.mark.timeout(600)
 def test_import_option_and_format_errors_are_one_line(tmp_path: Path) -> None:
     env = _env(tmp_path / "home", "fake")
     jsonl = tmp_path / "chunks.jsonl"
@@ -25,5 +25,5 @@ def test_import_option_and_format_errors_are_one_line(tmp_path: Path) -> None:
              (("import", str(jsonl), "--kb", "imp", "--format", "parquet"), "not a readable Parquet file"),
              (("import", str(garbage), "--kb", "imp"), "not a readable Parquet file")]
     for args, want in cases:
-        r = subprocess.run(_cli(*args), env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(_cli(*args), env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
         assert r.returncode == 1 and want in r.stderr and "Traceback" not in r.stderr, (args, r.stderr[-1500:])
