@@ -107,6 +107,7 @@ def test_debug_logs_full_texts(corpus: Path) -> None:
     assert r.output.count(LONG) >= 2, r.output
 
 
+@pytest.mark.slow  # the installed entry point as a process; the commands themselves run in-process above
 def test_real_entry_point_subprocess(corpus: Path, ctxrag_home: Path) -> None:
     env = dict(os.environ, CTXRAG_HOME=str(ctxrag_home))
     exe = Path(sys.executable).with_name("ctxrag")
