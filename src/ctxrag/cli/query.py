@@ -113,15 +113,23 @@ def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -
 
 def print_sources(sources: list[dict[str, Any]], invalid: list[int],
                   citations: list[dict[str, Any]] | None = None) -> None:
+    model_cited = {n for c in citations or [] for n in c.get("cited", [])}
+    listed = {s["n"] for s in sources}
     if sources:
         inferred = all(s.get("inferred") for s in sources)
-        typer.echo("\nSources (found by the citation check; the model cited none):" if inferred else "\nSources:")
+        head = ("\nSources:" if not inferred else "\nSources (found by the citation check; the model cited none):"
+                if not model_cited else "\nSources (corrected by the citation check):")
+        typer.echo(head)
         for s in sources:
             where = f" > {s['heading_path']}" if s.get("heading_path") else ""
             tag = "  (cited by the check: holds the answer's facts)" if s.get("inferred") and not inferred else ""
             typer.echo(f"  [{s['n']}] {printable(s['source'])}{printable(where)}  ({s['chunk_id']}){tag}")
     else:
         typer.echo("\n(no sources cited)")
+    dropped = sorted(model_cited - listed)
+    if dropped:
+        typer.echo(f"  (the model's {', '.join(f'[{n}]' for n in dropped)} dropped by the check: "
+                   "no fact of its sentence is in that chunk)")
     for c in citations or []:
         if c.get("status") == "unsupported":
             typer.echo(f"  (no source holds: {printable(c['sentence'][:120])})")
