@@ -106,10 +106,15 @@ _LOADED_BEFORE = pytest.StashKey[set]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The fast lane, ``pytest -m "not llm and not slow"``, never loads the model: mark every test that does."""
+    """The fast lane, ``pytest -m "not llm and not slow"``, never loads the model and starts no Milvus standalone:
+    mark every test that does."""
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("llm") is None:
             item.add_marker(pytest.mark.llm)
+        # a Milvus standalone server takes minutes to start and keeps a core busy while it runs; Milvus Lite covers
+        # the same code in the fast lane
+        if item.get_closest_marker("milvus_server") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 def _loaded_models() -> set[tuple[str, int]]:
