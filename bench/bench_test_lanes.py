@@ -17,6 +17,7 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ LANES = {"fast": "not llm and not slow", "rest": "llm or slow"}
 _SUMMARY = re.compile(r"^=*\s*(\d+ (passed|failed).*?) in [\d.]+s", re.M)
 _DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S+)", re.M)
 TOP_TESTS = 15
+LOG_DIR = Path(tempfile.gettempdir()) / "ctxrag-test-lanes"
 
 
 def _children_cpu() -> float:
@@ -41,11 +43,15 @@ def run_pytest(expression: str, paths: list[str], durations: bool = False) -> tu
     cmd = [sys.executable, "-m", "pytest", *paths, "-m", expression, "-q", "-p", "no:cacheprovider"]
     if durations:
         cmd.append("--durations=0")
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = LOG_DIR / f"test_lanes_{re.sub(r'[^a-z]+', '_', expression)}.log"  # follow it with tail -f
     cpu, start = _children_cpu(), time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    with open(log, "w", encoding="utf-8") as out:
+        code = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True).returncode
     seconds, cpu = time.monotonic() - start, _children_cpu() - cpu
-    found = _SUMMARY.findall(proc.stdout)
-    return seconds, cpu, found[-1][0] if found else "no pytest summary", proc.returncode, proc.stdout
+    stdout = log.read_text(encoding="utf-8", errors="replace")
+    found = _SUMMARY.findall(stdout)
+    return seconds, cpu, found[-1][0] if found else "no pytest summary", code, stdout
 
 
 def _folder(test_id: str) -> str:
