@@ -27,6 +27,8 @@ from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
+pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
+
 FRESH_GUARD_S = 60
 """How long a running server may take to see a committed change before a test calls it stale: a hang guard, far
 above the idle time, so a busy machine never trips it."""

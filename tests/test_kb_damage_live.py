@@ -14,6 +14,8 @@ import pytest
 from test_kb_concurrency import KB, _cli, _env, _search, _seed_kb, _serve
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
+pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
+
 
 def _current_gen(home: Path) -> Path:
     gens = sorted((home / "kb" / KB / "indexes").glob("gen-*"))

@@ -18,7 +18,7 @@ import pytest
 from test_kb_concurrency import KB, _cli, _env, _search, _seed_kb, _serve
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
-HANG_GUARD_S = 300
+pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
 
 
 def _wait_for(predicate, what: str, procs: tuple[subprocess.Popen, ...] = (), timeout: float = HANG_GUARD_S) -> None:

@@ -16,6 +16,8 @@ from test_kb_concurrency import KB, _add_note, _env, _search, _seed_kb, _serve
 from test_kb_delete import _LOCK_HOLDER, _wait_for
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
+pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
+
 SEARCH_HANG_GUARD_S = 90
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from milvus_lite_server import HAVE_MILVUS_LITE, SKIP_REASON, start_milvus_lite_server
 
-pytestmark = pytest.mark.skipif(not HAVE_MILVUS_LITE, reason=SKIP_REASON)
+pytestmark = [pytest.mark.skipif(not HAVE_MILVUS_LITE, reason=SKIP_REASON),
+              pytest.mark.slow]  # real processes on one Milvus: the full suite, not the fast lane
 
 from kb_processes import KB, cli, process_env, write_word_files  # noqa: E402
 from ctxrag.testing.llm_server import HANG_GUARD_S  # noqa: E402
