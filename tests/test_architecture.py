@@ -14,6 +14,8 @@ import grimp
 from importlinter.application.use_cases import read_user_options
 from importlinter.configuration import configure
 
+from ctxrag.testing.llm_server import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 
