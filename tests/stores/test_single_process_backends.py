@@ -39,6 +39,7 @@ def _env(home: Path, backend: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # real ctxrag processes: the full suite
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_second_process_is_refused_with_the_holder_named(tmp_path: Path, backend: str) -> None:
     home = tmp_path / "home"

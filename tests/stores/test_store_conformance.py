@@ -201,6 +201,7 @@ def assert_all_found(settings: Settings, expected: dict[str, str]) -> None:
         kb.close()
 
 
+@pytest.mark.slow  # real ctxrag processes: the full suite
 @pytest.mark.parametrize("where", STORES)
 def test_three_concurrent_ingesting_processes_lose_nothing(tmp_path: Path, where: str) -> None:
     folders, expected = write_word_files(tmp_path / "corpus")
@@ -232,6 +233,7 @@ kb.ingest([sys.argv[2]], progress=False)
 """
 
 
+@pytest.mark.slow  # real ctxrag processes: the full suite
 @pytest.mark.parametrize("where", STORES)
 def test_a_writer_killed_mid_write_heals(tmp_path: Path, where: str) -> None:
     folders, expected = write_word_files(tmp_path / "corpus", n_procs=2, per_proc=3)
@@ -257,6 +259,7 @@ def test_a_writer_killed_mid_write_heals(tmp_path: Path, where: str) -> None:
         assert_all_found(settings, expected)
 
 
+@pytest.mark.slow  # real ctxrag processes: the full suite
 @pytest.mark.parametrize("where", STORES)
 def test_cli_import_of_precomputed_vectors_then_check_and_repair(tmp_path: Path, where: str) -> None:
     import json
