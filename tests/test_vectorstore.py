@@ -109,12 +109,12 @@ def test_as_retriever_search_kwargs_on_the_knowledge_base(store: KnowledgeBaseVe
     assert len(docs) == 2 and all(d.metadata["topic"] == "vectors" for d in docs)
 
 
-def test_from_texts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CTXRAG_HOME", str(tmp_path / "home"))
-    from ctxrag.settings import get_settings
-
-    get_settings.cache_clear()
-    store = KnowledgeBaseVectorStore.from_texts(["a b", "c d"], DeterministicFakeEmbedding(size=8), ids=["1", "2"])
+def test_from_texts(tmp_path: Path) -> None:
+    embedding = DeterministicFakeEmbedding(size=8)
+    with pytest.raises(ValueError, match="give kb="):
+        KnowledgeBaseVectorStore.from_texts(["a b"], embedding)
+    kb = KnowledgeBase.open("lc", Settings(home=tmp_path / "home"), embeddings=embedding)
+    store = KnowledgeBaseVectorStore.from_texts(["a b", "c d"], embedding, ids=["1", "2"], kb=kb)
     try:
         assert [d.id for d in store.similarity_search("a b", k=1)] == ["1"]
         assert math.isclose(store.similarity_search_with_score("a b", k=1)[0][1], 0.0, abs_tol=1e-5)  # a distance

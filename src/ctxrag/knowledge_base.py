@@ -21,18 +21,15 @@ import os
 import re
 import threading
 import uuid
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-import numpy as np
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
-from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
 from ctxrag.ingest_report import IngestReport
-from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
@@ -41,16 +38,20 @@ from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.fileio import remove_tree
 from ctxrag.stores.generations import GenerationStore
 from ctxrag.stores.registry import IndexSetup, index_factories
-from ctxrag.stores.snapshots import IndexSnapshots
+from ctxrag.stores.snapshots import IndexSnapshots, WriteSession
 from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
 from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    from langchain_core.embeddings import Embeddings  # the embedding stack loads on first embed, not on import
+    from langchain_core.retrievers import BaseRetriever  # langsmith's tracing comes with it: imported by as_retriever
     from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
-    from ctxrag.indexing.strategies import ChunkContextualizer
+    from ctxrag.indexing.contexts.strategies import ChunkContextualizer
     from ctxrag.stores.graph import GraphIndex
+    from ctxrag.vectorstore import KnowledgeBaseVectorStore
 
 _NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
 TRASH_PREFIX = ".deleted-"
@@ -156,11 +157,15 @@ class KnowledgeBase:
     @property
     def embeddings(self) -> Embeddings:
         if self._embeddings is None:
+            from ctxrag.models.embeddings import make_embeddings
+
             self._embeddings = make_embeddings(self.settings)
         return self._embeddings
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """Passage vectors for indexing (the one embed function the pipeline and the stores are given)."""
+        from ctxrag.models.embeddings import embed_array
+
         return embed_array(self.embeddings, texts)
 
     def index_setup(self) -> IndexSetup:
@@ -228,7 +233,7 @@ class KnowledgeBase:
         """The settings' contextualizer when contexts are on (`contextualize`, else ``settings.contextualize``)."""
         if not (self.settings.contextualize if contextualize is None else contextualize):
             return None
-        from ctxrag.indexing.strategies import make_contextualizer
+        from ctxrag.indexing.contexts.strategies import make_contextualizer
 
         return make_contextualizer(self.settings.context_strategy, settings=self.settings, show_progress=progress)
 
@@ -338,10 +343,10 @@ class KnowledgeBase:
 
         return make_retriever(self, mode=mode, k=k, **kwargs)
 
-    # -- LangChain VectorStore face (ctxrag.vectorstore) ---------------------------------------------------------
-    def as_vectorstore(self) -> Any:
+    # -- LangChain VectorStore face (ctxrag.vectorstore, a layer below: it sees this class as a VectorStoreTarget) --
+    def as_vectorstore(self) -> KnowledgeBaseVectorStore:
         """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
-        from ctxrag.vectorstore import KnowledgeBaseVectorStore
+        from ctxrag.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
 
         return KnowledgeBaseVectorStore(self)
 
@@ -360,3 +365,25 @@ class KnowledgeBase:
             session.delete(deleted)
             self.snapshots.commit(session)
         return deleted
+
+    # -- maintenance: what `ctxrag.kb_maintenance` (kb check / kb repair) uses, its `MaintenanceTarget` -------------
+    def stored_chunk_ids(self) -> set[str]:
+        """Every chunk id in the document store."""
+        return self.store.chunk_ids()
+
+    def index_kinds(self) -> dict[str, Callable[[], ChunkIndex]]:
+        """The index kinds this knowledge base keeps (`ctxrag.stores.registry`), each with how to make an empty one."""
+        return {name: make for name, (make, _load) in self.snapshots.factories().items()}
+
+    def saved_index(self, generation: int, name: str) -> ChunkIndex | None:
+        """Index `name` as saved in `generation`, checked against its manifest (`IndexSnapshots.saved_index`): None
+        when not saved there, `IndexCorruptError` when damaged."""
+        return self.snapshots.saved_index(generation, name)
+
+    def repair_session(self) -> AbstractContextManager[WriteSession]:
+        """A write session under the write lock with no index loaded: the repair brings each (`WriteSession.reindex`)."""
+        return self.snapshots.session(repair=True)
+
+    def commit(self, session: WriteSession) -> None:
+        """Commit a write session as the next index generation (`IndexSnapshots.commit`)."""
+        self.snapshots.commit(session)

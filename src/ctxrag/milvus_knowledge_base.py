@@ -45,6 +45,7 @@ from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResiden
 from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.vectorstore import KnowledgeBaseVectorStore
     from ctxrag.indexing.bulk_import import PrecomputedDocument
 
 LITE_FILE = "milvus-kb.db"
@@ -207,6 +208,12 @@ class MilvusKnowledgeBase:
 
         return make_retriever(self, mode=mode, k=k, **kwargs)
 
+    def as_vectorstore(self) -> KnowledgeBaseVectorStore:
+        """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
+        from ctxrag.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
+
+        return KnowledgeBaseVectorStore(self)
+
     # -- documents ----------------------------------------------------------------------------------------------
     def list_documents(self) -> list[DocumentRecord]:
         return self.store.list_documents()
@@ -248,7 +255,7 @@ class MilvusKnowledgeBase:
         signature: here every document is visible as soon as it is written."""
         if contextualizer is None and precomputed_contexts is None and \
                 (self.settings.contextualize if contextualize is None else contextualize):
-            from ctxrag.indexing.strategies import make_contextualizer
+            from ctxrag.indexing.contexts.strategies import make_contextualizer
 
             contextualizer = make_contextualizer(self.settings.context_strategy, settings=self.settings,
                                                  show_progress=progress)

@@ -168,7 +168,7 @@ class Settings(BaseSettings):
     `ctxrag ingest` (why: docs/benchmarks/golden_chunks.md); ``CTXRAG_CONTEXTUALIZE=false`` or ``--no-contextualize``
     turns it off. `KnowledgeBase.ingest` follows the same setting (its ``contextualize=`` argument overrides it)."""
     context_strategy: Literal["auto", "none", "header", "chunk", "document", "chunk+header", "document+header"] = "auto"
-    """How contexts are written (see `ctxrag.indexing.strategies`): ``chunk`` one LLM call per chunk (Anthropic's
+    """How contexts are written (see `ctxrag.indexing.contexts.strategies`): ``chunk`` one LLM call per chunk (Anthropic's
     prompt), ``document`` one call per document (title + summary for all its chunks), ``header`` no LLM
     (title > heading path), ``...+header`` both; ``auto`` (default) ``header`` for Chinese documents and ``document``
     for the others, as docs/benchmarks/golden_chunks.md and golden_chunks_chinese.md measured. ``language``

@@ -17,11 +17,15 @@ Scores, as LangChain's FAISS store gives them for the same (normalised) embeddin
 ``filter`` is a dict ``{key: value}`` / ``{key: [values]}`` or a predicate over the document's metadata, applied inside
 the index (before the top-k cut).
 
+The face sees the knowledge base only through `VectorStoreTarget` (chunks, documents, the dense index, and the two
+writes), so this module sits below the facade: ``kb.as_vectorstore()`` builds ``KnowledgeBaseVectorStore(kb)``
+without an import cycle, and a Milvus-resident knowledge base is a target too.
+
 Example::
 
     from langchain_core.documents import Document
     from ctxrag import KnowledgeBase
-    store = KnowledgeBase.open("demo").as_vectorstore()
+    store = KnowledgeBase.open("demo").as_vectorstore()  # or KnowledgeBaseVectorStore(kb)
     store.add_documents([Document("FAISS keeps vectors in memory.", metadata={"topic": "faiss"})], ids=["faiss-1"])
     store.similarity_search("where are vectors kept?", k=1, filter={"topic": "faiss"})
     retriever = store.as_retriever(search_type="mmr", search_kwargs={"k": 2, "fetch_k": 10})
@@ -31,7 +35,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -41,11 +45,11 @@ from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 from pydantic import ConfigDict, model_validator
 
 from ctxrag import schema
-from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.base import MetadataFilter, UnknownArgumentError, check_filter, check_k, metadata_matches
 from ctxrag.retrievers.dense import cosine_to_distance, distance_to_relevance, mmr_select
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup
 
 SOURCE_PREFIX = "langchain://"
 """Source URI of a document added through the face: ``langchain://{id}``."""
@@ -60,15 +64,43 @@ _RESERVED = frozenset({
 })
 
 
+class VectorStoreTarget(Protocol):
+    """What the face reads and writes: `KnowledgeBase` and `MilvusKnowledgeBase` are both one."""
+
+    name: str
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The embedding model of the dense index (queries must use the same)."""
+
+    @property
+    def chunks(self) -> ChunkLookup:
+        """Chunks by id and the chunk ids a metadata filter allows."""
+
+    @property
+    def documents(self) -> DocumentLookup:
+        """Whole documents by id."""
+
+    def dense_index(self) -> DenseIndex:
+        """The dense index, following new committed generations."""
+
+    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
+        """Store already-chunked documents (replacing the same doc ids) in one commit."""
+
+    def delete_documents(self, doc_ids: list[str]) -> list[str]:
+        """Delete documents by id in one commit; unknown ids are ignored. Returns the ids deleted."""
+
+
 def _no_extra(owner: str, kwargs: dict[str, Any]) -> None:
     if kwargs:
         raise UnknownArgumentError(f"{owner}: unknown argument(s) {sorted(kwargs)}")
 
 
 class KnowledgeBaseVectorStore(VectorStore):
-    """LangChain `VectorStore` over a `KnowledgeBase` (see the module docstring). Build with `kb.as_vectorstore()`."""
+    """LangChain `VectorStore` over a knowledge base (see the module docstring): ``kb.as_vectorstore()``, or
+    ``KnowledgeBaseVectorStore(kb)`` for any `VectorStoreTarget`."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
+    def __init__(self, kb: VectorStoreTarget) -> None:
         self.kb = kb
 
     @property
@@ -101,7 +133,7 @@ class KnowledgeBaseVectorStore(VectorStore):
         dup = next((i for i in out if out.count(i) > 1), None)
         if dup is not None:
             raise ValueError(f"add_documents: id {dup!r} appears twice in one call")
-        taken = next((d for d in self.kb.get_chunks(out) if d.metadata.get(schema.DOC_ID) != self._doc_id(d.id or "")),
+        taken = next((d for d in self.kb.chunks.get_chunks(out) if d.metadata.get(schema.DOC_ID) != self._doc_id(d.id or "")),
                      None)
         if taken is not None:
             raise ValueError(f"add_documents: id {taken.id!r} is already the chunk id of "
@@ -149,16 +181,16 @@ class KnowledgeBaseVectorStore(VectorStore):
         _no_extra("delete", kwargs)
         if ids is None:
             raise ValueError("delete: give the ids to delete (deleting everything is `ctxrag kb delete`)")
-        doc_ids = [self._doc_id(i) if self.kb.store.get_document(self._doc_id(i)) else i for i in ids]
+        doc_ids = [self._doc_id(i) if self.kb.documents.get_document(self._doc_id(i)) else i for i in ids]
         self.kb.delete_documents(doc_ids)
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """Documents by id, in the order given; unknown ids are skipped. Chunk ids of ingested files work too."""
-        found = {d.id: d for d in self.kb.get_chunks(list(ids))}
+        found = {d.id: d for d in self.kb.chunks.get_chunks(list(ids))}
         missing = [i for i in ids if i not in found]
         if missing:  # added before ids became chunk ids
-            legacy = self.kb.get_chunks([self._legacy_chunk_id(i) for i in missing])
+            legacy = self.kb.chunks.get_chunks([self._legacy_chunk_id(i) for i in missing])
             found.update({d.metadata[LC_ID]: d for d in legacy if LC_ID in d.metadata})
         return [self._to_user(found[i]) for i in ids if i in found]
 
@@ -168,9 +200,9 @@ class KnowledgeBaseVectorStore(VectorStore):
         if filter is None:
             return None
         if isinstance(filter, dict) and not set(filter) & _RESERVED:
-            return self.kb.allowed_chunk_ids(filter)  # user keys are copied into the chunk metadata (cached path)
+            return self.kb.chunks.allowed_chunk_ids(filter)  # user keys are copied into the chunk metadata (cached path)
         flt = filter
-        return self.kb.allowed_chunk_ids(lambda md: metadata_matches(self._user_metadata(md), flt))
+        return self.kb.chunks.allowed_chunk_ids(lambda md: metadata_matches(self._user_metadata(md), flt))
 
     @staticmethod
     def _user_metadata(md: dict[str, Any]) -> dict[str, Any]:
@@ -178,14 +210,14 @@ class KnowledgeBaseVectorStore(VectorStore):
 
     def _hits(self, vector: np.ndarray, k: int, filter: MetadataFilter | None) -> list[tuple[str, float]]:
         check_k(k)
-        return self.kb.dense.search(np.asarray(vector, dtype=np.float32), k, allowed_chunk_ids=self._allowed(filter))
+        return self.kb.dense_index().search(np.asarray(vector, dtype=np.float32), k, allowed_chunk_ids=self._allowed(filter))
 
     def _query_vector(self, query: str) -> np.ndarray:
         return embed_array(self.embeddings, [query], is_query=True)[0]
 
     def _with_scores(self, hits: list[tuple[str, float]]) -> list[tuple[Document, float]]:
         """``(document, distance)`` for cosine hits, closest first (see the module docstring)."""
-        docs = {d.id: d for d in self.kb.get_chunks([c for c, _ in hits])}
+        docs = {d.id: d for d in self.kb.chunks.get_chunks([c for c, _ in hits])}
         return [(self._to_user(docs[c]), cosine_to_distance(cos)) for c, cos in hits if c in docs]
 
     def similarity_search_with_score_by_vector(
@@ -228,7 +260,7 @@ class KnowledgeBaseVectorStore(VectorStore):
         hits = self._hits(vec, max(check_k(k), check_k(fetch_k, "fetch_k")), filter)
         if not hits:
             return []
-        order = mmr_select(vec, self.kb.dense.vectors([c for c, _ in hits]), k, lambda_mult)
+        order = mmr_select(vec, self.kb.dense_index().vectors([c for c, _ in hits]), k, lambda_mult)
         return [d for d, _ in self._with_scores([hits[i] for i in order])]
 
     def max_marginal_relevance_search(
@@ -244,11 +276,14 @@ class KnowledgeBaseVectorStore(VectorStore):
     @classmethod
     def from_texts(
         cls, texts: list[str], embedding: Embeddings, metadatas: list[dict] | None = None, *,
-        ids: list[str] | None = None, kb: KnowledgeBase | None = None, kb_name: str = "langchain", **kwargs: Any,
+        ids: list[str] | None = None, kb: VectorStoreTarget | None = None, **kwargs: Any,
     ) -> KnowledgeBaseVectorStore:
-        """A store over `kb` (default: knowledge base `kb_name` opened with `embedding`) holding `texts`."""
+        """A store over `kb` holding `texts` (`embedding` must be the model `kb` was opened with)."""
         _no_extra("from_texts", kwargs)
-        store = cls(kb if kb is not None else KnowledgeBase.open(kb_name, embeddings=embedding))
+        if kb is None:  # opening one here would make this module import the facade (a cycle)
+            raise ValueError("from_texts: give kb=, the knowledge base to add to, e.g. "
+                             "kb=KnowledgeBase.open('langchain', embeddings=embedding)")
+        store = cls(kb)
         store.add_texts(texts, metadatas, ids=ids)
         return store
 

@@ -92,6 +92,43 @@ def test_a_sentence_without_facts_is_not_checked() -> None:
     assert c["status"] == "no_facts"
 
 
+def test_a_citation_only_sentence_cites_for_the_sentence_before_it() -> None:
+    # the demo's SSO answer: the facts, then "Source: [3]" naming a chunk that does not hold them
+    answer = "P1 incidents on the Enterprise plan are answered within 30 minutes. Source: [1]"
+    first, source = map_citations(answer, DEMO_DOCS)["citations"]
+    assert (first["status"], first["sources"]) == ("added", [2])
+    assert (source["status"], source["cited"], source["sources"]) == ("corrected", [1], [])
+    right = map_citations("P1 incidents on the Enterprise plan are answered within 30 minutes.\n来源：[2]", DEMO_DOCS)
+    assert [(c["status"], c["sources"]) for c in right["citations"]] == [("added", [2]), ("ok", [2])]
+    only_markers = map_citations("[1] [2]", DEMO_DOCS)  # a real answer of the 1.5B model to a DRCD question
+    assert only_markers["sources"] == [] and only_markers["citations"][0]["cited"] == [1, 2]
+
+
+TOPIC = [  # three passages a retriever found for one question: all about the same subject
+    Document("東吳大學是一所位於臺北市的私立大學，1900年在蘇州創校，是基督教會創辦的教會大學。"),
+    Document("東亞4所耶穌會大學聯合開辦全球領導力課程，這些大學都是耶穌會創辦的。"),
+    Document("輔仁大學是一所位於新北市的天主教大學，也參與全球領導力課程。"),
+]
+
+
+def test_of_several_cited_chunks_one_that_adds_no_facts_is_dropped() -> None:
+    out = map_citations("開辦全球領導力課程的大學都是由耶穌會創辦的 [2][3]。", TOPIC)
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("corrected", [2])]
+    both = map_citations("東吳大學由基督教會創辦，輔仁大學是天主教大學 [1][3]。", TOPIC)
+    assert both["citations"][0]["sources"] == [1, 3]  # each holds a fact the other lacks
+
+
+def test_a_marker_that_opens_a_line_labels_the_text_after_it() -> None:
+    out = map_citations("具体信息如下：\n\n[2]\n這些大學都是耶穌會創辦的。\n[1] 東吳大學1900年在蘇州創校。", TOPIC)
+    assert [(c["cited"], c["sources"]) for c in out["citations"] if c["status"] != "no_facts"] == [
+        ([2], [2]), ([1], [1])]
+
+
+def test_a_number_with_another_unit_does_not_hold_a_figure() -> None:
+    out = map_citations("The free trial lasts 30 days [2].", DEMO_DOCS)  # [2] has "30 minutes", [1] "30 yuan"
+    assert [(c["status"], c["sources"]) for c in out["citations"]] == [("unsupported", [])]
+
+
 def test_a_right_citation_is_left_alone() -> None:
     out = map_citations("Team plan customers get 200 GB [1].", DEMO_DOCS)
     assert out["citations"][0]["status"] == "ok" and [(s["n"], s.get("inferred", False)) for s in out["sources"]] == [

@@ -136,11 +136,9 @@ def test_forced_tool_call_and_tool_message_round_trip(llm: LocalLlamaChatModel) 
     (call,) = reply.tool_calls
     assert call["name"] == "add" and call["args"] == {"a": 17, "b": 25}
     result = ToolMessage(str(add(**call["args"])), tool_call_id=call["id"])
-    final = llm.bind_tools([add]).invoke([question, reply, result])
-    # a well-formed reply to the history with the result; the default 1.5B model calls the tool again instead of
-    # answering (a limit of the small model, see docs/models.md), so its answer is not asserted
-    assert isinstance(final, AIMessage) and final.invalid_tool_calls == []
-    assert final.content or [c["name"] for c in final.tool_calls] == ["add"]
+    final = llm.bind_tools([add]).invoke([question, reply, result])  # tool_choice auto: it may call again
+    assert final.tool_calls == [] and final.invalid_tool_calls == []
+    assert "42" in final.content  # the answer, from the tool's result
 
 
 @pytest.mark.llm

@@ -7,7 +7,15 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from ctxrag.models.llamacpp_tools import ArgumentsStream, ToolRequest, chat_dicts, grammar
+from ctxrag.models.llamacpp_tools import (
+    ANSWER_NOTE,
+    ArgumentsStream,
+    ToolRequest,
+    chat_dicts,
+    grammar,
+    repeats_answered_calls,
+    with_answer_note,
+)
 
 
 def add(a: int, b: int) -> int:
@@ -122,6 +130,28 @@ def test_chat_dicts_write_tools_calls_and_results_in_the_qwen_convention() -> No
     assert dicts[2]["content"].count("<tool_call>") == 2
     assert json.loads(dicts[2]["content"].split("\n")[1]) == {"name": "add", "arguments": {"a": 1, "b": 2}}
     assert dicts[3]["content"] == "<tool_response>\n3\n</tool_response>\n<tool_response>\n3\n</tool_response>"
+
+
+def _call(name: str, args: dict, id_: str) -> dict:
+    return {"name": name, "args": args, "id": id_, "type": "tool_call"}
+
+
+def test_a_repeat_of_an_answered_call_is_a_loop_a_new_call_is_not() -> None:
+    history = [HumanMessage("1+2? then the time"), AIMessage("", tool_calls=[_call("add", {"a": 1, "b": 2}, "c1")]),
+               ToolMessage("3", tool_call_id="c1")]
+    assert repeats_answered_calls(history, [_call("add", {"b": 2, "a": 1}, "c9")])
+    assert not repeats_answered_calls(history, [_call("add", {"a": 1, "b": 2}, "c9"), _call("now", {}, "c8")])
+    assert not repeats_answered_calls(history, [])
+    unanswered = history[:2]  # the call was made but its result never came: calling again is not a loop
+    assert not repeats_answered_calls(unanswered, [_call("add", {"a": 1, "b": 2}, "c9")])
+
+
+def test_answer_note_follows_the_last_tool_results() -> None:
+    dicts = chat_dicts([HumanMessage("1+2?"), AIMessage("", tool_calls=[_call("add", {"a": 1, "b": 2}, "c1")]),
+                        ToolMessage("3", tool_call_id="c1")])
+    noted = with_answer_note(dicts)
+    assert noted[:-1] == dicts[:-1] and noted[-1]["content"] == f"<tool_response>\n3\n</tool_response>\n{ANSWER_NOTE}"
+    assert with_answer_note([{"role": "user", "content": "hi"}]) == [{"role": "user", "content": "hi"}]
 
 
 def test_chat_dicts_without_system_message_gets_one_for_tools() -> None:

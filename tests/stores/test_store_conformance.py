@@ -289,3 +289,19 @@ def test_cli_import_of_precomputed_vectors_then_check_and_repair(tmp_path: Path,
         for command in (("kb", "check", KB), ("kb", "repair", KB)):
             r = subprocess.run(cli(*command), env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
             assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_vectorstore_face_adds_finds_and_deletes(kb: KnowledgeBase) -> None:
+    """``kb.as_vectorstore()`` on either store: a face document lands in every index; deleting it removes it."""
+    from langchain_core.documents import Document
+
+    store = kb.as_vectorstore()
+    assert store.add_documents([Document("The Osprey-9 crane lifts twelve tonnes.", metadata={"kind": "crane"})],
+                               ids=["osprey"]) == ["osprey"]
+    hit = store.similarity_search("which crane lifts twelve tonnes", k=1, filter={"kind": "crane"})
+    assert [(d.id, d.metadata) for d in hit] == [("osprey", {"kind": "crane"})]
+    assert _names(kb.search("Osprey-9 crane", k=1, mode=_modes(kb)[-1])) == ["osprey"]
+    assert [d.id for d in store.get_by_ids(["osprey", "nope"])] == ["osprey"]
+    store.delete(["osprey"])
+    assert store.get_by_ids(["osprey"]) == [] and kb.stats()["documents"] == len(DOCS)

@@ -118,25 +118,33 @@ def figures(text: str) -> list[str]:
     return [_squash(m.group(1) + (m.group(2) or "")) for m in _FIGURE.finditer(CITATION_MARK.sub("", text))]
 
 
-_SENTENCE = re.compile(r".+?(?:[。！？!?；;]|\.(?=[\s\[]|$)|\n|$)(?:\s*" + CITATION_MARK.pattern + ")*", re.S)
+# markers after a sentence's end on the same line are its citations; one that opens a line labels what follows it
+_SENTENCE = re.compile(r"\s*(?:" + CITATION_MARK.pattern + r"\s*)*.+?(?:(?:[。！？!?；;]|\.(?=[\s\[]|$))(?:[ \t]*"
+                       + CITATION_MARK.pattern + r")*|\n|$)", re.S)
 _STOP_UNITS = frozenset(
     "the a an of to in on and or is are was were be it its this that for with as by at from can will which what "
     "who how when where does do has have not no yes".split())
 MIN_SUPPORT = 0.35
 """Share of a sentence's words / CJK bigrams a chunk must hold to support it (chosen on the citations benchmark)."""
+MIN_NEW_UNITS = 2
+"""Words / CJK bigrams of a sentence, held by no better chunk, that a further chunk must hold to stay cited beside
+the best one (one shared bigram is often chance)."""
 
 
 _LABELLED = re.compile(r"(?:\s*" + CITATION_MARK.pattern + r")*.+?(?:[。！？!?；;]|\.(?=[\s\[]|$)|\n|$)", re.S)
 
 
 def sentences(answer: str) -> list[str]:
-    """The answer cut into sentences, each keeping the `[n]` markers written right after its end; an answer that
-    opens with a marker uses them as labels ("[2] 2.0 版于……发布。"), so there a marker goes with what follows it.
+    """The answer cut into sentences, each keeping the `[n]` markers written right after its end on the same line; an
+    answer that opens with a marker uses them as labels ("[2] 2.0 版于……发布。"), so there a marker goes with what
+    follows it, and so does a marker that opens a line.
 
     >>> sentences("Port 7420 [1]. Change it in xinghe.toml.[2] 端口是 7420。[1]")
     ['Port 7420 [1].', ' Change it in xinghe.toml.[2]', ' 端口是 7420。[1]']
     >>> sentences("[1] 端口是 7420。 [2] 默认关闭。")
     ['[1] 端口是 7420。', ' [2] 默认关闭。']
+    >>> sentences("详情如下：\\n[2] 端口是 7420。\\n[3]\\n默认关闭。")
+    ['详情如下：\\n', '[2] 端口是 7420。', '\\n[3]\\n默认关闭。']
     """
     pattern = _LABELLED if CITATION_MARK.match(answer.lstrip()) else _SENTENCE
     return [m.group(0) for m in pattern.finditer(answer) if m.group(0).strip()]
@@ -153,13 +161,30 @@ def _numbers(text: str) -> set[str]:
     return set(_NUMBER.findall(CITATION_MARK.sub("", text)))
 
 
+def _number_units(text: str) -> dict[str, set[str]]:
+    """Each number in ``text`` with the unit words written after it (``""`` for none)."""
+    found: dict[str, set[str]] = {}
+    for m in _FIGURE.finditer(CITATION_MARK.sub("", text)):
+        found.setdefault(m.group(1), set()).add((m.group(2) or "").lower())
+    return found
+
+
+def _holds_numbers(sentence: dict[str, set[str]], chunk: dict[str, set[str]]) -> bool:
+    """Whether a chunk has every number of the sentence, each bare or with a unit the sentence gives it: "200" in
+    ``"team": 200`` holds "200 GB", "30 minutes" does not hold "30 days"."""
+    return bool(sentence) and all(
+        num in chunk and ("" in units or "" in chunk[num] or bool(units & chunk[num])) for num, units in sentence.items())
+
+
 def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None = None) -> dict[str, Any]:
     """One sentence's citations checked against the numbered `docs`.
 
     Whether a chunk holds the sentence is decided by the strongest evidence there is: when some retrieved chunk
     contains one of the sentence's figures as written (`figures`: "30 minutes", "2022年"), a chunk holds the sentence
-    only if it contains one of those figures; otherwise a chunk holding all of the sentence's numbers ("200" for
-    "200 GB" in ``"team": 200``) or at least `MIN_SUPPORT` of its words / CJK bigrams holds it. Status: ``ok``
+    only if it contains one of those figures; otherwise a chunk holding all of the sentence's numbers, bare or with
+    the same unit (`_holds_numbers`: "200" for "200 GB" in ``"team": 200``, not "30 minutes" for "30 days"), or at
+    least `MIN_SUPPORT` of its words / CJK bigrams holds it. Of several chunks that hold it, one adding no facts
+    beyond the better ones is dropped (`MIN_NEW_UNITS`). Status: ``ok``
     (every cited chunk holds it), ``corrected`` (a cited chunk that does not hold it is dropped, or the chunk holding
     a figure no cited chunk holds is added), ``added`` (nothing cited; the chunk that holds it best is cited),
     ``unsupported`` (no retrieved chunk holds it: flagged, its citations are not counted as sources) or ``no_facts``
@@ -167,19 +192,26 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     """
     texts = texts if texts is not None else [_squash(d.page_content) for d in docs]
     cited = [n for n in cited_numbers(sentence) if 1 <= n <= len(docs)]
-    units, figs, nums = _units(sentence), figures(sentence), _numbers(sentence)
+    units, figs = _units(sentence), figures(sentence)
     out: dict[str, Any] = {"sentence": sentence.strip(), "cited": cited}
     lead_in = CITATION_MARK.sub("", sentence).strip().endswith((":", "："))  # "以下是答案：" introduces the next one
     if (len(units) < 2 or lead_in) and not figs:
         return {**out, "sources": cited, "status": "no_facts"}
     ns = range(1, len(docs) + 1)
-    support = {n: len(units & _grams(docs[n - 1].page_content)) / max(1, len(units)) for n in ns}
+    has = {n: units & _grams(docs[n - 1].page_content) for n in ns}
+    support = {n: len(has[n]) / max(1, len(units)) for n in ns}
+    # what a chunk holds of the sentence beyond what every retrieved chunk holds: the words the retriever matched
+    # (the question's, repeated in the answer) are in all of them and tell nothing about where the fact is
+    common = set.intersection(*has.values()) if len(docs) > 1 else set()
+    own = {n: has[n] - common for n in ns}
+    distinct = {n: len(own[n]) / max(1, len(units - common)) for n in ns}
     held = {f: [n for n in ns if f in texts[n - 1]] for f in figs}
     held = {f: hs for f, hs in held.items() if hs}
-    numbered = {n for n in ns if nums and nums <= _numbers(docs[n - 1].page_content)}
+    nums_units = _number_units(sentence)
+    numbered = {n for n in ns if _holds_numbers(nums_units, _number_units(docs[n - 1].page_content))}
 
-    def evidence(n: int) -> tuple[int, int, float]:
-        return (sum(n in hs for hs in held.values()), n in numbered, support[n])
+    def evidence(n: int) -> tuple[int, int, float, float]:
+        return (sum(n in hs for hs in held.values()), n in numbered, distinct[n], support[n])
 
     def holds(n: int) -> bool:
         if held:
@@ -193,6 +225,17 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     best = max(ns, key=lambda n: (evidence(n), -n)) if docs else None
     if not kept and best is not None and holds(best):
         kept = [best]
+    if len(kept) > 1:  # several chunks hold it: keep the best, and each other that adds facts the kept ones lack
+        covered: set[str] = set()
+        figs_covered: set[str] = set()
+        adding = []
+        for n in sorted(kept, key=lambda n: (evidence(n), -n), reverse=True):
+            figs_n = {f for f, hs in held.items() if n in hs}
+            if not adding or len(own[n] - covered) >= MIN_NEW_UNITS or figs_n - figs_covered:
+                adding.append(n)
+                covered |= own[n]
+                figs_covered |= figs_n
+        kept = [n for n in kept if n in adding]
     if not kept:
         return {**out, "sources": [], "status": "unsupported"}
     status = "ok" if kept == cited else ("added" if not cited else "corrected")
@@ -200,9 +243,32 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
 
 
 def check_citations(answer: str, docs: list[Document]) -> list[dict[str, Any]]:
-    """`check_sentence` for every sentence of `answer`."""
+    """`check_sentence` for every sentence of `answer`.
+
+    A sentence that is only a citation ("Source: [3]", "来源：[1]") cites for the sentence with facts before it (the
+    one after it when it comes first): its citations are kept only where that chunk holds that sentence's facts, and
+    in an answer without a sentence of facts they are not counted as sources."""
     texts = [_squash(d.page_content) for d in docs]
-    return [check_sentence(s, docs, texts) for s in sentences(answer)]
+    checked = [check_sentence(s, docs, texts) for s in sentences(answer)]
+    factual = [i for i, c in enumerate(checked) if c["status"] != "no_facts"]
+    for i, c in enumerate(checked):
+        if c["status"] != "no_facts" or not c["cited"] or not _citation_only(c["sentence"]):
+            continue
+        if not factual:  # an answer of markers alone ("[1] [2]") states nothing to cite a chunk for
+            checked[i] = {**c, "sources": []}
+            continue
+        ref = max((j for j in factual if j < i), default=min(factual))
+        facts = CITATION_MARK.sub("", checked[ref]["sentence"])
+        markers = " ".join(f"[{n}]" for n in c["cited"])
+        holding = [n for n in check_sentence(f"{facts} {markers}", docs, texts)["sources"] if n in c["cited"]]
+        checked[i] = {**c, "sources": holding, "status": "ok" if holding == c["cited"] else "corrected"}
+    return checked
+
+
+def _citation_only(sentence: str) -> bool:
+    """Whether a sentence is just citation markers, perhaps after a short label ("Source:", "来源：")."""
+    rest = CITATION_MARK.sub("", sentence).strip(" \t\n.。:：;；,，()（）")
+    return len(rest) <= 12 and not _numbers(rest)
 
 
 def map_citations(answer: str, docs: list[Document], *, check: bool = True) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`ctxrag kb ...` (list, show, check, repair, summarize, delete) and `ctxrag doc ...` (list, delete).
+"""`ctxrag kb ...` (list, show, check, repair, optimize, summarize, delete) and `ctxrag doc ...` (list, delete).
 
     ctxrag kb list | ctxrag kb show NAME | ctxrag kb check NAME | ctxrag doc list --kb NAME
 """
@@ -78,6 +78,17 @@ def kb_repair(name: str = typer.Argument(...)) -> None:
         if not after.clean:
             typer.echo("\n".join(after.lines()), err=True)
             raise typer.Exit(1)
+
+    guard(body)
+
+
+@kb_app.command("optimize")
+def kb_optimize(name: str = typer.Argument(...)) -> None:
+    """Merge the index segments small commits left into one per index (searches keep running meanwhile)."""
+
+    def body() -> None:
+        for index, (before, after) in open_kb(name).snapshots.optimize().items():
+            typer.echo(f"{index}: {before} segments -> {after}")
 
     guard(body)
 

@@ -22,7 +22,7 @@ from ctxrag.settings import ChunkingSettings
 from ctxrag.stores.docstore import ChunkRecord
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxrag.indexing.strategies import ChunkContextualizer
+    from ctxrag.indexing.contexts.strategies import ChunkContextualizer
 
 KEPT_METADATA = ("file_type", "language", "collection", "tags", "note_id")
 """Loader metadata copied onto every chunk (collection/tags/note_id: the notes filters)."""

@@ -39,7 +39,7 @@ from ctxrag.stores.snapshots import IndexSnapshots, missing_from
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument
-    from ctxrag.indexing.strategies import ChunkContextualizer
+    from ctxrag.indexing.contexts.strategies import ChunkContextualizer
 
 Prepared = FileOutcome | PreparedDocument
 

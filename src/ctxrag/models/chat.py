@@ -83,20 +83,88 @@ def _openai_compatible_class() -> type:
     from langchain_openai import ChatOpenAI
 
     class ChatOpenAICompatible(ChatOpenAI):
-        """`ChatOpenAI` that also sends the legacy ``max_tokens`` to self-hosted endpoints.
+        """`ChatOpenAI` that speaks the dialect of self-hosted endpoints; api.openai.com gets the payload unchanged.
 
-        langchain-openai renames ``max_tokens`` to ``max_completion_tokens``, which llama_cpp.server (and some older
-        vLLM/Ollama builds) ignore, so replies would not be length-limited. api.openai.com gets the payload unchanged.
+        - It also sends the legacy ``max_tokens``: langchain-openai renames it ``max_completion_tokens``, which
+          llama_cpp.server (and some older vLLM/Ollama builds) ignore, so replies would not be length-limited.
+        - ``with_structured_output`` (``method="json_schema"``, the default) asks for ``response_format`` type
+          ``json_schema``; an endpoint that refuses that ``response_format`` (llama_cpp.server answers an error
+          before generating) is asked with ``{"type": "json_object", "schema": ...}``, which llama_cpp.server turns
+          into a grammar, so the reply follows the schema there too. The refusal is remembered per base URL for the
+          process, so later calls go straight to the form the endpoint takes.
         """
+
+        def _self_hosted(self) -> bool:
+            base = self.openai_api_base or ""
+            return bool(base) and "api.openai.com" not in base
 
         def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict:
             payload = super()._get_request_payload(input_, stop=stop, **kwargs)
-            base = self.openai_api_base or ""
-            if base and "api.openai.com" not in base and "max_completion_tokens" in payload:
+            if self._self_hosted() and "max_completion_tokens" in payload:
                 payload.setdefault("max_tokens", payload["max_completion_tokens"])
             return payload
 
+        def with_structured_output(self, schema: Any = None, *, method: str = "json_schema",
+                                   include_raw: bool = False, strict: bool | None = None, tools: list | None = None,
+                                   **kwargs: Any) -> Any:
+            asked = super().with_structured_output(schema, method=method, include_raw=include_raw, strict=strict,
+                                                   tools=tools, **kwargs)
+            if method != "json_schema" or schema is None or tools or kwargs or not self._self_hosted():
+                return asked
+            return _json_schema_then_json_object(asked, _json_object_with_schema(self, schema, include_raw),
+                                                 str(self.openai_api_base))
+
     return ChatOpenAICompatible
+
+
+_REFUSING_JSON_SCHEMA: set[str] = set()
+"""Base URLs of endpoints that refused ``response_format`` type json_schema in this process."""
+
+
+def _refused_response_format(exc: BaseException) -> bool:
+    import openai
+
+    return isinstance(exc, openai.APIStatusError) and "response_format" in f"{exc} {exc.body}"
+
+
+def _json_schema_then_json_object(asked: Any, fallback: Any, base_url: str) -> Any:
+    """``asked`` (json_schema), or ``fallback`` (json_object with the schema) once the endpoint refused the first."""
+    from langchain_core.runnables import RunnableLambda
+
+    def run(input_: Any, config: Any) -> Any:
+        if base_url not in _REFUSING_JSON_SCHEMA:
+            try:
+                return asked.invoke(input_, config)
+            except Exception as exc:
+                if not _refused_response_format(exc):
+                    raise
+                _REFUSING_JSON_SCHEMA.add(base_url)
+        return fallback.invoke(input_, config)
+
+    async def arun(input_: Any, config: Any) -> Any:
+        if base_url not in _REFUSING_JSON_SCHEMA:
+            try:
+                return await asked.ainvoke(input_, config)
+            except Exception as exc:
+                if not _refused_response_format(exc):
+                    raise
+                _REFUSING_JSON_SCHEMA.add(base_url)
+        return await fallback.ainvoke(input_, config)
+
+    return RunnableLambda(run, afunc=arun, name="structured_output")
+
+
+def _json_object_with_schema(model: BaseChatModel, schema: Any, include_raw: bool) -> Any:
+    """``with_structured_output`` through ``response_format={"type": "json_object", "schema": ...}``, the form
+    llama_cpp.server constrains to the schema."""
+    from langchain_core.utils.function_calling import convert_to_json_schema
+
+    from ctxrag.models.structured import json_reply_parser, parsed_output
+
+    json_schema = convert_to_json_schema(schema)
+    llm = model.bind(response_format={"type": "json_object", "schema": json_schema},
+                     ls_structured_output_format={"kwargs": {"method": "json_schema"}, "schema": json_schema})
+    return parsed_output(llm, json_reply_parser(schema), include_raw=include_raw)
 
 
 def chat_openai_compatible(**kwargs: Any) -> BaseChatModel:

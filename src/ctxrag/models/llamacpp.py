@@ -23,7 +23,6 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,18 +32,26 @@ from langchain_core.language_models.base import LangSmithParams
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
-from langchain_core.output_parsers import JsonOutputKeyToolsParser, JsonOutputParser, PydanticOutputParser
+from langchain_core.output_parsers import JsonOutputKeyToolsParser
 from langchain_core.output_parsers.openai_tools import PydanticToolsParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, Field
 
 from ctxrag.errors import ModelError
-from ctxrag.models.llamacpp_tools import ArgumentsStream, ToolRequest, chat_dicts, grammar
+from ctxrag.models.llamacpp_tools import (
+    ArgumentsStream,
+    ToolRequest,
+    chat_dicts,
+    grammar,
+    repeats_answered_calls,
+    with_answer_note,
+)
 from ctxrag.models.loop_guard import DEFAULT_LIMITS, LoopLimits, StreamingLoopGuard, find_loop, trim_loop
+from ctxrag.models.structured import json_reply_parser, parsed_output
 
 LOOP_FINISH = "loop"
 """``finish_reason`` of a reply cut short by the loop guard (its repeating tail trimmed)."""
@@ -236,6 +243,14 @@ class LocalLlamaChatModel(BaseChatModel):
             message = AIMessage(content=text, response_metadata=metadata, usage_metadata=_usage(usage))
             return ChatResult(generations=[ChatGeneration(message=message)])
         request, dicts, params = self._prepare(messages, stop, kwargs, shared)
+        message = self._complete(shared, request, dicts, params)
+        if request.tools and not request.constrained and repeats_answered_calls(messages, message.tool_calls):
+            # the results are in and it only repeats the calls they answer: ask for the answer, once
+            message = self._complete(shared, request, with_answer_note(dicts), {**params, **_no_call_start(shared)})
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _complete(self, shared: _SharedLlama, request: ToolRequest, dicts: list[dict[str, str]],
+                  params: dict[str, Any]) -> AIMessage:
         with shared.lock:
             try:
                 response = shared.llama.create_chat_completion(messages=dicts, **params)
@@ -248,8 +263,7 @@ class LocalLlamaChatModel(BaseChatModel):
             text, trimmed = trim_loop(text, self.loop_limits)
             finish = LOOP_FINISH if trimmed else finish
         metadata = {"finish_reason": finish, "model_name": self.model_name}
-        message = self._message(request, text, metadata, _usage(response.get("usage")))
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return self._message(request, text, metadata, _usage(response.get("usage")))
 
     def _stream(
         self,
@@ -384,17 +398,20 @@ class LocalLlamaChatModel(BaseChatModel):
                 response_format={"type": "json_schema", "json_schema": {"name": name, "schema": json_schema}},
                 ls_structured_output_format=traced,
             )
-            parser = PydanticOutputParser(pydantic_object=schema) if is_pydantic else JsonOutputParser()
+            parser = json_reply_parser(schema)
         elif method == "json_mode":
             llm = self.bind(response_format={"type": "json_object"}, ls_structured_output_format=traced)
-            parser = PydanticOutputParser(pydantic_object=schema) if is_pydantic else JsonOutputParser()
+            parser = json_reply_parser(schema)
         else:
             raise ValueError(f"method={method!r}: expected 'json_schema', 'function_calling' or 'json_mode'")
-        if not include_raw:
-            return llm | parser
-        parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
-        failed = RunnablePassthrough.assign(parsed=lambda _: None)
-        return RunnableMap(raw=llm) | parsed.with_fallbacks([failed], exception_key="parsing_error")
+        return parsed_output(llm, parser, include_raw=include_raw)
+
+
+def _no_call_start(shared: _SharedLlama) -> dict[str, Any]:
+    """``logit_bias`` that keeps the model from opening a ``<tool_call>`` block, where the tokenizer has it as one
+    special token (Qwen2.5 does); nothing otherwise."""
+    ids = shared.llama.tokenize(b"<tool_call>", add_bos=False, special=True)
+    return {"logit_bias": {ids[0]: -100.0}} if len(ids) == 1 else {}
 
 
 def _whole_chunk(message: BaseMessage) -> ChatGenerationChunk:

@@ -15,7 +15,9 @@ sampler can only pick tokens that keep the reply valid JSON of that schema.
 
 Tool calls and tool results in the history are written back in the same convention (``<tool_call>`` in the assistant
 turn, ``<tool_response>`` in a user turn), so a ToolMessage round trip reads the way the model was trained on,
-whatever chat template the GGUF carries.
+whatever chat template the GGUF carries. A small model shown the result often repeats the call it already made instead
+of answering; a reply whose calls all repeat answered calls (`repeats_answered_calls`) is asked again with
+`ANSWER_NOTE` after the results (`with_answer_note`), so it answers from them. A new call stays allowed.
 
 Example::
 
@@ -254,6 +256,41 @@ def chat_dicts(messages: Sequence[BaseMessage], request: ToolRequest | None = No
         else:
             out.insert(0, {"role": "system", "content": tools_text})
     return out
+
+
+# -------------------------------------------------------------------------------------- tool round trips
+
+ANSWER_NOTE = "Answer the question with the tool results above; do not call the tools again."
+"""Written after the tool results when the model repeated a call they already answer."""
+
+
+def _call_key(name: str, args: Any) -> str:
+    return json.dumps([name, args], sort_keys=True, ensure_ascii=False)
+
+
+def repeats_answered_calls(messages: Sequence[BaseMessage], calls: Sequence[ToolCall]) -> bool:
+    """Whether every one of ``calls`` repeats a call in ``messages`` (same tool, same arguments) that a ToolMessage
+    has already answered: a loop, not a need for more information.
+
+    >>> done = [AIMessage("", tool_calls=[tool_call(name="add", args={"a": 1}, id="c1")]),
+    ...         ToolMessage("2", tool_call_id="c1")]
+    >>> repeats_answered_calls(done, [tool_call(name="add", args={"a": 1}, id="c2")])
+    True
+    >>> repeats_answered_calls(done, [tool_call(name="add", args={"a": 5}, id="c3")])
+    False
+    """
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    made = {_call_key(c["name"], c["args"]) for m in messages if isinstance(m, AIMessage)
+            for c in m.tool_calls if c.get("id") in answered}
+    return bool(calls) and all(_call_key(c["name"], c["args"]) in made for c in calls)
+
+
+def with_answer_note(dicts: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``dicts`` (from `chat_dicts`) with `ANSWER_NOTE` after the last tool results."""
+    for i in range(len(dicts) - 1, -1, -1):
+        if dicts[i]["role"] == "user" and dicts[i]["content"].startswith("<tool_response>"):
+            return [*dicts[:i], {"role": "user", "content": f"{dicts[i]['content']}\n{ANSWER_NOTE}"}, *dicts[i + 1:]]
+    return dicts
 
 
 # -------------------------------------------------------------------------------------- grammars

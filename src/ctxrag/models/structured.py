@@ -22,10 +22,20 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableLambda
+from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.runnables import (
+    Runnable,
+    RunnableBinding,
+    RunnableConfig,
+    RunnableLambda,
+    RunnableMap,
+    RunnablePassthrough,
+)
+from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel
 
 
@@ -63,6 +73,23 @@ def with_max_tokens(llm: Any, max_tokens: int | None) -> Any:
     if isinstance(llm, BaseChatModel) and "max_tokens" in type(llm).model_fields:
         return llm.model_copy(update={"max_tokens": max_tokens})
     return llm.bind(max_tokens=max_tokens)
+
+
+def json_reply_parser(schema: Any) -> Runnable:
+    """The parser of a JSON reply for ``schema``: a validated instance for a Pydantic class, a dict otherwise."""
+    if isinstance(schema, type) and is_basemodel_subclass(schema):
+        return PydanticOutputParser(pydantic_object=schema)
+    return JsonOutputParser()
+
+
+def parsed_output(llm: Runnable, parser: Runnable, *, include_raw: bool) -> Runnable:
+    """``llm | parser``, or with ``include_raw`` ``{"raw", "parsed", "parsing_error"}`` that never raises on a reply
+    the parser rejects (the shape ``with_structured_output(include_raw=True)`` returns)."""
+    if not include_raw:
+        return llm | parser
+    parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
+    failed = RunnablePassthrough.assign(parsed=lambda _: None)
+    return RunnableMap(raw=llm) | parsed.with_fallbacks([failed], exception_key="parsing_error")
 
 
 def _from_raw(out: dict[str, Any]) -> StructuredReply:

@@ -22,15 +22,19 @@ import json
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import faiss
 import numpy as np
 
 from ctxrag.errors import IndexCorruptError
 from ctxrag.settings import DenseIndexSettings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.mapped import MappedFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    import faiss
 
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.json"
@@ -41,9 +45,21 @@ EXACT_FILTER_LIMIT = 20_000
 """A filtered HNSW search with at most this many allowed vectors scores them all exactly (fast, and never starved)."""
 _TOMBSTONE_FRACTION = 0.2
 _BLOCK = 50_000
-_THREADS = faiss.omp_get_max_threads()
-_MMAP_FLAG = getattr(faiss, "IO_FLAG_MMAP_IFC", 0)
-"""Map flat vectors in place instead of copying them (FAISS 1.10+); 0 (a plain read) on older FAISS."""
+
+
+@lru_cache(maxsize=1)
+def _faiss_threads() -> int:
+    """FAISS's OpenMP thread count as the process started (restored after a one-thread query)."""
+    import faiss  # imported by the first index that needs it: `import ctxrag` and BM25-only work never load FAISS
+
+    return faiss.omp_get_max_threads()
+
+
+def _mmap_flag() -> int:
+    """Map flat vectors in place instead of copying them (FAISS 1.10+); 0 (a plain read) on older FAISS."""
+    import faiss
+
+    return getattr(faiss, "IO_FLAG_MMAP_IFC", 0)
 
 
 @contextmanager
@@ -51,11 +67,14 @@ def _one_thread() -> Iterator[None]:
     """One query at a time gains nothing from OpenMP, and on a busy machine its thread barriers cost far more than
     the search itself (spinning threads wait for a core). The OpenMP thread count is per calling thread, so this does
     not slow a build running in another thread."""
+    import faiss
+
+    threads = _faiss_threads()
     faiss.omp_set_num_threads(1)
     try:
         yield
     finally:
-        faiss.omp_set_num_threads(_THREADS)
+        faiss.omp_set_num_threads(threads)
 
 
 class FaissIndex:
@@ -77,6 +96,8 @@ class FaissIndex:
             self._make(dim)
 
     def _new_index(self, dim: int, kind: str) -> faiss.IndexIDMap2:
+        import faiss
+
         if kind == "hnsw":
             inner = faiss.IndexHNSWFlat(dim, self.config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             inner.hnsw.efConstruction = self.config.hnsw_ef_construction
@@ -141,6 +162,23 @@ class FaissIndex:
         if len(self._dead) > max(1000, _TOMBSTONE_FRACTION * self._index.ntotal):
             self.rebuild(self.kind)
 
+    def hide(self, chunk_ids: list[str]) -> None:
+        """Drop chunks from this index's searches without changing the FAISS data (a tombstone in a read-only,
+        memory-mapped segment, see `ctxrag.stores.dense_segments`): they leave the id maps and an id selector skips
+        them."""
+        ids = [self._int_of.pop(c) for c in chunk_ids if c in self._int_of]
+        for i in ids:
+            self._chunk_of.pop(i, None)
+        self._dead.update(ids)
+
+    def _skip_dead(self) -> faiss.IDSelector | None:
+        if not self._dead:
+            return None
+        import faiss
+
+        batch = faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
+        return faiss.IDSelectorNot(batch)  # the faiss wrapper keeps `batch` referenced from it
+
     def _writable(self) -> None:
         """A memory-mapped index is read-only (FAISS aborts the process on a write into it): before the first write,
         read the file into memory, or, if that file is gone (another process committed a newer generation), copy
@@ -149,6 +187,8 @@ class FaissIndex:
             return
         self._mapped_from.check()  # a truncated mapping would be SIGBUS below
         path, self._mapped_from = self._mapped_from.path, None
+        import faiss
+
         try:
             self._index = faiss.read_index(str(path))
         except RuntimeError:
@@ -186,6 +226,8 @@ class FaissIndex:
             return self._search(vector, k, allowed_chunk_ids)
 
     def _search(self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None) -> list[tuple[str, float]]:
+        import faiss
+
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
         if self._index is None or not self._int_of:
@@ -203,7 +245,10 @@ class FaissIndex:
                 return []
             k = min(k, int(allowed.size))
         if self.kind == "flat":
-            if allowed is None:
+            if allowed is None and self._dead:  # hidden (flat deletes remove the vectors instead)
+                skip = self._skip_dead()
+                scores, ids = self._index.search(q, k, params=faiss.SearchParameters(sel=skip))
+            elif allowed is None:
                 scores, ids = self._index.search(q, k)
             else:
                 sel = faiss.IDSelectorBatch(allowed)
@@ -217,8 +262,7 @@ class FaissIndex:
             ef = min(max(ef, 16 * k), ef * math.ceil(len(self._int_of) / allowed.size))
             sel = faiss.IDSelectorBatch(allowed)
         elif self._dead:
-            batch = faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
-            sel = faiss.IDSelectorNot(batch)
+            sel = self._skip_dead()
         else:
             sel = None
         params.efSearch = ef
@@ -263,6 +307,8 @@ class FaissIndex:
             meta["count"] = len(chunk_ids)
         (directory / IDS_FILE).write_text(json.dumps(meta), encoding="utf-8")
         if self._index is not None:
+            import faiss
+
             faiss.write_index(self._index, str(directory / INDEX_FILE))
 
     @classmethod
@@ -293,16 +339,19 @@ class FaissIndex:
         self._next_id = next_id
         self._dead = set(dead)
         if dim is not None:
+            import faiss
+
             index_path = directory / INDEX_FILE
+            mmap_flag = _mmap_flag()
             try:  # memory-mapped: a million vectors open in a blink, pages come in as queries touch them
-                index = faiss.read_index(str(index_path), _MMAP_FLAG)
+                index = faiss.read_index(str(index_path), mmap_flag)
             except RuntimeError as e:
                 raise IndexCorruptError(f"{index_path}: cannot read FAISS index ({str(e).splitlines()[0][:200]})") from None
             if not isinstance(index, faiss.IndexIDMap2):
                 index = faiss.downcast_index(index)
             self.dim = int(dim)
             self._index = index
-            self._mapped_from = MappedFile(index_path) if _MMAP_FLAG else None
+            self._mapped_from = MappedFile(index_path) if mmap_flag else None
             if index.ntotal != len(int_ids) + len(dead):
                 raise IndexCorruptError(
                     f"{index_path}: holds {index.ntotal} vectors but {ids_path} maps {len(int_ids)} ids"

@@ -377,6 +377,10 @@ class DocStore:
             )
         ]
 
+    def chunk_ids(self) -> set[str]:
+        """Every stored chunk id (without texts: what consistency checks compare with the indexes)."""
+        return {r[0] for r in self.conn.execute("SELECT chunk_id FROM chunks")}
+
     def iter_chunks(self) -> Iterator[ChunkRecord]:
         for r in self.conn.execute(f"SELECT {self._CHUNK_COLS} FROM chunks ORDER BY doc_id, chunk_index"):
             yield self._chunk(r)

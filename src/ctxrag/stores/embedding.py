@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ctxrag.errors import ModelError
 from ctxrag.stores.base import IndexedChunk
@@ -54,6 +53,8 @@ def attach_vectors(
 ) -> list[IndexedChunk]:
     """Set each chunk's vector from `embed` over the chunks' texts: one call, or one per `batch_size` chunks with a
     progress bar (`progress`) counting chunks. Returns `chunks`."""
+    from tqdm.auto import tqdm  # embedding only: opening a knowledge base never loads it
+
     step = batch_size or len(chunks) or 1
     bar = tqdm(total=len(chunks), desc=desc, unit="chunk", disable=not progress, leave=False)
     for start in range(0, len(chunks), step):

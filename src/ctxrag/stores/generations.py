@@ -15,7 +15,10 @@ Rules (see docs/reliability.md):
 * A generation is written under a temporary name, fsynced, renamed into place, and only then recorded as current
   in SQLite by the caller; so a crash leaves the previous generation current and intact.
 * Clean-up (under the lock) keeps the current generation and the one before it (a reader may still be loading it);
-  it removes older ones, temporary folders of dead writers and folders newer than current (uncommitted).
+  it removes older ones, temporary folders of dead writers and folders newer than current (uncommitted), then the
+  segment folders under ``indexes/segments/`` that no kept generation lists.
+* FAISS and BM25 are segmented (`ctxrag.stores.segments`): a generation folder holds their ``segments.json`` (the
+  segment list with each segment file's size and sha256, and the tombstones); a commit writes only its new segment.
 * ``manifest.json`` records size and sha256 of every file; `verify` checks them before an index is loaded, so a
   damaged file is an error naming it, never silently different results.
 
@@ -29,7 +32,6 @@ Example::
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -47,6 +49,7 @@ import filelock
 
 from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, KnowledgeBaseLocked
 from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
+from ctxrag.stores.segments import SEGMENTS_DIR, file_sha256, referenced_segments
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,9 @@ class SavableIndex(Protocol):
     def save(self, directory: Path) -> None: ...
 
 
+__all__ = ["GenerationStore", "file_sha256", "gen_name", "parse_gen"]
+
+
 def gen_name(gen: int) -> str:
     return f"gen-{gen:06d}"
 
@@ -79,14 +85,6 @@ def parse_gen(name: str) -> int | None:
     if name.startswith("gen-") and name[4:].isdigit():
         return int(name[4:])
     return None
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class GenerationStore:
@@ -107,6 +105,11 @@ class GenerationStore:
     # -- paths --------------------------------------------------------------------------
     def gen_dir(self, gen: int) -> Path:
         return self.base / gen_name(gen)
+
+    @property
+    def segments_dir(self) -> Path:
+        """``indexes/segments``: the immutable segment folders generations share (`ctxrag.stores.segments`)."""
+        return self.base / SEGMENTS_DIR
 
     def committed(self) -> list[int]:
         """Numbers of the generation folders present (committed or left by a crash after the rename)."""
@@ -209,7 +212,11 @@ class GenerationStore:
             for name, index in indexes.items():
                 d = tmp / name
                 d.mkdir(parents=True, exist_ok=True)
-                index.save(d)
+                save_segments = getattr(index, "save_segments", None)
+                if save_segments is not None:  # only the new segment is written; the list names the others
+                    save_segments(d, self.segments_dir, generation=gen)
+                else:
+                    index.save(d)
                 manifest["indexes"][name] = {
                     "type": type(index).__name__,
                     "files": {p.relative_to(d).as_posix(): {"size": p.stat().st_size, "sha256": file_sha256(p)}
@@ -242,6 +249,23 @@ class GenerationStore:
             n = parse_gen(p.name)
             stale = p.name.startswith(_TMP_PREFIX) or (n is not None and (n > current or n < current - KEEP_PREVIOUS))
             if stale:
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+        return removed + self._clean_segments()
+
+    def _clean_segments(self) -> list[Path]:
+        """Remove segment folders no kept generation lists (and temporary ones of dead writers). A reader that
+        still has one open keeps reading it: its files are memory-mapped, and unlinking keeps mapped pages."""
+        if not self.segments_dir.is_dir():
+            return []
+        kept: set[str] = set()
+        for n in self.committed():
+            for index_dir in self.gen_dir(n).iterdir():
+                if index_dir.is_dir():
+                    kept |= referenced_segments(index_dir)
+        removed = []
+        for p in self.segments_dir.iterdir():
+            if p.name not in kept:
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
         return removed

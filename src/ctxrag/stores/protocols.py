@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 import numpy as np
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 
 from ctxrag.stores.base import IndexedChunk
 
 if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.embeddings import Embeddings
     from ctxrag.settings import Settings
     from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
     from ctxrag.stores.graph import GraphIndex

@@ -1,5 +1,7 @@
 """The index kinds a knowledge base keeps, and how to make or load each: dense (the configured vector store), BM25,
-and the graph index when ``settings.graph`` is on.
+and the graph index when ``settings.graph`` is on. FAISS and BM25 are kept as immutable segments shared between
+generations (`ctxrag.stores.segments`); the graph index is saved whole with each generation (it is opt-in, and its
+entities are resolved across all chunks, which per-segment graphs would have to redo at every query).
 
 `IndexSetup` is what opening them needs from the knowledge base (its name, folder, settings, the committed chunks and
 the embedding model), so this module never imports the knowledge base.
@@ -17,16 +19,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from langchain_core.embeddings import Embeddings
+from typing import TYPE_CHECKING, Any
 
 from ctxrag.settings import Settings
 from ctxrag.stores.backends import dense_factories
 from ctxrag.stores.dense import FaissIndex
+from ctxrag.stores.dense_segments import SegmentedDenseIndex
 from ctxrag.stores.docstore import ChunkRecord
 from ctxrag.stores.embedding import EmbedFn
+from ctxrag.stores.segments import LoadIndex, MakeIndex, SegmentedIndex
 from ctxrag.stores.snapshots import IndexFactories
+
+if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.embeddings import Embeddings  # a type only: opening a knowledge base loads no embedding stack
 
 
 @dataclass
@@ -53,19 +58,33 @@ def index_factories(setup: IndexSetup | None = None) -> IndexFactories:
     Without a `setup` the dense index is FAISS with default settings and there is no graph index."""
     factories: dict[str, tuple[Callable[[], Any], Callable[[Path], Any]]] = {}
     if setup is None:
-        factories["dense"] = (FaissIndex, FaissIndex.load)
-    else:
+        factories["dense"] = segmented("dense", SegmentedDenseIndex, FaissIndex, FaissIndex.load)
+    elif setup.settings.vector_store == "faiss":
+        make, load = dense_factories(setup.settings, setup.kb_name, setup.root, chunks=setup.chunks,
+                                     embed=setup.embed)
+        factories["dense"] = segmented("dense", SegmentedDenseIndex, make, load, setup.kb_name)
+    else:  # Chroma and Milvus persist themselves: no segments in the generation folder
         factories["dense"] = dense_factories(setup.settings, setup.kb_name, setup.root, chunks=setup.chunks,
                                              embed=setup.embed)
     try:
         from ctxrag.stores.bm25 import BM25ChunkIndex
+        from ctxrag.stores.bm25.segmented import SegmentedKeywordIndex
     except ImportError:  # pragma: no cover - bm25 ships with ctxrag; guard for partial installs
         pass
     else:
-        factories["bm25"] = (BM25ChunkIndex, BM25ChunkIndex.load)
+        factories["bm25"] = segmented("bm25", SegmentedKeywordIndex, BM25ChunkIndex, BM25ChunkIndex.load,
+                                      setup.kb_name if setup is not None else "NAME")
     if setup is not None and setup.settings.graph:
         factories["graph"] = _graph_factories(setup)
     return factories
+
+
+def segmented(
+    name: str, kind: type[SegmentedIndex], make: MakeIndex, load: LoadIndex, kb_name: str = "NAME"
+) -> tuple[Callable[[], Any], Callable[[Path], Any]]:
+    """(make empty, load) of index kind `name` kept as immutable segments (see `ctxrag.stores.segments`)."""
+    return ((lambda: kind(name, make, load, kb_name=kb_name)),
+            (lambda directory: kind(name, make, load, kb_name=kb_name).load_set(directory)))
 
 
 def _graph_factories(setup: IndexSetup) -> tuple[Callable[[], Any], Callable[[Path], Any]]:

@@ -33,6 +33,7 @@ from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord, disk_f
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.generations import GenerationStore
+from ctxrag.stores.segments import SegmentedIndex
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,7 @@ class WriteSession:
         """Write `documents` (each with its chunk records) in the store, and `chunks` (their chunks as indexed) in
         every index, in place of what those documents had; returns the chunk ids they had before."""
         old = [c.chunk_id for doc, _ in documents for c in self.store.chunks_of(doc.doc_id)]
-        for index in self.indexes.values():
-            if old:
-                index.delete(old)
-            if chunks:
-                index.add(chunks)
+        self._write(self.indexes, remove=old, add=chunks)
         for doc, records in documents:
             self.store.upsert_document(doc, records)
         return old
@@ -78,10 +75,24 @@ class WriteSession:
         """Remove documents from the store and their chunks from every index; returns the chunk ids removed
         (unknown ids remove nothing)."""
         chunk_ids = [c for d in doc_ids for c in self.store.delete_document(d)]
-        if chunk_ids:
-            for index in self.indexes.values():
-                index.delete(chunk_ids)
+        self._write(self.indexes, remove=chunk_ids, add=[])
         return chunk_ids
+
+    def reindex(self, name: str, index: ChunkIndex, *, remove: Sequence[str] = (),
+                add: list[IndexedChunk] | None = None) -> None:
+        """Repair: make `index` this session's index `name` and bring it in step with the store, which is not
+        changed (remove chunk ids the store lacks, add stored chunks it misses)."""
+        self.indexes[name] = index
+        self._write({name: index}, remove=list(remove), add=add or [])
+
+    @staticmethod
+    def _write(indexes: Mapping[str, ChunkIndex], *, remove: list[str], add: list[IndexedChunk]) -> None:
+        """The one index write every verb goes through: removals first, so a replaced chunk id is added fresh."""
+        for index in indexes.values():
+            if remove:
+                index.delete(remove)
+            if add:
+                index.add(add)
 
 
 def missing_from(indexes: Mapping[str, ChunkIndex], chunk_ids: list[str]) -> list[str]:
@@ -196,6 +207,15 @@ class IndexSnapshots:
             out[name] = loaded
         return out
 
+    def saved_index(self, gen: int, name: str) -> ChunkIndex | None:
+        """Index `name` as saved in generation `gen`, its files checked against the manifest; None when the generation
+        does not hold it (generation 0, a kind enabled since, or a loader that rebuilds). `IndexCorruptError` when the
+        generation, its manifest or the index's files are damaged (for ``kb check`` / ``kb repair``)."""
+        _make, load = self._factories()[name]
+        if not gen or not self.generations.verify(gen, name, self.generations.manifest(gen)):
+            return None
+        return load(self.generations.gen_dir(gen) / name)
+
     def _rebuild(self, index: ChunkIndex, name: str, store: DocStore) -> None:
         """Fill an empty index from the stored chunks, in write order (the tie order the ingests gave it)."""
         if isinstance(index, SelfPersistingIndex):
@@ -229,11 +249,14 @@ class IndexSnapshots:
             yield
 
     @contextmanager
-    def session(self) -> Iterator[WriteSession]:
-        """Hold the write lock with private indexes of the current generation (see the module docstring)."""
+    def session(self, *, repair: bool = False) -> Iterator[WriteSession]:
+        """Hold the write lock with private indexes of the current generation (see the module docstring).
+
+        With `repair`, no index is loaded (the repair brings each one, `WriteSession.reindex`) and the document store
+        file is checked again (a damaged one cannot be repaired from the indexes: `StoreCorruptError`)."""
         with self.write_lock():
             try:
-                store = DocStore(self.store.path, check=False, create=False)
+                store = DocStore(self.store.path, check=repair, create=False)
             except KnowledgeBaseDeleted:  # by `kb delete` since this object opened it: never create a partial one
                 self.generations.remove_lock_leftovers()
                 raise
@@ -248,7 +271,7 @@ class IndexSnapshots:
                     log.info("knowledge base %r: generation moved from %d to %d since it was loaded; applying the "
                              "change on top of %d", self.kb_name, self.snapshot.generation, gen, gen)
                 reuse = self.snapshot.indexes if self.snapshot is not None else None
-                session = WriteSession(store, gen, self.load_generation(gen, store, reuse))
+                session = WriteSession(store, gen, {} if repair else self.load_generation(gen, store, reuse))
                 store.begin()
                 yield session
                 store.rollback()  # nothing is left uncommitted on purpose
@@ -263,6 +286,21 @@ class IndexSnapshots:
                 raise
             finally:
                 store.close()
+
+    def optimize(self) -> dict[str, tuple[int, int]]:
+        """Merge every segmented index (FAISS, BM25) into one segment without its tombstones, committed as the next
+        generation (``ctxrag kb optimize``). Readers keep answering from the current generation meanwhile; other
+        writers wait for the lock. Returns index name -> (segments before, segments after)."""
+        out: dict[str, tuple[int, int]] = {}
+        with self.session() as session:
+            segmented = {n: i for n, i in session.indexes.items() if isinstance(i, SegmentedIndex)}
+            for name, index in segmented.items():
+                out[name] = (len(index.sealed), 0)
+                index.merge_all()
+            self.commit(session)
+            for name, index in segmented.items():
+                out[name] = (out[name][0], len(index.sealed))
+        return out
 
     def commit(self, session: WriteSession) -> None:
         """Write the session's indexes as the next generation (temp folder, fsync, rename), commit SQLite pointing

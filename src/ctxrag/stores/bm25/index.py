@@ -13,10 +13,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ctxrag.errors import ConfigError, IndexCorruptError
 from ctxrag.stores.bm25 import storage
@@ -27,6 +26,9 @@ from ctxrag.stores.bm25.segment import INDEX_DTYPE, Segment, merge_segments
 from ctxrag.stores.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
 from ctxrag.stores.bm25.weights import SegmentWeights
 from ctxrag.stores.mapped import MappedFile
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp  # merging only: opening and searching an index never load scipy
 
 FORMAT = "ctxrag-bm25"
 FORMAT_VERSION = 1
@@ -79,12 +81,15 @@ class BM25Index:
         self._weights: list[SegmentWeights] | None = None  # per segment, filled per column on first use
         self._accumulator = Accumulator()
         self._mapped: MappedFile | None = None  # the .npz whose postings are memory-mapped (checked before a query)
+        self._given: tuple[np.ndarray, float] | None = None  # (idf, avgdl) of a larger corpus: use_statistics
 
     # ---- building -------------------------------------------------------------------------------------------
     def add(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> None:
         """Tokenise and add documents; a given id already in the index is replaced."""
         if isinstance(texts, str):
             raise ValueError("add() takes a list of texts, not one string")
+        from tqdm.auto import tqdm  # building only: opening and searching an index never load it
+
         tokens = [self.tokenizer(t) for t in tqdm(texts, desc="bm25 tokenize", disable=not self._progress(len(texts)))]
         self.add_tokens(tokens, ids)
 
@@ -100,6 +105,8 @@ class BM25Index:
             return
         self._keys.append(ids, n)
         steps = range(0, n, _BATCH_DOCS)
+        from tqdm.auto import tqdm
+
         for start in tqdm(steps, desc="bm25 index", disable=not self._progress(n)):
             self._append_segment(documents[start : start + _BATCH_DOCS])
 
@@ -175,6 +182,31 @@ class BM25Index:
     def _changed(self) -> None:
         # idf and avgdl moved: every cached weight is stale (they are refilled per column as queries need them)
         self._idf = self._weights = None
+        self._given = None
+
+    def use_statistics(self, idf: np.ndarray, avgdl: float) -> None:
+        """Score with the statistics of a larger corpus this index is one segment of: `idf` per term id of this
+        index, `avgdl` the corpus's average length (see `ctxrag.stores.bm25.segmented`). The next add or delete
+        drops them."""
+        if len(idf) != len(self._vocab):
+            raise ValueError(f"idf has {len(idf)} entries, the vocabulary {len(self._vocab)} terms")
+        self._changed()
+        self._given = (idf, avgdl)
+
+    @property
+    def vocabulary(self) -> dict[str, int]:
+        """Token -> term id, in term-id order (read-only by convention)."""
+        return self._vocab
+
+    @property
+    def document_frequencies(self) -> np.ndarray:
+        """Live documents containing each term, by term id."""
+        return self._df
+
+    @property
+    def total_length(self) -> int:
+        """Tokens in the live documents."""
+        return self._total_len
 
     def _progress(self, n: int) -> bool:
         return self.show_progress and n >= 200_000
@@ -212,14 +244,17 @@ class BM25Index:
         return (scores + constant)[self._live]
 
     def search(
-        self, query: str | Sequence[str], k: int = 10, allowed_ids: Iterable[str] | None = None, *, fill: bool = False
+        self, query: str | Sequence[str], k: int = 10, allowed_ids: Iterable[str] | None = None, *, fill: bool = False,
+        constant: bool = True,
     ) -> list[tuple[str, float]]:
         """Best `k` documents containing a query term, as ``(id, score)``, best first.
 
         `allowed_ids` restricts the result to those documents (a metadata filter, applied before the cut); unknown
         ids are ignored. A query with no indexed term (empty, only stopwords, unseen words) returns ``[]``, unless
         `fill`: then documents without a query term follow, in index order, with the score a document without any
-        query term gets (0 for Okapi), up to `k` (LangChain's `BM25Retriever` also always returns k).
+        query term gets (0 for Okapi), up to `k` (LangChain's `BM25Retriever` also always returns k). Without
+        `constant` scores leave out that floor (BM25+'s ``idf * delta`` per query term; a segment's caller adds
+        the corpus's own).
         """
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
@@ -228,7 +263,7 @@ class BM25Index:
             allowed = np.zeros(len(self._live), dtype=bool)
             allowed[self._keys.slots_of(list(allowed_ids))] = True
         tokens = self.tokenize_query(query)
-        slots, scores = self.search_slots(tokens, k, allowed)
+        slots, scores = self.search_slots(tokens, k, allowed, constant=constant)
         if fill and len(slots) < k:
             slots, scores = self._fill(tokens, slots, scores, k, allowed)
         return list(zip(self._keys.keys(slots), scores.tolist()))
@@ -247,19 +282,19 @@ class BM25Index:
                 np.concatenate([scores, np.full(len(extra), constant, dtype=float)]))
 
     def search_slots(
-        self, tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
+        self, tokens: Sequence[str], k: int, allowed: np.ndarray | None = None, *, constant: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
         """`search` on tokens, returning slots and scores as arrays; `allowed` is a bool mask over slots."""
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
         if self._mapped is not None:
             self._mapped.check()  # postings truncated under the mapping: a named error, not SIGBUS
-        columns, constant = self._columns(tokens)
+        columns, floor = self._columns(tokens)
         if not columns:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         eligible = self._live if allowed is None else self._live & allowed
         slots, scores = top_k_slots(columns, k, eligible, self._accumulator)
-        return slots, scores + constant
+        return slots, (scores + floor if constant else scores)
 
     def _columns(self, tokens: Sequence[str]) -> tuple[list[TermColumn], float]:
         """The query's terms as columns over every segment, and what every document scores regardless of its
@@ -299,10 +334,13 @@ class BM25Index:
     def _statistics(self) -> tuple[np.ndarray, list[SegmentWeights]]:
         """idf per term and the (lazily filled) posting weights per segment, rebuilt after a change."""
         if self._idf is None or self._weights is None:
-            present = self._df > 0
-            idf = np.zeros(len(self._df))
-            idf[present] = term_idf(self._df[present], self._n_live, self.params)
-            avgdl = self._total_len / self._n_live if self._n_live else 0.0
+            if self._given is not None:
+                idf, avgdl = self._given
+            else:
+                present = self._df > 0
+                idf = np.zeros(len(self._df))
+                idf[present] = term_idf(self._df[present], self._n_live, self.params)
+                avgdl = self._total_len / self._n_live if self._n_live else 0.0
             norm = length_norm(self._doc_len, avgdl, self.params) if avgdl > 0 else np.ones(len(self._doc_len))
             weights, offset = [], 0
             for segment in self._segments:
@@ -310,6 +348,37 @@ class BM25Index:
                 offset += segment.n_docs
             self._idf, self._weights = idf, weights
         return self._idf, self._weights
+
+    # ---- merging ----------------------------------------------------------------------------------------------
+    def live_postings(self) -> tuple[sp.csr_matrix, np.ndarray, list[str]]:
+        """The live documents as a (documents x terms) matrix of term frequencies, their lengths and ids, in
+        insertion order (columns are this index's term ids, see `vocabulary`)."""
+        import scipy.sparse as sp
+
+        n_terms = len(self._vocab)
+        if not self._segments:
+            return sp.csr_matrix((0, n_terms), dtype=np.int64), np.zeros(0, dtype=np.int64), []
+        matrix = sp.vstack([s.to_scipy(n_terms) for s in self._segments], format="csr")
+        return matrix[np.flatnonzero(self._live)], self._doc_len[self._live], self.ids
+
+    def with_postings(self, matrix: sp.csr_matrix, doc_len: np.ndarray, ids: list[str], vocab: list[str]) -> BM25Index:
+        """A new index with this one's tokenizer and parameters holding `matrix` (documents x terms, columns in
+        `vocab` order) as one segment."""
+        import scipy.sparse as sp
+
+        p = self.params
+        index = BM25Index(self.tokenizer, p.variant.value, k1=p.k1, b=p.b, epsilon=p.epsilon, delta=p.delta,
+                          show_progress=False)
+        index._vocab = _Vocabulary((token, term) for term, token in enumerate(vocab))
+        segment = Segment._from_scipy(sp.csc_matrix(matrix), len(ids))
+        index._segments = [segment] if len(ids) else []
+        index._df = np.diff(segment.indptr).astype(np.int64)
+        index._doc_len = np.asarray(doc_len, dtype=np.int64)
+        index._live = np.ones(len(ids), dtype=bool)
+        index._keys.append(list(ids), len(ids))
+        index._n_live = len(ids)
+        index._total_len = int(index._doc_len.sum())
+        return index
 
     # ---- persistence ----------------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:

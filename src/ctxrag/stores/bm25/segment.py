@@ -13,9 +13,12 @@ is ever rebuilt from the text.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp  # building and merging need scipy; opening and searching an index never do
 
 INDEX_DTYPE = np.int32
 TF_DTYPE = np.int32
@@ -49,6 +52,8 @@ class Segment:
     @classmethod
     def from_token_ids(cls, term_ids: np.ndarray, doc_lengths: np.ndarray, n_terms: int) -> Segment:
         """Build from the concatenated token ids of consecutive documents and each document's token count."""
+        import scipy.sparse as sp
+
         n_docs = len(doc_lengths)
         row_ptr = np.zeros(n_docs + 1, dtype=np.int64)
         np.cumsum(doc_lengths, out=row_ptr[1:])
@@ -71,6 +76,8 @@ class Segment:
 
     def to_scipy(self, n_terms: int | None = None) -> sp.csc_matrix:
         """This segment as a scipy CSC matrix, widened to `n_terms` columns (newer terms are empty columns)."""
+        import scipy.sparse as sp
+
         indptr = self.indptr
         if n_terms is not None and n_terms > self.n_terms:
             indptr = np.concatenate([indptr, np.full(n_terms - self.n_terms, indptr[-1], dtype=indptr.dtype)])
@@ -102,5 +109,7 @@ def merge_segments(segments: list[Segment], n_terms: int) -> Segment:
     """One segment holding the documents of `segments`, in order."""
     if len(segments) == 1 and segments[0].n_terms == n_terms:
         return segments[0]
+    import scipy.sparse as sp
+
     stacked = sp.vstack([s.to_scipy(n_terms) for s in segments], format="csc")
     return Segment._from_scipy(stacked, sum(s.n_docs for s in segments))

@@ -9,15 +9,14 @@ accepted too; it cannot be saved, so loading such an index asks for it again.
 """
 from __future__ import annotations
 
-import logging
 import re
-import sys
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from ctxrag.errors import ConfigError
+from ctxrag.stores.bm25.jieba_dictionary import segmenter_for
 from ctxrag.text import to_simplified
 
 Tokenizer = Callable[[str], list[str]]
@@ -137,9 +136,10 @@ class ChineseTokenizer:
         self._convert = to_simplified if self.script == "simplified" else None
 
     def __call__(self, text: str) -> list[str]:
-        cut = _jieba().lcut_for_search if self.search_mode else _jieba().lcut
         if self._convert is not None:
             text = self._convert(text)
+        segmenter = segmenter_for(text)  # jieba with the dictionary entries this text needs (`jieba_dictionary`)
+        cut = segmenter.lcut_for_search if self.search_mode else segmenter.lcut
         out = []
         for token in cut(text):
             token = token.strip().lower()
@@ -256,25 +256,6 @@ def tokenizer_config(tokenizer: Tokenizer) -> dict[str, Any]:
     if callable(config) and getattr(tokenizer, "name", None) in _NAMES:
         return config()
     return {"name": CALLABLE_TOKENIZER, "repr": repr(tokenizer)[:200]}
-
-
-@lru_cache(maxsize=1)
-def _jieba() -> Any:
-    """jieba, imported on the first Chinese text (English-only queries and documents never load it).
-
-    jieba 0.42 imports setuptools' deprecated ``pkg_resources`` only to open its own dictionary files, which costs
-    more than the rest of jieba's import; with that import refused it opens the same files by path. Its dictionary
-    is loaded once per process from jieba's own marshal cache (``jieba.cache`` in the temp folder)."""
-    blocked = "pkg_resources" not in sys.modules
-    if blocked:
-        sys.modules["pkg_resources"] = None  # type: ignore[assignment] - `import pkg_resources` raises ImportError
-    try:
-        import jieba
-    finally:
-        if blocked:
-            del sys.modules["pkg_resources"]
-    jieba.setLogLevel(logging.WARNING)  # jieba prints its dictionary loading otherwise
-    return jieba
 
 
 @lru_cache(maxsize=1)

@@ -2,7 +2,7 @@
 
 Example::
 
-    from ctxrag.indexing.windowing import window_document
+    from ctxrag.indexing.contexts.windowing import window_document
     doc = "intro " * 5000 + "THE CHUNK" + " outro" * 5000
     text, cut = window_document(doc, "THE CHUNK", max_tokens=500)
     assert cut and "THE CHUNK" in text and text.startswith("[...]")
@@ -118,3 +118,15 @@ def window_document(
         if count_tokens(text) <= max_tokens or budget <= 1:
             return text, True
         budget = max(1, int(budget * 0.9))
+
+
+BEGINNING_CHARS = 200
+"""How much of a document's beginning `window_beginning` keeps whole."""
+
+
+def window_beginning(
+    document: str, max_tokens: int, *, count_tokens: Callable[[str], int] = estimate_tokens,
+) -> tuple[str, bool]:
+    """`(text, was_cut)`: the whole document when it fits in `max_tokens`, else a window from its start (its first
+    `BEGINNING_CHARS` characters kept whole, "[...]" at the cut end): what a whole-document context reads."""
+    return window_document(document, document[:BEGINNING_CHARS], max_tokens, offset=0, count_tokens=count_tokens)

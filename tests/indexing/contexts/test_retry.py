@@ -5,7 +5,7 @@ import httpx
 import openai
 import pytest
 
-from ctxrag.indexing.retry import is_transient_error, is_unreachable_error
+from ctxrag.indexing.contexts.retry import is_transient_error, is_unreachable_error
 
 REQUEST = httpx.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
 

@@ -16,7 +16,7 @@ article's paragraphs together and costs dense recall, where the article title al
 
 Example::
 
-    from ctxrag.indexing.strategies import ContextStrategy, make_contextualizer
+    from ctxrag.indexing.contexts.strategies import ContextStrategy, make_contextualizer
     ctx = make_contextualizer("document+header")          # the local model, the default cache
     contexts = ctx.contextualize_document(text, chunk_texts, title="guide.md", heading_paths=paths)
 """
@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ctxrag.enums import ChoiceEnum
-from ctxrag.indexing.context_report import ContextReport
-from ctxrag.indexing.context_text import fallback_header
-from ctxrag.indexing.contextualizer import Contextualizer
-from ctxrag.indexing.document_context import DocumentContextualizer
+from ctxrag.indexing.contexts.report import ContextReport
+from ctxrag.indexing.contexts.text import fallback_header
+from ctxrag.indexing.contexts.chunk_context import Contextualizer
+from ctxrag.indexing.contexts.document_context import DocumentContextualizer
 from ctxrag.text import detect_language
 
 

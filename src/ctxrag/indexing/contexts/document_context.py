@@ -3,14 +3,14 @@
 
 Compared with a context per chunk (`Contextualizer`), it costs one call per document instead of one per chunk, so it
 stays affordable with a small local model; what it cannot say is where a chunk sits inside its document (combine it
-with the title/heading header, see `ctxrag.indexing.strategies`). Same cache, retries, windowing and fallback as the
-per-chunk contextualizer, whose machinery it reuses.
+with the title/heading header, see `ctxrag.indexing.contexts.strategies`). It plans one request per document and
+hands it to the same `ContextWriter` as the per-chunk contextualizer (cache, retries, fallback, report).
 
 Example::
 
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
-    from ctxrag.indexing.document_context import DocumentContextualizer
+    from ctxrag.indexing.contexts.document_context import DocumentContextualizer
     fake = GenericFakeChatModel(messages=iter([AIMessage("ACME annual report 2023. Revenue, costs and outlook.")]))
     ctx = DocumentContextualizer(fake, cache=None)
     ctx.contextualize_document("ACME annual report 2023 ... Revenue grew 3%.", ["ACME annual ...", "Revenue grew 3%."])
@@ -18,17 +18,21 @@ Example::
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable
 
-from ctxrag.indexing.context_text import fallback_header
-from ctxrag.indexing.context_plan import MIN_DOCUMENT_TOKENS, ContextJob, ContextPlan
-from ctxrag.indexing.contextualizer import Contextualizer
-from ctxrag.indexing.windowing import window_document
+from ctxrag.indexing.contexts.chunk_context import ContextualizerRunnable, check_language
+from ctxrag.indexing.contexts.plan import MIN_DOCUMENT_TOKENS, ContextJob, ContextPlan
+from ctxrag.indexing.contexts.cache import ContextCache
+from ctxrag.indexing.contexts.report import ContextReport
+from ctxrag.indexing.contexts.text import fallback_header
+from ctxrag.indexing.contexts.windowing import window_beginning
+from ctxrag.indexing.contexts.writer import ContextWriter
 from ctxrag.prompts.contextual import DocumentSummaryPrompt, default_document_summary_prompts
 from ctxrag.schema import content_hash
 from ctxrag.text import detect_language
@@ -37,12 +41,14 @@ DOCUMENT_KEY = "__document__"
 """The cache's chunk-hash slot for a whole-document context (never a real sha256)."""
 
 
-class DocumentContextualizer(Contextualizer):
+class DocumentContextualizer(ContextualizerRunnable):
     """One context per document (title + 2-3 sentence summary), given to each of its chunks; cached and fail-safe.
 
-    Takes the `Contextualizer` arguments plus `summary_prompts` (by language, see
-    `ctxrag.prompts.contextual.default_document_summary_prompts`). A document longer than the model's window is cut
-    to its beginning. The report counts every chunk covered, and one LLM call per uncached document.
+    `summary_prompts` by language (see `ctxrag.prompts.contextual.default_document_summary_prompts`); `language`
+    'auto' picks 'zh' for mostly-CJK documents; the other keyword arguments go to its `ContextWriter` (cache,
+    settings, model_name, max_concurrency, n_ctx, token_counter, max_context_chars, retry_attempts, retry_wait,
+    show_progress). A document longer than the model's window is cut to its beginning. The report counts every
+    chunk covered, and one LLM call per uncached document.
     """
 
     def __init__(
@@ -50,28 +56,28 @@ class DocumentContextualizer(Contextualizer):
         chat_model: BaseChatModel | Runnable | None = None,
         *,
         summary_prompts: Mapping[str, DocumentSummaryPrompt] | None = None,
+        language: Literal["auto", "en", "zh"] = "auto",
         max_tokens: int = 160,
-        **kwargs: Any,
+        **writer_options: Any,
     ) -> None:
-        super().__init__(chat_model, max_tokens=max_tokens, **kwargs)
         self.summary_prompts = dict(summary_prompts) if summary_prompts is not None else default_document_summary_prompts()
-        wanted = {"en", "zh"} if self.language == "auto" else {self.language}
-        missing = wanted - set(self.summary_prompts)
-        if missing:
-            raise ValueError(f"summary_prompts lack language(s) {sorted(missing)}; given: {sorted(self.summary_prompts)}")
+        check_language(language, self.summary_prompts, "summary_prompts")
+        self.language = language
+        self.writer = ContextWriter(chat_model, max_tokens=max_tokens, **writer_options)
+
+    @property
+    def cache(self) -> ContextCache | None:
+        return self.writer.cache
+
+    @property
+    def model_name(self) -> str:
+        return self.writer.model_name
 
     def _summary_prompt(self, document: str) -> DocumentSummaryPrompt:
         lang = detect_language(document) if self.language == "auto" else self.language
         return self.summary_prompts[lang]
 
-    def _plan(
-        self,
-        document: str,
-        chunks: Sequence[str],
-        title: str,
-        heading_paths: Sequence[str] | None,
-        offsets: Sequence[int | None] | None,
-    ) -> ContextPlan:
+    def _plan(self, document: str, title: str) -> ContextPlan:
         """A plan with one slot: the document's context."""
         prompt = self._summary_prompt(document)
         key = (content_hash(document), DOCUMENT_KEY, self.model_name, prompt.version)
@@ -80,22 +86,14 @@ class DocumentContextualizer(Contextualizer):
         plan = ContextPlan(results=[header if cached == "" else cached])
         if cached is not None:
             return plan
-        self._get_model()  # before windowing: a local model brings its exact tokenizer
-        overhead = self._token_counter(prompt.render(""))
-        budget = max(MIN_DOCUMENT_TOKENS, self.n_ctx - self.max_tokens - overhead - (64 + self.n_ctx // 20))
-        text, cut = window_document(document, document[:200], budget, offset=0, count_tokens=self._token_counter)
+        self.writer.model()  # before windowing: a local model brings its exact tokenizer
+        n_ctx, count = self.writer.n_ctx, self.writer.count_tokens
+        budget = max(MIN_DOCUMENT_TOKENS, n_ctx - self.writer.max_tokens - count(prompt.render("")) - (64 + n_ctx // 20))
+        text, cut = window_beginning(document, budget, count_tokens=count)
         prompt_text = prompt.render(text)
         plan.jobs.append(ContextJob(index=0, key=key, messages=[HumanMessage(content=prompt_text)], fallback=header,
                                     prompt_text=prompt_text, windowed=cut))
         return plan
-
-    def _spread(self, context: str, chunks: Sequence[str], hits_before: int) -> list[str]:
-        """The one context for every chunk; the report counts all chunks (the parent counted the document once)."""
-        with self.tally.lock:
-            cached = self.tally.stats.cache_hits > hits_before
-            self.tally.stats.chunks += len(chunks) - 1
-            self.tally.stats.cache_hits += (len(chunks) - 1) if cached else 0
-        return [context] * len(chunks)
 
     def contextualize_document(
         self,
@@ -109,9 +107,11 @@ class DocumentContextualizer(Contextualizer):
         """The document's context once per chunk, in order (cached, LLM-written, or the title as fallback)."""
         if not chunks:
             return []
-        before = self.report().cache_hits
-        [context] = super().contextualize_document(document_text, [document_text[:200]], title=title)
-        return self._spread(context, chunks, before)
+        started = time.perf_counter()
+        plan = self._plan(document_text, title)
+        [context] = self.writer.write(plan, chunks=len(chunks), cache_hits=len(chunks) * plan.known(), title=title,
+                                      started=started)
+        return [context] * len(chunks)
 
     async def acontextualize_document(
         self,
@@ -125,9 +125,23 @@ class DocumentContextualizer(Contextualizer):
         """Async `contextualize_document`."""
         if not chunks:
             return []
-        before = self.report().cache_hits
-        [context] = await super().acontextualize_document(document_text, [document_text[:200]], title=title)
-        return self._spread(context, chunks, before)
+        started = time.perf_counter()
+        plan = self._plan(document_text, title)
+        [context] = await self.writer.awrite(plan, chunks=len(chunks), cache_hits=len(chunks) * plan.known(),
+                                             title=title, started=started)
+        return [context] * len(chunks)
+
+    def report(self) -> ContextReport:
+        """Totals since creation or the last `reset_stats()`."""
+        return self.writer.report()
+
+    @property
+    def stats(self) -> ContextReport:
+        return self.report()
+
+    def reset_stats(self) -> None:
+        """Start a new report (e.g. at the start of each ingest)."""
+        self.writer.reset()
 
     def __repr__(self) -> str:
         return f"DocumentContextualizer(model={self.model_name!r}, cache={self.cache!r})"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import threading
 
-from ctxrag.indexing.context_plan import MIN_DOCUMENT_TOKENS, chunk_messages, document_budget, limit_kwargs
-from ctxrag.indexing.context_report import ContextTally
+from ctxrag.indexing.contexts.plan import MIN_DOCUMENT_TOKENS, chunk_messages, document_budget, limit_kwargs
+from ctxrag.indexing.contexts.report import ContextTally
 from ctxrag.prompts.contextual import default_context_prompts
 
 PROMPT = default_context_prompts()["en"]

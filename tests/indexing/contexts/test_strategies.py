@@ -20,15 +20,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
 from ctxrag.indexing import ContextCache, Contextualizer
-from ctxrag.indexing.document_context import DocumentContextualizer
-from ctxrag.indexing.strategies import (
+from ctxrag.indexing.contexts.document_context import DocumentContextualizer
+from ctxrag.indexing.contexts.strategies import (
     ContextStrategy,
     HeaderContextualizer,
     HeaderedContextualizer,
     LanguageContextualizer,
     make_contextualizer,
 )
-from ctxrag.indexing.context_report import ContextReport
+from ctxrag.indexing.contexts.report import ContextReport
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 DOC = (
@@ -220,7 +220,7 @@ def test_kb_ingest_with_document_strategy_indexes_the_context(ctxrag_home: Path,
 
 
 def _load_bench() -> Any:
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_golden_chunks.py"
+    path = Path(__file__).resolve().parents[3] / "bench" / "bench_golden_chunks.py"
     spec = importlib.util.spec_from_file_location("bench_golden_chunks", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules["bench_golden_chunks"] = module
@@ -284,7 +284,7 @@ def test_killed_benchmark_process_resumes_without_asking_the_model_again(tmp_pat
     OpenAI-compatible server: SIGKILLed after two documents, then run again; only the unfinished documents are asked."""
     n_docs = _tiny_code_benchmark(tmp_path / "data")
     out = tmp_path / "out"
-    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_golden_chunks.py"
+    bench = Path(__file__).resolve().parents[3] / "bench" / "bench_golden_chunks.py"
     cmd = [sys.executable, str(bench), "--data", str(tmp_path / "data"), "--variants", "document@1.5b",
            "--no-eval", "--out", str(out)]
     cost_file = out / "cost-document-1.5b.jsonl"
@@ -324,7 +324,7 @@ def test_drcd_documents_match_the_squad_loader_ids() -> None:
     bench = _load_bench()
     from ctxrag.evaluation.datasets import load_squad
 
-    squad = Path(__file__).resolve().parents[1] / "evaluation" / "fixtures" / "squad_zh.json"
+    squad = Path(__file__).resolve().parents[2] / "evaluation" / "fixtures" / "squad_zh.json"
     docs = bench.drcd_docs(squad)
     corpus = load_squad([squad]).corpus
     assert {cid for d in docs for cid, _ in d.chunks} == set(corpus)
@@ -335,7 +335,7 @@ def test_drcd_documents_match_the_squad_loader_ids() -> None:
 
 def test_anthropic_subset_keeps_queries_inside_the_first_documents(tmp_path: Path) -> None:
     bench = _load_bench()
-    data = Path(__file__).resolve().parents[1] / "evaluation" / "fixtures" / "anthropic_tiny"
+    data = Path(__file__).resolve().parents[2] / "evaluation" / "fixtures" / "anthropic_tiny"
     corpus = json.loads((data / "codebase_chunks.json").read_text(encoding="utf-8"))
     folder = bench.anthropic_subset(data, 1, tmp_path)
     kept = {corpus[0]["original_uuid"]}
@@ -350,7 +350,7 @@ def test_drcd_subset_keeps_the_first_articles_and_their_ids(tmp_path: Path) -> N
     bench = _load_bench()
     from ctxrag.evaluation.datasets import load_squad
 
-    squad = Path(__file__).resolve().parents[1] / "evaluation" / "fixtures" / "squad_zh.json"
+    squad = Path(__file__).resolve().parents[2] / "evaluation" / "fixtures" / "squad_zh.json"
     whole = load_squad([squad])
     part = load_squad([bench.drcd_subset(squad, 1, tmp_path)])
     first = {cid for cid, _ in bench.drcd_docs(squad)[0].chunks}

@@ -3,7 +3,7 @@ thread-safe tally a contextualizer keeps of it.
 
 Example::
 
-    from ctxrag.indexing.context_report import ContextReport
+    from ctxrag.indexing.contexts.report import ContextReport
     print(ContextReport(documents=1, chunks=3, contextualized=3, llm_calls=3))
 """
 from __future__ import annotations

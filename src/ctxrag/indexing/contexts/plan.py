@@ -3,7 +3,7 @@ how much of the document fits the model's window beside the chunk.
 
 Example::
 
-    from ctxrag.indexing.context_plan import chunk_messages, document_budget
+    from ctxrag.indexing.contexts.plan import chunk_messages, document_budget
     from ctxrag.prompts.contextual import default_context_prompts
     prompt = default_context_prompts()["en"]
     document_budget(prompt, "Revenue grew 3%.", n_ctx=4096, max_tokens=128, count_tokens=len)   # tokens for the document
@@ -17,7 +17,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from ctxrag.indexing.context_cache import CacheKey
+from ctxrag.indexing.contexts.cache import CacheKey
 from ctxrag.prompts.contextual import ContextPrompt
 
 MIN_DOCUMENT_TOKENS = 64
@@ -43,6 +43,10 @@ class ContextPlan:
 
     results: list[str | None]
     jobs: list[ContextJob] = field(default_factory=list)
+
+    def known(self) -> int:
+        """How many contexts are known already (from the cache)."""
+        return sum(r is not None for r in self.results)
 
 
 def document_budget(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxrag.indexing.windowing import CUT_MARKER, locate_chunk, window_document
+from ctxrag.indexing.contexts.windowing import CUT_MARKER, locate_chunk, window_document
 from ctxrag.text import estimate_tokens
 
 

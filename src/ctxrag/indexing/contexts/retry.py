@@ -5,7 +5,7 @@ Classified by type name along the exception chain, so no client library (openai,
 Example::
 
     import httpx
-    from ctxrag.indexing.retry import is_transient_error, is_unreachable_error
+    from ctxrag.indexing.contexts.retry import is_transient_error, is_unreachable_error
     assert is_transient_error(httpx.ReadTimeout("slow"))
     assert is_unreachable_error(ConnectionRefusedError())
 """

@@ -204,7 +204,7 @@ def test_transient_error_is_retried(cache: ContextCache) -> None:
 def test_failed_chunk_gets_header_others_keep_llm_context(cache: ContextCache, caplog: pytest.LogCaptureFixture) -> None:
     model = RecordingChat(failures={"Costs": [ValueError("model crashed")], "Outlook": [httpx.ReadTimeout("x")] * 3})
     ctx = Contextualizer(model, cache=cache, retry_wait=0.0, retry_attempts=3)
-    with caplog.at_level(logging.WARNING, logger="ctxrag.indexing.contextualizer"):
+    with caplog.at_level(logging.WARNING, logger="ctxrag.indexing.contexts.writer"):
         contexts = ctx.contextualize_document(DOC, CHUNKS, title="ACME", heading_paths=HEADINGS)
     assert contexts == ["about Revenue: the", "ACME > Report > Costs", "ACME > Report > Outlook"]
     report = ctx.report()
@@ -249,7 +249,7 @@ def test_server_down_falls_back_at_once_for_all_documents(cache: ContextCache, c
                       max_retries=0, timeout=5)  # fmt: skip
     ctx = Contextualizer(dead, cache=cache, retry_wait=0.0)
     started = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="ctxrag.indexing.contextualizer"):
+    with caplog.at_level(logging.WARNING, logger="ctxrag.indexing.contexts.writer"):
         first = ctx.contextualize_document(DOC, CHUNKS, title="ACME", heading_paths=HEADINGS)
         second = ctx.contextualize_document(ZH_DOC, ZH_CHUNKS, title="华为年报")
     assert time.perf_counter() - started < 10

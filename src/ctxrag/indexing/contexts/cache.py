@@ -5,7 +5,7 @@ behind a lock; safe to close and reopen, and to open from several processes.
 
 Example::
 
-    from ctxrag.indexing.context_cache import ContextCache
+    from ctxrag.indexing.contexts.cache import ContextCache
     with ContextCache("/tmp/contexts.sqlite") as cache:
         cache.put("dochash", "chunkhash", "qwen", "anthropic-en-v1", "From the 2023 report of ACME.")
         assert cache.get("dochash", "chunkhash", "qwen", "anthropic-en-v1") == "From the 2023 report of ACME."

@@ -7,10 +7,38 @@ from pathlib import Path
 
 import pytest
 
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
 from ctxrag.errors import IndexCorruptError
-from ctxrag.indexing.context_cache import ContextCache
+from ctxrag.indexing.contexts.cache import ContextCache
+from ctxrag.indexing.contexts.chunk_context import Contextualizer
+from ctxrag.indexing.contexts.document_context import DocumentContextualizer
+from ctxrag.prompts.contextual import default_context_prompts, default_document_summary_prompts
 
 KEY = ("doc-hash", "chunk-hash", "qwen", "anthropic-en-v1")
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def test_contexts_cached_under_the_stored_key_layout_still_hit(tmp_path: Path) -> None:
+    """The key layout every cache written so far uses: (sha256 of the document, sha256 of the chunk or
+    "__document__", model name, prompt version). Both contextualizers answer from it without calling the model."""
+    doc, chunk = "ACME annual report 2023. Revenue grew 3% on strong demand.", "Revenue grew 3% on strong demand."
+    chunk_version, doc_version = default_context_prompts()["en"].version, default_document_summary_prompts()["en"].version
+    never = GenericFakeChatModel(messages=iter([]))  # any call would fail (StopIteration) and fall back
+    with ContextCache(tmp_path / "c.sqlite") as cache:
+        cache.put(_sha256(doc), _sha256(chunk), "m", chunk_version, "Where the chunk sits.")
+        cache.put(_sha256(doc), "__document__", "m", doc_version, "ACME's 2023 report.")
+        per_chunk = Contextualizer(never, cache=cache, model_name="m")
+        assert per_chunk.contextualize_document(doc, [chunk], title="ACME") == ["Where the chunk sits."]
+        per_doc = DocumentContextualizer(never, cache=cache, model_name="m")
+        assert per_doc.contextualize_document(doc, [chunk, doc], title="ACME") == ["ACME's 2023 report."] * 2
+        assert per_chunk.report().cache_hits == 1 and per_doc.report().cache_hits == 2
+        assert per_chunk.report().llm_calls == per_doc.report().llm_calls == 0
 
 
 def test_put_then_get_and_miss(tmp_path: Path) -> None:

@@ -1,0 +1,375 @@
+"""Segmented indexes: one index kind (dense, BM25) kept as immutable segment folders plus per-segment tombstones.
+
+A commit writes only what it adds: the chunks added by a write session form one new segment (a plain index of the
+kind, saved into its own folder under ``indexes/segments/``), deletes become tombstones (chunk ids) of the segments
+holding them, and the generation folder gets a small ``segments.json`` that lists the segments, their files' sizes
+and sha256, and their tombstones. Segment folders are shared by every generation that lists them, never copied;
+clean-up (`GenerationStore.clean`) removes one only when no kept generation lists it.
+
+Layout::
+
+    indexes/gen-000042/dense/segments.json     the generation's segment list for the dense index
+    indexes/segments/dense-000041-1a2b3c4d/     one sealed segment (index.faiss, ids.json, ...), immutable
+    indexes/segments/.tmp-...                   a segment being written (renamed when complete; never read)
+
+Searching across segments is the job of the kind (`SegmentedDenseIndex` merges per-segment top-k,
+`SegmentedKeywordIndex` scores every segment with the statistics of the whole corpus). A generation written before
+segments existed (no ``segments.json``) is read as one segment and hard-linked into ``indexes/segments/`` on the
+first write. Small segments are merged by a tiered policy at commit (`MergePolicy`), all of them by ``ctxrag kb
+optimize``.
+
+Example::
+
+    from ctxrag.stores.dense import FaissIndex
+    from ctxrag.stores.dense_segments import SegmentedDenseIndex
+    index = SegmentedDenseIndex("dense", FaissIndex, FaissIndex.load)
+    index.add(chunks)                                   # a fresh in-memory segment
+    index.save_segments(gen_dir / "dense", segments_dir, generation=1)   # seals it
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxrag.errors import IndexCorruptError
+from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
+from ctxrag.stores.base import ChunkIndex, IndexedChunk
+
+SEGMENTS_DIR = "segments"
+SET_FILE = "segments.json"
+SET_FORMAT = "ctxrag-segments"
+SET_VERSION = 1
+TMP_PREFIX = ".tmp-"
+
+MakeIndex = Callable[[], ChunkIndex]
+LoadIndex = Callable[[Path], "ChunkIndex | None"]
+
+def _repair(kb_name: str) -> str:
+    return f"run `ctxrag kb repair {kb_name}` to rebuild it from the document store"
+
+_verified: set[tuple[str, int, int, int]] = set()
+"""Segment files this process has checked against their sha256 (path, inode, size, mtime): a sealed segment never
+changes, so each is read once per process instead of on every open."""
+
+
+def segments_dir_of(index_dir: Path) -> Path:
+    """``indexes/segments`` for an index folder ``indexes/gen-N/<kind>``."""
+    return Path(index_dir).parent.parent / SEGMENTS_DIR
+
+
+@dataclass(frozen=True)
+class MergePolicy:
+    """When a commit merges segments (Lucene's log merge policy, with a tombstone bound).
+
+    Segments fall into size tiers (`merge_factor` times apart, everything under `min_size` chunks in the lowest);
+    when the newest `merge_factor` segments share a tier they are merged into one of the next tier. A segment whose
+    tombstones pass `max_dead_fraction` is rewritten without them. One merge per commit at most, so a write never
+    pays for more than one step."""
+
+    merge_factor: int = 10
+    min_size: int = 1_000
+    max_dead_fraction: float = 0.3
+
+    def __post_init__(self) -> None:
+        if self.merge_factor < 2:
+            raise ValueError(f"merge_factor must be >= 2, got {self.merge_factor}")
+        if not 0 < self.max_dead_fraction <= 1:
+            raise ValueError(f"max_dead_fraction must be in (0, 1], got {self.max_dead_fraction}")
+
+    def tier(self, size: int) -> int:
+        return int(math.log(max(size, self.min_size) / self.min_size, self.merge_factor))
+
+    def pick(self, sizes: list[int], dead: list[int]) -> range | None:
+        """The run of adjacent segments (by position) to merge next, or None. `sizes` counts every chunk a segment
+        was written with, `dead` its tombstones."""
+        for i, (n, d) in enumerate(zip(sizes, dead)):
+            if n and d / n > self.max_dead_fraction:
+                return range(i, i + 1)
+        if len(sizes) < self.merge_factor:
+            return None
+        tail = [self.tier(n - d) for n, d in zip(sizes[-self.merge_factor:], dead[-self.merge_factor:])]
+        if len(set(tail)) == 1:
+            return range(len(sizes) - self.merge_factor, len(sizes))
+        return None
+
+
+@dataclass
+class Sealed:
+    """One immutable segment: its folder, the loaded index, its files' checksums and its tombstones."""
+
+    id: str
+    directory: Path
+    index: ChunkIndex
+    size: int
+    """Chunks the segment was written with (live and tombstoned)."""
+    files: dict[str, dict[str, Any]] | None = None
+    """rel path -> {size, sha256}; None for a segment read from a generation that predates segments."""
+    dead: set[str] = field(default_factory=set)
+
+    @property
+    def live(self) -> int:
+        return self.size - len(self.dead)
+
+
+class SegmentedIndex:
+    """A `ChunkIndex` of one kind made of sealed segments plus one fresh in-memory segment for this write's adds.
+
+    Subclasses add the kind's search (`SegmentedDenseIndex`, `SegmentedKeywordIndex`). `make` builds an empty
+    index of the kind, `load_segment` loads one from a folder (None: "rebuild from the document store")."""
+
+    tombstones_in_index = False
+    """True when a tombstone is also applied to the loaded segment object (`hide_in`: BM25 deletes it, so its
+    statistics exclude it; FAISS hides it behind an id selector); else searches must filter tombstoned ids out."""
+
+    def __init__(self, name: str, make: MakeIndex, load_segment: LoadIndex, *,
+                 policy: MergePolicy | None = None, kb_name: str = "NAME") -> None:
+        self.name = name
+        self.kb_name = kb_name
+        """The knowledge base's name, for the repair command in error messages."""
+        self._make = make
+        self._load_segment = load_segment
+        self.policy = policy or MergePolicy()
+        self.sealed: list[Sealed] = []
+        self.fresh: ChunkIndex | None = None
+        self._merge_all = False
+        self.version = 0
+        """Bumped by every change (searches cache per-version state)."""
+
+    # -- ChunkIndex -------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return sum(s.live for s in self.sealed) + (len(self.fresh) if self.fresh is not None else 0)
+
+    def __contains__(self, chunk_id: object) -> bool:
+        if self.fresh is not None and chunk_id in self.fresh:
+            return True
+        return any(chunk_id not in s.dead and chunk_id in s.index for s in self.sealed)
+
+    def chunk_ids(self) -> list[str]:
+        """Live chunk ids, oldest segment first (insertion order)."""
+        out: list[str] = []
+        for s in self.sealed:
+            ids = s.index.chunk_ids()
+            out.extend(ids if self.tombstones_in_index or not s.dead else [c for c in ids if c not in s.dead])
+        if self.fresh is not None:
+            out.extend(self.fresh.chunk_ids())
+        return out
+
+    def add(self, chunks: list[IndexedChunk]) -> None:
+        if not chunks:
+            return
+        self._tombstone([c.chunk_id for c in chunks])
+        if self.fresh is None:
+            self.fresh = self._make()
+        self.fresh.add(chunks)
+        self.version += 1
+
+    def delete(self, chunk_ids: list[str]) -> None:
+        if self.fresh is not None:
+            self.fresh.delete(chunk_ids)
+        self._tombstone(chunk_ids)
+        self.version += 1
+
+    def _tombstone(self, chunk_ids: list[str]) -> None:
+        for s in self.sealed:
+            hit = [c for c in chunk_ids if c not in s.dead and c in s.index]
+            if hit:
+                s.dead.update(hit)
+                if self.tombstones_in_index:
+                    self.hide_in(s.index, hit)
+
+    def hide_in(self, index: ChunkIndex, chunk_ids: list[str]) -> None:
+        """Apply tombstones to a loaded segment (in memory only; segment files never change)."""
+        index.delete(chunk_ids)
+
+    def parts(self) -> Iterator[tuple[ChunkIndex, set[str]]]:
+        """Each segment's index with the tombstones a search must skip (none where they are applied), oldest
+        first, the fresh segment last."""
+        for s in self.sealed:
+            yield s.index, (set() if self.tombstones_in_index else s.dead)
+        if self.fresh is not None and len(self.fresh):
+            yield self.fresh, set()
+
+    # -- merging ----------------------------------------------------------------------------------------------
+    def merge_all(self) -> None:
+        """Merge every segment into one at the next save (``ctxrag kb optimize``)."""
+        self._merge_all = True
+        self.version += 1
+
+    def merged(self, parts: list[tuple[ChunkIndex, set[str]]]) -> ChunkIndex:
+        """One index of the kind holding the live chunks of `parts`, in order (subclasses know how)."""
+        raise NotImplementedError
+
+    def _merge(self, run: range, segments_dir: Path, generation: int) -> None:
+        chosen = self.sealed[run.start:run.stop]
+        index = self.merged([(s.index, set() if self.tombstones_in_index else s.dead) for s in chosen])
+        self.sealed[run.start:run.stop] = [self._write(index, segments_dir, generation)] if len(index) else []
+
+    # -- persistence ------------------------------------------------------------------------------------------
+    def save(self, directory: Path) -> None:
+        """Self-contained save: the segments go into ``directory/segments``."""
+        self.save_segments(Path(directory), Path(directory) / SEGMENTS_DIR, generation=0)
+
+    def save_segments(self, directory: Path, segments_dir: Path, *, generation: int) -> None:
+        """Seal the fresh segment into `segments_dir`, take a merge step, and write ``segments.json`` (the
+        segment list with checksums and tombstones) into `directory`. Earlier segments are referenced, never
+        rewritten; one read from a pre-segment generation is hard-linked into `segments_dir`."""
+        directory.mkdir(parents=True, exist_ok=True)
+        segments_dir.mkdir(parents=True, exist_ok=True)
+        for i, s in enumerate(self.sealed):
+            if s.files is None or s.directory.parent != segments_dir:
+                self.sealed[i] = self._adopt(s, segments_dir, generation)
+        if self.fresh is not None and len(self.fresh):
+            self.sealed.append(self._write(self.fresh, segments_dir, generation))
+        self.fresh = None
+        if self._merge_all:
+            if len(self.sealed) > 1 or any(s.dead for s in self.sealed):
+                self._merge(range(0, len(self.sealed)), segments_dir, generation)
+            self._merge_all = False
+        else:
+            run = self.policy.pick([s.size for s in self.sealed], [len(s.dead) for s in self.sealed])
+            if run is not None:
+                self._merge(run, segments_dir, generation)
+        atomic_write_json(directory / SET_FILE, {
+            "format": SET_FORMAT, "version": SET_VERSION, "kind": self.name,
+            "segments": [{"id": s.id, "size": s.size, "files": s.files, "dead": sorted(s.dead)} for s in self.sealed],
+        })
+
+    def _new_id(self, generation: int) -> str:
+        return f"{self.name}-{generation:06d}-{uuid.uuid4().hex[:8]}"
+
+    def _write(self, index: ChunkIndex, segments_dir: Path, generation: int) -> Sealed:
+        seg_id = self._new_id(generation)
+        tmp = segments_dir / f"{TMP_PREFIX}{seg_id}"
+        try:
+            tmp.mkdir(parents=True)
+            index.save(tmp)
+            files = _checksums(tmp)
+            fsync_tree(tmp)
+            final = segments_dir / seg_id
+            os.replace(tmp, final)
+            fsync_dir(segments_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _remember_verified(final, files)
+        return Sealed(seg_id, final, index, len(index), files)
+
+    def _adopt(self, s: Sealed, segments_dir: Path, generation: int) -> Sealed:
+        """Hard-link the files of a segment outside `segments_dir` (a pre-segment generation folder) into it."""
+        seg_id = self._new_id(generation)
+        tmp = segments_dir / f"{TMP_PREFIX}{seg_id}"
+        try:
+            for p in sorted(s.directory.rglob("*")):
+                if p.is_file():
+                    target = tmp / p.relative_to(s.directory)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    try:
+                        os.link(p, target)
+                    except OSError:  # another file system, or links not supported: copy once
+                        shutil.copy2(p, target)
+            files = _checksums(tmp)
+            fsync_tree(tmp)
+            final = segments_dir / seg_id
+            os.replace(tmp, final)
+            fsync_dir(segments_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _remember_verified(final, files)
+        return Sealed(seg_id, final, s.index, s.size, files, s.dead)
+
+    def load_set(self, directory: Path) -> "SegmentedIndex | None":
+        """Fill this (empty) index from an index folder of a generation: its ``segments.json``, or, for a
+        generation written before segments, the folder itself as one segment. None when the kind's loader asks
+        for a rebuild. `IndexCorruptError` names a missing or damaged segment file."""
+        directory = Path(directory)
+        set_path = directory / SET_FILE
+        if not set_path.exists():
+            index = self._load_segment(directory)
+            if index is None:
+                return None
+            self.sealed = [Sealed(f"legacy-{directory.parent.name}", directory, index, len(index))]
+            return self
+        try:
+            doc = json.loads(set_path.read_text(encoding="utf-8"))
+            entries = doc["segments"] if doc.get("format") == SET_FORMAT else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise IndexCorruptError(f"{set_path}: unreadable segment list ({e}); {_repair(self.kb_name)}") from None
+        if not isinstance(entries, list):
+            raise IndexCorruptError(f"{set_path}: not a {SET_FORMAT} segment list")
+        segments_dir = segments_dir_of(directory)
+        for e in entries:
+            seg_dir = segments_dir / str(e["id"])
+            files = e["files"]
+            _verify(seg_dir, files, self.kb_name)
+            index = self._load_segment(seg_dir)
+            if index is None:
+                raise IndexCorruptError(f"{seg_dir}: segment of index {self.name!r} cannot be loaded; "
+                                        f"{_repair(self.kb_name)}")
+            s = Sealed(str(e["id"]), seg_dir, index, int(e["size"]), files)
+            self.sealed.append(s)
+            self._tombstone(list(e.get("dead", [])))
+            missing = set(e.get("dead", [])) - s.dead
+            if missing:
+                raise IndexCorruptError(f"{set_path}: segment {s.id} has tombstones for chunks it does not hold "
+                                        f"({sorted(missing)[:3]})")
+        return self
+
+
+def referenced_segments(index_dir: Path) -> set[str]:
+    """Segment ids the ``segments.json`` in `index_dir` lists (empty when it has none or cannot be read: clean-up
+    then keeps what the other kept generations list)."""
+    try:
+        doc = json.loads((Path(index_dir) / SET_FILE).read_text(encoding="utf-8"))
+        return {str(e["id"]) for e in doc["segments"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _checksums(directory: Path) -> dict[str, dict[str, Any]]:
+    return {p.relative_to(directory).as_posix(): {"size": p.stat().st_size, "sha256": file_sha256(p)}
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _key(p: Path) -> tuple[str, int, int, int]:
+    st = p.stat()
+    return (str(p), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _remember_verified(directory: Path, files: dict[str, dict[str, Any]]) -> None:
+    for rel in files:
+        _verified.add(_key(directory / rel))
+
+
+def _verify(directory: Path, files: dict[str, dict[str, Any]], kb_name: str) -> None:
+    """Each file of a segment against its size and sha256 (once per process per unchanged file)."""
+    for rel, want in files.items():
+        p = directory / rel
+        try:
+            key = _key(p)
+        except FileNotFoundError:
+            raise IndexCorruptError(f"{p}: segment file is missing; {_repair(kb_name)}") from None
+        if key in _verified:
+            continue
+        if key[2] != want.get("size"):
+            raise IndexCorruptError(f"{p}: segment file has {key[2]} bytes, the segment list says {want.get('size')}; "
+                                  f"{_repair(kb_name)}")
+        if file_sha256(p) != want.get("sha256"):
+            raise IndexCorruptError(f"{p}: segment file checksum does not match (damaged in place); {_repair(kb_name)}")
+        _verified.add(key)

@@ -1,0 +1,140 @@
+"""Segmented generations in a knowledge base: a commit writes only its new segment and shares the rest (same inodes),
+results equal a knowledge base built in one commit, a knowledge base written before segments opens and is migrated
+by hard links on its first write, `ctxrag kb optimize` merges to one segment, and kill -9 in the middle of a merge
+leaves the previous generation readable. Real FAISS, BM25, SQLite and processes; `fake` embeddings."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import ctxrag.stores.registry as registry
+from ctxrag.cli.main import app
+from ctxrag.kb_maintenance import check
+from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.settings import EmbeddingSettings, Settings
+from ctxrag.testing.llm_server import HANG_GUARD_S
+
+WORDS = ["amberquartz", "bluefjord", "copperlynx", "dustyorchid", "emberflint", "frostgarnet", "glacierwren"]
+
+
+def _settings(home: Path) -> Settings:
+    return Settings(home=home, embeddings=EmbeddingSettings(provider="fake"))
+
+
+def _corpus(root: Path, words: list[str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for i, word in enumerate(words):
+        (root / f"{word}.md").write_text(f"# Note {i}\n\nThis note is about {word}, and {WORDS[(i + 1) % 7]} too.\n",
+                                         encoding="utf-8")
+    return root
+
+
+def _results(kb: KnowledgeBase) -> list[list[tuple[str, float]]]:
+    out = []
+    for word in WORDS:
+        for mode in ("bm25", "dense"):
+            out.append([(Path(d.metadata["source"]).name, round(float(d.metadata.get("score", 0.0)), 9))
+                        for d in kb.search(f"{word} note", k=4, mode=mode)])
+    return out
+
+
+def _segment_files(kb: KnowledgeBase) -> dict[str, tuple[int, int]]:
+    seg = kb.generations.segments_dir
+    return {p.relative_to(seg).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns) for p in seg.rglob("*")
+            if p.is_file()}
+
+
+def test_each_commit_adds_a_segment_and_shares_the_rest(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path / "c", WORDS)
+    kb = KnowledgeBase.open("seg", _settings(tmp_path / "home"))
+    kb.ingest([corpus], progress=False, commit_every=2)  # four commits, four segments per index
+    doc = json.loads((kb.generations.gen_dir(kb.generation) / "bm25" / "segments.json").read_text())
+    assert len(doc["segments"]) == 4
+    before = _segment_files(kb)
+    kb.delete_document("amberquartz.md")
+    (corpus / "amberquartz.md").unlink()
+    after = _segment_files(kb)
+    assert {k: v for k, v in after.items() if k in before} == before  # earlier segments untouched, not copied
+    one = KnowledgeBase.open("one", _settings(tmp_path / "home"))
+    one.ingest([corpus], progress=False)  # the same live documents in one commit
+    assert _results(kb) == _results(one)
+    assert check(kb).clean
+    r = CliRunner().invoke(app, ["kb", "optimize", "seg"],
+                           env={"CTXRAG_HOME": str(tmp_path / "home"), "CTXRAG_EMBEDDINGS__PROVIDER": "fake"})
+    assert r.exit_code == 0 and "bm25: 4 segments -> 1" in r.output and "dense: 4 segments -> 1" in r.output, r.output
+    kb.close()
+    kb = KnowledgeBase.open("seg", _settings(tmp_path / "home"))
+    assert _results(kb) == _results(one) and check(kb).clean
+    kb.close()
+    one.close()
+
+
+def test_knowledge_base_written_before_segments_opens_and_is_migrated(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = _corpus(tmp_path / "c", WORDS[:4])
+    with monkeypatch.context() as m:  # the design before segments: every index saved whole in the generation
+        m.setattr(registry, "segmented", lambda name, kind, make, load, kb_name="NAME": (make, load))
+        old = KnowledgeBase.open("old", _settings(tmp_path / "home"))
+        old.ingest([corpus], progress=False)
+        before = _results(old)
+        gen_dir = old.generations.gen_dir(old.generation)
+        old.close()
+    assert (gen_dir / "bm25" / "bm25.npz").exists() and not (gen_dir / "bm25" / "segments.json").exists()
+    kb = KnowledgeBase.open("old", _settings(tmp_path / "home"))
+    assert _results(kb) == before and check(kb).clean  # read as one segment
+    _corpus(corpus, WORDS[4:])
+    kb.ingest([corpus], progress=False)
+    doc = json.loads((kb.generations.gen_dir(kb.generation) / "bm25" / "segments.json").read_text())
+    first = kb.generations.segments_dir / doc["segments"][0]["id"] / "bm25.npz"
+    assert len(doc["segments"]) == 2 and first.stat().st_nlink == 2  # hard-linked from the old generation
+    full = KnowledgeBase.open("full", _settings(tmp_path / "home"))
+    full.ingest([corpus], progress=False)
+    assert _results(kb) == _results(full)
+    kb.close()
+    full.close()
+
+
+_MERGE_KILL = textwrap.dedent(
+    """
+    import os, signal, sys
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.settings import EmbeddingSettings, Settings
+    from ctxrag.stores.bm25.segmented import SegmentedKeywordIndex
+    orig = SegmentedKeywordIndex.merged
+    def dying(self, parts):  # the merged segment is built (the dense one already written): die before the switch
+        out = orig(self, parts)
+        os.kill(os.getpid(), signal.SIGKILL)
+    SegmentedKeywordIndex.merged = dying
+    kb = KnowledgeBase.open("seg", Settings(home=sys.argv[1], embeddings=EmbeddingSettings(provider="fake")))
+    kb.snapshots.optimize()
+    """
+)
+
+
+def test_kill_9_in_the_middle_of_a_merge_leaves_the_previous_generation(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path / "c", WORDS)
+    home = tmp_path / "home"
+    kb = KnowledgeBase.open("seg", _settings(home))
+    kb.ingest([corpus], progress=False, commit_every=2)
+    before, gen = _results(kb), kb.generation
+    kb.close()
+    proc = subprocess.run([sys.executable, "-c", _MERGE_KILL, str(home)], timeout=HANG_GUARD_S)
+    assert proc.returncode == -signal.SIGKILL
+    kb = KnowledgeBase.open("seg", _settings(home))
+    assert kb.generation == gen and _results(kb) == before and check(kb).clean
+    written = set(_segment_files(kb))
+    assert kb.snapshots.optimize() == {"dense": (4, 1), "bm25": (4, 1)}  # the next writer merges, and cleans up
+    assert _results(kb) == before
+    leftover = {p.name for p in kb.generations.segments_dir.iterdir()}
+    doc = json.loads((kb.generations.gen_dir(kb.generation - 1) / "bm25" / "segments.json").read_text())
+    kept = {s["id"] for n in (kb.generation - 1, kb.generation) for name in ("dense", "bm25")
+            for s in json.loads((kb.generations.gen_dir(n) / name / "segments.json").read_text())["segments"]}
+    assert leftover == kept and len(doc["segments"]) == 4 and written
+    kb.close()
