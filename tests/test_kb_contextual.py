@@ -14,6 +14,7 @@ from langchain_core.messages import AIMessage
 from ctxrag.indexing import Contextualizer
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import Settings
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 DOC = ("# Acme annual report\n\nAcme Corp sells garden pumps in Norway.\n\n## Results\n\n"
        "The company's revenue grew 3% over the previous quarter.\n")
@@ -77,7 +78,7 @@ def test_rebuild_from_cache_makes_no_llm_request(tmp_path: Path, doc: Path, coun
     from ctxrag.models.chat import chat_openai_compatible
 
     s = Settings(home=tmp_path / "h")
-    llm = chat_openai_compatible(base_url=str(counting_llm_url), model="m", api_key="x", max_tokens=40, timeout=600)
+    llm = chat_openai_compatible(base_url=str(counting_llm_url), model="m", api_key="x", max_tokens=40, timeout=HANG_GUARD_S)
     kb = KnowledgeBase.open("one", s)
     first = kb.ingest([doc], contextualizer=Contextualizer(llm, settings=s, max_tokens=40), progress=False)
     n_chunks = len(kb.all_chunks())

@@ -13,6 +13,9 @@ import pytest
 
 from test_kb_concurrency import KB, _cli, _env, _search, _seed_kb, _serve
 from test_kb_integrity import index_file
+from ctxrag.testing.llm_server import HANG_GUARD_S
+
+pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
 
 
 def _current_gen(home: Path) -> Path:
@@ -21,7 +24,6 @@ def _current_gen(home: Path) -> Path:
     return gens[-1]
 
 
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize("rel", ["dense/index.faiss", "bm25/bm25.npz"])
 def test_truncated_mapped_file_costs_a_request_not_the_server(tmp_path: Path, rel: str) -> None:
     home = tmp_path / "home"
@@ -32,17 +34,17 @@ def test_truncated_mapped_file_costs_a_request_not_the_server(tmp_path: Path, re
         target = index_file(_current_gen(home), rel)  # the file of the index's first segment
         assert target.stat().st_size > 0
         os.truncate(target, 0)
-        resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=60)
+        resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=HANG_GUARD_S)
         assert resp.status_code in (400, 500, 503) and resp.json().get("error") == "IndexCorruptError", resp.text
         assert "truncated" in resp.json()["detail"] and rel.split("/")[1] in resp.json()["detail"]
         assert str(home) not in resp.text, resp.text  # EXPOSE_PATHS=never: the file name, not the absolute path
         assert client.get(f"{url}/health", timeout=30).status_code == 200  # still alive
         # `kb repair` (another process) commits a new generation; the server switches to it
-        r = subprocess.run(_cli("kb", "repair", KB), env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(_cli("kb", "repair", KB), env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
         assert r.returncode == 0, r.stdout + r.stderr
         # a search running while another thread loads the new generation may still get the old one's error
         for _ in range(20):
-            resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=60)
+            resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=HANG_GUARD_S)
             if resp.status_code == 200:
                 break
         assert resp.status_code == 200 and "seed.md" in resp.text, resp.text[:500]
@@ -56,27 +58,25 @@ def _manifestless(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return home, env
 
 
-@pytest.mark.timeout(600)
 def test_generation_without_its_manifest_is_damaged(tmp_path: Path) -> None:
     """Deleting manifest.json must not switch verification off: search and `kb check` name the damage."""
     home, env = _manifestless(tmp_path)
-    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 1 and "manifest" in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
-    r = subprocess.run(_cli("kb", "check", KB), env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(_cli("kb", "check", KB), env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 1 and "manifest" in r.stdout + r.stderr, r.stdout + r.stderr
-    r = subprocess.run(_cli("kb", "repair", KB), env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(_cli("kb", "repair", KB), env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 0 and "seed" in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.timeout(600)
 def test_deeply_nested_json_body_is_a_400_not_a_500(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = _env(home, "fake")
     _seed_kb(tmp_path, env)
     deep = "[" * 50_000 + "]" * 50_000
-    with _serve(home, env) as url, httpx.Client(base_url=url, timeout=120) as client:
+    with _serve(home, env) as url, httpx.Client(base_url=url, timeout=HANG_GUARD_S) as client:
         for route, body in (("/search/invoke", '{"input": ' + deep + "}"), ("/search/batch", '{"inputs": ' + deep + "}"),
                             ("/notes/invoke", '{"input": {"action": "add", "text": ' + deep + "}}")):
             r = client.post(route, content=body, headers={"content-type": "application/json"})

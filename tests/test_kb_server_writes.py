@@ -14,11 +14,13 @@ import pytest
 
 from test_kb_concurrency import KB, _add_note, _env, _search, _seed_kb, _serve
 from test_kb_delete import _LOCK_HOLDER, _wait_for
+from ctxrag.testing.llm_server import HANG_GUARD_S
+
+pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
 
 SEARCH_HANG_GUARD_S = 90
 
 
-@pytest.mark.timeout(900)
 def test_note_adds_waiting_for_the_write_lock_never_stall_searches(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = _env(home, "fake")
@@ -42,6 +44,6 @@ def test_note_adds_waiting_for_the_write_lock_never_stall_searches(tmp_path: Pat
         finally:
             release.write_text("x")
             holder.wait(timeout=60)
-        assert [f.result(timeout=600) for f in adds] == [200] * 10
+        assert [f.result(timeout=HANG_GUARD_S) for f in adds] == [200] * 10
         status, found = _search(client, url, "quasarbell3")
         assert status == 200 and "note://" in " ".join(found), found

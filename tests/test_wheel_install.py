@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -120,7 +121,7 @@ def test_ctxrag_demo_from_another_folder(fresh_venv, tmp_path: Path, local_model
     demo = subprocess.run([str(python.parent / "ctxrag"), "demo", "--questions", "one.json"], cwd=cwd,
                           env={**_env(env_home), "CTXRAG_LLM__MAX_TOKENS": "48",
                                "CTXRAG_MODELS_CACHE": str(local_model_path.parent)},
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "6 added" in demo.stdout and "Sources" in demo.stdout
     assert not (env_home / "models").exists()  # the model came from the shared cache, not assembled per home

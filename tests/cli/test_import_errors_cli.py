@@ -1,20 +1,21 @@
-"""`ctxrag import` on bad options and files (real CLI processes): a one-line error naming the value, never a
-traceback. Before: `--batch-size 0`, `--format parquet` on a JSONL file and a garbage `.parquet` gave tracebacks."""
+"""`ctxrag import` on bad options and files (real CLI processes; in the fast lane the same commands in-process): a
+one-line error naming the value, never a traceback. Before: `--batch-size 0`, `--format parquet` on a JSONL file and a
+garbage `.parquet` gave tracebacks."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from test_kb_concurrency import _cli, _env
+from kb_processes import run_cli
+from test_kb_concurrency import _env
 
 pytest.importorskip("pyarrow", reason="Parquet import needs pyarrow")
 
 
-@pytest.mark.timeout(600)
-def test_import_option_and_format_errors_are_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("process", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["in-process", "process"])
+def test_import_option_and_format_errors_are_one_line(tmp_path: Path, process: bool) -> None:
     env = _env(tmp_path / "home", "fake")
     jsonl = tmp_path / "chunks.jsonl"
     jsonl.write_text(json.dumps({"text": "a chunk", "vector": [1.0, 0.0, 0.0], "source": "s1"}) + "\n",
@@ -25,5 +26,5 @@ def test_import_option_and_format_errors_are_one_line(tmp_path: Path) -> None:
              (("import", str(jsonl), "--kb", "imp", "--format", "parquet"), "not a readable Parquet file"),
              (("import", str(garbage), "--kb", "imp"), "not a readable Parquet file")]
     for args, want in cases:
-        r = subprocess.run(_cli(*args), env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 1 and want in r.stderr and "Traceback" not in r.stderr, (args, r.stderr[-1500:])
+        code, _, err = run_cli(list(args), env, process=process)
+        assert code == 1 and want in err and "Traceback" not in err, (args, err[-1500:])

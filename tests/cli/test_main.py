@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ctxrag.cli.main import app
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 LONG = ("The Falcon-7 pump moves 40 litres per minute and was designed in Oslo by a small team of engineers who "
         "wanted a quiet pump for greenhouses; this sentence is deliberately longer than one hundred characters.")
@@ -106,12 +107,13 @@ def test_debug_logs_full_texts(corpus: Path) -> None:
     assert r.output.count(LONG) >= 2, r.output
 
 
+@pytest.mark.slow  # the installed entry point as a process; the commands themselves run in-process above
 def test_real_entry_point_subprocess(corpus: Path, ctxrag_home: Path) -> None:
     env = dict(os.environ, CTXRAG_HOME=str(ctxrag_home))
     exe = Path(sys.executable).with_name("ctxrag")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ctxrag.cli.main"]
-    p = subprocess.run(cmd + ["ingest", str(corpus), "--kb", "sub"], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd + ["ingest", str(corpus), "--kb", "sub"], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0, p.stderr
     p = subprocess.run(cmd + ["search", "默认端口", "--kb", "sub", "-k", "1", "--json"], env=env, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0 and json.loads(p.stdout)[0]["source"].endswith("xinghe.md")

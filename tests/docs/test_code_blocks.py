@@ -14,7 +14,9 @@ neither renders:
 
 ``bash`` blocks run as one script (``set -euo pipefail``) and ``python`` blocks in a fresh interpreter, both in a
 temporary folder that links the repository's top-level files (so ``examples/sample_corpus`` resolves), with the test's
-private ``CTXRAG_HOME`` and contexts off (the suite's default), ``ctxrag`` and ``python`` being this checkout's.
+private ``CTXRAG_HOME`` and contexts off (the suite's default), ``ctxrag`` and ``python`` being this checkout's. An
+``llm`` bash block's commands use the test run's one ``llama_cpp.server`` (``llama_server_url``) rather than each
+loading the GGUF; an ``llm`` python block loads the in-process model it shows.
 ``toml`` blocks are parsed and validated against ``Settings``; ``json`` blocks parsed. Blocks without a language,
 ``text`` and ``console`` are output, not code.
 """
@@ -40,7 +42,9 @@ NEEDS_REASON = {"external", "service", "skip"}
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python", "toml": "toml",
             "json": "json"}
 PLACEHOLDER = re.compile(r"<(?:your|path|[a-z]+-)[\w-]*>|<[A-Z][A-Z_]+>")
-TIMEOUT_S = 900
+TIMEOUT_S = 3000
+"""A hang guard, not a speed limit (a busy machine makes a block slow, not wrong): under pytest-timeout's hour, so the
+block's own commands are killed with its output shown."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +144,18 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return work, env
 
 
+def _shared_model_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """For a bash block of the llm lane: every ``ctxrag`` command it runs talks to the test run's one
+    ``llama_cpp.server`` (the session ``llama_server_url``) instead of loading the GGUF in its own process."""
+    from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
+
+    return {"CTXRAG_LLM__PROVIDER": "openai", "CTXRAG_LLM__MODEL": SERVER_MODEL_ALIAS,
+            "CTXRAG_LLM__BASE_URL": request.getfixturevalue("llama_server_url"),
+            "CTXRAG_LLM__TIMEOUT": str(HANG_GUARD_S)}
+
+
 @pytest.mark.parametrize("block", _params())
-def test_block_runs(block: Block, tmp_path: Path) -> None:
+def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     runner = RUNNABLE[block.lang]
     if runner == "json":
         json.loads(block.code)
@@ -155,6 +169,8 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
     work, env = _workdir(tmp_path)
     script = tmp_path / ("block.sh" if runner == "bash" else "block.py")
     if runner == "bash":
+        if block.kind == "llm":  # a python block keeps the in-process model it shows (one load in its own process)
+            env.update(_shared_model_env(request))
         script.write_text("set -euo pipefail\n" + block.code, encoding="utf-8")
         argv = ["bash", str(script)]
     else:

@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "docs" / "hooks"))
 import settings_reference  # noqa: E402
+from ctxrag.testing.llm_server import HANG_GUARD_S  # noqa: E402
 
 
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
@@ -21,7 +22,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
            "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
     page = (tmp_path / "site" / "configuration" / "index.html").read_text(encoding="utf-8")
     assert "settings-reference" not in page and "CTXRAG_LLM__BASE_URL" in page

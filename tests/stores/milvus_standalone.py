@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxrag.testing.llm_server import HANG_GUARD_S
+
 HAVE_MILVUS_STANDALONE = all(importlib.util.find_spec(m) is not None for m in ("milvus", "pymilvus"))
 ETCD_PEER_PORT = 2380
 SKIP_REASON = "the `milvus` package (embedded Milvus standalone 2.3) is not installed: pip install milvus"
@@ -47,7 +49,7 @@ def milvus_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     started = time.monotonic()
     server.start()
     try:
-        server.wait_started(timeout=240_000)
+        server.wait_started(timeout=int(HANG_GUARD_S * 1000))  # milliseconds; a hang guard
     except (TimeoutError, RuntimeError) as e:
         server.stop()
         logs = data / "logs" / "milvus-stderr.log"

@@ -20,7 +20,6 @@ BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(importlib.util.find_spec(m)
             for b, m in _NEEDS.items()]
 
 
-@pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_check_lists_backend_differences_and_repair_fixes_them(tmp_path: Path, backend: str) -> None:
     settings = Settings(home=tmp_path / "home", vector_store=backend, embeddings=EmbeddingSettings(provider="fake"))

@@ -16,6 +16,7 @@ from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_sel
 from ctxrag.settings import Settings
 
 from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 DOCS = {
     "falcon.md": "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.\n",
@@ -338,7 +339,7 @@ def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path
     more.mkdir()
     (more / "egret.md").write_text("# Egret\n\nThe Egret-9 fan spins at 900 rpm.\n", encoding="utf-8")
     proc = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(settings.home), backend, str(more),
-                           _SERVER.get("uri", "")], timeout=300)
+                           _SERVER.get("uri", "")], timeout=HANG_GUARD_S)
     assert proc.returncode == -signal.SIGKILL
     probe = KnowledgeBase.__new__(KnowledgeBase)  # only name/root/settings, to find the backend's own storage
     probe.name, probe.root, probe.settings = "conf", settings.kb_root / "conf", settings

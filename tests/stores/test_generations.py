@@ -99,7 +99,6 @@ def _hold_lock(root: Path, seconds: float) -> subprocess.Popen:
     return proc
 
 
-@pytest.mark.timeout(600)
 def test_timeout_names_the_holder_and_a_waiting_writer_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     proc = _hold_lock(tmp_path, 30)
     try:
@@ -117,7 +116,6 @@ def test_timeout_names_the_holder_and_a_waiting_writer_says_so(tmp_path: Path, c
         proc.wait()
 
 
-@pytest.mark.timeout(600)
 def test_a_waiting_writer_gets_the_lock_when_the_holder_finishes(tmp_path: Path) -> None:
     proc = _hold_lock(tmp_path, 2)
     gens = GenerationStore(tmp_path, "demo", lock_timeout=60)

@@ -15,6 +15,7 @@ import pytest
 
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 _NEEDS = {"chroma": "chromadb", "milvus": "milvus_lite"}
 BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(importlib.util.find_spec(m) is None, reason=f"{m} missing"))
@@ -38,7 +39,7 @@ def _env(home: Path, backend: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.slow  # real ctxrag processes: the full suite
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_second_process_is_refused_with_the_holder_named(tmp_path: Path, backend: str) -> None:
     home = tmp_path / "home"
@@ -61,7 +62,7 @@ def test_second_process_is_refused_with_the_holder_named(tmp_path: Path, backend
             assert holder.poll() is None and time.monotonic() < deadline, "the holder did not open the store"
             time.sleep(0.1)
         r = subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "ingest", str(corpus), "--kb", "solo"], env=env,
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
         assert r.returncode == 1, r.stdout + r.stderr
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert lines and f"open in another process (pid {holder.pid}" in lines[0] and "one process at a time" in lines[0]
@@ -70,7 +71,7 @@ def test_second_process_is_refused_with_the_holder_named(tmp_path: Path, backend
         holder.kill()
         holder.wait()
     r = subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "ingest", str(corpus), "--kb", "solo"], env=env,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout + r.stderr
     kb = KnowledgeBase.open("solo", settings)
     assert len(kb.dense) == 2 and kb.stats()["chunks"] == 2

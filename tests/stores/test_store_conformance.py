@@ -24,6 +24,7 @@ from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 from kb_processes import KB, WORDS, cli, process_env, write_word_files
 from milvus_lite_server import HAVE_MILVUS_LITE, SKIP_REASON as LITE_SKIP, start_milvus_lite_server
 from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 DOCS = {
     "falcon.md": "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.\n",
@@ -200,7 +201,7 @@ def assert_all_found(settings: Settings, expected: dict[str, str]) -> None:
         kb.close()
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.slow  # real ctxrag processes: the full suite
 @pytest.mark.parametrize("where", STORES)
 def test_three_concurrent_ingesting_processes_lose_nothing(tmp_path: Path, where: str) -> None:
     folders, expected = write_word_files(tmp_path / "corpus")
@@ -208,7 +209,7 @@ def test_three_concurrent_ingesting_processes_lose_nothing(tmp_path: Path, where
         procs = [subprocess.Popen(cli("ingest", str(f), "--kb", KB), env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for f in folders]
         for proc in procs:
-            out, err = proc.communicate(timeout=500)
+            out, err = proc.communicate(timeout=HANG_GUARD_S)
             assert proc.returncode == 0 and "0 failed" in out, f"{out[-1500:]}\n{err[-3000:]}"
         assert_all_found(settings, expected)
 
@@ -232,17 +233,17 @@ kb.ingest([sys.argv[2]], progress=False)
 """
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.slow  # real ctxrag processes: the full suite
 @pytest.mark.parametrize("where", STORES)
 def test_a_writer_killed_mid_write_heals(tmp_path: Path, where: str) -> None:
     folders, expected = write_word_files(tmp_path / "corpus", n_procs=2, per_proc=3)
     with _shared(tmp_path, where) as (settings, env):
         subprocess.run(cli("ingest", str(folders[0]), "--kb", KB), env=env, check=True, capture_output=True,
-                       timeout=300)
+                       timeout=HANG_GUARD_S)
         (folders[0] / "f0_00.md").write_text("# File f0_00\n\nThis file now talks about the orangutan.\n",
                                              encoding="utf-8")
         killed = subprocess.run([sys.executable, "-c", textwrap.dedent(_KILLED_WRITER), KB, str(tmp_path / "corpus")],
-                                env=env, capture_output=True, text=True, timeout=300)
+                                env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
         assert killed.returncode == -9, killed.stderr[-3000:]
         kb = KnowledgeBase.open(KB, settings, create=False)
         try:
@@ -253,12 +254,12 @@ def test_a_writer_killed_mid_write_heals(tmp_path: Path, where: str) -> None:
         finally:
             kb.close()
         subprocess.run(cli("ingest", str(tmp_path / "corpus"), "--kb", KB), env=env, check=True, capture_output=True,
-                       timeout=300)
+                       timeout=HANG_GUARD_S)
         expected["f0_00"] = "orangutan"
         assert_all_found(settings, expected)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.slow  # real ctxrag processes: the full suite
 @pytest.mark.parametrize("where", STORES)
 def test_cli_import_of_precomputed_vectors_then_check_and_repair(tmp_path: Path, where: str) -> None:
     import json
@@ -273,11 +274,11 @@ def test_cli_import_of_precomputed_vectors_then_check_and_repair(tmp_path: Path,
                                 "source": f"wiki://{i // 3}", "title": f"page {i // 3}"}) + "\n")
     with _shared(tmp_path, where) as (settings, env):
         r = subprocess.run(cli("import", str(path), "--kb", KB, "--json"), env=env, capture_output=True, text=True,
-                           timeout=300)
+                           timeout=HANG_GUARD_S)
         assert r.returncode == 0, r.stderr[-3000:]
         assert json.loads(r.stdout.strip().splitlines()[-1])["chunks"] == 30
         again = subprocess.run(cli("import", str(path), "--kb", KB, "--json"), env=env, capture_output=True,
-                               text=True, timeout=300)
+                               text=True, timeout=HANG_GUARD_S)
         assert json.loads(again.stdout.strip().splitlines()[-1])["skipped"] == 10
         kb = KnowledgeBase.open(KB, settings, create=False)
         try:
@@ -286,7 +287,7 @@ def test_cli_import_of_precomputed_vectors_then_check_and_repair(tmp_path: Path,
         finally:
             kb.close()
         for command in (("kb", "check", KB), ("kb", "repair", KB)):
-            r = subprocess.run(cli(*command), env=env, capture_output=True, text=True, timeout=300)
+            r = subprocess.run(cli(*command), env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
             assert r.returncode == 0, r.stdout + r.stderr[-3000:]
 
 

