@@ -265,10 +265,19 @@ def check_citations(answer: str, docs: list[Document]) -> list[dict[str, Any]]:
     return checked
 
 
+_LABEL = re.compile(r"(?:(?:the\s+)?(?:sources?|references?|citations?|cited|see)|来源|资料|出处|参考(?:资料)?|引用|依据)?",
+                    re.I)
+
+
 def _citation_only(sentence: str) -> bool:
-    """Whether a sentence is just citation markers, perhaps after a short label ("Source:", "来源：")."""
+    """Whether a sentence is just citation markers, perhaps after a label ("Source:", "来源："); a short answer
+    phrase before a marker ("竹子 [1]") is not a label.
+
+    >>> [_citation_only(s) for s in ("Source: [3]", "资料：[1]", "[1] [2]", "竹子 [1]", "7420 [1]")]
+    [True, True, True, False, False]
+    """
     rest = CITATION_MARK.sub("", sentence).strip(" \t\n.。:：;；,，()（）")
-    return len(rest) <= 12 and not _numbers(rest)
+    return _LABEL.fullmatch(rest) is not None
 
 
 def map_citations(answer: str, docs: list[Document], *, check: bool = True) -> dict[str, Any]:
