@@ -49,7 +49,7 @@ from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.base import MetadataFilter, UnknownArgumentError, check_filter, check_k, metadata_matches
 from ctxrag.retrievers.dense import cosine_to_distance, distance_to_relevance, mmr_select
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
-from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup
+from ctxrag.stores.protocols import KnowledgeSource
 
 SOURCE_PREFIX = "langchain://"
 """Source URI of a document added through the face: ``langchain://{id}``."""
@@ -64,25 +64,8 @@ _RESERVED = frozenset({
 })
 
 
-class VectorStoreTarget(Protocol):
-    """What the face reads and writes: `KnowledgeBase` and `MilvusKnowledgeBase` are both one."""
-
-    name: str
-
-    @property
-    def embeddings(self) -> Embeddings:
-        """The embedding model of the dense index (queries must use the same)."""
-
-    @property
-    def chunks(self) -> ChunkLookup:
-        """Chunks by id and the chunk ids a metadata filter allows."""
-
-    @property
-    def documents(self) -> DocumentLookup:
-        """Whole documents by id."""
-
-    def dense_index(self) -> DenseIndex:
-        """The dense index, following new committed generations."""
+class VectorStoreTarget(KnowledgeSource, Protocol):
+    """What the face reads (a `KnowledgeSource`) and writes: `KnowledgeBase` and `MilvusKnowledgeBase` are both one."""
 
     def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
         """Store already-chunked documents (replacing the same doc ids) in one commit."""

@@ -119,6 +119,24 @@ class Sealed:
         return self.size - len(self.dead)
 
 
+def _publish(segments_dir: Path, seg_id: str, fill: Callable[[Path], None]) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """Write a segment under a temporary name with `fill`, checksum and fsync it, then rename it into place (a
+    crash leaves only a temporary folder that clean-up removes); returns its folder and file checksums."""
+    tmp = segments_dir / f"{TMP_PREFIX}{seg_id}"
+    try:
+        fill(tmp)
+        files = _checksums(tmp)
+        fsync_tree(tmp)
+        final = segments_dir / seg_id
+        os.replace(tmp, final)
+        fsync_dir(segments_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _remember_verified(final, files)
+    return final, files
+
+
 class SegmentedIndex:
     """A `ChunkIndex` of one kind made of sealed segments plus one fresh in-memory segment for this write's adds.
 
@@ -247,26 +265,17 @@ class SegmentedIndex:
 
     def _write(self, index: ChunkIndex, segments_dir: Path, generation: int) -> Sealed:
         seg_id = self._new_id(generation)
-        tmp = segments_dir / f"{TMP_PREFIX}{seg_id}"
-        try:
+        def fill(tmp: Path) -> None:
             tmp.mkdir(parents=True)
             index.save(tmp)
-            files = _checksums(tmp)
-            fsync_tree(tmp)
-            final = segments_dir / seg_id
-            os.replace(tmp, final)
-            fsync_dir(segments_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        _remember_verified(final, files)
+
+        final, files = _publish(segments_dir, seg_id, fill)
         return Sealed(seg_id, final, index, len(index), files)
 
     def _adopt(self, s: Sealed, segments_dir: Path, generation: int) -> Sealed:
         """Hard-link the files of a segment outside `segments_dir` (a pre-segment generation folder) into it."""
         seg_id = self._new_id(generation)
-        tmp = segments_dir / f"{TMP_PREFIX}{seg_id}"
-        try:
+        def fill(tmp: Path) -> None:
             for p in sorted(s.directory.rglob("*")):
                 if p.is_file():
                     target = tmp / p.relative_to(s.directory)
@@ -275,15 +284,8 @@ class SegmentedIndex:
                         os.link(p, target)
                     except OSError:  # another file system, or links not supported: copy once
                         shutil.copy2(p, target)
-            files = _checksums(tmp)
-            fsync_tree(tmp)
-            final = segments_dir / seg_id
-            os.replace(tmp, final)
-            fsync_dir(segments_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        _remember_verified(final, files)
+
+        final, files = _publish(segments_dir, seg_id, fill)
         return Sealed(seg_id, final, s.index, s.size, files, s.dead)
 
     def load_set(self, directory: Path) -> "SegmentedIndex | None":
