@@ -15,6 +15,7 @@ from ctxrag.settings import DenseIndexSettings
 from ctxrag.stores import dense as dense_mod
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.dense import FaissIndex
+from ctxrag.stores.id_map import ID_MAP_FILE
 
 DIM = 32
 
@@ -192,32 +193,42 @@ def test_knowledge_base_uses_the_configured_kind_and_keeps_it(tmp_path: Path) ->
 
 
 def test_id_map_formats_and_damage(tmp_path: Path) -> None:
-    """Ids are saved as an int array plus one chunk id per line (fast to load at a million); ids holding a newline,
-    and saves made before, use JSON pairs; a damaged map is an IndexCorruptError naming the file."""
+    """Ids are saved as arrays (``id_map.npz``: opening a million builds no Python object per id); the formats
+    before it (an int array plus one chunk id per line; JSON pairs) are still read; a damaged map is an
+    IndexCorruptError naming the file."""
     vecs = _clustered(20)
     idx = FaissIndex()
     idx.add(_chunks(vecs))
     idx.delete(["d3:0"])
     idx.save(tmp_path / "a")
-    assert (tmp_path / "a" / dense_mod.CHUNK_IDS_FILE).read_text().split("\n")[:2] == ["d0:0", "d1:0"]
+    assert not (tmp_path / "a" / dense_mod.CHUNK_IDS_FILE).exists()
     again = FaissIndex.load(tmp_path / "a")
     assert again.chunk_ids() == idx.chunk_ids() and again.search(vecs[4], 1) == idx.search(vecs[4], 1)
-    # the format before: pairs inside ids.json
+    int_ids = [idx._ids.get(c) for c in idx.chunk_ids()]
+    # the format before: an int array and one chunk id per line
+    (tmp_path / "a" / ID_MAP_FILE).unlink()
+    np.save(tmp_path / "a" / dense_mod.INT_IDS_FILE, np.asarray(int_ids, dtype=np.int64))
+    (tmp_path / "a" / dense_mod.CHUNK_IDS_FILE).write_text("\n".join(idx.chunk_ids()), encoding="utf-8")
+    lines = FaissIndex.load(tmp_path / "a")
+    assert lines.chunk_ids() == idx.chunk_ids() and lines.search(vecs[4], 1) == idx.search(vecs[4], 1)
+    # the format before that: pairs inside ids.json
     meta = json.loads((tmp_path / "a" / dense_mod.IDS_FILE).read_text())
-    meta["ids"] = [[i, c] for c, i in idx._int_of.items()]
+    meta["ids"] = [[i, c] for c, i in zip(idx.chunk_ids(), int_ids)]
     (tmp_path / "a" / dense_mod.IDS_FILE).write_text(json.dumps(meta))
     (tmp_path / "a" / dense_mod.CHUNK_IDS_FILE).unlink()
     assert FaissIndex.load(tmp_path / "a").search(vecs[4], 1) == idx.search(vecs[4], 1)
     odd = FaissIndex()
-    odd.add([IndexedChunk("line\nbreak", "d", "t", "t", vector=vecs[0])])
+    odd.add([IndexedChunk("line\nbreak", "d", "t", "t", vector=vecs[0]),
+             IndexedChunk("竹子:0", "d", "t", "t", vector=vecs[1])])
     odd.save(tmp_path / "b")
-    assert FaissIndex.load(tmp_path / "b").chunk_ids() == ["line\nbreak"]
+    assert FaissIndex.load(tmp_path / "b").chunk_ids() == ["line\nbreak", "竹子:0"]
+    assert FaissIndex.load(tmp_path / "b").search(vecs[1], 1)[0][0] == "竹子:0"
     idx.save(tmp_path / "c")
-    (tmp_path / "c" / dense_mod.CHUNK_IDS_FILE).write_text("d0:0\nd1:0")
+    (tmp_path / "c" / ID_MAP_FILE).write_bytes(b"PK not an npz")
     with pytest.raises(IndexCorruptError, match="unreadable dense index id map"):
         FaissIndex.load(tmp_path / "c")
-    (tmp_path / "c" / dense_mod.INT_IDS_FILE).unlink()
-    with pytest.raises(IndexCorruptError, match="int_ids.npy"):
+    (tmp_path / "c" / ID_MAP_FILE).unlink()
+    with pytest.raises(IndexCorruptError, match="id_map.npz"):
         FaissIndex.load(tmp_path / "c")
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from ctxrag.errors import IndexCorruptError
 from ctxrag.settings import DenseIndexSettings
 from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.id_map import ID_MAP_FILE, IdMap
 from ctxrag.stores.mapped import MappedFile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,6 +41,7 @@ INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.json"
 INT_IDS_FILE = "int_ids.npy"
 CHUNK_IDS_FILE = "chunk_ids.txt"
+"""The id map as saved before `ID_MAP_FILE` (int ids, and one chunk id per line); still read."""
 KINDS = ("flat", "hnsw")
 EXACT_FILTER_LIMIT = 20_000
 """A filtered HNSW search with at most this many allowed vectors scores them all exactly (fast, and never starved)."""
@@ -87,9 +89,9 @@ class FaissIndex:
         self.kind = "hnsw" if self.config.kind == "hnsw" else "flat"
         self.dim = dim
         self._index: faiss.IndexIDMap2 | None = None
-        self._int_of: dict[str, int] = {}
-        self._chunk_of: dict[int, str] = {}
+        self._ids = IdMap()
         self._dead: set[int] = set()  # HNSW tombstones: int ids still in the graph but deleted
+        self._skip: faiss.IDSelector | None = None  # the selector of `_dead`, built once per change
         self._next_id = 0
         self._mapped_from: MappedFile | None = None  # loaded as a read-only memory map of this file
         if dim is not None:
@@ -113,13 +115,13 @@ class FaissIndex:
         self._index = self._new_index(dim, self.kind)
 
     def __len__(self) -> int:
-        return len(self._int_of)
+        return len(self._ids)
 
     def __contains__(self, chunk_id: object) -> bool:
-        return chunk_id in self._int_of
+        return chunk_id in self._ids
 
     def chunk_ids(self) -> list[str]:
-        return list(self._int_of)
+        return self._ids.chunk_ids()
 
     def add(self, chunks: list[IndexedChunk]) -> None:
         if not chunks:
@@ -135,30 +137,28 @@ class FaissIndex:
         if vecs.shape[1] != self.dim:
             raise ValueError(f"vector dimension {vecs.shape[1]} does not match the index dimension {self.dim}")
         self._writable()
-        self.delete([c.chunk_id for c in chunks if c.chunk_id in self._int_of])
+        self.delete([c.chunk_id for c in chunks if c.chunk_id in self._ids])
         if (self.config.kind == "auto" and self.kind == "flat"
-                and len(self._int_of) + len(chunks) >= self.config.hnsw_threshold):
+                and len(self._ids) + len(chunks) >= self.config.hnsw_threshold):
             self.rebuild("hnsw")
         ids = np.arange(self._next_id, self._next_id + len(chunks), dtype=np.int64)
         self._next_id += len(chunks)
         for i, c in zip(ids.tolist(), chunks):
-            self._int_of[c.chunk_id] = i
-            self._chunk_of[i] = c.chunk_id
+            self._ids.put(c.chunk_id, i)
         assert self._index is not None
         for start in range(0, len(chunks), _BLOCK):
             self._index.add_with_ids(vecs[start : start + _BLOCK], ids[start : start + _BLOCK])
 
     def delete(self, chunk_ids: list[str]) -> None:
-        ids = [self._int_of.pop(c) for c in chunk_ids if c in self._int_of]
+        ids = [i for i in map(self._ids.pop, chunk_ids) if i is not None]
         if not ids or self._index is None:
             return
-        for i in ids:
-            self._chunk_of.pop(i, None)
         if self.kind == "flat":
             self._writable()
             self._index.remove_ids(np.asarray(ids, dtype=np.int64))
             return
         self._dead.update(ids)  # HNSW cannot remove: tombstone, compact when they pile up
+        self._skip = None
         if len(self._dead) > max(1000, _TOMBSTONE_FRACTION * self._index.ntotal):
             self.rebuild(self.kind)
 
@@ -166,18 +166,20 @@ class FaissIndex:
         """Drop chunks from this index's searches without changing the FAISS data (a tombstone in a read-only,
         memory-mapped segment, see `ctxrag.stores.dense_segments`): they leave the id maps and an id selector skips
         them."""
-        ids = [self._int_of.pop(c) for c in chunk_ids if c in self._int_of]
-        for i in ids:
-            self._chunk_of.pop(i, None)
-        self._dead.update(ids)
+        ids = [i for i in map(self._ids.pop, chunk_ids) if i is not None]
+        if ids:
+            self._dead.update(ids)
+            self._skip = None
 
     def _skip_dead(self) -> faiss.IDSelector | None:
         if not self._dead:
             return None
-        import faiss
+        if self._skip is None:
+            import faiss
 
-        batch = faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
-        return faiss.IDSelectorNot(batch)  # the faiss wrapper keeps `batch` referenced from it
+            batch = faiss.IDSelectorBatch(np.fromiter(self._dead, dtype=np.int64, count=len(self._dead)))
+            self._skip = faiss.IDSelectorNot(batch)  # the faiss wrapper keeps `batch` referenced from it
+        return self._skip
 
     def _writable(self) -> None:
         """A memory-mapped index is read-only (FAISS aborts the process on a write into it): before the first write,
@@ -201,10 +203,11 @@ class FaissIndex:
         old = self._index
         self.kind = kind
         self._dead = set()
+        self._skip = None
         if old is None or self.dim is None:
             return
         new = self._new_index(self.dim, kind)
-        ids = np.fromiter(self._chunk_of.keys(), dtype=np.int64, count=len(self._chunk_of))
+        ids = self._ids.int_ids()
         for start in range(0, len(ids), _BLOCK):
             part = ids[start : start + _BLOCK]
             new.add_with_ids(np.ascontiguousarray(old.reconstruct_batch(part)), part)
@@ -216,7 +219,13 @@ class FaissIndex:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
         if self._mapped_from is not None:
             self._mapped_from.check()
-        return np.stack([self._index.reconstruct(self._int_of[c]) for c in chunk_ids])
+        return np.stack([self._index.reconstruct(self._int_id(c)) for c in chunk_ids])
+
+    def _int_id(self, chunk_id: str) -> int:
+        found = self._ids.get(chunk_id)
+        if found is None:
+            raise KeyError(chunk_id)
+        return found
 
     def search(
         self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
@@ -230,17 +239,17 @@ class FaissIndex:
 
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
-        if self._index is None or not self._int_of:
+        if self._index is None or not len(self._ids):
             return []
         if self._mapped_from is not None:
             self._mapped_from.check()  # a file truncated under the mapping: a named error, not SIGBUS
         q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(1, -1))
         if q.shape[1] != self.dim:
             raise ValueError(f"query vector dimension {q.shape[1]} does not match the index dimension {self.dim}")
-        k = min(k, len(self._int_of))
+        k = min(k, len(self._ids))
         allowed: np.ndarray | None = None
         if allowed_chunk_ids is not None:
-            allowed = np.asarray([self._int_of[c] for c in allowed_chunk_ids if c in self._int_of], dtype=np.int64)
+            allowed = self._ids.ints(allowed_chunk_ids)
             if allowed.size == 0:
                 return []
             k = min(k, int(allowed.size))
@@ -259,7 +268,7 @@ class FaissIndex:
         params = faiss.SearchParametersHNSW()
         ef = max(self.config.hnsw_ef_search, k)
         if allowed is not None:  # a selective filter needs a wider search to find k allowed neighbours
-            ef = min(max(ef, 16 * k), ef * math.ceil(len(self._int_of) / allowed.size))
+            ef = min(max(ef, 16 * k), ef * math.ceil(len(self._ids) / allowed.size))
             sel = faiss.IDSelectorBatch(allowed)
         elif self._dead:
             sel = self._skip_dead()
@@ -275,7 +284,12 @@ class FaissIndex:
         return hits
 
     def _hits(self, scores: np.ndarray, ids: np.ndarray) -> list[tuple[str, float]]:
-        return [(self._chunk_of[int(i)], float(s)) for s, i in zip(scores, ids) if i >= 0 and int(i) in self._chunk_of]
+        out = []
+        for s, i in zip(scores.tolist(), ids.tolist()):
+            cid = self._ids.chunk(i) if i >= 0 else None
+            if cid is not None:
+                out.append((cid, float(s)))
+        return out
 
     def _exact(self, q: np.ndarray, allowed: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Brute force over the allowed vectors (block by block), for small filters on HNSW."""
@@ -291,20 +305,14 @@ class FaissIndex:
                 top = np.argpartition(-best, k - 1)[:k]
                 best_ids, best = best_ids[top], best[top]
         order = np.lexsort((best_ids, -best))[:k]
-        return [(self._chunk_of[int(best_ids[i])], float(best[i])) for i in order]
+        return [(self._ids.chunk(int(best_ids[i])) or "", float(best[i])) for i in order]
 
     def save(self, directory: Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         meta: dict[str, object] = {"dim": self.dim, "next_id": self._next_id, "kind": self.kind,
-                                   "dead": sorted(self._dead)}
-        chunk_ids = list(self._int_of)
-        if any("\n" in c for c in chunk_ids):  # rare: ids that cannot be one per line stay in the JSON
-            meta["ids"] = [[i, c] for c, i in self._int_of.items()]
-        else:  # a million ids load in a fraction of a second this way, against seconds as JSON pairs
-            np.save(directory / INT_IDS_FILE, np.fromiter(self._int_of.values(), dtype=np.int64, count=len(chunk_ids)))
-            (directory / CHUNK_IDS_FILE).write_text("\n".join(chunk_ids), encoding="utf-8")
-            meta["count"] = len(chunk_ids)
+                                   "dead": sorted(self._dead), "count": len(self._ids)}
+        self._ids.save(directory / ID_MAP_FILE)  # arrays: a million ids open without a Python object each
         (directory / IDS_FILE).write_text(json.dumps(meta), encoding="utf-8")
         if self._index is not None:
             import faiss
@@ -319,15 +327,7 @@ class FaissIndex:
             meta = json.loads(ids_path.read_text(encoding="utf-8"))
             dim, next_id = meta["dim"], int(meta["next_id"])
             kind, dead = meta.get("kind", "flat"), [int(i) for i in meta.get("dead", [])]
-            if "ids" in meta:  # JSON pairs: older saves, and ids with newlines
-                int_ids = [int(i) for i, _ in meta["ids"]]
-                chunk_ids = [str(c) for _, c in meta["ids"]]
-            else:
-                int_ids = np.load(directory / INT_IDS_FILE).tolist()
-                text = (directory / CHUNK_IDS_FILE).read_text(encoding="utf-8")
-                chunk_ids = text.split("\n") if text or int_ids else []
-                if len(int_ids) != len(chunk_ids) or len(chunk_ids) != int(meta["count"]):
-                    raise ValueError(f"{len(int_ids)} int ids, {len(chunk_ids)} chunk ids, count {meta['count']}")
+            ids = _load_id_map(directory, meta)
         except FileNotFoundError as e:
             raise IndexCorruptError(f"{ids_path}: missing dense index id map ({Path(str(e.filename)).name})") from None
         except (ValueError, KeyError, TypeError, OSError) as e:
@@ -352,11 +352,29 @@ class FaissIndex:
             self.dim = int(dim)
             self._index = index
             self._mapped_from = MappedFile(index_path) if mmap_flag else None
-            if index.ntotal != len(int_ids) + len(dead):
+            if index.ntotal != len(ids) + len(dead):
                 raise IndexCorruptError(
-                    f"{index_path}: holds {index.ntotal} vectors but {ids_path} maps {len(int_ids)} ids"
+                    f"{index_path}: holds {index.ntotal} vectors but {ids_path} maps {len(ids)} ids"
                     f" and {len(dead)} tombstones"
                 )
-        self._int_of = dict(zip(chunk_ids, int_ids))
-        self._chunk_of = dict(zip(int_ids, chunk_ids))
+        self._ids = ids
         return self
+
+
+def _load_id_map(directory: Path, meta: dict[str, object]) -> IdMap:
+    """The saved id map: ``id_map.npz``, or the formats before it (int ids plus one chunk id per line; JSON pairs in
+    ``ids.json``). `ValueError`/`OSError` when damaged (the caller names the file)."""
+    if "ids" in meta:  # JSON pairs: the oldest saves, and ids with newlines before `id_map.npz`
+        pairs = sorted((int(i), str(c)) for i, c in meta["ids"])  # type: ignore[union-attr]
+        return IdMap.from_arrays([i for i, _ in pairs], [c for _, c in pairs])
+    if not (directory / ID_MAP_FILE).exists() and (directory / CHUNK_IDS_FILE).exists():
+        int_ids = np.load(directory / INT_IDS_FILE, allow_pickle=False)
+        text = (directory / CHUNK_IDS_FILE).read_text(encoding="utf-8")
+        chunk_ids = text.split("\n") if text or len(int_ids) else []
+        if len(int_ids) != len(chunk_ids) or len(chunk_ids) != int(meta["count"]):  # type: ignore[call-overload]
+            raise ValueError(f"{len(int_ids)} int ids, {len(chunk_ids)} chunk ids, count {meta['count']}")
+        return IdMap.from_arrays(int_ids, chunk_ids)
+    ids = IdMap.load(directory / ID_MAP_FILE)
+    if "count" in meta and len(ids) != int(meta["count"]):  # type: ignore[call-overload]
+        raise ValueError(f"{len(ids)} ids in {ID_MAP_FILE}, count {meta['count']}")
+    return ids
