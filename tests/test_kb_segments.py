@@ -76,6 +76,38 @@ def test_each_commit_adds_a_segment_and_shares_the_rest(tmp_path: Path) -> None:
     one.close()
 
 
+def test_commits_and_readers_reuse_loaded_segments(tmp_path: Path) -> None:
+    """A write session starts from the published generation's segments (forked, not loaded again: no per-commit
+    work proportional to the corpus), and a reader that sees another writer's commit loads only the new segment;
+    neither changes what the other searches."""
+    corpus = _corpus(tmp_path / "c", WORDS)
+    kb = KnowledgeBase.open("seg", _settings(tmp_path / "home"))
+    kb.ingest([corpus], progress=False, commit_every=2)
+
+    def shared(a: KnowledgeBase | dict, b: KnowledgeBase | dict) -> dict[str, list[bool]]:
+        ia = a.indexes if isinstance(a, KnowledgeBase) else a
+        ib = b.indexes if isinstance(b, KnowledgeBase) else b
+        data = {"dense": lambda s: s.index._index, "bm25": lambda s: s.index.index._segments[0]}
+        return {n: [f(x) is f(y) for x in ia[n].sealed for y in ib[n].sealed if x.id == y.id]
+                for n, f in data.items()}
+
+    published = dict(kb.indexes)
+    dead = {n: [set(s.dead) for s in published[n].sealed] for n in ("dense", "bm25")}
+    kb.delete_document("amberquartz.md")  # tombstones in a shared segment (whose merge rewrites it)
+    assert shared(kb, published) == {"dense": [True] * 3, "bm25": [True] * 3}
+    assert {n: [s.dead for s in published[n].sealed] for n in dead} == dead  # the old snapshot is unchanged
+    other = KnowledgeBase.open("seg", _settings(tmp_path / "home"))
+    assert _results(other) == _results(kb)
+    before = dict(kb.indexes)
+    (corpus / "zz.md").write_text("# Late\n\nA late note about glacierwren.\n", encoding="utf-8")
+    other.ingest([corpus / "zz.md"], progress=False)
+    assert _results(kb) == _results(other)  # kb follows the other writer's commit ...
+    assert all(all(v) and len(v) >= 3 for v in shared(kb, before).values())  # ... loading only the new segment
+    assert check(kb).clean
+    other.close()
+    kb.close()
+
+
 def test_knowledge_base_written_before_segments_opens_and_is_migrated(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     corpus = _corpus(tmp_path / "c", WORDS[:4])

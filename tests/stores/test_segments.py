@@ -44,9 +44,11 @@ def _dense() -> SegmentedDenseIndex:
     return SegmentedDenseIndex("dense", FaissIndex, FaissIndex.load, policy=MergePolicy(merge_factor=3, min_size=5))
 
 
-def _history(tmp_path: Path, indexes: dict[str, SegmentedIndex], seed: int = 0) -> dict[str, IndexedChunk]:
-    """Ten commits of adds, re-adds and deletes, each saved as a generation and loaded back; returns the live chunks
-    in insertion order (a re-added chunk moves to the end, as in one index)."""
+def _history(tmp_path: Path, indexes: dict[str, SegmentedIndex], seed: int = 0,
+             reopen: bool = False) -> dict[str, IndexedChunk]:
+    """Ten commits of adds, re-adds and deletes, each saved as a generation and loaded back (with `reopen`: from the
+    index just saved, sharing its segments, as a write session does); returns the live chunks in insertion order (a
+    re-added chunk moves to the end, as in one index)."""
     rng = np.random.default_rng(seed)
     live: dict[str, IndexedChunk] = {}
     gens = GenerationStore(tmp_path, "t")
@@ -70,6 +72,9 @@ def _history(tmp_path: Path, indexes: dict[str, SegmentedIndex], seed: int = 0) 
         with gens.write_lock():
             gens.write(gen, indexes)
         for name, index in list(indexes.items()):
+            if reopen:
+                indexes[name] = index.reopen(gens.gen_dir(gen) / name)  # type: ignore[assignment]
+                continue
             loaded = type(index)(name, index._make, index._load_segment, policy=index.policy)
             indexes[name] = loaded.load_set(gens.gen_dir(gen) / name)  # type: ignore[assignment]
     return live
@@ -85,10 +90,11 @@ QUERIES = ["alpha", "beta gamma", "omega omega amber", "frost ember copper pi", 
            "delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron"]
 
 
+@pytest.mark.parametrize("reopen", [False, True], ids=["load", "reopen"])
 @pytest.mark.parametrize("variant", ["okapi", "bm25+", "bm25l"])
-def test_bm25_across_segments_scores_like_one_index(tmp_path: Path, variant: str) -> None:
+def test_bm25_across_segments_scores_like_one_index(tmp_path: Path, variant: str, reopen: bool) -> None:
     indexes: dict[str, SegmentedIndex] = {"bm25": _bm25(variant)}
-    live = _history(tmp_path, indexes)
+    live = _history(tmp_path, indexes, reopen=reopen)
     seg = indexes["bm25"]
     assert len(seg.sealed) > 1 and any(s.dead for s in seg.sealed)  # really segmented, with tombstones
     ref = _reference(live, variant)
@@ -121,9 +127,10 @@ def test_bm25_across_segments_matches_rank_bm25(tmp_path: Path) -> None:
                 assert not set(q.split()) & set(live[cid].text.split())
 
 
-def test_dense_across_segments_is_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reopen", [False, True], ids=["load", "reopen"])
+def test_dense_across_segments_is_exact(tmp_path: Path, reopen: bool) -> None:
     indexes: dict[str, SegmentedIndex] = {"dense": _dense()}
-    live = _history(tmp_path, indexes, seed=5)
+    live = _history(tmp_path, indexes, seed=5, reopen=reopen)
     seg = indexes["dense"]
     assert len(seg.sealed) > 1 and any(s.dead for s in seg.sealed)
     ids = list(live)
@@ -140,6 +147,41 @@ def test_dense_across_segments_is_exact(tmp_path: Path) -> None:
         want = [c for c in want if c in allowed]
         got = [c for c, _ in seg.search(q, 10, allowed_chunk_ids=allowed)]  # type: ignore[attr-defined]
         assert got[: len(want)] == want[: len(got)] and set(got) <= allowed
+
+
+@pytest.mark.parametrize("kind", ["dense", "bm25"])
+def test_reopen_shares_loaded_segments_and_never_changes_the_published_index(tmp_path: Path, kind: str) -> None:
+    """A write session starts from the published generation with `reopen`: the segments both list are forked (the
+    same FAISS data / BM25 postings, their own tombstones), not loaded again; results stay identical to a fresh load,
+    and the session's deletes never reach the published index readers search."""
+    indexes: dict[str, SegmentedIndex] = {kind: _dense() if kind == "dense" else _bm25()}
+    live = _history(tmp_path, indexes, seed=4, reopen=True)
+    published = indexes[kind]
+    gen_dir = tmp_path / "indexes" / "gen-000010" / kind
+    fresh = type(published)(kind, published._make, published._load_segment, policy=published.policy).load_set(gen_dir)
+    rng = np.random.default_rng(3)
+    vecs = [v / np.linalg.norm(v) for v in rng.standard_normal((8, DIM)).astype(np.float32)]
+    queries: list = vecs if kind == "dense" else QUERIES
+
+    def results(index: SegmentedIndex) -> list:
+        return [index.search(q, 8) for q in queries]  # type: ignore[attr-defined]
+
+    assert fresh is not None and results(published) == results(fresh) and len(published) == len(live)
+    before = results(published)
+    session = published.reopen(gen_dir)
+    assert session is not None and [s.id for s in session.sealed] == [s.id for s in published.sealed]
+    for mine, theirs in zip(session.sealed, published.sealed):
+        assert mine.index is not theirs.index and mine.dead == theirs.dead and mine.dead is not theirs.dead
+        if kind == "dense":
+            assert mine.index._index is theirs.index._index  # type: ignore[attr-defined]
+        else:
+            assert mine.index.index._segments[0] is theirs.index.index._segments[0]  # type: ignore[attr-defined]
+    victims, late = list(live)[::2], _chunk("late:0", "amber frost omega", rng)
+    for index in (session, fresh):
+        index.delete(victims)
+        index.add([late])
+    assert results(published) == before and len(published) == len(live)
+    assert results(session) == results(fresh) and len(session) == len(live) - len(victims) + 1
 
 
 def test_commit_writes_only_the_new_segment_and_shares_the_rest(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ Example::
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Iterator
@@ -170,6 +171,18 @@ class FaissIndex:
         if ids:
             self._dead.update(ids)
             self._skip = None
+
+    def fork(self) -> FaissIndex:
+        """A copy for another generation of a sealed segment: it shares the FAISS data (only ever hidden from, never
+        written: see `hide`) and has its own id map and tombstones. Costs the tombstones, not the vectors."""
+        out = copy.copy(self)
+        out._ids = self._ids.copy()
+        out._dead = set(self._dead)
+        return out
+
+    def freeze(self) -> None:
+        """Move the id map into arrays (a segment just sealed: `fork` then copies nothing per chunk)."""
+        self._ids = self._ids.frozen()
 
     def _skip_dead(self) -> faiss.IDSelector | None:
         if not self._dead:

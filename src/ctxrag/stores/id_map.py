@@ -84,6 +84,17 @@ class IdMap:
         with open(path, "wb") as f:
             np.savez(f, int_ids=ints, chunk_ids=chunks, order=np.argsort(chunks, kind="stable"))
 
+    def copy(self) -> IdMap:
+        """An independent map sharing the (never changed) base arrays: costs what was added and removed since."""
+        out = IdMap()
+        out._ints, out._chunks, out._sorted, out._where = self._ints, self._chunks, self._sorted, self._where
+        out._removed, out._added, out._added_rev = set(self._removed), dict(self._added), dict(self._added_rev)
+        return out
+
+    def frozen(self) -> IdMap:
+        """The same map with everything in the base arrays (after a save: later copies cost nothing)."""
+        return IdMap.from_arrays(*self.arrays())
+
     # -- lookups ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._ints) - len(self._removed) + len(self._added)

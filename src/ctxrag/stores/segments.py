@@ -270,6 +270,9 @@ class SegmentedIndex:
             index.save(tmp)
 
         final, files = _publish(segments_dir, seg_id, fill)
+        freeze = getattr(index, "freeze", None)
+        if freeze is not None:  # sealed: its id map becomes arrays, so later write sessions copy it cheaply
+            freeze()
         return Sealed(seg_id, final, index, len(index), files)
 
     def _adopt(self, s: Sealed, segments_dir: Path, generation: int) -> Sealed:
@@ -288,10 +291,25 @@ class SegmentedIndex:
         final, files = _publish(segments_dir, seg_id, fill)
         return Sealed(seg_id, final, s.index, s.size, files, s.dead)
 
-    def load_set(self, directory: Path) -> "SegmentedIndex | None":
+    def reopen(self, directory: Path) -> "SegmentedIndex | None":
+        """This kind's index of the generation folder `directory` (usually the next one), sharing the segments it
+        has in common with this index instead of loading them again: a write session starts from the published
+        generation, and a reader switching to a newer one loads only the segments that are new. This index is
+        not changed (each shared segment is forked: its tombstones are the new index's own)."""
+        out = type(self)(self.name, self._make, self._load_segment, policy=self.policy, kb_name=self.kb_name)
+        return out.load_set(directory, reuse={s.id: s for s in self.sealed if s.files is not None})
+
+    def fork_segment(self, index: ChunkIndex) -> ChunkIndex | None:
+        """A copy of a loaded segment that shares its immutable data and has its own tombstones (the kind's
+        ``fork``), or None when the kind cannot: the segment is then loaded from its folder."""
+        fork = getattr(index, "fork", None)
+        return fork() if fork is not None else None
+
+    def load_set(self, directory: Path, reuse: dict[str, Sealed] | None = None) -> "SegmentedIndex | None":
         """Fill this (empty) index from an index folder of a generation: its ``segments.json``, or, for a
         generation written before segments, the folder itself as one segment. None when the kind's loader asks
-        for a rebuild. `IndexCorruptError` names a missing or damaged segment file."""
+        for a rebuild. `IndexCorruptError` names a missing or damaged segment file. A segment in `reuse` (by id,
+        see `reopen`) is forked from there instead of loaded."""
         directory = Path(directory)
         set_path = directory / SET_FILE
         if not set_path.exists():
@@ -311,19 +329,34 @@ class SegmentedIndex:
         for e in entries:
             seg_dir = segments_dir / str(e["id"])
             files = e["files"]
+            dead = list(e.get("dead", []))
             _verify(seg_dir, files, self.kb_name)
-            index = self._load_segment(seg_dir)
-            if index is None:
-                raise IndexCorruptError(f"{seg_dir}: segment of index {self.name!r} cannot be loaded; "
-                                        f"{_repair(self.kb_name)}")
-            s = Sealed(str(e["id"]), seg_dir, index, int(e["size"]), files)
+            s = self._reused(reuse.get(str(e["id"])) if reuse else None, seg_dir, files, int(e["size"]), dead)
+            if s is None:
+                index = self._load_segment(seg_dir)
+                if index is None:
+                    raise IndexCorruptError(f"{seg_dir}: segment of index {self.name!r} cannot be loaded; "
+                                            f"{_repair(self.kb_name)}")
+                s = Sealed(str(e["id"]), seg_dir, index, int(e["size"]), files)
             self.sealed.append(s)
-            self._tombstone(list(e.get("dead", [])))
-            missing = set(e.get("dead", [])) - s.dead
+            hit = [c for c in dead if c not in s.dead and c in s.index]
+            if hit:
+                s.dead.update(hit)
+                if self.tombstones_in_index:
+                    self.hide_in(s.index, hit)
+            missing = set(dead) - s.dead
             if missing:
                 raise IndexCorruptError(f"{set_path}: segment {s.id} has tombstones for chunks it does not hold "
                                         f"({sorted(missing)[:3]})")
         return self
+
+    def _reused(self, prior: Sealed | None, seg_dir: Path, files: dict[str, dict[str, Any]], size: int,
+                dead: list[str]) -> Sealed | None:
+        """`prior` forked for a generation that lists the same segment (tombstones only ever grow), or None."""
+        if prior is None or prior.files != files or prior.size != size or not prior.dead <= set(dead):
+            return None
+        index = self.fork_segment(prior.index)
+        return None if index is None else Sealed(prior.id, seg_dir, index, size, files, set(prior.dead))
 
 
 def referenced_segments(index_dir: Path) -> set[str]:

@@ -196,7 +196,12 @@ class IndexSnapshots:
                 out[name] = reuse[name]  # a live store (Chroma, Milvus): already current
                 continue
             present = bool(gen) and self.generations.verify(gen, name, manifest)
-            loaded = load(self.generations.gen_dir(gen) / name) if present else None
+            prior = reuse.get(name) if reuse else None
+            loaded = None
+            if present and isinstance(prior, SegmentedIndex):  # load only the segments `prior` does not have
+                loaded = prior.reopen(self.generations.gen_dir(gen) / name)
+            if present and loaded is None:
+                loaded = load(self.generations.gen_dir(gen) / name)
             if loaded is None:
                 loaded = make()
                 if gen:

@@ -33,6 +33,10 @@ class BM25ChunkIndex:
         self.index = index
         return self
 
+    def fork(self) -> BM25ChunkIndex:
+        """A copy sharing the postings, with its own deletions and statistics (see `BM25Index.fork`)."""
+        return BM25ChunkIndex.from_index(self.index.fork())
+
     def add(self, chunks: list[IndexedChunk]) -> None:
         if chunks:
             self.index.add([c.text for c in chunks], ids=[c.chunk_id for c in chunks])

@@ -26,6 +26,7 @@ class DocKeys:
         self.explicit: bool | None = None
         self._keys: list[str] = []
         self._slot_of: dict[str, int] = {}
+        self._shared = False  # `_slot_of` is another DocKeys's too (see `fork`)
         self._numbers = np.zeros(0, dtype=np.int64)
         self.next_number = 0
 
@@ -38,6 +39,8 @@ class DocKeys:
         self._set_mode(ids is not None)
         start = self.n_slots
         if ids is not None:
+            if self._shared:
+                self._keys, self._slot_of, self._shared = list(self._keys), dict(self._slot_of), False
             if len(ids) != n:
                 raise ValueError(f"got {len(ids)} ids for {n} documents")
             for offset, key in enumerate(ids):
@@ -74,8 +77,18 @@ class DocKeys:
     def forget(self, slots: np.ndarray) -> None:
         """Deleted slots no longer resolve by id (auto ids are checked against the live mask instead)."""
         if self.explicit:
+            if self._shared:  # forked: copy before the first change (most commits never delete from a segment)
+                self._slot_of, self._shared = dict(self._slot_of), False
             for slot in slots.tolist():
                 self._slot_of.pop(self._keys[slot], None)
+
+    def fork(self) -> DocKeys:
+        """A copy to `forget` in (a sealed segment of the next generation: never appended to). The id list and dict
+        are shared; the dict is copied on the copy's first `forget` only."""
+        out = DocKeys()
+        out.explicit, out._keys, out._numbers, out.next_number = self.explicit, self._keys, self._numbers, self.next_number
+        out._slot_of, out._shared = self._slot_of, True
+        return out
 
     def key(self, slot: int) -> str:
         return self._keys[slot] if self.explicit else str(int(self._numbers[slot]))

@@ -9,6 +9,7 @@ from the surviving documents. Queries are evaluated by `query` (exact top-k with
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain
@@ -178,6 +179,19 @@ class BM25Index:
         self._keys.compact(keep)
         self._live = np.ones(len(self._doc_len), dtype=bool)
         self._changed()
+
+    def fork(self) -> BM25Index:
+        """A copy to delete from without changing this index (a sealed segment in the next generation, see
+        `ctxrag.stores.segments`): postings, lengths and vocabulary are shared (never changed in place; adding to
+        the copy is not supported), counts and the live mask are copied."""
+        out = copy.copy(self)
+        out._df, out._live = self._df.copy(), self._live.copy()
+        out._keys = self._keys.fork()
+        out._segments = list(self._segments)
+        out._accumulator = Accumulator()
+        out._idf = out._weights = None
+        out._given = None
+        return out
 
     def _changed(self) -> None:
         # idf and avgdl moved: every cached weight is stale (they are refilled per column as queries need them)
