@@ -369,7 +369,8 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int]) ->
 def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     columns = ["chunks", "design", "open s (CPU)", "dense / bm25 / hybrid p50 ms (CPU)", "recall@10",
                "+100 chunks s", "delete 100 docs s", "single-note commits", "per commit p50 s (CPU)",
-               "disk after notes MB", "hybrid p50 after notes ms (CPU)", "disk merged MB",
+               "disk after notes MB", "dense p50 after notes ms (CPU)", "hybrid p50 after notes ms (CPU)",
+               "disk merged MB", "dense p50 merged ms (CPU)",
                "hybrid p50 merged ms (CPU)", "optimize s"]
 
     def cpu(r: dict[str, Any], key: str, fmt: str = ".1f") -> str:
@@ -384,8 +385,10 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
             f"{r['open_s']:.2f}{cpu(r, 'open_cpu_s', '.2f')}", modes, round(r["recall10"], 3),
             round(r["incr100_s"], 2), round(r["delete100_s"], 2), r["notes"],
             f"{r['note_p50_s']:.3f}{cpu(r, 'note_cpu_p50_s', '.3f')}", round(r["disk_after_notes_mb"]),
+            f"{r['after_notes_dense_p50']:.1f}{cpu(r, 'after_notes_dense_cpu_p50')}",
             f"{r['after_notes_hybrid_p50']:.1f}{cpu(r, 'after_notes_hybrid_cpu_p50')}",
             round(r["disk_merged_mb"]) if merged else "-",
+            f"{r['merged_dense_p50']:.1f}{cpu(r, 'merged_dense_cpu_p50')}" if merged else "-",
             f"{r['merged_hybrid_p50']:.1f}{cpu(r, 'merged_hybrid_cpu_p50')}" if merged else "-",
             round(r["optimize_s"], 1) if merged else "-"])
     return columns, out
@@ -400,8 +403,13 @@ def record_segments(rows: list[dict[str, Any]], command: str, extra_notes: list[
     first = old["tables"][0]
     provenance = (f"{old.get('date')}, commit {old.get('commit')}, load {old.get('machine', {}).get('load_avg')}"
                   + (f", {old['source']}" if old.get("source") else ""))
-    keep = Table(caption=first["caption"].split(" [")[0] + f" [recorded {provenance}]", columns=first["columns"],
-                 rows=first["rows"], notes=first.get("notes", []))
+    caption = first["caption"] if " [recorded " in first["caption"] else first["caption"] + f" [recorded {provenance}]"
+    keep = Table(caption=caption, columns=first["columns"], rows=first["rows"], notes=first.get("notes", []))
+    tables = [keep]
+    if len(old["tables"]) > 1:  # the previous segments table stays beside the new one (before / after a change)
+        last = old["tables"][-1]
+        tables.append(Table(caption=last["caption"].split(" [")[0] + f" [before the change below: recorded {provenance}]",
+                            columns=last["columns"], rows=last["rows"], notes=last.get("notes", [])))
     columns, table_rows = segments_table(rows)
     new = Table(
         caption="segmented generations vs whole-index generations (same corpus, same run, wall-clock)",
@@ -412,8 +420,13 @@ def record_segments(rows: list[dict[str, Any]], command: str, extra_notes: list[
                "single-note commits: one one-chunk document per commit through `kb.import_precomputed`; fewer for "
                "the old design, whose per-commit cost is the number to compare. disk merged: after `kb optimize` "
                "(two kept generations of the merged index).", *extra_notes])
-    write_page_data("scale", title=old["title"], measures=old["measures"] + "; segmented vs whole-index commits",
-                    data=old["data"], command=old["command"] + "\n" + command, tables=[keep, new],
+    measures = old["measures"]
+    if "; segmented vs whole-index commits" not in measures:
+        measures += "; segmented vs whole-index commits"
+    commands = old["command"].splitlines()
+    write_page_data("scale", title=old["title"], measures=measures, data=old["data"],
+                    command="\n".join([*commands, command] if command not in commands else commands),
+                    tables=[*tables, new],
                     notes=old.get("notes", []))
 
 
