@@ -296,14 +296,23 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
     out: dict[str, Any] = {"design": design, "open_s": time.perf_counter() - start,
                            "open_cpu_s": time.process_time() - cpu, "chunks": len(kb.dense)}
     out.update(_query_p50(kb, queries))
+    partial = home.parent / f"partial-{home.name}.json"
+    seed = json.loads(partial.read_text(encoding="utf-8")) if partial.exists() else {}
+
+    def save() -> None:  # after every stage: a run cut short by a timeout keeps what it measured
+        partial.write_text(json.dumps({**seed, **out}), encoding="utf-8")
+
+    save()
     dim = kb_dimension(kb.dense, kb.settings)
     start = time.perf_counter()
     kb.import_precomputed(read_precomputed(extra_path, kb.name, dim=dim))
     out["incr100_s"] = time.perf_counter() - start
+    save()
     victims = [d.doc_id for d in kb.list_documents() if d.source.startswith("synth://")][:100]
     start = time.perf_counter()
     assert len(kb.delete_documents(victims)) == 100
     out["delete100_s"] = time.perf_counter() - start
+    save()
     notes = [d for batch in read_precomputed(notes_path, kb.name, dim=dim) for d in batch][:n_notes]
     times, cpu_times = [], []
     for doc in notes:
@@ -315,6 +324,7 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
                note_total_s=float(sum(times)),
                disk_after_notes_mb=_du_mb(kb.root))
     out.update({f"after_notes_{k}": v for k, v in _query_p50(kb, queries).items()})
+    save()
     if design == "new":
         out["segments_after_notes"] = {n: len(getattr(i, "sealed", [])) for n, i in kb.indexes.items()}
         start = time.perf_counter()
@@ -335,8 +345,10 @@ def _write_notes(path: Path, n: int) -> None:
             f.write(json.dumps({"text": t, "vector": v, "source": f"note://n{j}"}) + "\n")
 
 
-def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int]) -> list[dict[str, Any]]:
-    """Both designs at size `n` on the same corpus; one row per design."""
+def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
+                 designs: tuple[str, ...] = ("old", "new")) -> list[dict[str, Any]]:
+    """Both designs (or those in `designs`) at size `n` on the same corpus; one row per design. Each worker also
+    saves its row after every stage to ``WORK/partial-home-N-DESIGN.json`` (with the import time and disk)."""
     corpus = Corpus(n)
     queries = corpus.queries(n_queries)
     data = work / f"chunks-{n}.jsonl"
@@ -348,12 +360,14 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int]) ->
     qpath = work / f"queries-{n}.json"
     qpath.write_text(json.dumps(queries), encoding="utf-8")
     rows = []
-    for design in ("old", "new"):
+    for design in designs:
         home = work / f"home-{n}-{design}"
         shutil.rmtree(home, ignore_errors=True)
         import_s, _, _ = _run_import(home, f"scale{n}", data, design)
         disk = _du_mb(home / "kb" / f"scale{n}")
         print(f"[{n} {design}] imported in {import_s:.1f} s; measuring ...", flush=True)
+        (work / f"partial-{home.name}.json").write_text(json.dumps({"design": design, "n": n, "import_s": import_s,
+                                                                    "disk_mb": disk}), encoding="utf-8")
         proc = subprocess.run([sys.executable, __file__, "--segment-worker", str(home), f"scale{n}", str(qpath),
                                str(extra), str(notes), design, str(n_notes[design])], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -376,21 +390,29 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
     def cpu(r: dict[str, Any], key: str, fmt: str = ".1f") -> str:
         return f" ({r[key]:{fmt}})" if key in r else ""
 
+    def cell(make: Any) -> Any:  # "-" for what a row does not have (a partial row of a run cut short)
+        try:
+            return make()
+        except KeyError:
+            return "-"
+
     out = []
     for r in rows:
         merged = r["design"] == "new"
-        modes = " / ".join(f"{r[m + '_p50']:.1f}{cpu(r, m + '_cpu_p50')}" for m in ("dense", "bm25", "hybrid"))
-        out.append([
-            f"{r['n']:,}", "segments" if merged else "whole index per commit",
-            f"{r['open_s']:.2f}{cpu(r, 'open_cpu_s', '.2f')}", modes, round(r["recall10"], 3),
-            round(r["incr100_s"], 2), round(r["delete100_s"], 2), r["notes"],
-            f"{r['note_p50_s']:.3f}{cpu(r, 'note_cpu_p50_s', '.3f')}", round(r["disk_after_notes_mb"]),
-            f"{r['after_notes_dense_p50']:.1f}{cpu(r, 'after_notes_dense_cpu_p50')}",
-            f"{r['after_notes_hybrid_p50']:.1f}{cpu(r, 'after_notes_hybrid_cpu_p50')}",
-            round(r["disk_merged_mb"]) if merged else "-",
-            f"{r['merged_dense_p50']:.1f}{cpu(r, 'merged_dense_cpu_p50')}" if merged else "-",
-            f"{r['merged_hybrid_p50']:.1f}{cpu(r, 'merged_hybrid_cpu_p50')}" if merged else "-",
-            round(r["optimize_s"], 1) if merged else "-"])
+        cells = [
+            lambda: f"{r['n']:,}", lambda: "segments" if merged else "whole index per commit",
+            lambda: f"{r['open_s']:.2f}{cpu(r, 'open_cpu_s', '.2f')}",
+            lambda: " / ".join(f"{r[m + '_p50']:.1f}{cpu(r, m + '_cpu_p50')}" for m in ("dense", "bm25", "hybrid")),
+            lambda: round(r["recall10"], 3), lambda: round(r["incr100_s"], 2), lambda: round(r["delete100_s"], 2),
+            lambda: r["notes"], lambda: f"{r['note_p50_s']:.3f}{cpu(r, 'note_cpu_p50_s', '.3f')}",
+            lambda: round(r["disk_after_notes_mb"]),
+            lambda: f"{r['after_notes_dense_p50']:.1f}{cpu(r, 'after_notes_dense_cpu_p50')}",
+            lambda: f"{r['after_notes_hybrid_p50']:.1f}{cpu(r, 'after_notes_hybrid_cpu_p50')}",
+            lambda: round(r["disk_merged_mb"]) if merged else "-",
+            lambda: f"{r['merged_dense_p50']:.1f}{cpu(r, 'merged_dense_cpu_p50')}" if merged else "-",
+            lambda: f"{r['merged_hybrid_p50']:.1f}{cpu(r, 'merged_hybrid_cpu_p50')}" if merged else "-",
+            lambda: round(r["optimize_s"], 1) if merged else "-"]
+        out.append([cell(c) for c in cells])
     return columns, out
 
 
@@ -569,6 +591,8 @@ def main() -> None:
     ap.add_argument("--segments", action="store_true", help="Segmented vs whole-index generations at --sizes.")
     ap.add_argument("--notes", type=int, default=1000, help="Single-note commits (segmented design).")
     ap.add_argument("--old-notes", type=int, default=20, help="Single-note commits (old design: each writes all).")
+    ap.add_argument("--designs", nargs="+", choices=("old", "new"), default=["old", "new"],
+                    help="With --segments: which designs to run (1M: the old design's import alone is ~25 min).")
     ap.add_argument("--record", action="store_true", help="With --segments: write the scale page data.")
     ap.add_argument("--rows-out", type=Path, default=None, help="With --segments: save the rows as JSON.")
     ap.add_argument("--record-rows", type=Path, nargs="+", default=None,
@@ -585,7 +609,8 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         try:
             rows = [r for n in args.sizes
-                    for r in run_segments(n, work, args.queries, {"old": args.old_notes, "new": args.notes})]
+                    for r in run_segments(n, work, args.queries, {"old": args.old_notes, "new": args.notes},
+                                          tuple(args.designs))]
         finally:
             if not args.keep and args.work is None:
                 shutil.rmtree(work, ignore_errors=True)
