@@ -253,3 +253,34 @@ def test_loaded_index_is_memory_mapped_and_becomes_writable(config: DenseIndexSe
         assert loaded._mapped_from is None and len(loaded) == 304 and "d1:0" not in loaded
         assert loaded.search(_clustered(5, seed=9)[2], 1)[0][0] == "new2:0"
         assert loaded.search(vecs[7], 1)[0][0] == "d7:0"
+
+
+@pytest.mark.parametrize("config", [DenseIndexSettings(kind="flat"), HNSW], ids=["flat", "hnsw"])
+def test_hidden_chunks_and_forks(config: DenseIndexSettings, tmp_path: Path) -> None:
+    """`hide` (a segment's tombstone) drops chunks from searches through an id selector built once per change: a
+    second hide after a search is honoured too. A `fork` shares the FAISS data, and hiding in it leaves the original
+    as it was; both answer exactly what a brute-force search over their live vectors gives."""
+    vecs = _clustered(200, seed=2)
+    idx = FaissIndex(config=config)
+    idx.add(_chunks(vecs))
+    idx.save(tmp_path / "s")
+    loaded = FaissIndex.load(tmp_path / "s", config)
+    ids = [f"d{i}:0" for i in range(len(vecs))]
+
+    def exact(q: np.ndarray, hidden: set[str], k: int = 5) -> list[str]:
+        order = np.argsort(-(vecs @ q), kind="stable")
+        return [ids[i] for i in order if ids[i] not in hidden][:k]
+
+    q = vecs[7]
+    loaded.hide(exact(q, set(), 1))
+    assert [c for c, _ in loaded.search(q, 5)] == exact(q, {"d7:0"})
+    second = exact(q, {"d7:0"}, 2)
+    loaded.hide(second)  # after a search built the selector
+    hidden = {"d7:0", *second}
+    assert [c for c, _ in loaded.search(q, 5)] == exact(q, hidden) and len(loaded) == 197
+    fork = loaded.fork()
+    assert fork._index is loaded._index
+    fork.hide(exact(q, hidden, 1))
+    assert [c for c, _ in loaded.search(q, 5)] == exact(q, hidden) and len(loaded) == 197
+    assert [c for c, _ in fork.search(q, 5)] == exact(q, hidden | set(exact(q, hidden, 1))) and len(fork) == 196
+    assert "d7:0" not in loaded and fork.chunk_ids() == [c for c in loaded.chunk_ids() if c in fork]
