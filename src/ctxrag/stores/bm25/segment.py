@@ -85,11 +85,13 @@ class Segment:
 
     def term_doc_counts(self, rows: np.ndarray, n_terms: int) -> np.ndarray:
         """For each term, how many of the given rows (bool mask over this segment's rows) contain it."""
-        selected = rows[self.indices]
-        if not selected.any():
+        entries = np.flatnonzero(rows[self.indices])
+        if not len(entries):
             return np.zeros(n_terms, dtype=np.int64)
-        columns = np.repeat(np.arange(self.n_terms), np.diff(self.indptr))
-        return np.bincount(columns[selected], minlength=n_terms)
+        # the column of each selected entry by binary search over indptr: a few tombstones in a large segment cost
+        # their own postings, not a column number materialised for every posting of the segment
+        columns = np.searchsorted(self.indptr, entries, side="right") - 1
+        return np.bincount(columns, minlength=n_terms)
 
     def compacted(self, keep: np.ndarray) -> Segment:
         """A copy without the rows where `keep` (bool mask over rows) is False; row order is kept."""
