@@ -1,0 +1,215 @@
+"""`SegmentedGraphIndex`: the graph index of a knowledge base as immutable segments, so a commit writes what it adds.
+
+Entities are resolved across all chunks (one entity per `entity_key`, one relation per `relation_key`), so the graph
+is not searched per segment: a search needs the merged graph. What resolution needs is only key equality, though, so
+the graph of a set of passages is the union of the graphs of its parts. Hence:
+
+* On disk, each segment is the subgraph of the passages one commit added (``graph.json``, ``vectors.npz``,
+  ``incidence.npz``, the format of `GraphIndex.save`), with the vectors of its entities and relations, and deletes
+  are tombstones (passage ids) in the generation's ``segments.json``, exactly as for FAISS and BM25
+  (`ctxrag.stores.segments`: the same list, checksums, merge policy and clean-up).
+* In memory, `view` is one `GraphIndex` over the live passages, built at load as the union of the segments in order
+  (no embedding: every vector is in a segment) and kept up to date by writes; retrievers search it.
+  The union equals the graph built from the same live passages in one go (the same entities, relations, passages,
+  vectors and incidence), up to the numbering of entities and relations.
+* A merge writes the subgraph of the merged segments' live passages, taken from `view`.
+
+A generation saved before graph segments (a whole ``graph.json`` in the generation folder) is read as one segment and
+hard-linked into ``indexes/segments/`` on the first write.
+
+Example::
+
+    from ctxrag.models.embeddings import make_embeddings
+    g = SegmentedGraphIndex.empty(make_embeddings())
+    g.view.add_passages([("p1", "Euler studied under Bernoulli.", [("Euler", "student of", "Bernoulli")])])
+    g.add([])                       # writes go through `add` / `delete` (chunks with metadata["triplets"])
+    g.save_segments(gen_dir / "graph", segments_dir, generation=1)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.graph.index import GraphIndex
+from ctxrag.stores.graph.persistence import write_graph
+from ctxrag.stores.graph.records import GraphState, Passage, Relation
+from ctxrag.stores.segments import MergePolicy, SegmentedIndex
+
+
+def subgraph(graph: GraphIndex, passage_ids: Sequence[str]) -> GraphState:
+    """The graph of `passage_ids` alone (their relations and those relations' entities, with their vectors),
+    numbered in order of first use."""
+    state = graph.state()
+    wanted = set(passage_ids)
+    rel_new: dict[int, int] = {}
+    ent_new: dict[int, int] = {}
+    for pid in passage_ids:
+        for rid in state.passages[pid].relations:
+            if rid not in rel_new:
+                rel_new[rid] = len(rel_new)
+                r = state.relations[rid]
+                for e in (r.subject, r.object):
+                    ent_new.setdefault(e, len(ent_new))
+    ents, rels = list(ent_new), list(rel_new)
+    relations = [Relation(state.relations[r].key, state.relations[r].text, ent_new[state.relations[r].subject],
+                          ent_new[state.relations[r].object], [p for p in state.relations[r].passages if p in wanted])
+                 for r in rels]
+    passages = {pid: Passage(state.passages[pid].text, [rel_new[r] for r in state.passages[pid].relations],
+                             dict(state.passages[pid].metadata)) for pid in passage_ids}
+    return GraphState([state.entity_keys[e] for e in ents], [state.entity_names[e] for e in ents], relations, passages,
+                      _rows(state.entity_vectors, ents), _rows(state.relation_vectors, rels))
+
+
+def union(parts: Iterable[tuple[GraphState, set[str]]]) -> GraphState:
+    """One graph of the live passages of `parts` (each a graph and the passage ids deleted from it), in order: what
+    `GraphIndex.add_passages` builds from the same passages, taking every vector from the parts."""
+    ent_ids: dict[str, int] = {}
+    ent_names: list[str] = []
+    ent_rows: list[np.ndarray] = []
+    rel_ids: dict[str, int] = {}
+    relations: list[Relation] = []
+    rel_rows: list[np.ndarray] = []
+    passages: dict[str, Passage] = {}
+    dim_e = dim_r = 0
+    for state, dead in parts:
+        dim_e = dim_e or (state.entity_vectors.shape[1] if state.entity_vectors.ndim == 2 else 0)
+        dim_r = dim_r or (state.relation_vectors.shape[1] if state.relation_vectors.ndim == 2 else 0)
+
+        def entity(e: int, state: GraphState = state) -> int:
+            key = state.entity_keys[e]
+            if key not in ent_ids:
+                ent_ids[key] = len(ent_names)
+                ent_names.append(state.entity_names[e])
+                ent_rows.append(state.entity_vectors[e])
+            return ent_ids[key]
+
+        for pid, p in state.passages.items():
+            if pid in dead:
+                continue
+            if pid in passages:
+                raise ValueError(f"passage {pid!r} is live in two graph segments")
+            rids: list[int] = []
+            for r in p.relations:
+                rel = state.relations[r]
+                if rel.key not in rel_ids:
+                    rel_ids[rel.key] = len(relations)
+                    relations.append(Relation(rel.key, rel.text, entity(rel.subject), entity(rel.object)))
+                    rel_rows.append(state.relation_vectors[r])
+                rid = rel_ids[rel.key]
+                if rid not in rids:
+                    rids.append(rid)
+                    relations[rid].passages.append(pid)
+            passages[pid] = Passage(p.text, rids, dict(p.metadata))
+    return GraphState(list(ent_ids), ent_names, relations, passages, _stack(ent_rows, dim_e), _stack(rel_rows, dim_r))
+
+
+def _rows(matrix: np.ndarray, rows: list[int]) -> np.ndarray:
+    if not rows:
+        return np.zeros((0, matrix.shape[1] if matrix.ndim == 2 else 0), dtype=np.float32)
+    return np.ascontiguousarray(matrix[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+
+
+def _stack(rows: list[np.ndarray], dim: int) -> np.ndarray:
+    return np.stack(rows).astype(np.float32, copy=False) if rows else np.zeros((0, dim), dtype=np.float32)
+
+
+class GraphPart:
+    """The passages of one graph segment, as the segment bookkeeping sees them (ids only); saving it writes their
+    subgraph from the merged view."""
+
+    def __init__(self, view: GraphIndex, passage_ids: Iterable[str]) -> None:
+        self.view = view
+        self.ids = list(dict.fromkeys(passage_ids))
+        self._set = set(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self._set
+
+    def chunk_ids(self) -> list[str]:
+        return list(self.ids)
+
+    def add(self, chunks: list[IndexedChunk]) -> None:
+        raise TypeError("a graph segment is written through SegmentedGraphIndex.add")
+
+    def delete(self, chunk_ids: list[str]) -> None:
+        gone = set(chunk_ids)
+        self.ids = [c for c in self.ids if c not in gone]
+        self._set -= gone
+
+    def save(self, directory: Path) -> None:
+        write_graph(subgraph(self.view, self.ids), directory)
+
+
+class SegmentedGraphIndex(SegmentedIndex):
+    """A graph index kept as segments (see the module docstring); `view` is the `GraphIndex` searches use."""
+
+    tombstones_in_index = False
+
+    def __init__(self, view: GraphIndex, *, policy: MergePolicy | None = None, kb_name: str = "NAME") -> None:
+        super().__init__("graph", self._fresh_part, self._load_part, policy=policy, kb_name=kb_name)
+        self.view = view
+
+    @classmethod
+    def empty(cls, embeddings: Embeddings, *, extractor: Callable[[str], Sequence[Any]] | None = None,
+              policy: MergePolicy | None = None, kb_name: str = "NAME") -> SegmentedGraphIndex:
+        return cls(GraphIndex(embeddings, extractor=extractor, show_progress=False), policy=policy, kb_name=kb_name)
+
+    @classmethod
+    def load(cls, directory: Path, embeddings: Embeddings, *,
+             extractor: Callable[[str], Sequence[Any]] | None = None, policy: MergePolicy | None = None,
+             kb_name: str = "NAME") -> SegmentedGraphIndex:
+        """Read a generation's graph folder: its ``segments.json`` (checksums verified) or, from before segments, a
+        whole ``graph.json``; `IndexCorruptError` names a damaged file."""
+        index = cls.empty(embeddings, extractor=extractor, policy=policy, kb_name=kb_name)
+        index.load_set(directory)
+        graphs = [(s.index.state(), s.dead) for s in index.sealed]  # type: ignore[attr-defined]
+        index.view = GraphIndex.from_state(union(graphs), embeddings, extractor=extractor, show_progress=False)
+        for s in index.sealed:  # the segment graphs are in the view now: keep only their passage ids
+            s.index = GraphPart(index.view, s.index.chunk_ids())  # type: ignore[assignment]
+        return index
+
+    def _fresh_part(self) -> ChunkIndex:
+        return GraphPart(self.view, [])  # type: ignore[return-value]
+
+    def _load_part(self, directory: Path) -> ChunkIndex:
+        return GraphIndex.load(directory, self.view.embeddings, show_progress=False)  # type: ignore[return-value]
+
+    # -- ChunkIndex: the view and the fresh segment together ---------------------------------------------------
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self.view
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def chunk_ids(self) -> list[str]:
+        return self.view.chunk_ids()
+
+    def add(self, chunks: list[IndexedChunk]) -> None:
+        """Add chunks to the view (triplets from ``metadata["triplets"]`` or the extractor; new entities and relations
+        are embedded) and to this commit's segment; a chunk already present is replaced."""
+        if not chunks:
+            return
+        self.view.add(chunks)
+        ids = [c.chunk_id for c in chunks]
+        self._tombstone(ids)
+        fresh = self.fresh.chunk_ids() if self.fresh is not None else []
+        self.fresh = GraphPart(self.view, [c for c in fresh if c not in set(ids)] + ids)  # type: ignore[assignment]
+        self.version += 1
+
+    def delete(self, chunk_ids: list[str]) -> None:
+        self.view.delete(chunk_ids)
+        if self.fresh is not None:
+            self.fresh.delete(chunk_ids)
+        self._tombstone(chunk_ids)
+        self.version += 1
+
+    def merged(self, parts: list[tuple[ChunkIndex, set[str]]]) -> ChunkIndex:
+        return GraphPart(self.view, [c for index, dead in parts for c in index.chunk_ids() if c not in dead])  # type: ignore[return-value]
