@@ -161,3 +161,13 @@ def test_a_damaged_graph_segment_is_a_named_error(tmp_path: Path, damage: str) -
         target.unlink()
     with pytest.raises(IndexCorruptError, match=r"graph\.json.*kb repair"):
         SegmentedGraphIndex.load(gens.gen_dir(1) / "graph", EMB)
+
+
+def test_a_graph_built_in_memory_is_saved_as_one_segment(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    chunks = {c.chunk_id: c for c in (_chunk(f"d{i}:0", rng) for i in range(6))}
+    gens = GenerationStore(tmp_path, "t")
+    with gens.write_lock():
+        gens.write(1, {"graph": SegmentedGraphIndex.of(_whole(chunks))})
+    loaded = SegmentedGraphIndex.load(gens.gen_dir(1) / "graph", EMB)
+    assert len(loaded.sealed) == 1 and _canon(loaded.view) == _canon(_whole(chunks))

@@ -163,6 +163,13 @@ class SegmentedGraphIndex(SegmentedIndex):
         return cls(GraphIndex(embeddings, extractor=extractor, show_progress=False), policy=policy, kb_name=kb_name)
 
     @classmethod
+    def of(cls, graph: GraphIndex, *, policy: MergePolicy | None = None, kb_name: str = "NAME") -> SegmentedGraphIndex:
+        """`graph` as a segmented index whose next save writes all of it as one segment."""
+        index = cls(graph, policy=policy, kb_name=kb_name)
+        index.fresh = GraphPart(graph, graph.chunk_ids())  # type: ignore[assignment]
+        return index
+
+    @classmethod
     def load(cls, directory: Path, embeddings: Embeddings, *,
              extractor: Callable[[str], Sequence[Any]] | None = None, policy: MergePolicy | None = None,
              kb_name: str = "NAME") -> SegmentedGraphIndex:
