@@ -67,26 +67,42 @@ def subgraph(graph: GraphIndex, passage_ids: Sequence[str]) -> GraphState:
 
 def union(parts: Iterable[tuple[GraphState, set[str]]]) -> GraphState:
     """One graph of the live passages of `parts` (each a graph and the passage ids deleted from it), in order: what
-    `GraphIndex.add_passages` builds from the same passages, taking every vector from the parts."""
+    `GraphIndex.add_passages` builds from the same passages, taking every vector from the parts. A first part
+    without tombstones is taken whole (its vectors shared, nothing to resolve)."""
+    parts = list(parts)
+    if len(parts) == 1 and not parts[0][1]:
+        return parts[0][0]  # one segment without tombstones is the graph
     ent_ids: dict[str, int] = {}
     ent_names: list[str] = []
-    ent_rows: list[np.ndarray] = []
     rel_ids: dict[str, int] = {}
     relations: list[Relation] = []
-    rel_rows: list[np.ndarray] = []
     passages: dict[str, Passage] = {}
+    ent_blocks: list[np.ndarray] = []
+    rel_blocks: list[np.ndarray] = []
     dim_e = dim_r = 0
+    if parts and not parts[0][1]:  # the first part (after a merge: the largest) needs no resolution
+        first = parts.pop(0)[0]
+        ent_ids = {k: i for i, k in enumerate(first.entity_keys)}
+        ent_names = list(first.entity_names)
+        relations = [Relation(r.key, r.text, r.subject, r.object, list(r.passages)) for r in first.relations]
+        rel_ids = {r.key: i for i, r in enumerate(relations)}
+        passages = {pid: Passage(p.text, list(p.relations), p.metadata) for pid, p in first.passages.items()}
+        ent_blocks, rel_blocks = [first.entity_vectors], [first.relation_vectors]
     for state, dead in parts:
         dim_e = dim_e or (state.entity_vectors.shape[1] if state.entity_vectors.ndim == 2 else 0)
         dim_r = dim_r or (state.relation_vectors.shape[1] if state.relation_vectors.ndim == 2 else 0)
+        ent_rows: list[int] = []  # rows of this part's matrices that are new entities / relations, in order
+        rel_rows: list[int] = []
+        keys, names = state.entity_keys, state.entity_names
 
-        def entity(e: int, state: GraphState = state) -> int:
-            key = state.entity_keys[e]
-            if key not in ent_ids:
-                ent_ids[key] = len(ent_names)
-                ent_names.append(state.entity_names[e])
-                ent_rows.append(state.entity_vectors[e])
-            return ent_ids[key]
+        def entity(e: int) -> int:
+            key = keys[e]
+            found = ent_ids.get(key)
+            if found is None:
+                found = ent_ids[key] = len(ent_names)
+                ent_names.append(names[e])
+                ent_rows.append(e)
+            return found
 
         for pid, p in state.passages.items():
             if pid in dead:
@@ -96,16 +112,19 @@ def union(parts: Iterable[tuple[GraphState, set[str]]]) -> GraphState:
             rids: list[int] = []
             for r in p.relations:
                 rel = state.relations[r]
-                if rel.key not in rel_ids:
-                    rel_ids[rel.key] = len(relations)
+                rid = rel_ids.get(rel.key)
+                if rid is None:
+                    rid = rel_ids[rel.key] = len(relations)
                     relations.append(Relation(rel.key, rel.text, entity(rel.subject), entity(rel.object)))
-                    rel_rows.append(state.relation_vectors[r])
-                rid = rel_ids[rel.key]
+                    rel_rows.append(r)
                 if rid not in rids:
                     rids.append(rid)
                     relations[rid].passages.append(pid)
             passages[pid] = Passage(p.text, rids, dict(p.metadata))
-    return GraphState(list(ent_ids), ent_names, relations, passages, _stack(ent_rows, dim_e), _stack(rel_rows, dim_r))
+        ent_blocks.append(_rows(state.entity_vectors, ent_rows))
+        rel_blocks.append(_rows(state.relation_vectors, rel_rows))
+    return GraphState(list(ent_ids), ent_names, relations, passages, _concat(ent_blocks, dim_e),
+                      _concat(rel_blocks, dim_r))
 
 
 def _rows(matrix: np.ndarray, rows: list[int]) -> np.ndarray:
@@ -114,8 +133,13 @@ def _rows(matrix: np.ndarray, rows: list[int]) -> np.ndarray:
     return np.ascontiguousarray(matrix[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
 
 
-def _stack(rows: list[np.ndarray], dim: int) -> np.ndarray:
-    return np.stack(rows).astype(np.float32, copy=False) if rows else np.zeros((0, dim), dtype=np.float32)
+def _concat(blocks: list[np.ndarray], dim: int) -> np.ndarray:
+    blocks = [b for b in blocks if b.shape[0]]
+    return np.concatenate(blocks).astype(np.float32, copy=False) if blocks else np.zeros((0, dim), dtype=np.float32)
+
+
+def _no_make() -> ChunkIndex:
+    raise TypeError("graph segments are made from the view (SegmentedGraphIndex.add / merged)")
 
 
 class GraphPart:
@@ -154,7 +178,13 @@ class SegmentedGraphIndex(SegmentedIndex):
     tombstones_in_index = False
 
     def __init__(self, view: GraphIndex, *, policy: MergePolicy | None = None, kb_name: str = "NAME") -> None:
-        super().__init__("graph", self._fresh_part, self._load_part, policy=policy, kb_name=kb_name)
+        embeddings = view.embeddings  # closures over the model, not bound methods: no cycle through self, so a
+        # generation's reader lease (`ctxrag.stores.leases`) ends as soon as its objects are dropped
+
+        def load_part(directory: Path) -> ChunkIndex:
+            return GraphIndex.load(directory, embeddings, show_progress=False)  # type: ignore[return-value]
+
+        super().__init__("graph", _no_make, load_part, policy=policy, kb_name=kb_name)
         self.view = view
 
     @classmethod
@@ -182,12 +212,6 @@ class SegmentedGraphIndex(SegmentedIndex):
         for s in index.sealed:  # the segment graphs are in the view now: keep only their passage ids
             s.index = GraphPart(index.view, s.index.chunk_ids())  # type: ignore[assignment]
         return index
-
-    def _fresh_part(self) -> ChunkIndex:
-        return GraphPart(self.view, [])  # type: ignore[return-value]
-
-    def _load_part(self, directory: Path) -> ChunkIndex:
-        return GraphIndex.load(directory, self.view.embeddings, show_progress=False)  # type: ignore[return-value]
 
     # -- ChunkIndex: the view and the fresh segment together ---------------------------------------------------
     def __contains__(self, chunk_id: object) -> bool:
