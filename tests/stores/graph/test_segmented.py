@@ -18,7 +18,7 @@ from ctxrag.errors import IndexCorruptError
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.generations import GenerationStore
 from ctxrag.stores.graph import GraphIndex
-from ctxrag.stores.graph.segmented import SegmentedGraphIndex
+from ctxrag.stores.graph.segmented import SegmentedGraphIndex, union
 from ctxrag.stores.segments import SET_FILE, MergePolicy
 
 EMB = DeterministicFakeEmbedding(size=16)
@@ -171,3 +171,17 @@ def test_a_graph_built_in_memory_is_saved_as_one_segment(tmp_path: Path) -> None
         gens.write(1, {"graph": SegmentedGraphIndex.of(_whole(chunks))})
     loaded = SegmentedGraphIndex.load(gens.gen_dir(1) / "graph", EMB)
     assert len(loaded.sealed) == 1 and _canon(loaded.view) == _canon(_whole(chunks))
+
+
+def test_union_drops_what_only_tombstoned_passages_used_and_keeps_what_later_parts_share() -> None:
+    first = [IndexedChunk("a:0", "a", "a", "a", metadata={"triplets": [["Euler", "met", "Gauss"], ["Only", "in", "a"]]}),
+             IndexedChunk("b:0", "b", "b", "b", metadata={"triplets": [["Gauss", "cited", "Riemann"]]})]
+    later = [IndexedChunk("c:0", "c", "c", "c", metadata={"triplets": [["Euler", "met", "Gauss"]]})]
+    parts = []
+    for chunks, dead in ((first, {"a:0"}), (later, set())):
+        g = GraphIndex(EMB, show_progress=False)
+        g.add(chunks)
+        parts.append((g.state(), dead))
+    merged = GraphIndex.from_state(union(parts), EMB)
+    assert _canon(merged) == _canon(_whole({c.chunk_id: c for c in (first[1], later[0])}))
+    assert merged.entity_id("Only") is None and merged.n_relations == 2

@@ -67,8 +67,8 @@ def subgraph(graph: GraphIndex, passage_ids: Sequence[str]) -> GraphState:
 
 def union(parts: Iterable[tuple[GraphState, set[str]]]) -> GraphState:
     """One graph of the live passages of `parts` (each a graph and the passage ids deleted from it), in order: what
-    `GraphIndex.add_passages` builds from the same passages, taking every vector from the parts. A first part
-    without tombstones is taken whole (its vectors shared, nothing to resolve)."""
+    `GraphIndex.add_passages` builds from the same passages, taking every vector from the parts. The first part
+    is taken whole less its tombstones (nothing to resolve); the later ones are resolved passage by passage."""
     parts = list(parts)
     if len(parts) == 1 and not parts[0][1]:
         return parts[0][0]  # one segment without tombstones is the graph
@@ -80,14 +80,14 @@ def union(parts: Iterable[tuple[GraphState, set[str]]]) -> GraphState:
     ent_blocks: list[np.ndarray] = []
     rel_blocks: list[np.ndarray] = []
     dim_e = dim_r = 0
-    if parts and not parts[0][1]:  # the first part (after a merge: the largest) needs no resolution
-        first = parts.pop(0)[0]
+    if parts:  # the first part (after a merge: the largest) needs no resolution: taken whole, less its tombstones
+        first = _without(*parts.pop(0))
         ent_ids = {k: i for i, k in enumerate(first.entity_keys)}
         ent_names = list(first.entity_names)
-        relations = [Relation(r.key, r.text, r.subject, r.object, list(r.passages)) for r in first.relations]
+        relations, passages = first.relations, first.passages
         rel_ids = {r.key: i for i, r in enumerate(relations)}
-        passages = {pid: Passage(p.text, list(p.relations), p.metadata) for pid, p in first.passages.items()}
         ent_blocks, rel_blocks = [first.entity_vectors], [first.relation_vectors]
+        dim_e, dim_r = (m.shape[1] if m.ndim == 2 else 0 for m in (first.entity_vectors, first.relation_vectors))
     for state, dead in parts:
         dim_e = dim_e or (state.entity_vectors.shape[1] if state.entity_vectors.ndim == 2 else 0)
         dim_r = dim_r or (state.relation_vectors.shape[1] if state.relation_vectors.ndim == 2 else 0)
@@ -125,6 +125,39 @@ def union(parts: Iterable[tuple[GraphState, set[str]]]) -> GraphState:
         rel_blocks.append(_rows(state.relation_vectors, rel_rows))
     return GraphState(list(ent_ids), ent_names, relations, passages, _concat(ent_blocks, dim_e),
                       _concat(rel_blocks, dim_r))
+
+
+def _without(state: GraphState, dead: set[str]) -> GraphState:
+    """A copy of `state`'s records without the passages `dead`, and without the relations and entities only they
+    used (vectorised: no key is looked up). Vectors are shared when nothing is dropped."""
+    n_rel, n_ent = len(state.relations), len(state.entity_keys)
+    live = {pid: p for pid, p in state.passages.items() if pid not in dead}
+    if not dead:
+        keep_rel, keep_ent = np.arange(n_rel), np.arange(n_ent)
+    else:
+        used = np.zeros(n_rel, dtype=bool)
+        for p in live.values():
+            used[p.relations] = True
+        keep_rel = np.flatnonzero(used)
+        ends = np.fromiter((e for r in state.relations for e in (r.subject, r.object)), np.int64, 2 * n_rel)
+        ent_used = np.zeros(n_ent, dtype=bool)
+        ent_used[ends.reshape(-1, 2)[keep_rel].ravel()] = True
+        keep_ent = np.flatnonzero(ent_used)
+    ent_map = np.full(n_ent, -1, dtype=np.int64)
+    ent_map[keep_ent] = np.arange(len(keep_ent))
+    rel_map = np.full(n_rel, -1, dtype=np.int64)
+    rel_map[keep_rel] = np.arange(len(keep_rel))
+    em, rm = ent_map.tolist(), rel_map.tolist()
+    relations = [Relation(r.key, r.text, em[r.subject], em[r.object],
+                          [p for p in r.passages if p not in dead] if dead else list(r.passages))
+                 for r in (state.relations[i] for i in keep_rel.tolist())]
+    passages = {pid: Passage(p.text, [rm[r] for r in p.relations] if dead else list(p.relations), p.metadata)
+                for pid, p in live.items()}
+    ents, rels = keep_ent.tolist(), keep_rel.tolist()
+    whole = len(ents) == n_ent and len(rels) == n_rel
+    return GraphState([state.entity_keys[i] for i in ents], [state.entity_names[i] for i in ents], relations, passages,
+                      state.entity_vectors if whole else _rows(state.entity_vectors, ents),
+                      state.relation_vectors if whole else _rows(state.relation_vectors, rels))
 
 
 def _rows(matrix: np.ndarray, rows: list[int]) -> np.ndarray:
@@ -243,4 +276,5 @@ class SegmentedGraphIndex(SegmentedIndex):
         self.version += 1
 
     def merged(self, parts: list[tuple[ChunkIndex, set[str]]]) -> ChunkIndex:
-        return GraphPart(self.view, [c for index, dead in parts for c in index.chunk_ids() if c not in dead])  # type: ignore[return-value]
+        live = [c for index, dead in parts for c in index.chunk_ids() if c not in dead]
+        return GraphPart(self.view, live)  # type: ignore[return-value]
