@@ -77,17 +77,16 @@ def union(parts: Iterable[tuple[GraphState, set[str]]]) -> GraphState:
     rel_ids: dict[str, int] = {}
     relations: list[Relation] = []
     passages: dict[str, Passage] = {}
-    ent_blocks: list[np.ndarray] = []
-    rel_blocks: list[np.ndarray] = []
+    ent_blocks: list[tuple[np.ndarray, np.ndarray | None]] = []  # (a part's matrix, its rows taken; None: all)
+    rel_blocks: list[tuple[np.ndarray, np.ndarray | None]] = []
     dim_e = dim_r = 0
     if parts:  # the first part (after a merge: the largest) needs no resolution: taken whole, less its tombstones
-        first = _without(*parts.pop(0))
-        ent_ids = {k: i for i, k in enumerate(first.entity_keys)}
-        ent_names = list(first.entity_names)
-        relations, passages = first.relations, first.passages
+        state, dead = parts.pop(0)
+        keys, ent_names, relations, passages, keep_ent, keep_rel = _without(state, dead)
+        ent_ids = {k: i for i, k in enumerate(keys)}
         rel_ids = {r.key: i for i, r in enumerate(relations)}
-        ent_blocks, rel_blocks = [first.entity_vectors], [first.relation_vectors]
-        dim_e, dim_r = (m.shape[1] if m.ndim == 2 else 0 for m in (first.entity_vectors, first.relation_vectors))
+        ent_blocks, rel_blocks = [(state.entity_vectors, keep_ent)], [(state.relation_vectors, keep_rel)]
+        dim_e, dim_r = (m.shape[1] if m.ndim == 2 else 0 for m in (state.entity_vectors, state.relation_vectors))
     for state, dead in parts:
         dim_e = dim_e or (state.entity_vectors.shape[1] if state.entity_vectors.ndim == 2 else 0)
         dim_r = dim_r or (state.relation_vectors.shape[1] if state.relation_vectors.ndim == 2 else 0)
@@ -121,43 +120,44 @@ def union(parts: Iterable[tuple[GraphState, set[str]]]) -> GraphState:
                     rids.append(rid)
                     relations[rid].passages.append(pid)
             passages[pid] = Passage(p.text, rids, dict(p.metadata))
-        ent_blocks.append(_rows(state.entity_vectors, ent_rows))
-        rel_blocks.append(_rows(state.relation_vectors, rel_rows))
-    return GraphState(list(ent_ids), ent_names, relations, passages, _concat(ent_blocks, dim_e),
-                      _concat(rel_blocks, dim_r))
+        ent_blocks.append((state.entity_vectors, np.asarray(ent_rows, dtype=np.int64)))
+        rel_blocks.append((state.relation_vectors, np.asarray(rel_rows, dtype=np.int64)))
+    return GraphState(list(ent_ids), ent_names, relations, passages, _gather(ent_blocks, dim_e),
+                      _gather(rel_blocks, dim_r))
 
 
-def _without(state: GraphState, dead: set[str]) -> GraphState:
-    """A copy of `state`'s records without the passages `dead`, and without the relations and entities only they
-    used (vectorised: no key is looked up). Vectors are shared when nothing is dropped."""
+def _without(state: GraphState, dead: set[str]) -> tuple[
+        list[str], list[str], list[Relation], dict[str, Passage], np.ndarray | None, np.ndarray | None]:
+    """The records of `state` without the passages `dead` and the relations and entities only they used (no key is
+    looked up), renumbered: entity keys, names, relations, passages, and the rows of the entity and relation vectors
+    kept (None: all)."""
     n_rel, n_ent = len(state.relations), len(state.entity_keys)
     live = {pid: p for pid, p in state.passages.items() if pid not in dead}
-    if not dead:
-        keep_rel, keep_ent = np.arange(n_rel), np.arange(n_ent)
-    else:
-        used = np.zeros(n_rel, dtype=bool)
-        for p in live.values():
-            used[p.relations] = True
-        keep_rel = np.flatnonzero(used)
-        ends = np.fromiter((e for r in state.relations for e in (r.subject, r.object)), np.int64, 2 * n_rel)
-        ent_used = np.zeros(n_ent, dtype=bool)
-        ent_used[ends.reshape(-1, 2)[keep_rel].ravel()] = True
-        keep_ent = np.flatnonzero(ent_used)
+    if len(live) == len(state.passages):
+        relations = [Relation(r.key, r.text, r.subject, r.object, list(r.passages)) for r in state.relations]
+        passages = {pid: Passage(p.text, list(p.relations), p.metadata) for pid, p in live.items()}
+        return list(state.entity_keys), list(state.entity_names), relations, passages, None, None
+    used = np.zeros(n_rel, dtype=bool)
+    for p in live.values():
+        used[p.relations] = True
+    keep_rel = np.flatnonzero(used)
+    ends = np.fromiter((e for r in state.relations for e in (r.subject, r.object)), np.int64, 2 * n_rel)
+    ent_used = np.zeros(n_ent, dtype=bool)
+    ent_used[ends.reshape(-1, 2)[keep_rel].ravel()] = True
+    keep_ent = np.flatnonzero(ent_used)
     ent_map = np.full(n_ent, -1, dtype=np.int64)
     ent_map[keep_ent] = np.arange(len(keep_ent))
     rel_map = np.full(n_rel, -1, dtype=np.int64)
     rel_map[keep_rel] = np.arange(len(keep_rel))
     em, rm = ent_map.tolist(), rel_map.tolist()
+    touched = {r for pid in dead if pid in state.passages for r in state.passages[pid].relations}
     relations = [Relation(r.key, r.text, em[r.subject], em[r.object],
-                          [p for p in r.passages if p not in dead] if dead else list(r.passages))
-                 for r in (state.relations[i] for i in keep_rel.tolist())]
-    passages = {pid: Passage(p.text, [rm[r] for r in p.relations] if dead else list(p.relations), p.metadata)
-                for pid, p in live.items()}
-    ents, rels = keep_ent.tolist(), keep_rel.tolist()
-    whole = len(ents) == n_ent and len(rels) == n_rel
-    return GraphState([state.entity_keys[i] for i in ents], [state.entity_names[i] for i in ents], relations, passages,
-                      state.entity_vectors if whole else _rows(state.entity_vectors, ents),
-                      state.relation_vectors if whole else _rows(state.relation_vectors, rels))
+                          [p for p in r.passages if p not in dead] if i in touched else list(r.passages))
+                 for i, r in ((i, state.relations[i]) for i in keep_rel.tolist())]
+    passages = {pid: Passage(p.text, [rm[r] for r in p.relations], p.metadata) for pid, p in live.items()}
+    ents = keep_ent.tolist()
+    return ([state.entity_keys[i] for i in ents], [state.entity_names[i] for i in ents], relations, passages,
+            keep_ent, keep_rel)
 
 
 def _rows(matrix: np.ndarray, rows: list[int]) -> np.ndarray:
@@ -166,9 +166,18 @@ def _rows(matrix: np.ndarray, rows: list[int]) -> np.ndarray:
     return np.ascontiguousarray(matrix[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
 
 
-def _concat(blocks: list[np.ndarray], dim: int) -> np.ndarray:
-    blocks = [b for b in blocks if b.shape[0]]
-    return np.concatenate(blocks).astype(np.float32, copy=False) if blocks else np.zeros((0, dim), dtype=np.float32)
+def _gather(blocks: list[tuple[np.ndarray, np.ndarray | None]], dim: int) -> np.ndarray:
+    """The chosen rows of each matrix, stacked, copied once."""
+    sizes = [len(m) if rows is None else len(rows) for m, rows in blocks]
+    out = np.empty((sum(sizes), dim), dtype=np.float32)
+    at = 0
+    for (m, rows), n in zip(blocks, sizes):
+        if n and rows is None:
+            out[at:at + n] = m
+        elif n:
+            np.take(m.astype(np.float32, copy=False), rows, axis=0, out=out[at:at + n])
+        at += n
+    return out
 
 
 def _no_make() -> ChunkIndex:
