@@ -20,10 +20,12 @@ hard-linked into ``indexes/segments/`` on the first write.
 Example::
 
     from ctxrag.models.embeddings import make_embeddings
+    from ctxrag.stores.base import IndexedChunk
     g = SegmentedGraphIndex.empty(make_embeddings())
-    g.view.add_passages([("p1", "Euler studied under Bernoulli.", [("Euler", "student of", "Bernoulli")])])
-    g.add([])                       # writes go through `add` / `delete` (chunks with metadata["triplets"])
-    g.save_segments(gen_dir / "graph", segments_dir, generation=1)
+    text = "Euler studied under Bernoulli."
+    g.add([IndexedChunk("p1", "p", text, text, metadata={"triplets": [("Euler", "student of", "Bernoulli")]})])
+    g.save_segments(gen_dir / "graph", segments_dir, generation=1)   # writes the subgraph of p1 as a segment
+    g.view.search_entities(vector, k=5)                             # searches use the merged view
 """
 from __future__ import annotations
 
@@ -273,8 +275,9 @@ class SegmentedGraphIndex(SegmentedIndex):
         self.view.add(chunks)
         ids = [c.chunk_id for c in chunks]
         self._tombstone(ids)
-        fresh = self.fresh.chunk_ids() if self.fresh is not None else []
-        self.fresh = GraphPart(self.view, [c for c in fresh if c not in set(ids)] + ids)  # type: ignore[assignment]
+        added = set(ids)
+        fresh = [c for c in self.fresh.chunk_ids() if c not in added] if self.fresh is not None else []
+        self.fresh = GraphPart(self.view, fresh + ids)  # type: ignore[assignment]
         self.version += 1
 
     def delete(self, chunk_ids: list[str]) -> None:
