@@ -38,7 +38,7 @@ from langchain_core.embeddings import Embeddings
 
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.graph.index import GraphIndex
-from ctxrag.stores.graph.persistence import write_graph
+from ctxrag.stores.graph.persistence import read_graph, write_graph
 from ctxrag.stores.graph.records import GraphState, Passage, Relation
 from ctxrag.stores.segments import MergePolicy, SegmentedIndex
 
@@ -186,6 +186,26 @@ def _no_make() -> ChunkIndex:
     raise TypeError("graph segments are made from the view (SegmentedGraphIndex.add / merged)")
 
 
+class _ReadPart:
+    """A graph segment as read from disk, until its graph is merged into the view."""
+
+    def __init__(self, state: GraphState) -> None:
+        self.state = state
+
+    def __len__(self) -> int:
+        return len(self.state.passages)
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self.state.passages
+
+    def chunk_ids(self) -> list[str]:
+        return list(self.state.passages)
+
+
+def _read_part(directory: Path) -> ChunkIndex:
+    return _ReadPart(read_graph(directory))  # type: ignore[return-value]
+
+
 class GraphPart:
     """The passages of one graph segment, as the segment bookkeeping sees them (ids only); saving it writes their
     subgraph from the merged view."""
@@ -222,13 +242,10 @@ class SegmentedGraphIndex(SegmentedIndex):
     tombstones_in_index = False
 
     def __init__(self, view: GraphIndex, *, policy: MergePolicy | None = None, kb_name: str = "NAME") -> None:
-        embeddings = view.embeddings  # closures over the model, not bound methods: no cycle through self, so a
-        # generation's reader lease (`ctxrag.stores.leases`) ends as soon as its objects are dropped
+        # module functions, not bound methods: no cycle through self, so a generation's reader lease
+        # (`ctxrag.stores.leases`) ends as soon as its objects are dropped
 
-        def load_part(directory: Path) -> ChunkIndex:
-            return GraphIndex.load(directory, embeddings, show_progress=False)  # type: ignore[return-value]
-
-        super().__init__("graph", _no_make, load_part, policy=policy, kb_name=kb_name)
+        super().__init__("graph", _no_make, _read_part, policy=policy, kb_name=kb_name)
         self.view = view
 
     @classmethod
@@ -251,7 +268,7 @@ class SegmentedGraphIndex(SegmentedIndex):
         whole ``graph.json``; `IndexCorruptError` names a damaged file."""
         index = cls.empty(embeddings, extractor=extractor, policy=policy, kb_name=kb_name)
         index.load_set(directory)
-        graphs = [(s.index.state(), s.dead) for s in index.sealed]  # type: ignore[attr-defined]
+        graphs = [(s.index.state, s.dead) for s in index.sealed]  # type: ignore[attr-defined]
         index.view = GraphIndex.from_state(union(graphs), embeddings, extractor=extractor, show_progress=False)
         for s in index.sealed:  # the segment graphs are in the view now: keep only their passage ids
             s.index = GraphPart(index.view, s.index.chunk_ids())  # type: ignore[assignment]
