@@ -177,7 +177,7 @@ def _gather(blocks: list[tuple[np.ndarray, np.ndarray | None]], dim: int) -> np.
         if n and rows is None:
             out[at:at + n] = m
         elif n:
-            np.take(m.astype(np.float32, copy=False), rows, axis=0, out=out[at:at + n])
+            np.take(m.astype(np.float32, copy=False), rows, axis=0, out=out[at:at + n], mode="clip")  # "raise" buffers
         at += n
     return out
 
