@@ -1,17 +1,18 @@
 """Citations on the right chunk: does each answer cite the chunk that holds its facts? The model's own `[n]` versus
 the same answers after the sentence-by-sentence check (`ctxrag.chains.citations.map_citations`).
 
-    python bench/bench_citations.py generate --drcd 40 --out bench/out/citation_answers.json   # the LLM part
-    python bench/bench_citations.py generate --sets own --out bench/out/citation_answers_own.json
-    python bench/bench_citations.py score bench/out/citation_answers.json bench/out/citation_answers_own.json
+    python bench/bench_citations.py generate --sets demo,own --out DEMO              # the LLM part, as `ctxrag demo`
+    python bench/bench_citations.py generate --sets drcd --drcd 40 --out DRCD1       # DRCD, a seeded sample
+    python bench/bench_citations.py generate --sets drcd --drcd 100 --drcd-from 40 --out DRCD2   # more of it
+    python bench/bench_citations.py score DEMO DRCD1 DRCD2 --read 16 --new-from 40
 
-``generate`` answers with the plain chain (`build_rag_chain`, full cited answers, gate off, the local model):
-the 6 demo questions and the questions of bench/data/citation_questions_own.json (written for this benchmark, in
-both languages, not used to choose the check's rules) over examples/sample_corpus
-(``kb.as_retriever(mode="hybrid", k=4)``), and a seeded sample of
-DRCD dev questions over all 1,000 DRCD paragraphs (ctxrag's in-memory `BM25Retriever`, jieba, k=3: no embedding
-of the corpus on a loaded machine). It stores each answer with its numbered chunks, so ``score`` re-checks them
-without the model.
+``generate`` answers with the local model. The 6 demo questions and the questions of
+bench/data/citation_questions_own.json (written for this benchmark, in both languages, not used to choose the check's
+rules) run exactly what `ctxrag demo` runs over the shipped sample corpus: its ingest (no contexts), its chain
+(`ctxrag.cli.query.answer_chain`: hybrid k=4, the relevance gate, the default answer length). A seeded sample of
+DRCD dev questions is answered over all 1,000 DRCD paragraphs by the plain chain (`build_rag_chain`, gate off,
+ctxrag's in-memory `BM25Retriever`, jieba, k=3, at most 160 tokens: no embedding of the corpus on a loaded machine).
+It stores each answer with its numbered chunks, so ``score`` re-checks them without the model.
 
 - DRCD: the gold chunks are the retrieved chunks that contain a reference answer. Precision: cited chunks that are
   gold / cited chunks (answers that cite something and have a gold chunk among the retrieved); recall: answers whose
@@ -48,27 +49,34 @@ QUESTIONS = {"demo": ROOT / "examples" / "sample_questions.json",
 
 def _record(question: str, out: dict[str, Any], seconds: float, **extra: Any) -> dict[str, Any]:
     docs = out["documents"]
-    return {"question": question, "answer": out["answer"], "seconds": round(seconds, 1),
+    return {"question": question, "answer": out["answer"], "seconds": round(seconds, 1), "supported": out.get("supported"),
             "documents": [{"text": d.page_content, "source": d.metadata.get("source"),
                            "chunk_id": d.metadata.get("chunk_id") or d.id} for d in docs], **extra}
 
 
 def generate(args: argparse.Namespace) -> None:
+    import os
+
+    os.environ["CTXRAG_HOME"] = str(args.home)  # the CLI's assembly reads the process settings
     from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.cli.query import answer_chain, demo_ingest
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
+    from ctxrag.resource_paths import demo_corpus
     from ctxrag.retrievers.bm25 import BM25Retriever
-    from ctxrag.settings import Settings
+    from ctxrag.settings import get_settings
 
-    settings = Settings(home=args.home)
-    llm = make_chat_model(settings, max_tokens=args.max_tokens)
+    get_settings.cache_clear()
+    settings = get_settings()
     records: list[dict[str, Any]] = []
     sets = args.sets.split(",")
     corpus_sets = [s for s in ("demo", "own") if s in sets]
     if corpus_sets:
+        # exactly what `ctxrag demo` runs: its ingest (no contexts), its chain (hybrid k=4, the relevance gate,
+        # the default answer length) and the default local model
         kb = KnowledgeBase.open("citations-demo", settings, create=True)
-        kb.ingest([ROOT / "examples" / "sample_corpus"], progress=False)
-        chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=4), llm, gate=False)
+        demo_ingest(kb, demo_corpus(), progress=False)
+        chain = answer_chain(["citations-demo"], make_chat_model(settings))
     for name in corpus_sets:
         for item in json.loads(QUESTIONS[name].read_text("utf-8")):
             start = time.perf_counter()
@@ -87,8 +95,8 @@ def generate(args: argparse.Namespace) -> None:
     asked = [(q["question"], [a["text"] for a in q["answers"]]) for art in data for p in art["paragraphs"]
              for q in p["qas"]]
     bm25 = BM25Retriever.from_documents(paragraphs, tokenizer="chinese", k=args.k)
-    chain = build_rag_chain(bm25, llm, gate=False)
-    for question, refs in random.Random(args.seed).sample(asked, args.drcd):
+    chain = build_rag_chain(bm25, make_chat_model(settings, max_tokens=args.max_tokens), gate=False)
+    for question, refs in random.Random(args.seed).sample(asked, args.drcd)[args.drcd_from:]:
         start = time.perf_counter()
         out = chain.invoke(question)
         records.append(_record(question, out, time.perf_counter() - start, set="drcd", references=refs))
@@ -178,6 +186,11 @@ def score(args: argparse.Namespace) -> None:
         rows.append([f"after the check, DRCD answers {args.read + 1}-{len(drcd)} only (held out)", "—", "—",
                      round(100 * d["precision"], 1), round(100 * d["precision_right"], 1), round(100 * d["recall"], 1),
                      f"{d['answers']}/{d['with_gold']}"])
+    if 0 < args.new_from < len(drcd):  # answered by this run's generate --drcd-from
+        d = drcd_scores(drcd[args.new_from:], _checked)
+        rows.append([f"after the check, DRCD answers {args.new_from + 1}-{len(drcd)} only (a later run)", "—", "—",
+                     round(100 * d["precision"], 1), round(100 * d["precision_right"], 1), round(100 * d["recall"], 1),
+                     f"{d['answers']}/{d['with_gold']}"])
     per_q = [[r["set"], r["question"], _files(r, _own(r)), _files(r, _checked(r)), r["expected_source"],
               "yes" if all(key_fact_hits(r["answer"], r["key_facts"])) else "no",
               "yes" if demo_correct(r, _checked(r)) else "no"] for r in demo + own]
@@ -194,13 +207,15 @@ def score(args: argparse.Namespace) -> None:
         measures="whether an answer's citations point at the chunks holding its facts: the model's own [n] vs the "
                  "sentence-by-sentence check of `map_citations`",
         data=f"the {len(demo)} demo questions (examples/sample_questions.json) and {len(own)} questions written for "
-             "this benchmark (bench/data/citation_questions_own.json), both over examples/sample_corpus (hybrid k=4), "
-             f"and {len(drcd)} DRCD dev questions (the first {len(drcd)} of a seeded sample, seed {args.seed}; BM25 over "
-             "the 1,000 paragraphs, k=3), answered once by the local Qwen2.5-Coder-1.5B (full cited answers, "
-             "temperature 0)",
-        command=f"python bench/bench_citations.py generate --sets demo,drcd --drcd {len(drcd)} --out ANSWERS && "
-                "python bench/bench_citations.py generate --sets own --out OWN && "
-                f"python bench/bench_citations.py score ANSWERS OWN --read {args.read}",
+             "this benchmark (bench/data/citation_questions_own.json), both answered as `ctxrag demo` answers: the "
+             "shipped sample corpus ingested without contexts, `answer_chain` (hybrid k=4, the relevance gate on, the "
+             f"default answer length); and {len(drcd)} DRCD dev questions (the first {len(drcd)} of a seeded sample, "
+             f"seed {args.seed}; BM25 over the 1,000 paragraphs, k=3, gate off, at most 160 tokens); all answered once "
+             "by the local Qwen2.5-Coder-1.5B (full cited answers, temperature 0)",
+        command="python bench/bench_citations.py generate --sets demo,own --out DEMO && "
+                "python bench/bench_citations.py generate --sets drcd --drcd 40 --out DRCD1 && "
+                f"python bench/bench_citations.py generate --sets drcd --drcd {len(drcd)} --drcd-from 40 --out DRCD2 && "
+                f"python bench/bench_citations.py score DEMO DRCD1 DRCD2 --read {args.read} --new-from {args.new_from}",
         tables=[
             Table(caption="Citation accuracy", columns=["citations", "demo cited correctly",
                                                        "own questions cited correctly", "DRCD precision %",
@@ -231,7 +246,7 @@ def score(args: argparse.Namespace) -> None:
                "every retrieved chunk shares not counting; a marker opening a line labels what follows; a number with "
                "another unit does not hold a figure) were written after reading the demo answers, the first "
                f"{args.read} DRCD answers (so those are not held out; the held-out row scores the rest) and, for the "
-               "last rule, one own-question answer (a '30 days' cited to a chunk with '30 minutes')."],
+               "last rule, one own-question answer (a '30 days' cited to a chunk with '30 minutes').", *args.note],
         out_dir=args.out_dir,
     )
     for row in rows:
@@ -246,6 +261,8 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("--drcd", type=int, default=40)
+    g.add_argument("--drcd-from", type=int, default=0,
+                   help="skip the first N questions of the seeded sample (answered by an earlier run)")
     g.add_argument("--sets", default="demo,drcd", help="comma-separated: demo, own, drcd")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("-k", type=int, default=3)
@@ -259,6 +276,9 @@ def main() -> None:
                    help="how many DRCD answers (from the first) were read while choosing the check's rules: the rest "
                         "are also scored on their own, as held out")
     s.add_argument("--out-dir", type=Path, default=None)
+    s.add_argument("--note", action="append", default=[], help="a note for the page (e.g. where answers came from)")
+    s.add_argument("--new-from", type=int, default=0,
+                   help="DRCD answers past this many came from a later generate run: scored in a row of their own")
     args = ap.parse_args()
     if args.cmd == "generate":
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -62,14 +62,13 @@ def ask(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Answer a question from the knowledge base with [n] citations; streams to the terminal."""
-    from ctxrag.chains.rag import build_rag_chain
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
 
     def body() -> None:
         checked = check_text(question, "question")
         llm = make_chat_model(get_settings())
         names = kb_names(kb)
-        chain = build_rag_chain(retriever_for(names, mode, k, rerank, "similarity"), llm, gate=answer_gate(names))
+        chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank)
         cfg = {"callbacks": callbacks()}
         if json_out:
             with wrap_model_errors(llm):
@@ -84,6 +83,14 @@ def ask(
         stream_answer(chain, llm, checked, cfg)
 
     guard(body)
+
+
+def answer_chain(kbs: list[str], llm: Any, *, k: int = 4, mode: str = "hybrid", rerank: str = "none") -> Any:
+    """The chain `ctxrag ask` and `ctxrag demo` answer with (and bench/bench_citations.py measures): the knowledge
+    bases' retriever, the relevance gate (``answer_gate`` setting) and cited answers."""
+    from ctxrag.chains.rag import build_rag_chain
+
+    return build_rag_chain(retriever_for(kbs, mode, k, rerank, "similarity"), llm, gate=answer_gate(kbs))
 
 
 def answer_gate(kbs: list[str]) -> Any:
@@ -148,7 +155,6 @@ def demo(
 
     Works from any folder: the corpus and questions ship inside the package. When the demo fails, the knowledge base
     it created is removed again."""
-    from ctxrag.chains.rag import build_rag_chain
     from ctxrag.knowledge_base import KnowledgeBase, validate_kb_name
     from ctxrag.models.chat import make_chat_model
     from ctxrag.resource_paths import demo_corpus, demo_questions
@@ -161,7 +167,7 @@ def demo(
         is_new = name not in KnowledgeBase.list_names(s)
         kbase = open_kb(name, create=True)
         try:
-            report = kbase.ingest([folder], contextualize=contextualize)
+            report = demo_ingest(kbase, folder, contextualize=contextualize)
             typer.echo(f"ingested {folder}: {len(report.added)} added, {len(report.updated)} updated, "
                        f"{len(report.skipped)} skipped, {len(report.failed)} failed")
             for f in report.failed:
@@ -170,7 +176,7 @@ def demo(
                 raise CtxragError(f"no file of {folder} could be ingested; nothing to answer from")
             llm = make_chat_model(s)
             typer.echo(f"answering with {describe_model(llm)}")
-            chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=4), llm, gate=answer_gate([name]))
+            chain = answer_chain([name], llm)
             for q in items:
                 typer.echo(f"\nQ: {q}\nA: ", nl=False)
                 stream_answer(chain, llm, q, {"callbacks": callbacks()})
@@ -182,6 +188,11 @@ def demo(
             raise
 
     guard(body)
+
+
+def demo_ingest(kbase: Any, folder: Path, *, contextualize: bool = False, progress: bool = True) -> Any:
+    """How `ctxrag demo` fills its knowledge base (contexts off by default: the demo answers sooner)."""
+    return kbase.ingest([folder], contextualize=contextualize, progress=progress)
 
 
 def read_questions(path: Path) -> list[str]:
