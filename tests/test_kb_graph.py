@@ -112,3 +112,36 @@ def test_llm_graph_rerank_uses_the_chat_model_or_degrades(graph_kb, monkeypatch:
     with caplog.at_level("WARNING"):
         r = kb.as_retriever(mode="graph", k=2)
     assert r.rerank.value == "ppr" and "ranking with 'ppr'" in caplog.text
+
+
+def test_graph_segments_per_commit_answer_like_one_commit_and_merge_check_repair(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """One commit per passage writes one graph segment each (`ctxrag.stores.graph.segmented`); the merged graph
+    answers as the graph written in one commit, `optimize` merges it to one segment, and a damaged graph segment is
+    found by `kb check` and rebuilt by `kb repair`."""
+    from ctxrag.kb_maintenance import check, repair
+
+    fake = ScriptedExtractor()
+    monkeypatch.setattr("ctxrag.models.chat.make_chat_model", lambda *a, **k: fake)
+    s = Settings(home=tmp_path / "h", graph=True)
+    texts = [{"text": t, "source": f"wiki://{k}", "title": t.split("\n", 1)[0]} for k, t in PASSAGES.items()]
+    kb = KnowledgeBase.open("seg", s)
+    for t in texts:
+        kb.add_texts([t])
+    one = KnowledgeBase.open("one", s)
+    one.add_texts(texts)
+    doc = json.loads((kb.generations.gen_dir(kb.generation) / "graph" / "segments.json").read_text())
+    assert len(doc["segments"]) == len(texts)
+    answer = lambda b: [(d.metadata["source"], round(d.metadata.get("score", 0.0), 6))  # noqa: E731
+                        for d in b.as_retriever(mode="graph", k=4).invoke(QUESTION)]
+    assert answer(kb) == answer(one)
+    assert kb.snapshots.optimize()["graph"] == (len(texts), 1)
+    assert answer(kb) == answer(one) and check(kb).clean
+    seg = json.loads((kb.generations.gen_dir(kb.generation) / "graph" / "segments.json").read_text())["segments"][0]
+    (kb.generations.segments_dir / seg["id"] / "graph.json").write_text("{}", encoding="utf-8")
+    report = check(kb)
+    assert not report.clean and "graph.json" in str(report.differences)
+    assert "rebuilt" in repair(kb).actions["graph"]
+    assert check(kb).clean and answer(kb) == answer(one)
+    kb.close()
+    one.close()

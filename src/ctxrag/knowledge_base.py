@@ -315,8 +315,10 @@ class KnowledgeBase:
         return CurrentKeywordIndex(lambda: self.indexes, owner=self.name)
 
     def graph_index(self) -> GraphIndex | None:
-        """The graph index (`ctxrag.stores.graph.GraphIndex`) of the current generation, None when graph RAG is off."""
-        return self.indexes.get("graph")
+        """The graph index (`ctxrag.stores.graph.GraphIndex`) of the current generation, None when graph RAG is off
+        (the merged view of its segments, `ctxrag.stores.graph.segmented`)."""
+        graph = self.indexes.get("graph")
+        return getattr(graph, "view", graph)  # type: ignore[return-value]
 
     def set_summaries(self, summaries: dict[str, str]) -> None:
         """Store model-written document summaries (doc id -> summary) in one transaction."""

@@ -5,6 +5,7 @@ Layout under the knowledge base folder::
 
     write.lock              the inter-process write lock (`filelock`); held from reading the current generation
     write.lock.holder       JSON: pid, host, command and time of the process holding it (for messages)
+    readers/                reader leases (one locked file per reader and generation) and retire marks
     indexes/gen-000042/     one committed generation: a folder per index plus manifest.json
     indexes/format.json     the generation format: every generation has a manifest (see `manifests_required`)
     indexes/.tmp-gen-...    a generation being written (renamed to gen-N when complete; never read)
@@ -14,9 +15,10 @@ Rules (see docs/reliability.md):
 * Only a holder of the write lock writes or deletes anything under ``indexes/``; readers never delete.
 * A generation is written under a temporary name, fsynced, renamed into place, and only then recorded as current
   in SQLite by the caller; so a crash leaves the previous generation current and intact.
-* Clean-up (under the lock) keeps the current generation and the one before it (a reader may still be loading it);
-  it removes older ones, temporary folders of dead writers and folders newer than current (uncommitted), then the
-  segment folders under ``indexes/segments/`` that no kept generation lists.
+* Clean-up (under the lock) keeps the current generation, the one before it, and every generation a live reader
+  holds a lease on (``readers/``, `ctxrag.stores.leases`); it removes older ones, temporary folders of dead writers
+  and folders newer than current (uncommitted), then the segment folders under ``indexes/segments/`` that no kept
+  generation lists. A lease dies with its process (``kill -9`` included), so a later clean-up removes what it kept.
 * FAISS and BM25 are segmented (`ctxrag.stores.segments`): a generation folder holds their ``segments.json`` (the
   segment list with each segment file's size and sha256, and the tombstones); a commit writes only its new segment.
 * ``manifest.json`` records size and sha256 of every file; `verify` checks them before an index is loaded, so a
@@ -49,6 +51,7 @@ import filelock
 
 from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, KnowledgeBaseLocked
 from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
+from ctxrag.stores.leases import Lease, ReaderLeases
 from ctxrag.stores.segments import SEGMENTS_DIR, file_sha256, referenced_segments
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,8 @@ class GenerationStore:
         self.lock_timeout = lock_timeout
         self.base = self.root / INDEXES_DIR
         self._lock = filelock.FileLock(str(self.root / LOCK_FILE))
+        self.leases = ReaderLeases(self.root)
+        """Reader leases: clean-up keeps every generation a live reader holds."""
 
     # -- paths --------------------------------------------------------------------------
     def gen_dir(self, gen: int) -> Path:
@@ -238,24 +243,36 @@ class GenerationStore:
             raise
 
     def clean(self, current: int) -> list[Path]:
-        """Remove generations older than the current one and its predecessor, generations newer than current
-        (never committed) and temporary folders (their writers are gone: only the lock holder writes). Caller holds
-        the write lock. Returns what was removed."""
+        """Remove generations older than the current one and its predecessor unless a reader holds a lease on them
+        (`ctxrag.stores.leases`), generations newer than current (never committed) and temporary folders (their
+        writers are gone: only the lock holder writes), then the segments no kept generation lists. Caller holds
+        the write lock. Returns what was removed; a generation kept for a reader goes at a later clean-up."""
         self._require_lock("clean up generations")
         if not self.base.is_dir():
             return []
+        old = [n for n in self.committed() if n < current - KEEP_PREVIOUS]
+        self.leases.retire(old)  # before the probe: a reader that leases it after the probe sees the mark
+        leased = self.leases.live(old)
         removed = []
         for p in self.base.iterdir():
             n = parse_gen(p.name)
-            stale = p.name.startswith(_TMP_PREFIX) or (n is not None and (n > current or n < current - KEEP_PREVIOUS))
+            stale = p.name.startswith(_TMP_PREFIX) or (n is not None and (
+                n > current or (n < current - KEEP_PREVIOUS and n not in leased)))
             if stale:
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
-        return removed + self._clean_segments()
+        removed += self._clean_segments()
+        self.leases.forget(self.committed())
+        return removed
+
+    def lease(self, gen: int) -> Lease | None:
+        """A reader's lease on committed generation `gen` (see `ctxrag.stores.leases`); None when clean-up has
+        retired or removed it meanwhile (read the newer one)."""
+        return self.leases.take(gen, exists=self.gen_dir(gen).is_dir)
 
     def _clean_segments(self) -> list[Path]:
-        """Remove segment folders no kept generation lists (and temporary ones of dead writers). A reader that
-        still has one open keeps reading it: its files are memory-mapped, and unlinking keeps mapped pages."""
+        """Remove segment folders no kept generation lists (and temporary ones of dead writers). Generations a
+        reader holds a lease on are kept, so every segment such a reader may still open stays."""
         if not self.segments_dir.is_dir():
             return []
         kept: set[str] = set()

@@ -1,7 +1,7 @@
 """The index kinds a knowledge base keeps, and how to make or load each: dense (the configured vector store), BM25,
 and the graph index when ``settings.graph`` is on. FAISS and BM25 are kept as immutable segments shared between
-generations (`ctxrag.stores.segments`); the graph index is saved whole with each generation (it is opt-in, and its
-entities are resolved across all chunks, which per-segment graphs would have to redo at every query).
+generations (`ctxrag.stores.segments`); so is the graph index, whose segments are merged into one graph in memory
+when a generation is read (`ctxrag.stores.graph.segmented`).
 
 `IndexSetup` is what opening them needs from the knowledge base (its name, folder, settings, the committed chunks and
 the embedding model), so this module never imports the knowledge base.
@@ -88,12 +88,13 @@ def segmented(
 
 
 def _graph_factories(setup: IndexSetup) -> tuple[Callable[[], Any], Callable[[Path], Any]]:
-    """Graph RAG index (opt-in, ``CTXRAG_GRAPH=true``): triplets from ``metadata["triplets"]`` or, failing that,
+    """Graph RAG index (opt-in, ``CTXRAG_GRAPH=true``), kept as segments like FAISS and BM25 and searched as one
+    merged graph (`ctxrag.stores.graph.segmented`): triplets from ``metadata["triplets"]`` or, failing that,
     extracted by the configured chat model, which is only built when a chunk needs it."""
-    from ctxrag.stores.graph import GraphIndex
+    from ctxrag.stores.graph.segmented import SegmentedGraphIndex
 
     extractor = setup.extract_triplets
     return (
-        lambda: GraphIndex(setup.embeddings(), extractor=extractor, show_progress=False),
-        lambda d: GraphIndex.load(d, setup.embeddings(), extractor=extractor, show_progress=False),
+        lambda: SegmentedGraphIndex.empty(setup.embeddings(), extractor=extractor, kb_name=setup.kb_name),
+        lambda d: SegmentedGraphIndex.load(d, setup.embeddings(), extractor=extractor, kb_name=setup.kb_name),
     )

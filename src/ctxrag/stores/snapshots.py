@@ -4,7 +4,9 @@
   ``PRAGMA data_version`` (microseconds); when another connection committed and the generation moved, it loads the
   new one (checksums verified) and switches to it. While one thread loads, the others keep answering from the
   previous snapshot. A published snapshot is never mutated (only self-persisting stores, Chroma and Milvus, are
-  shared live objects), so a search never sees a half-applied change.
+  shared live objects), so a search never sees a half-applied change. A reader leases the generation before it
+  reads it and keeps the lease while its index objects live (`ctxrag.stores.leases`), so clean-up never deletes a
+  file it may still open.
 * Writers: `IndexSnapshots.session` takes the inter-process write lock, opens its own SQLite connection, loads the
   generation current *now* into private index objects and begins a transaction; `commit` writes them as the next
   generation, commits SQLite, publishes them and cleans up. A failure rolls SQLite back and publishes nothing.
@@ -33,6 +35,7 @@ from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord, disk_f
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.generations import GenerationStore
+from ctxrag.stores.leases import Lease
 from ctxrag.stores.segments import SegmentedIndex
 
 log = logging.getLogger(__name__)
@@ -171,9 +174,17 @@ class IndexSnapshots:
         for _attempt in range(LOAD_ATTEMPTS):
             gen = self.committed_generation()
             identity = self.store.identity
+            lease = None
             try:
-                return Snapshot(gen, self.load_generation(gen, self.store, live), identity)
+                lease = self.generations.lease(gen) if gen else None
+                if gen and lease is None and self.committed_generation() != gen:
+                    continue  # retired by a writer's clean-up since: read the newer one
+                indexes = self.load_generation(gen, self.store, live)
+                self._hold(lease, indexes)
+                return Snapshot(gen, indexes, identity)
             except (IndexCorruptError, OSError):
+                if lease is not None:
+                    lease.release()
                 if self.store.follow() or identity != self.store.identity:  # deleted (raises) or replaced meanwhile
                     live = None
                     continue
@@ -183,6 +194,13 @@ class IndexSnapshots:
                          self.kb_name, gen)
         raise IndexCorruptError(f"{self.generations.base}: generations of knowledge base {self.kb_name!r} kept "
                                 f"changing while loading ({LOAD_ATTEMPTS} attempts)")
+
+    @staticmethod
+    def _hold(lease: Lease | None, indexes: Mapping[str, ChunkIndex]) -> None:
+        """Keep `lease` while any index object read from its generation lives (a search may still open one of its
+        files); live stores (Chroma, Milvus) are shared across generations and hold nothing."""
+        if lease is not None:
+            lease.bind(i for i in indexes.values() if not isinstance(i, SelfPersistingIndex))
 
     def load_generation(
         self, gen: int, store: DocStore, reuse: Mapping[str, ChunkIndex] | None = None
@@ -217,9 +235,18 @@ class IndexSnapshots:
         does not hold it (generation 0, a kind enabled since, or a loader that rebuilds). `IndexCorruptError` when the
         generation, its manifest or the index's files are damaged (for ``kb check`` / ``kb repair``)."""
         _make, load = self._factories()[name]
-        if not gen or not self.generations.verify(gen, name, self.generations.manifest(gen)):
-            return None
-        return load(self.generations.gen_dir(gen) / name)
+        lease = None if not gen or self.generations.is_locked_here else self.generations.lease(gen)
+        try:
+            if not gen or not self.generations.verify(gen, name, self.generations.manifest(gen)):
+                index = None
+            else:
+                index = load(self.generations.gen_dir(gen) / name)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+        self._hold(lease, {name: index} if index is not None else {})
+        return index
 
     def _rebuild(self, index: ChunkIndex, name: str, store: DocStore) -> None:
         """Fill an empty index from the stored chunks, in write order (the tie order the ingests gave it)."""
@@ -315,5 +342,6 @@ class IndexSnapshots:
         session.store.set_meta("generation", str(new))
         session.store.commit()
         session.generation = new
+        self._hold(self.generations.lease(new), session.indexes)  # under the write lock: `new` is current
         self.publish(Snapshot(new, session.indexes, session.store.identity))
         self.generations.clean(new)

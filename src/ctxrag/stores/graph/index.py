@@ -81,6 +81,9 @@ class GraphIndex:
     def __len__(self) -> int:
         return len(self._passages)
 
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self._passages
+
     @property
     def n_entities(self) -> int:
         return len(self._entity_keys)
