@@ -32,6 +32,7 @@ class SegmentedDenseIndex(SegmentedIndex):
     """A `DenseIndex` over segments of FAISS indexes, searched together."""
 
     tombstones_in_index = True
+    reopens = True
 
     def hide_in(self, index: ChunkIndex, chunk_ids: list[str]) -> None:
         hide = getattr(index, "hide", None)

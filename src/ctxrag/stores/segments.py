@@ -291,11 +291,17 @@ class SegmentedIndex:
         final, files = _publish(segments_dir, seg_id, fill)
         return Sealed(seg_id, final, s.index, s.size, files, s.dead)
 
+    reopens = False
+    """True for kinds whose loaded segments can be forked (`reopen`); the others load every segment."""
+
     def reopen(self, directory: Path) -> "SegmentedIndex | None":
         """This kind's index of the generation folder `directory` (usually the next one), sharing the segments it
         has in common with this index instead of loading them again: a write session starts from the published
         generation, and a reader switching to a newer one loads only the segments that are new. This index is
-        not changed (each shared segment is forked: its tombstones are the new index's own)."""
+        not changed (each shared segment is forked: its tombstones are the new index's own). None when the kind
+        does not reopen: the caller loads the folder."""
+        if not self.reopens:
+            return None
         out = type(self)(self.name, self._make, self._load_segment, policy=self.policy, kb_name=self.kb_name)
         return out.load_set(directory, reuse={s.id: s for s in self.sealed if s.files is not None})
 

@@ -37,6 +37,7 @@ class SegmentedKeywordIndex(SegmentedIndex):
     """A `KeywordIndex` over segments of `BM25ChunkIndex`, with exact corpus-wide BM25 statistics."""
 
     tombstones_in_index = True
+    reopens = True
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
