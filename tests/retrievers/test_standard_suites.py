@@ -182,5 +182,5 @@ class TestGraphRetrieverPath(TestGraphRetriever):
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
         kb = self.graph_kb
-        return {"graph_index": kb.indexes["graph"], "embeddings": kb.embeddings, "rerank": "path",
+        return {"graph_index": kb.graph_index(), "embeddings": kb.embeddings, "rerank": "path",
                 "chunks": kb.chunks}
