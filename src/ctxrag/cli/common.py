@@ -74,9 +74,13 @@ def retriever_for(kbs: list[str], mode: str, k: int, rerank: str, search_type: s
     use, so ``--kb general`` and no ``--kb`` work before anything was ingested there. Any other name must exist."""
     from ctxrag.retrievers.factory import make_multi_kb_retriever
 
+    return make_multi_kb_retriever(open_kbs(kbs), mode=mode, k=k, rerank=rerank, search_type=search_type)
+
+
+def open_kbs(kbs: list[str]) -> list[Any]:
+    """The named knowledge bases, the shared default one created (empty) on first use; any other name must exist."""
     default = get_settings().default_kb
-    opened = [open_kb(n, create=n == default) for n in kbs]
-    return make_multi_kb_retriever(opened, mode=mode, k=k, rerank=rerank, search_type=search_type)
+    return [open_kb(n, create=n == default) for n in kbs]
 
 
 def kb_names(kb: Optional[list[str]]) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from ctxrag.cli.common import callbacks, check_text, guard, kb_names, open_kb, retriever_for
+from ctxrag.cli.common import callbacks, check_text, guard, kb_names, open_kb, open_kbs, retriever_for
 from ctxrag.cli.display import printable
 from ctxrag.errors import CtxragError
 from ctxrag.settings import get_settings
@@ -85,19 +85,18 @@ def ask(
     guard(body)
 
 
-def answer_chain(kbs: list[str], llm: Any, *, k: int = 4, mode: str = "hybrid", rerank: str = "none") -> Any:
+def answer_chain(kbs: list[Any], llm: Any, *, k: int = 4, mode: str = "hybrid", rerank: str = "none") -> Any:
     """The chain `ctxrag ask` and `ctxrag demo` answer with (and bench/bench_citations.py measures): the knowledge
-    bases' retriever, the relevance gate (``answer_gate`` setting) and cited answers."""
+    bases' retriever, the relevance gate over the first one's embeddings (``answer_gate`` setting) and cited
+    answers. `kbs`: names, or knowledge bases already open (each is opened once either way)."""
     from ctxrag.chains.rag import build_rag_chain
-
-    return build_rag_chain(retriever_for(kbs, mode, k, rerank, "similarity"), llm, gate=answer_gate(kbs))
-
-
-def answer_gate(kbs: list[str]) -> Any:
-    """The relevance gate over the first knowledge base's embeddings, or False when ``answer_gate`` is off."""
     from ctxrag.chains.relevance import RelevanceGate
+    from ctxrag.retrievers.factory import make_multi_kb_retriever
 
-    return RelevanceGate(open_kb(kbs[0]).embeddings) if get_settings().answer_gate else False
+    opened = [open_kbs([x])[0] if isinstance(x, str) else x for x in kbs]
+    gate = RelevanceGate(opened[0].embeddings) if get_settings().answer_gate else False
+    return build_rag_chain(make_multi_kb_retriever(opened, mode=mode, k=k, rerank=rerank, search_type="similarity"),
+                           llm, gate=gate)
 
 
 def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +175,7 @@ def demo(
                 raise CtxragError(f"no file of {folder} could be ingested; nothing to answer from")
             llm = make_chat_model(s)
             typer.echo(f"answering with {describe_model(llm)}")
-            chain = answer_chain([name], llm)
+            chain = answer_chain([kbase], llm)
             for q in items:
                 typer.echo(f"\nQ: {q}\nA: ", nl=False)
                 stream_answer(chain, llm, q, {"callbacks": callbacks()})
