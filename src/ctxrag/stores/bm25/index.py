@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -241,6 +241,12 @@ class BM25Index:
     def ids(self) -> list[str]:
         """Ids of the live documents, in insertion order (the order of `get_scores`)."""
         return self._keys.keys(np.flatnonzero(self._live))
+
+    def iter_ids(self, block: int = 1024) -> Iterator[str]:
+        """`ids` lazily, decoded a block at a time (a zero-score fill reads only the first few of a million)."""
+        live = np.flatnonzero(self._live)
+        for start in range(0, len(live), block):
+            yield from self._keys.keys(live[start : start + block])
 
     def tokenize_query(self, query: str | Sequence[str]) -> list[str]:
         """Query tokens: a string goes through the index's tokenizer, a list of tokens is taken as is."""
