@@ -155,6 +155,8 @@ class IdMap:
             hit = self._ints[i] == ints
             if self._removed:
                 hit &= ~np.isin(ints, np.fromiter(self._removed, np.int64, len(self._removed)))
+            if hit.all():  # the usual case: every id from the base arrays
+                return [b.decode(*_ENC) for b in self._chunks[i].tolist()]
             for p, b in zip(np.flatnonzero(hit).tolist(), self._chunks[i[hit]].tolist()):
                 out[p] = b.decode(*_ENC)
         for p in np.flatnonzero(~hit).tolist():
