@@ -243,7 +243,7 @@ class BM25Index:
         return self._keys.keys(np.flatnonzero(self._live))
 
     def iter_ids(self, block: int = 1024) -> Iterator[str]:
-        """`ids` lazily, decoded a block at a time (a zero-score fill reads only the first few of a million)."""
+        """`ids` lazily, decoded a block at a time (a zero-score fill reads only the first few of a large segment)."""
         live = np.flatnonzero(self._live)
         for start in range(0, len(live), block):
             yield from self._keys.keys(live[start : start + block])
@@ -459,7 +459,7 @@ class BM25Index:
             names = ["df", "doc_len", "live"] + [f"seg{i}_{p}" for i in range(len(seg_meta))
                                                  for p in ("indptr", "indices", "tf")]
             arrays = storage.load_arrays(array_path, names, mmap=mmap)
-            # ids are read into memory (a few milliseconds per million, and lookups never touch a mapped file)
+            # ids are read into memory (one C-level read; lookups never touch a mapped file)
             arrays.update(storage.load_arrays(array_path, DocKeys.array_names(manifest["ids"]), mmap=False))
             index._mapped = MappedFile(array_path) if mmap else None
             index._vocab = _Vocabulary((token, term) for term, token in enumerate(manifest["vocab"]))
