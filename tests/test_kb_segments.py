@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -19,6 +20,9 @@ from ctxrag.cli.main import app
 from ctxrag.kb_maintenance import check
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
+from ctxrag.stores.bm25 import BM25Index
+from ctxrag.stores.bm25.doc_keys import ID_ARRAYS
+from ctxrag.stores.segments import file_sha256
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 WORDS = ["amberquartz", "bluefjord", "copperlynx", "dustyorchid", "emberflint", "frostgarnet", "glacierwren"]
@@ -129,6 +133,64 @@ def test_knowledge_base_written_before_segments_opens_and_is_migrated(tmp_path: 
     full = KnowledgeBase.open("full", _settings(tmp_path / "home"))
     full.ingest([corpus], progress=False)
     assert _results(kb) == _results(full)
+    kb.close()
+    full.close()
+
+
+def _rewrite_bm25_as_version_1(kb: KnowledgeBase) -> list[Path]:
+    """Rewrite the BM25 segments of the current generation as format version 1 wrote them (every caller id in
+    ``bm25.json``, none in ``bm25.npz``) and re-record their checksums in ``segments.json`` and the generation
+    manifest, as if an older ctxrag had written them."""
+    gen_dir = kb.generations.gen_dir(kb.generation)
+    listing = json.loads((gen_dir / "bm25" / "segments.json").read_text())
+    out = []
+    for entry in listing["segments"]:
+        seg = kb.generations.segments_dir / entry["id"]
+        index = BM25Index.load(seg, mmap=False)
+        assert bool(index._live.all())  # version 1 kept the id of every slot: a segment without dead slots here
+        with np.load(seg / "bm25.npz", allow_pickle=False) as z:
+            arrays = {n: z[n] for n in z.files if n not in ID_ARRAYS}
+        with open(seg / "bm25.npz", "wb") as fh:
+            np.savez(fh, **arrays)
+        manifest = json.loads((seg / "bm25.json").read_text())
+        manifest.update(version=1, ids={"mode": "explicit", "keys": index.ids},
+                        arrays_bytes=(seg / "bm25.npz").stat().st_size)
+        (seg / "bm25.json").write_text(json.dumps(manifest, ensure_ascii=False), encoding="utf-8")
+        entry["files"] = {n: {"size": (seg / n).stat().st_size, "sha256": file_sha256(seg / n)} for n in entry["files"]}
+        out.append(seg)
+    (gen_dir / "bm25" / "segments.json").write_text(json.dumps(listing))
+    gen_manifest = json.loads((gen_dir / "manifest.json").read_text())
+    listed = gen_dir / "bm25" / "segments.json"
+    gen_manifest["indexes"]["bm25"]["files"]["segments.json"] = {"size": listed.stat().st_size,
+                                                                 "sha256": file_sha256(listed)}
+    (gen_dir / "manifest.json").write_text(json.dumps(gen_manifest))
+    return out
+
+
+def test_bm25_segments_of_format_version_1_open_and_take_new_commits(tmp_path: Path) -> None:
+    """Caller ids were a JSON list in ``bm25.json`` before version 2 (arrays in ``bm25.npz``): such segments still
+    open, score exactly, take tombstones, and sit beside new segments; a merge rewrites them as version 2."""
+    corpus = _corpus(tmp_path / "c", WORDS[:4])
+    kb = KnowledgeBase.open("v1", _settings(tmp_path / "home"))
+    kb.ingest([corpus], progress=False)
+    kb.close()
+    kb = KnowledgeBase.open("v1", _settings(tmp_path / "home"))
+    (old_segment,) = _rewrite_bm25_as_version_1(kb)
+    kb.close()
+    kb = KnowledgeBase.open("v1", _settings(tmp_path / "home"))
+    assert json.loads((old_segment / "bm25.json").read_text())["version"] == 1 and check(kb).clean
+    _corpus(corpus, WORDS[4:])
+    kb.ingest([corpus], progress=False)  # a version 2 segment beside the version 1 one
+    kb.delete_document("bluefjord.md")  # a tombstone in the version 1 segment
+    full = KnowledgeBase.open("full", _settings(tmp_path / "home"))
+    full.ingest([corpus], progress=False)
+    full.delete_document("bluefjord.md")
+    assert _results(kb) == _results(full) and check(kb).clean
+    kb.snapshots.optimize()  # one merged segment, written as version 2
+    doc = json.loads((kb.generations.gen_dir(kb.generation) / "bm25" / "segments.json").read_text())
+    merged = kb.generations.segments_dir / doc["segments"][0]["id"] / "bm25.json"
+    assert len(doc["segments"]) == 1 and json.loads(merged.read_text())["version"] == 2
+    assert _results(kb) == _results(full) and check(kb).clean
     kb.close()
     full.close()
 

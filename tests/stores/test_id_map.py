@@ -38,6 +38,12 @@ def test_matches_dicts_through_saves_and_changes(tmp_path: Path) -> None:
             assert ids.get(c) == int_of.get(c) and (c in ids) == (c in int_of)
         for i in range(next_id + 2):
             assert ids.chunk(i) == chunk_of.get(i)
+        some_ints = rng.sample(sorted(chunk_of), 8)
+        assert ids.chunks(np.array(some_ints)) == [chunk_of[i] for i in some_ints]
+        removed = next((i for i in range(next_id) if i not in chunk_of), None)
+        if removed is not None:
+            with pytest.raises(KeyError, match=f"int id {removed} "):
+                ids.chunks([removed])
         some = [*rng.sample(sorted(int_of), 5), "missing"]
         assert sorted(ids.ints(some).tolist()) == sorted(int_of[c] for c in some if c in int_of)
         if step % 2:  # a saved map, loaded: lookups go through the sorted arrays

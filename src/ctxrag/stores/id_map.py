@@ -144,6 +144,28 @@ class IdMap:
             return bytes(self._chunks[i]).decode(*_ENC)
         return None
 
+    def chunks(self, int_ids: np.ndarray | Sequence[int]) -> list[str]:
+        """Chunk ids of `int_ids`, in their order (vectorized: for a page of results or every id). `KeyError` names
+        an int id this map does not hold."""
+        ints = np.asarray(int_ids, dtype=np.int64)
+        out: list[str | None] = [None] * len(ints)
+        hit = np.zeros(len(ints), dtype=bool)
+        if len(self._ints) and len(ints):
+            i = np.minimum(np.searchsorted(self._ints, ints), len(self._ints) - 1)
+            hit = self._ints[i] == ints
+            if self._removed:
+                hit &= ~np.isin(ints, np.fromiter(self._removed, np.int64, len(self._removed)))
+            if hit.all():  # the usual case: every id from the base arrays
+                return [b.decode(*_ENC) for b in self._chunks[i].tolist()]
+            for p, b in zip(np.flatnonzero(hit).tolist(), self._chunks[i[hit]].tolist()):
+                out[p] = b.decode(*_ENC)
+        for p in np.flatnonzero(~hit).tolist():
+            found = self._added_rev.get(int(ints[p]))
+            if found is None:
+                raise KeyError(f"int id {int(ints[p])} is not mapped")
+            out[p] = found
+        return out  # type: ignore[return-value]
+
     # -- changes ----------------------------------------------------------------------------------------------
     def put(self, chunk_id: str, int_id: int) -> None:
         """Map a new chunk id (not in the map) to a new int id (above every one used)."""

@@ -143,3 +143,10 @@ def test_term_doc_counts_of_deleted_rows_match_a_dense_count() -> None:
         rows = rng.random(n) < 0.3
         dense = seg.to_scipy(25).toarray() > 0
         assert seg.term_doc_counts(rows, 30).tolist() == [*dense[rows].sum(axis=0).tolist(), 0, 0, 0, 0, 0]
+
+
+def test_iter_ids_is_ids_in_blocks():
+    idx = BM25Index(tokenizer="english")
+    idx.add([f"text number {i}" for i in range(7)], ids=[f"c{i}" for i in range(7)])
+    idx.delete(["c2", "c5"])
+    assert list(idx.iter_ids(block=2)) == idx.ids == ["c0", "c1", "c3", "c4", "c6"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,4 +126,58 @@ def test_manifest_that_disagrees_with_arrays(saved):
     del manifest["segments"]
     (path / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(IndexCorruptError, match="segments"):
+        BM25Index.load(path)
+
+
+V1_FIXTURE = Path(__file__).parent / "data" / "v1_explicit"
+"""Saved by format version 1 (caller ids as a JSON list, one dead slot whose id was added again); see
+`test_version_1_index_still_opens` for how it was built."""
+
+
+def test_version_1_index_still_opens(tmp_path):
+    texts = ["retrieval augmented generation", "dense and sparse retrieval", "getUserName returns a name",
+             "BM25 keyword search", "hybrid search fuses dense and sparse", "keyword search again",
+             "one more document", "another keyword here", "sparse vectors", "the last text"]
+    rebuilt = BM25Index(tokenizer="english", variant="okapi")  # what the fixture holds, built by this code
+    rebuilt.add(texts[:5], ids=["a", "b", "竹:0", "c", "d"])
+    rebuilt.add(texts[5:], ids=["e", "f", "g", "h", "i"])
+    rebuilt.delete(["e"])
+    rebuilt.add(["sparse keyword retrieval"], ids=["a"])
+    assert json.loads((V1_FIXTURE / MANIFEST).read_text())["version"] == 1
+    old = BM25Index.load(V1_FIXTURE)
+    assert old.ids == rebuilt.ids == ["b", "竹:0", "c", "d", "f", "g", "h", "i", "a"]
+    assert "a" in old and "e" not in old and "竹:0" in old
+    for query in ["keyword retrieval", "sparse", "name", "nothing"]:
+        assert old.search(query, k=20) == rebuilt.search(query, k=20)
+        assert old.search(query, k=3, allowed_ids=["a", "c", "e"]) == rebuilt.search(query, k=3, allowed_ids=["a", "c", "e"])
+    old.delete(["a", "b"])
+    old.add(["keyword"], ids=["b"])
+    old.save(tmp_path)  # written again: the current version, ids as arrays
+    again = BM25Index.load(tmp_path)
+    assert json.loads((tmp_path / MANIFEST).read_text())["ids"] == {"mode": "arrays"}
+    assert again.ids == ["竹:0", "c", "d", "f", "g", "h", "i", "b"] and again.search("keyword") == old.search("keyword")
+
+
+def test_caller_ids_are_arrays_not_manifest_entries(saved):
+    idx, path = saved
+    manifest = json.loads((path / MANIFEST).read_text())
+    assert manifest["version"] == 2 and manifest["ids"] == {"mode": "arrays"}
+    with np.load(path / ARRAYS, allow_pickle=False) as arrays:
+        assert [bytes(b).decode() for b in arrays["doc_ids"]] == idx.ids
+        assert arrays["doc_slots"].tolist() == np.flatnonzero(idx._live).tolist()
+
+
+def test_saved_ids_that_disagree_with_the_live_mask(saved):
+    _, path = saved
+    with np.load(path / ARRAYS, allow_pickle=False) as z:
+        arrays = {name: z[name] for name in z.files}
+    arrays["doc_slots"] = arrays["doc_slots"].copy()
+    arrays["doc_slots"][-1] = np.flatnonzero(~arrays["live"])[0]  # a dead slot, in order: e (4) is dead
+    arrays["doc_slots"].sort()
+    with open(path / ARRAYS, "wb") as fh:
+        np.savez(fh, **arrays)
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["arrays_bytes"] = (path / ARRAYS).stat().st_size
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexCorruptError, match="live documents"):
         BM25Index.load(path)

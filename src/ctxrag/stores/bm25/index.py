@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     import scipy.sparse as sp  # merging only: opening and searching an index never load scipy
 
 FORMAT = "ctxrag-bm25"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: caller-given ids are arrays in ``bm25.npz`` (1: a JSON list in ``bm25.json``; still read)."""
+READ_VERSIONS = (1, 2)
 MANIFEST = "bm25.json"
 ARRAYS = "bm25.npz"
 _BATCH_DOCS = 100_000  # documents tokenised into ids per step: bounds the peak memory of a large build
@@ -240,6 +242,12 @@ class BM25Index:
         """Ids of the live documents, in insertion order (the order of `get_scores`)."""
         return self._keys.keys(np.flatnonzero(self._live))
 
+    def iter_ids(self, block: int = 1024) -> Iterator[str]:
+        """`ids` lazily, decoded a block at a time (a zero-score fill reads only the first few of a large segment)."""
+        live = np.flatnonzero(self._live)
+        for start in range(0, len(live), block):
+            yield from self._keys.keys(live[start : start + block])
+
     def tokenize_query(self, query: str | Sequence[str]) -> list[str]:
         """Query tokens: a string goes through the index's tokenizer, a list of tokens is taken as is."""
         if isinstance(query, str):
@@ -396,12 +404,12 @@ class BM25Index:
 
     # ---- persistence ----------------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
-        """Write ``bm25.json`` (settings, tokenizer, vocabulary, ids) and ``bm25.npz`` (arrays) into `directory`."""
+        """Write ``bm25.json`` (settings, tokenizer, vocabulary) and ``bm25.npz`` (postings, lengths, ids) into
+        `directory`."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, np.ndarray] = {"df": self._df, "doc_len": self._doc_len, "live": self._live}
-        if self._keys.explicit is False:
-            arrays["doc_numbers"] = self._keys.numbers
+        arrays.update(self._keys.to_arrays())
         for i, segment in enumerate(self._segments):
             arrays.update({f"seg{i}_indptr": segment.indptr, f"seg{i}_indices": segment.indices,
                            f"seg{i}_tf": segment.tf})
@@ -431,7 +439,7 @@ class BM25Index:
         """
         directory = Path(directory)
         manifest = storage.read_manifest(directory / MANIFEST, FORMAT)
-        if manifest.get("version") != FORMAT_VERSION:
+        if manifest.get("version") not in READ_VERSIONS:
             raise IndexCorruptError(f"{directory / MANIFEST}: unsupported version {manifest.get('version')!r}")
         try:
             saved_tokenizer = manifest["tokenizer"]
@@ -450,9 +458,9 @@ class BM25Index:
                 raise IndexCorruptError(f"{array_path}: size {size} bytes, manifest says {manifest['arrays_bytes']}")
             names = ["df", "doc_len", "live"] + [f"seg{i}_{p}" for i in range(len(seg_meta))
                                                  for p in ("indptr", "indices", "tf")]
-            if manifest["ids"].get("mode") == "auto":
-                names.append("doc_numbers")
             arrays = storage.load_arrays(array_path, names, mmap=mmap)
+            # ids are read into memory (one C-level read; lookups never touch a mapped file)
+            arrays.update(storage.load_arrays(array_path, DocKeys.array_names(manifest["ids"]), mmap=False))
             index._mapped = MappedFile(array_path) if mmap else None
             index._vocab = _Vocabulary((token, term) for term, token in enumerate(manifest["vocab"]))
             index._df = np.array(arrays["df"], dtype=np.int64)
@@ -462,7 +470,7 @@ class BM25Index:
                 Segment(arrays[f"seg{i}_indptr"], arrays[f"seg{i}_indices"], arrays[f"seg{i}_tf"], int(m["n_docs"]))
                 for i, m in enumerate(seg_meta)
             ]
-            index._keys = DocKeys.from_manifest(manifest["ids"], arrays.get("doc_numbers"), index._live)
+            index._keys = DocKeys.from_manifest(manifest["ids"], arrays, index._live)
             _check_loaded(index, manifest, directory)
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ConfigError):

@@ -106,7 +106,7 @@ class SegmentedKeywordIndex(SegmentedIndex):
         if fill and len(out) < k:
             seen = {cid for cid, _ in out}
             for p in parts:
-                for cid in p.ids:
+                for cid in p.iter_ids():
                     if len(out) >= k:
                         break
                     if cid not in seen and (allowed is None or cid in allowed):
