@@ -58,3 +58,26 @@ def test_from_arrays_names_what_does_not_fit() -> None:
         IdMap.from_arrays([1, 0], ["a", "b"])
     with pytest.raises(ValueError, match="not unique"):
         IdMap.from_arrays(np.array([0, 1]), ["a", "a"])
+
+
+def test_removed_ids_are_sorted_once_per_change_not_per_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segment with tombstones answers each query's page of results without sorting its removed ids again."""
+    ids = IdMap.from_arrays(np.arange(1000), [f"c{i:04d}" for i in range(1000)])
+    for i in range(0, 1000, 7):
+        ids.pop(f"c{i:04d}")
+    sorts = []
+    real_sort = np.sort
+    monkeypatch.setattr(np, "sort", lambda a, *args, **kw: sorts.append(len(a)) or real_sort(a, *args, **kw))
+    page = np.array([1, 2, 3, 5, 8, 13])
+    for _ in range(5):  # five queries
+        assert ids.chunks(page) == [f"c{i:04d}" for i in page]
+        assert ids.ints(["c0001", "c0007", "c0014", "c0015"]).tolist() == [1, 15]
+    assert sorts == [143]  # once, at the first lookup after the removes
+    ids.pop("c0001")
+    assert ids.ints(["c0001", "c0002"]).tolist() == [2] and sorts == [143, 144]
+    copy = ids.copy()
+    copy.pop("c0002")
+    assert ids.ints(["c0002"]).tolist() == [2] and copy.ints(["c0002"]).tolist() == []
+    with pytest.raises(KeyError, match="int id 7 "):
+        ids.chunks([7])
+    assert 7 not in ids.int_ids().tolist() and len(ids.int_ids()) == len(ids)

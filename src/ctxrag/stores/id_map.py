@@ -46,6 +46,8 @@ class IdMap:
         """`_chunks` sorted, and `_where` the position of each in `_chunks`."""
         self._where = np.zeros(0, dtype=np.int64)
         self._removed: set[int] = set()
+        self._removed_sorted: np.ndarray | None = None
+        """`_removed` as a sorted array, built on the first vectorized lookup after a change (not per lookup)."""
         self._added: dict[str, int] = {}
         self._added_rev: dict[int, str] = {}
 
@@ -89,6 +91,7 @@ class IdMap:
         out = IdMap()
         out._ints, out._chunks, out._sorted, out._where = self._ints, self._chunks, self._sorted, self._where
         out._removed, out._added, out._added_rev = set(self._removed), dict(self._added), dict(self._added_rev)
+        out._removed_sorted = self._removed_sorted  # never changed in place: replaced on the next `pop`
         return out
 
     def frozen(self) -> IdMap:
@@ -130,7 +133,7 @@ class IdMap:
             hit = self._sorted[i] == keys
             found = self._ints[self._where[i[hit]]]
             if self._removed:
-                found = found[~np.isin(found, np.fromiter(self._removed, np.int64, len(self._removed)))]
+                found = found[~self._is_removed(found)]
             out.extend(found.tolist())
         return np.asarray(out, dtype=np.int64)
 
@@ -154,7 +157,7 @@ class IdMap:
             i = np.minimum(np.searchsorted(self._ints, ints), len(self._ints) - 1)
             hit = self._ints[i] == ints
             if self._removed:
-                hit &= ~np.isin(ints, np.fromiter(self._removed, np.int64, len(self._removed)))
+                hit &= ~self._is_removed(ints)
             if hit.all():  # the usual case: every id from the base arrays
                 return [b.decode(*_ENC) for b in self._chunks[i].tolist()]
             for p, b in zip(np.flatnonzero(hit).tolist(), self._chunks[i[hit]].tolist()):
@@ -183,13 +186,26 @@ class IdMap:
             return None
         found = int(self._ints[pos])
         self._removed.add(found)
+        self._removed_sorted = None
         return found
 
     # -- in order ---------------------------------------------------------------------------------------------
+    def _is_removed(self, ints: np.ndarray) -> np.ndarray:
+        """Which of `ints` were removed: binary searches in the sorted removed ids, which are sorted once per
+        change, so a search over a segment with tombstones does not sort them again for its page of results."""
+        removed = self._removed_sorted
+        if removed is None or len(removed) != len(self._removed):
+            removed = np.sort(np.fromiter(self._removed, np.int64, len(self._removed)))
+            self._removed_sorted = removed
+        if not len(removed):
+            return np.zeros(len(ints), dtype=bool)
+        i = np.minimum(np.searchsorted(removed, ints), len(removed) - 1)
+        return removed[i] == ints
+
     def _live(self) -> np.ndarray:
         if not self._removed:
             return np.ones(len(self._ints), dtype=bool)
-        return ~np.isin(self._ints, np.fromiter(self._removed, np.int64, len(self._removed)))
+        return ~self._is_removed(self._ints)
 
     def int_ids(self) -> np.ndarray:
         """Live int ids in insertion order."""
