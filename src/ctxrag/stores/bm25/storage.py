@@ -82,7 +82,10 @@ def _map_member(path: Path, raw: Any, info: zipfile.ZipInfo) -> np.ndarray:
         raise IndexCorruptError(f"{path}: {info.filename} is shorter than its header says")
     if n_bytes == 0:
         return np.zeros(shape, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+    # a plain ndarray over the mapping (it keeps the map alive as its base): slicing a `np.memmap` runs Python code
+    # (`__getitem__`, `__array_finalize__`) on every slice, and a query slices each term's postings per segment
+    return mapped.view(np.ndarray)
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
