@@ -182,6 +182,14 @@ class BM25Index:
         self._live = np.ones(len(self._doc_len), dtype=bool)
         self._changed()
 
+    def consolidate(self) -> None:
+        """Merge the internal segments into one (same slots, same scores and ties): for an index that is searched
+        many times and not appended to (a sealed segment, see `ctxrag.stores.bm25.segmented`), since a query reads
+        each of its terms once per internal segment. Statistics given by `use_statistics` stay."""
+        if len(self._segments) > 1:
+            self._segments = [merge_segments(self._segments, len(self._vocab))]
+            self._idf = self._weights = None  # posting weights are cached per internal segment
+
     def fork(self) -> BM25Index:
         """A copy to delete from without changing this index (a sealed segment in the next generation, see
         `ctxrag.stores.segments`): postings, lengths and vocabulary are shared (never changed in place; adding to

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -30,7 +31,7 @@ from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.bm25.chunk_index import BM25ChunkIndex
 from ctxrag.stores.bm25.index import BM25Index
 from ctxrag.stores.bm25.scoring import absent_term_score, term_idf
-from ctxrag.stores.segments import SegmentedIndex
+from ctxrag.stores.segments import Sealed, SegmentedIndex
 
 
 class SegmentedKeywordIndex(SegmentedIndex):
@@ -112,6 +113,11 @@ class SegmentedKeywordIndex(SegmentedIndex):
                     if cid not in seen and (allowed is None or cid in allowed):
                         out.append((cid, floor))
         return out
+
+    def _write(self, index: ChunkIndex, segments_dir: Path, generation: int) -> Sealed:
+        # sealed: searched by every query from now on, never appended to, so its internal segments become one
+        cast(BM25ChunkIndex, index).index.consolidate()
+        return super()._write(index, segments_dir, generation)
 
     def merged(self, parts: list[tuple[ChunkIndex, set[str]]]) -> ChunkIndex:
         import scipy.sparse as sp  # merging only: searching never loads scipy
