@@ -33,7 +33,7 @@ from ctxrag.errors import IndexCorruptError
 from ctxrag.settings import DenseIndexSettings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.id_map import ID_MAP_FILE, IdMap
-from ctxrag.stores.mapped import MappedFile
+from ctxrag.stores.mapped import MappedFile, advise_huge_pages
 
 if TYPE_CHECKING:  # pragma: no cover
     import faiss
@@ -365,6 +365,8 @@ class FaissIndex:
             self.dim = int(dim)
             self._index = index
             self._mapped_from = MappedFile(index_path) if mmap_flag else None
+            if mmap_flag:
+                advise_huge_pages(index_path)
             if index.ntotal != len(ids) + len(dead):
                 raise IndexCorruptError(
                     f"{index_path}: holds {index.ntotal} vectors but {ids_path} maps {len(ids)} ids"

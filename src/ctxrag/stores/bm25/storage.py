@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ctxrag.errors import IndexCorruptError
+from ctxrag.stores.mapped import advise_huge_pages
 
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip local file header, fixed part (30 bytes)
 
@@ -50,6 +51,8 @@ def load_arrays(path: Path, names: list[str], *, mmap: bool = True) -> dict[str,
                     else:
                         with archive.open(info) as member:
                             out[name] = np.lib.format.read_array(member, allow_pickle=False)
+            if mmap and any(isinstance(a.base, np.memmap) for a in out.values()):
+                advise_huge_pages(path)
             return out
     except IndexCorruptError:
         raise
