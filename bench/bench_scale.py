@@ -425,7 +425,8 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
                "+100 chunks s", "delete 100 docs s", "single-note commits", "per commit p50 s (CPU)",
                "disk after notes MB", "dense p50 after notes ms (CPU)", "hybrid p50 after notes ms (CPU)",
                "disk merged MB", "dense p50 merged ms (CPU)",
-               "hybrid p50 merged ms (CPU)", "optimize s"]
+               "hybrid p50 merged ms (CPU)", "optimize s", "RSS / anonymous MB serving",
+               "RSS / anonymous MB after the writes"]
 
     def cpu(r: dict[str, Any], key: str, fmt: str = ".1f") -> str:
         return f" ({r[key]:{fmt}})" if key in r else ""
@@ -451,7 +452,9 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
             lambda: round(r["disk_merged_mb"]) if merged else "-",
             lambda: f"{r['merged_dense_p50']:.1f}{cpu(r, 'merged_dense_cpu_p50')}" if merged else "-",
             lambda: f"{r['merged_hybrid_p50']:.1f}{cpu(r, 'merged_hybrid_cpu_p50')}" if merged else "-",
-            lambda: round(r["optimize_s"], 1) if merged else "-"]
+            lambda: round(r["optimize_s"], 1) if merged else "-",
+            lambda: f"{r['mem_serving_rss']:,.0f} / {r['mem_serving_anon']:,.0f}",
+            lambda: f"{r['mem_writing_rss']:,.0f} / {r['mem_writing_anon']:,.0f}"]
         out.append([cell(c) for c in cells])
     return columns, out
 
