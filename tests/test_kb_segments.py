@@ -22,7 +22,7 @@ from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 from ctxrag.stores.bm25 import BM25Index
 from ctxrag.stores.bm25.doc_keys import ID_ARRAYS
-from ctxrag.stores.segments import VERIFIED_FILE, file_sha256
+from ctxrag.stores.segment_checksums import VERIFIED_FILE, file_sha256
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 WORDS = ["amberquartz", "bluefjord", "copperlynx", "dustyorchid", "emberflint", "frostgarnet", "glacierwren"]

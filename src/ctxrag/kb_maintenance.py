@@ -31,7 +31,7 @@ from ctxrag.stores.docstore import ChunkRecord
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.registry import IndexSetup
-from ctxrag.stores.segments import full_verification
+from ctxrag.stores.segment_checksums import full_verification
 from ctxrag.stores.snapshots import WriteSession
 
 _PATCHED = {"graph"}
