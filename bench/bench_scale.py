@@ -364,8 +364,9 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
     saves its row after every stage to ``WORK/partial-home-N-DESIGN.json`` (with the import time and disk).
 
     With `import_only` each design's import is kept in ``WORK/home-N-DESIGN`` (with ``import.json``: its time and
-    disk) and not measured; a later run with the same ``--work`` measures those imports instead of importing again
-    (each is used once: the measurement writes into it)."""
+    disk) and not measured; a later run with the same ``--work`` measures a copy of it instead of importing again
+    (a segmented copy is first checked with ``ctxrag kb check``, which hashes every file and writes the verified
+    markers a fresh import writes itself)."""
     corpus = Corpus(n)
     queries = corpus.queries(n_queries)
     data = work / f"chunks-{n}.jsonl"
@@ -386,14 +387,18 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
         if record.exists():
             done = json.loads(record.read_text(encoding="utf-8"))
             import_s, disk = done["import_s"], done["disk_mb"]
-            if design == "new":  # hashes every segment file: writes the verified markers an older import lacks
+            kept, home = home, work / f"run-{n}-{design}"
+            shutil.rmtree(home, ignore_errors=True)
+            shutil.copytree(kept, home)  # measured on a copy: the kept import serves later runs too
+            if design == "new":  # hashes every segment file: the copy's verified markers no longer match its files
                 start = time.perf_counter()
                 proc = subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "--home", str(home), "kb", "check",
                                        f"scale{n}"], capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise SystemExit(f"kb check of the kept import failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-                print(f"[{n} {design}] kb check of the kept import: {time.perf_counter() - start:.1f} s", flush=True)
-            print(f"[{n} {design}] measuring the kept import ({done['commit']}, {import_s:.1f} s)", flush=True)
+                print(f"[{n} {design}] kb check of the copy: {time.perf_counter() - start:.1f} s", flush=True)
+            print(f"[{n} {design}] measuring a copy of the kept import ({done['commit']}, {import_s:.1f} s)",
+                  flush=True)
         else:
             shutil.rmtree(home, ignore_errors=True)
             import_s, _, _ = _run_import(home, f"scale{n}", data, design)
