@@ -149,6 +149,16 @@ def _rss_mb() -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
+def _mem_mb() -> dict[str, float]:
+    """This process's memory from /proc/self/smaps_rollup in MB: resident (file pages of memory-mapped indexes
+    included), anonymous (what the process holds itself: loaded or copied index data), and the peak resident."""
+    fields = {}
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
+        key, _, rest = line.partition(":")
+        fields[key.strip()] = int(rest.split()[0]) / 1024
+    return {"rss": fields["Rss"], "anon": fields["Anonymous"], "peak": _rss_mb()[1]}
+
+
 def _du_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
 
@@ -296,6 +306,7 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
     out: dict[str, Any] = {"design": design, "open_s": time.perf_counter() - start,
                            "open_cpu_s": time.process_time() - cpu, "chunks": len(kb.dense)}
     out.update(_query_p50(kb, queries))
+    out.update({f"mem_serving_{k}": v for k, v in _mem_mb().items()})
     partial = home.parent / f"partial-{home.name}.json"
     seed = json.loads(partial.read_text(encoding="utf-8")) if partial.exists() else {}
 
@@ -324,6 +335,8 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
                note_total_s=float(sum(times)),
                disk_after_notes_mb=_du_mb(kb.root))
     out.update({f"after_notes_{k}": v for k, v in _query_p50(kb, queries).items()})
+    # the same process has served queries and written 1,102 commits: how much of the indexes it now holds twice
+    out.update({f"mem_writing_{k}": v for k, v in _mem_mb().items()})
     save()
     if design == "new":
         out["segments_after_notes"] = {n: len(getattr(i, "sealed", [])) for n, i in kb.indexes.items()}
@@ -346,26 +359,58 @@ def _write_notes(path: Path, n: int) -> None:
 
 
 def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
-                 designs: tuple[str, ...] = ("old", "new")) -> list[dict[str, Any]]:
+                 designs: tuple[str, ...] = ("old", "new"), import_only: bool = False) -> list[dict[str, Any]]:
     """Both designs (or those in `designs`) at size `n` on the same corpus; one row per design. Each worker also
-    saves its row after every stage to ``WORK/partial-home-N-DESIGN.json`` (with the import time and disk)."""
+    saves its row after every stage to ``WORK/partial-home-N-DESIGN.json`` (with the import time and disk).
+
+    With `import_only` each design's import is kept in ``WORK/home-N-DESIGN`` (with ``import.json``: its time and
+    disk) and not measured; a later run with the same ``--work`` measures a copy of it instead of importing again
+    (a segmented copy is first checked with ``ctxrag kb check``, which hashes every file and writes the verified
+    markers a fresh import writes itself)."""
     corpus = Corpus(n)
     queries = corpus.queries(n_queries)
     data = work / f"chunks-{n}.jsonl"
-    corpus.write_jsonl(data, queries)
-    extra = work / f"extra-{n}.jsonl"
-    Corpus(100, seed=7).write_jsonl(extra, [], offset=10**9, prefix="extra")
-    notes = work / "notes.jsonl"
-    _write_notes(notes, max(n_notes.values()))
     qpath = work / f"queries-{n}.json"
-    qpath.write_text(json.dumps(queries), encoding="utf-8")
+    extra = work / f"extra-{n}.jsonl"
+    notes = work / "notes.jsonl"
+    if not (data.exists() and qpath.exists()):
+        corpus.write_jsonl(data, queries)
+        qpath.write_text(json.dumps(queries), encoding="utf-8")
+    if not extra.exists():
+        Corpus(100, seed=7).write_jsonl(extra, [], offset=10**9, prefix="extra")
+    if not notes.exists() or sum(1 for _ in notes.open(encoding="utf-8")) < max(n_notes.values()):
+        _write_notes(notes, max(n_notes.values()))
     rows = []
     for design in designs:
         home = work / f"home-{n}-{design}"
-        shutil.rmtree(home, ignore_errors=True)
-        import_s, _, _ = _run_import(home, f"scale{n}", data, design)
-        disk = _du_mb(home / "kb" / f"scale{n}")
-        print(f"[{n} {design}] imported in {import_s:.1f} s; measuring ...", flush=True)
+        record = home / "import.json"
+        if record.exists():
+            done = json.loads(record.read_text(encoding="utf-8"))
+            import_s, disk = done["import_s"], done["disk_mb"]
+            kept, home = home, work / f"run-{n}-{design}"
+            shutil.rmtree(home, ignore_errors=True)
+            shutil.copytree(kept, home)  # measured on a copy: the kept import serves later runs too
+            if design == "new":  # hashes every segment file: the copy's verified markers no longer match its files
+                start = time.perf_counter()
+                proc = subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "--home", str(home), "kb", "check",
+                                       f"scale{n}"], capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise SystemExit(f"kb check of the kept import failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+                print(f"[{n} {design}] kb check of the copy: {time.perf_counter() - start:.1f} s", flush=True)
+            print(f"[{n} {design}] measuring a copy of the kept import ({done['commit']}, {import_s:.1f} s)",
+                  flush=True)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+            import_s, _, _ = _run_import(home, f"scale{n}", data, design)
+            disk = _du_mb(home / "kb" / f"scale{n}")
+            if import_only:
+                commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                        cwd=Path(__file__).parent).stdout.strip()
+                record.write_text(json.dumps({"import_s": import_s, "disk_mb": disk, "commit": commit}),
+                                  encoding="utf-8")
+                print(f"[{n} {design}] imported in {import_s:.1f} s; kept in {home}", flush=True)
+                continue
+            print(f"[{n} {design}] imported in {import_s:.1f} s; measuring ...", flush=True)
         (work / f"partial-{home.name}.json").write_text(json.dumps({"design": design, "n": n, "import_s": import_s,
                                                                     "disk_mb": disk}), encoding="utf-8")
         proc = subprocess.run([sys.executable, __file__, "--segment-worker", str(home), f"scale{n}", str(qpath),
@@ -385,7 +430,8 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
                "+100 chunks s", "delete 100 docs s", "single-note commits", "per commit p50 s (CPU)",
                "disk after notes MB", "dense p50 after notes ms (CPU)", "hybrid p50 after notes ms (CPU)",
                "disk merged MB", "dense p50 merged ms (CPU)",
-               "hybrid p50 merged ms (CPU)", "optimize s"]
+               "hybrid p50 merged ms (CPU)", "optimize s", "RSS / anonymous MB serving",
+               "RSS / anonymous MB after the writes"]
 
     def cpu(r: dict[str, Any], key: str, fmt: str = ".1f") -> str:
         return f" ({r[key]:{fmt}})" if key in r else ""
@@ -411,7 +457,9 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
             lambda: round(r["disk_merged_mb"]) if merged else "-",
             lambda: f"{r['merged_dense_p50']:.1f}{cpu(r, 'merged_dense_cpu_p50')}" if merged else "-",
             lambda: f"{r['merged_hybrid_p50']:.1f}{cpu(r, 'merged_hybrid_cpu_p50')}" if merged else "-",
-            lambda: round(r["optimize_s"], 1) if merged else "-"]
+            lambda: round(r["optimize_s"], 1) if merged else "-",
+            lambda: f"{r['mem_serving_rss']:,.0f} / {r['mem_serving_anon']:,.0f}",
+            lambda: f"{r['mem_writing_rss']:,.0f} / {r['mem_writing_anon']:,.0f}"]
         out.append([cell(c) for c in cells])
     return columns, out
 
@@ -598,6 +646,9 @@ def main() -> None:
     ap.add_argument("--record-rows", type=Path, nargs="+", default=None,
                     help="Write the scale page data from rows saved by --rows-out runs.")
     ap.add_argument("--note", action="append", default=[], help="A note for the recorded segments table.")
+    ap.add_argument("--import-only", action="store_true",
+                    help="With --segments and --work: import and keep each design's knowledge base; a later run "
+                         "with the same --work measures them.")
     ap.add_argument("--segment-worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.segment_worker:
@@ -610,7 +661,7 @@ def main() -> None:
         try:
             rows = [r for n in args.sizes
                     for r in run_segments(n, work, args.queries, {"old": args.old_notes, "new": args.notes},
-                                          tuple(args.designs))]
+                                          tuple(args.designs), args.import_only)]
         finally:
             if not args.keep and args.work is None:
                 shutil.rmtree(work, ignore_errors=True)

@@ -61,7 +61,8 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
 
 
 def _hashes(root: Path) -> dict[str, str]:
-    skip = {"kb.sqlite-wal", "kb.sqlite-shm", "write.lock", "write.lock.holder"}
+    # .verified.json: a segment's record of which files were hashed (a cache: an open rewrites it after hashing)
+    skip = {"kb.sqlite-wal", "kb.sqlite-shm", "write.lock", "write.lock.holder", ".verified.json"}
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in root.rglob("*") if p.is_file() and p.name not in skip}
 
@@ -199,4 +200,32 @@ def test_index_kind_missing_from_generation_is_rebuilt_and_saved_by_repair(prist
     assert not check(kb).clean
     assert repair(kb).actions["bm25"].startswith("rebuilt from 6 stored chunks")
     assert check(kb).clean and (kb.generations.gen_dir(kb.generation) / "bm25" / "segments.json").exists()
+    kb.close()
+
+
+def test_check_hashes_every_file_and_finds_damage_the_open_trusted(pristine, tmp_path: Path) -> None:  # noqa: ANN001
+    """An open trusts a segment's verified marker (its files unchanged since hashed); `kb check` hashes everything,
+    so damage that kept a file's size and times (bit rot; simulated by a marker forged to match) is still found,
+    and `kb repair` rebuilds the index."""
+    from ctxrag.stores.segment_checksums import VERIFIED_FILE
+
+    src, before = pristine
+    home, _root = _copy(src, tmp_path)
+    kb = KnowledgeBase.open("dmg", _settings(home))
+    _results(kb)  # the copy's files are hashed once (new inodes) and the markers rewritten
+    target = index_file(kb.generations.gen_dir(kb.generation), "dense/index.faiss")
+    kb.close()
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one stored vector value: the file still loads
+    target.write_bytes(bytes(data))
+    marker = json.loads((target.parent / VERIFIED_FILE).read_text(encoding="utf-8"))
+    st = target.stat()
+    marker["files"][target.name].update(size=st.st_size, ino=st.st_ino, dev=st.st_dev, mtime_ns=st.st_mtime_ns,
+                                        ctime_ns=st.st_ctime_ns)
+    (target.parent / VERIFIED_FILE).write_text(json.dumps(marker), encoding="utf-8")
+    kb = KnowledgeBase.open("dmg", _settings(home))
+    report = check(kb)
+    assert not report.clean and any(target.name in (d.error or "") for d in report.differences), report.lines()
+    assert repair(kb).actions["dense"].startswith("rebuilt from 6 stored chunks")
+    assert check(kb).clean and _results(kb) == before
     kb.close()

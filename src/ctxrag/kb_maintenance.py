@@ -31,6 +31,7 @@ from ctxrag.stores.docstore import ChunkRecord
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.registry import IndexSetup
+from ctxrag.stores.segment_checksums import full_verification
 from ctxrag.stores.snapshots import WriteSession
 
 _PATCHED = {"graph"}
@@ -96,7 +97,8 @@ def check(kb: KnowledgeBaseLike) -> CheckReport:
             elif not gen:
                 index = make()
             else:
-                index = kb.saved_index(gen, name)
+                with full_verification():  # every file hashed, whatever the verified markers say
+                    index = kb.saved_index(gen, name)
             if index is None:
                 raise IndexCorruptError(f"index {name!r} is not saved in generation {gen} (rebuilt in memory on "
                                         f"every open); run `ctxrag kb repair {kb.name}`")
@@ -135,7 +137,8 @@ def repair(kb: KnowledgeBaseLike) -> RepairReport:
             index = None
             why = "not saved in the current generation"
             try:
-                index = kb.saved_index(gen, name)
+                with full_verification():
+                    index = kb.saved_index(gen, name)
             except IndexCorruptError as e:
                 why = str(e)
             if index is None:

@@ -19,6 +19,7 @@ from ctxrag.stores.bm25.segmented import SegmentedKeywordIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.dense_segments import SegmentedDenseIndex
 from ctxrag.stores.generations import GenerationStore
+import ctxrag.stores.segment_checksums as segment_checksums
 from ctxrag.stores.segments import SET_FILE, MergePolicy, SegmentedIndex
 
 DIM = 16
@@ -278,8 +279,9 @@ def test_pre_segment_generation_is_read_as_one_segment_and_linked_on_first_write
     assert again is not None and "d0:0" not in again and len(again) == 19
 
 
+@pytest.mark.parametrize("fresh_process", [False, True])
 @pytest.mark.parametrize("damage", ["truncate", "garble", "delete", "segment_list"])
-def test_damaged_segment_is_a_named_error(tmp_path: Path, damage: str) -> None:
+def test_damaged_segment_is_a_named_error(tmp_path: Path, damage: str, fresh_process: bool) -> None:
     rng = np.random.default_rng(6)
     gens = GenerationStore(tmp_path, "t")
     index = _bm25()
@@ -298,6 +300,8 @@ def test_damaged_segment_is_a_named_error(tmp_path: Path, damage: str) -> None:
     else:
         target = gens.gen_dir(1) / "bm25" / SET_FILE
         target.write_text("{", encoding="utf-8")
+    if fresh_process:  # only the segment's verified marker, written at publish, knows the file
+        segment_checksums._verified.clear()
     with pytest.raises(IndexCorruptError, match=target.name) as err:
         _bm25().load_set(gens.gen_dir(1) / "bm25")
     assert "kb repair" in str(err.value)

@@ -52,7 +52,8 @@ import filelock
 from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, KnowledgeBaseLocked
 from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
 from ctxrag.stores.leases import Lease, ReaderLeases
-from ctxrag.stores.segments import SEGMENTS_DIR, file_sha256, referenced_segments
+from ctxrag.stores.segment_checksums import file_sha256
+from ctxrag.stores.segments import SEGMENTS_DIR, referenced_segments
 
 log = logging.getLogger(__name__)
 

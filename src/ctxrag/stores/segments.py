@@ -28,7 +28,6 @@ Example::
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -42,22 +41,19 @@ from typing import Any
 from ctxrag.errors import IndexCorruptError
 from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
+from ctxrag.stores.segment_checksums import TMP_PREFIX, checksums, remember_verified, stamp, verify, write_marker
 
 SEGMENTS_DIR = "segments"
 SET_FILE = "segments.json"
 SET_FORMAT = "ctxrag-segments"
 SET_VERSION = 1
-TMP_PREFIX = ".tmp-"
 
 MakeIndex = Callable[[], ChunkIndex]
 LoadIndex = Callable[[Path], "ChunkIndex | None"]
 
+
 def _repair(kb_name: str) -> str:
     return f"run `ctxrag kb repair {kb_name}` to rebuild it from the document store"
-
-_verified: set[tuple[str, int, int, int]] = set()
-"""Segment files this process has checked against their sha256 (path, inode, size, mtime): a sealed segment never
-changes, so each is read once per process instead of on every open."""
 
 
 def segments_dir_of(index_dir: Path) -> Path:
@@ -125,7 +121,7 @@ def _publish(segments_dir: Path, seg_id: str, fill: Callable[[Path], None]) -> t
     tmp = segments_dir / f"{TMP_PREFIX}{seg_id}"
     try:
         fill(tmp)
-        files = _checksums(tmp)
+        files = checksums(tmp)
         fsync_tree(tmp)
         final = segments_dir / seg_id
         os.replace(tmp, final)
@@ -133,7 +129,8 @@ def _publish(segments_dir: Path, seg_id: str, fill: Callable[[Path], None]) -> t
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _remember_verified(final, files)
+    remember_verified(final, files)
+    write_marker(final, {rel: stamp(final / rel, want["sha256"]) for rel, want in files.items()})
     return final, files
 
 
@@ -227,6 +224,9 @@ class SegmentedIndex:
 
     def _merge(self, run: range, segments_dir: Path, generation: int) -> None:
         chosen = self.sealed[run.start:run.stop]
+        for s in chosen:  # as Lucene's merges do: damage the open skipped must not be sealed into a new segment
+            if s.files is not None:
+                verify(s.directory, s.files, self.kb_name, full=True)
         index = self.merged([(s.index, set() if self.tombstones_in_index else s.dead) for s in chosen])
         self.sealed[run.start:run.stop] = [self._write(index, segments_dir, generation)] if len(index) else []
 
@@ -336,7 +336,7 @@ class SegmentedIndex:
             seg_dir = segments_dir / str(e["id"])
             files = e["files"]
             dead = list(e.get("dead", []))
-            _verify(seg_dir, files, self.kb_name)
+            verify(seg_dir, files, self.kb_name)
             s = self._reused(reuse.get(str(e["id"])) if reuse else None, seg_dir, files, int(e["size"]), dead)
             if s is None:
                 index = self._load_segment(seg_dir)
@@ -373,44 +373,3 @@ def referenced_segments(index_dir: Path) -> set[str]:
         return {str(e["id"]) for e in doc["segments"]}
     except (OSError, ValueError, KeyError, TypeError):
         return set()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _checksums(directory: Path) -> dict[str, dict[str, Any]]:
-    return {p.relative_to(directory).as_posix(): {"size": p.stat().st_size, "sha256": file_sha256(p)}
-            for p in sorted(directory.rglob("*")) if p.is_file()}
-
-
-def _key(p: Path) -> tuple[str, int, int, int]:
-    st = p.stat()
-    return (str(p), st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _remember_verified(directory: Path, files: dict[str, dict[str, Any]]) -> None:
-    for rel in files:
-        _verified.add(_key(directory / rel))
-
-
-def _verify(directory: Path, files: dict[str, dict[str, Any]], kb_name: str) -> None:
-    """Each file of a segment against its size and sha256 (once per process per unchanged file)."""
-    for rel, want in files.items():
-        p = directory / rel
-        try:
-            key = _key(p)
-        except FileNotFoundError:
-            raise IndexCorruptError(f"{p}: segment file is missing; {_repair(kb_name)}") from None
-        if key in _verified:
-            continue
-        if key[2] != want.get("size"):
-            raise IndexCorruptError(f"{p}: segment file has {key[2]} bytes, the segment list says {want.get('size')}; "
-                                  f"{_repair(kb_name)}")
-        if file_sha256(p) != want.get("sha256"):
-            raise IndexCorruptError(f"{p}: segment file checksum does not match (damaged in place); {_repair(kb_name)}")
-        _verified.add(key)
