@@ -297,6 +297,11 @@ class FaissIndex:
         return hits
 
     def _hits(self, scores: np.ndarray, ids: np.ndarray) -> list[tuple[str, float]]:
+        found = ids >= 0
+        try:  # one vectorized lookup for the page (every segment of a search pays it)
+            return list(zip(self._ids.chunks(ids[found]), scores[found].tolist()))
+        except KeyError:  # an id no longer mapped (hidden and removed ids are excluded by the search itself)
+            pass
         out = []
         for s, i in zip(scores.tolist(), ids.tolist()):
             cid = self._ids.chunk(i) if i >= 0 else None
