@@ -25,6 +25,7 @@ import ctypes
 import mmap
 import os
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -61,7 +62,7 @@ _MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)
 
 
 @lru_cache(maxsize=1)
-def _madvise() -> "ctypes._NamedFuncPointer | None":
+def _madvise() -> Callable[[int, int, int], int] | None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         func = libc.madvise
