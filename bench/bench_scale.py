@@ -257,13 +257,35 @@ def worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path) -> di
     return out
 
 
+def _warm_page_cache(root: Path) -> float:
+    """Read every index file of the knowledge base once (seconds taken), so the timed queries find them in the page
+    cache as a serving process does after a while; without it a 1M run measures whichever parts of a 4 GB knowledge
+    base the machine's other jobs left cached (major page faults, not search). Both designs get the same."""
+    start = time.perf_counter()
+    for p in sorted((root / "indexes").rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+    return time.perf_counter() - start
+
+
+def _major_faults() -> int:
+    import resource
+
+    return resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)).ru_majflt
+
+
 def _query_p50(kb: Any, queries: list[dict[str, Any]], n: int = 100) -> dict[str, float]:
-    """Wall p50 ms per mode over the first `n` queries (after a short warm-up), and dense recall@10."""
+    """Wall p50 ms per mode over the first `n` queries (after a short warm-up), dense recall@10, and the major page
+    faults per query (reads from disk: a page cache that did not hold the index files)."""
     out: dict[str, float] = {}
+    _warm_page_cache(kb.root)
     for mode in ("dense", "bm25", "hybrid"):
         for q in queries[:5]:
             kb.search(q["text"], k=10, mode=mode)
         times, cpu, recalls = [], [], []
+        faults = _major_faults()
         for q in queries[:n]:
             t, c = time.perf_counter(), time.thread_time()
             docs = kb.search(q["text"], k=10, mode=mode)
@@ -273,6 +295,7 @@ def _query_p50(kb: Any, queries: list[dict[str, Any]], n: int = 100) -> dict[str
                 truth = {f"synth://doc{i // CHUNKS_PER_DOC}#{i % CHUNKS_PER_DOC}" for i in q["truth"]}
                 recalls.append(len(truth & {f"{d.metadata['source']}#{d.metadata['chunk_index']}" for d in docs}) / 10)
         out[f"{mode}_p50"], out[f"{mode}_cpu_p50"] = _pct(times, 50), _pct(cpu, 50)
+        out[f"{mode}_majflt"] = (_major_faults() - faults) / max(1, len(queries[:n]))
         if recalls:
             out["recall10"] = float(np.mean(recalls))
     return out
@@ -359,14 +382,16 @@ def _write_notes(path: Path, n: int) -> None:
 
 
 def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
-                 designs: tuple[str, ...] = ("old", "new"), import_only: bool = False) -> list[dict[str, Any]]:
+                 designs: tuple[str, ...] = ("old", "new"), import_only: bool = False,
+                 in_place: bool = False) -> list[dict[str, Any]]:
     """Both designs (or those in `designs`) at size `n` on the same corpus; one row per design. Each worker also
     saves its row after every stage to ``WORK/partial-home-N-DESIGN.json`` (with the import time and disk).
 
     With `import_only` each design's import is kept in ``WORK/home-N-DESIGN`` (with ``import.json``: its time and
     disk) and not measured; a later run with the same ``--work`` measures a copy of it instead of importing again
     (a segmented copy is first checked with ``ctxrag kb check``, which hashes every file and writes the verified
-    markers a fresh import writes itself)."""
+    markers a fresh import writes itself); with `in_place` the kept import itself is measured (and used up: no
+    second copy of 4 GB competing for the page cache at 1M)."""
     corpus = Corpus(n)
     queries = corpus.queries(n_queries)
     data = work / f"chunks-{n}.jsonl"
@@ -387,9 +412,10 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
         if record.exists():
             done = json.loads(record.read_text(encoding="utf-8"))
             import_s, disk = done["import_s"], done["disk_mb"]
-            kept, home = home, work / f"run-{n}-{design}"
-            shutil.rmtree(home, ignore_errors=True)
-            shutil.copytree(kept, home)  # measured on a copy: the kept import serves later runs too
+            if not in_place:
+                kept, home = home, work / f"run-{n}-{design}"
+                shutil.rmtree(home, ignore_errors=True)
+                shutil.copytree(kept, home)  # measured on a copy: the kept import serves later runs too
             if design == "new":  # hashes every segment file: the copy's verified markers no longer match its files
                 start = time.perf_counter()
                 proc = subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "--home", str(home), "kb", "check",
@@ -431,7 +457,7 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
                "disk after notes MB", "dense p50 after notes ms (CPU)", "hybrid p50 after notes ms (CPU)",
                "disk merged MB", "dense p50 merged ms (CPU)",
                "hybrid p50 merged ms (CPU)", "optimize s", "RSS / anonymous MB serving",
-               "RSS / anonymous MB after the writes"]
+               "RSS / anonymous MB after the writes", "major faults per query (dense / bm25 / hybrid)"]
 
     def cpu(r: dict[str, Any], key: str, fmt: str = ".1f") -> str:
         return f" ({r[key]:{fmt}})" if key in r else ""
@@ -459,7 +485,8 @@ def segments_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
             lambda: f"{r['merged_hybrid_p50']:.1f}{cpu(r, 'merged_hybrid_cpu_p50')}" if merged else "-",
             lambda: round(r["optimize_s"], 1) if merged else "-",
             lambda: f"{r['mem_serving_rss']:,.0f} / {r['mem_serving_anon']:,.0f}",
-            lambda: f"{r['mem_writing_rss']:,.0f} / {r['mem_writing_anon']:,.0f}"]
+            lambda: f"{r['mem_writing_rss']:,.0f} / {r['mem_writing_anon']:,.0f}",
+            lambda: " / ".join(f"{r[m + '_majflt']:.1f}" for m in ("dense", "bm25", "hybrid"))]
         out.append([cell(c) for c in cells])
     return columns, out
 
@@ -649,6 +676,8 @@ def main() -> None:
     ap.add_argument("--import-only", action="store_true",
                     help="With --segments and --work: import and keep each design's knowledge base; a later run "
                          "with the same --work measures them.")
+    ap.add_argument("--in-place", action="store_true",
+                    help="Measure a kept import itself instead of a copy (it is used up).")
     ap.add_argument("--segment-worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.segment_worker:
@@ -661,7 +690,7 @@ def main() -> None:
         try:
             rows = [r for n in args.sizes
                     for r in run_segments(n, work, args.queries, {"old": args.old_notes, "new": args.notes},
-                                          tuple(args.designs), args.import_only)]
+                                          tuple(args.designs), args.import_only, args.in_place)]
         finally:
             if not args.keep and args.work is None:
                 shutil.rmtree(work, ignore_errors=True)
