@@ -36,7 +36,8 @@ TMP_PREFIX = ".tmp-"
 """Names starting with this are being written (renamed when complete; never read)."""
 
 
-def _repair(kb_name: str) -> str:
+def repair_hint(kb_name: str) -> str:
+    """The fix an `IndexCorruptError` about a segment names."""
     return f"run `ctxrag kb repair {kb_name}` to rebuild it from the document store"
 
 
@@ -77,10 +78,11 @@ def checksums(directory: Path) -> dict[str, dict[str, Any]]:
             for p in sorted(directory.rglob("*")) if p.is_file() and p.name != VERIFIED_FILE}
 
 
-def stamp(p: Path, sha256: str) -> dict[str, Any]:
-    """What a verified marker records for file `p` with checksum `sha256`: any rewrite, truncation, replacement or
-    copy changes the inode, size, mtime or ctime (ctime cannot be set back from user space)."""
-    st = p.stat()
+def stamp(p: Path, sha256: str, st: os.stat_result | None = None) -> dict[str, Any]:
+    """What a verified marker records for file `p` with checksum `sha256` (`st`: its stat, if already taken): any
+    rewrite, truncation, replacement or copy changes the inode, size, mtime or ctime (ctime cannot be set back from
+    user space)."""
+    st = st or p.stat()
     return {"sha256": sha256, "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
             "ctime_ns": st.st_ctime_ns}
 
@@ -104,14 +106,14 @@ def write_marker(directory: Path, files: dict[str, Any]) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def _key(p: Path) -> tuple[str, int, int, int]:
-    st = p.stat()
+def _key(p: Path, st: os.stat_result) -> tuple[str, int, int, int]:
     return (str(p), st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def remember_verified(directory: Path, files: dict[str, dict[str, Any]]) -> None:
     for rel in files:
-        _verified.add(_key(directory / rel))
+        p = directory / rel
+        _verified.add(_key(p, p.stat()))
 
 
 def verify(directory: Path, files: dict[str, dict[str, Any]], kb_name: str, *, full: bool = False) -> None:
@@ -124,20 +126,21 @@ def verify(directory: Path, files: dict[str, dict[str, Any]], kb_name: str, *, f
     for rel, want in files.items():
         p = directory / rel
         try:
-            key = _key(p)
+            st = p.stat()
         except FileNotFoundError:
-            raise IndexCorruptError(f"{p}: segment file is missing; {_repair(kb_name)}") from None
-        if key[2] != want.get("size"):
-            raise IndexCorruptError(f"{p}: segment file has {key[2]} bytes, the segment list says {want.get('size')}; "
-                                  f"{_repair(kb_name)}")
-        if not full and (key in _verified or (marker and marker.get(rel) == stamp(p, str(want.get("sha256"))))):
+            raise IndexCorruptError(f"{p}: segment file is missing; {repair_hint(kb_name)}") from None
+        key = _key(p, st)
+        if st.st_size != want.get("size"):
+            raise IndexCorruptError(f"{p}: segment file has {st.st_size} bytes, the segment list says {want.get('size')}; "
+                                  f"{repair_hint(kb_name)}")
+        if not full and (key in _verified or (marker and marker.get(rel) == stamp(p, str(want.get("sha256")), st))):
             _verified.add(key)
             continue
         if file_sha256(p) != want.get("sha256"):
-            raise IndexCorruptError(f"{p}: segment file checksum does not match (damaged in place); {_repair(kb_name)}")
+            raise IndexCorruptError(f"{p}: segment file checksum does not match (damaged in place); {repair_hint(kb_name)}")
         _verified.add(key)
-        hashed[rel] = stamp(p, str(want["sha256"]))
+        hashed[rel] = stamp(p, str(want["sha256"]), st)
     if hashed:
         known = _read_marker(directory)
-        if any(known.get(rel) != stamp for rel, stamp in hashed.items()):
+        if any(known.get(rel) != recorded for rel, recorded in hashed.items()):
             write_marker(directory, {**known, **hashed})

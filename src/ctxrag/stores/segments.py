@@ -41,7 +41,15 @@ from typing import Any
 from ctxrag.errors import IndexCorruptError
 from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
-from ctxrag.stores.segment_checksums import TMP_PREFIX, checksums, remember_verified, stamp, verify, write_marker
+from ctxrag.stores.segment_checksums import (
+    TMP_PREFIX,
+    checksums,
+    remember_verified,
+    repair_hint,
+    stamp,
+    verify,
+    write_marker,
+)
 
 SEGMENTS_DIR = "segments"
 SET_FILE = "segments.json"
@@ -50,10 +58,6 @@ SET_VERSION = 1
 
 MakeIndex = Callable[[], ChunkIndex]
 LoadIndex = Callable[[Path], "ChunkIndex | None"]
-
-
-def _repair(kb_name: str) -> str:
-    return f"run `ctxrag kb repair {kb_name}` to rebuild it from the document store"
 
 
 def segments_dir_of(index_dir: Path) -> Path:
@@ -328,7 +332,7 @@ class SegmentedIndex:
             doc = json.loads(set_path.read_text(encoding="utf-8"))
             entries = doc["segments"] if doc.get("format") == SET_FORMAT else None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise IndexCorruptError(f"{set_path}: unreadable segment list ({e}); {_repair(self.kb_name)}") from None
+            raise IndexCorruptError(f"{set_path}: unreadable segment list ({e}); {repair_hint(self.kb_name)}") from None
         if not isinstance(entries, list):
             raise IndexCorruptError(f"{set_path}: not a {SET_FORMAT} segment list")
         segments_dir = segments_dir_of(directory)
@@ -342,7 +346,7 @@ class SegmentedIndex:
                 index = self._load_segment(seg_dir)
                 if index is None:
                     raise IndexCorruptError(f"{seg_dir}: segment of index {self.name!r} cannot be loaded; "
-                                            f"{_repair(self.kb_name)}")
+                                            f"{repair_hint(self.kb_name)}")
                 s = Sealed(str(e["id"]), seg_dir, index, int(e["size"]), files)
             self.sealed.append(s)
             hit = [c for c in dead if c not in s.dead and c in s.index]
