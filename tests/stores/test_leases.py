@@ -13,12 +13,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import filelock
 import pytest
 
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.bm25 import BM25ChunkIndex
 from ctxrag.stores.bm25.segmented import SegmentedKeywordIndex
 from ctxrag.stores.generations import GenerationStore
+from ctxrag.stores import leases as leases_module
 from ctxrag.stores.leases import READERS_DIR, ReaderLeases
 from ctxrag.stores.segments import MergePolicy, referenced_segments
 from ctxrag.testing.llm_server import HANG_GUARD_S
@@ -73,6 +75,43 @@ def test_a_deleted_knowledge_base_folder_is_not_created_again_by_a_reader(tmp_pa
     with pytest.raises(FileNotFoundError):
         ReaderLeases(tmp_path / "gone").take(1, exists=lambda: True)
     assert not (tmp_path / "gone").exists()
+
+
+
+def _rename_before_lock(monkeypatch: pytest.MonkeyPatch, root: Path, trash: Path) -> None:
+    """Run `kb delete`'s rename between the reader's ``mkdir`` of its readers folder and its lock (the window in
+    which filelock's acquire creates the missing folders again)."""
+    real = leases_module._lock
+
+    def lock_after_rename(path: Path) -> filelock.FileLock:
+        if root.exists():
+            os.replace(root, trash)
+        return real(path)
+
+    monkeypatch.setattr(leases_module, "_lock", lock_after_rename)
+
+
+def test_a_kb_deleted_between_mkdir_and_lock_leaves_no_folder_behind(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    root, trash = tmp_path / "kb" / "shared", tmp_path / "kb" / ".deleted-shared"
+    (root / "indexes" / "gen-000001").mkdir(parents=True)
+    (root / "kb.sqlite").write_text("x")
+    _rename_before_lock(monkeypatch, root, trash)
+    assert ReaderLeases(root).take(1, exists=(root / "indexes" / "gen-000001").is_dir) is None
+    assert not root.exists(), sorted(str(p) for p in root.rglob("*"))
+    assert (trash / "kb.sqlite").exists()  # the deleted folder itself is untouched (kb delete removes it)
+
+
+def test_a_failed_take_never_removes_a_live_kb_folder_or_its_marks(tmp_path: Path) -> None:
+    root = tmp_path / "shared"
+    root.mkdir()
+    (root / "kb.sqlite").write_text("x")
+    leases = ReaderLeases(root)
+    assert leases.take(5, exists=lambda: False) is None  # generation gone, knowledge base alive
+    assert (root / "kb.sqlite").exists()
+    leases.retire([2])
+    assert leases.take(2, exists=lambda: True) is None
+    assert leases.retired(2)
 
 
 _LEASE_HOLDER = textwrap.dedent("""

@@ -141,8 +141,22 @@ class ReaderLeases:
         lease = Lease(path, gen, lock)
         if self.retired(gen) or not exists():
             lease.release()
+            self._remove_if_recreated()
             return None
         return lease
+
+    def _remove_if_recreated(self) -> None:
+        """`filelock` creates a lock file's missing folders: when `kb delete` renamed the knowledge base away between
+        this reader's ``mkdir`` and its lock, the lock made ``<kb>/readers`` again. Remove what it made, only while
+        the folder holds nothing else (a live or newly created knowledge base always has its lock file and SQLite
+        file there; ``rmdir`` removes only empty folders, so a lease or mark another process just wrote stays)."""
+        try:
+            if set(os.listdir(self.root)) - {READERS_DIR}:
+                return
+            os.rmdir(self.dir)
+            os.rmdir(self.root)
+        except OSError:  # gone already, not empty, or a new knowledge base is being created there: leave it
+            pass
 
     def retired(self, gen: int) -> bool:
         return (self.dir / f"{_gen_prefix(gen)}{RETIRED_SUFFIX}").exists()
