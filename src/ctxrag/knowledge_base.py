@@ -16,7 +16,6 @@ Example::
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -35,6 +34,7 @@ from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.stores.document_keys import require_document
 from ctxrag.fileio import remove_tree
 from ctxrag.stores.generations import GenerationStore
 from ctxrag.stores.registry import IndexSetup, index_factories
@@ -263,10 +263,7 @@ class KnowledgeBase:
         return self.store.list_documents()
 
     def get_document(self, key: str) -> DocumentRecord:
-        doc = self.store.find_document(key)
-        if doc is None:
-            raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (see `ctxrag doc list --kb {self.name}`)")
-        return doc
+        return require_document(self.store, key, self.name)
 
     def delete_document(self, key: str) -> DocumentRecord:
         """Delete a document (by id, source path or unique file name) from the store and every index."""

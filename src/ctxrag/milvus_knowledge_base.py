@@ -39,6 +39,7 @@ from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.document_keys import require_document
 from ctxrag.stores.milvus import is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResidentStore
@@ -219,10 +220,7 @@ class MilvusKnowledgeBase:
         return self.store.list_documents()
 
     def get_document(self, key: str) -> DocumentRecord:
-        doc = self.store.find_document(key)
-        if doc is None:
-            raise DocumentNotFound(f"no document {key!r} in knowledge base {self.name!r} (see `ctxrag doc list --kb {self.name}`)")
-        return doc
+        return require_document(self.store, key, self.name)
 
     def delete_document(self, key: str) -> DocumentRecord:
         doc = self.get_document(key)

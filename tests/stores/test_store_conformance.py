@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxrag.errors import KnowledgeBaseNotFound
+from ctxrag.errors import AmbiguousDocument, DocumentNotFound, KnowledgeBaseNotFound
 from ctxrag.kb_maintenance import check, repair
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models.embeddings import make_embeddings
@@ -111,6 +111,23 @@ def test_add_finds_every_document_in_every_mode(kb: KnowledgeBase) -> None:
     assert kb.stats()["documents"] == len(DOCS)
     assert sorted(Path(d.source).name for d in kb.list_documents()) == sorted(DOCS)
     assert kb.get_document("falcon.md").text == DOCS["falcon.md"]
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_a_document_is_named_the_same_way_in_every_store(kb: KnowledgeBase, corpus: Path, tmp_path: Path) -> None:
+    falcon = kb.get_document("falcon.md")
+    assert kb.get_document(falcon.doc_id) == falcon and kb.get_document(falcon.source) == falcon
+    assert kb.get_document("corpus/falcon.md") == falcon
+    for key in ("con.md", "alcon.md", "", "  "):  # a name part, not any suffix; an empty key names nothing
+        with pytest.raises(DocumentNotFound):
+            kb.get_document(key)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "falcon.md").write_text("# Falcon kites\n\nThe Falcon kite flies in strong wind.\n", encoding="utf-8")
+    assert len(kb.ingest([other], progress=False).added) == 1
+    with pytest.raises(AmbiguousDocument, match="matches 2 documents"):
+        kb.get_document("falcon.md")
+    assert kb.get_document("other/falcon.md").source.endswith("other/falcon.md")
 
 
 @pytest.mark.parametrize("settings", DENSE_STORES, indirect=True)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from ctxrag.errors import AmbiguousDocument, DiskFullError, KnowledgeBaseDeleted, StoreCorruptError, is_disk_full
+from ctxrag.errors import DiskFullError, KnowledgeBaseDeleted, StoreCorruptError, is_disk_full
+from ctxrag.stores.document_keys import is_blank, pick_by_source, source_tail
 
 SCHEMA_VERSION = "1"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -314,26 +315,18 @@ class DocStore:
         return self._doc(row) if row else None
 
     def find_document(self, key: str) -> DocumentRecord | None:
-        """By doc id, exact source, or a whole trailing part of the source path (a file name, ``dir/name.md``),
-        case-sensitive; `AmbiguousDocument` listing them when several documents match, None when none does (an
-        empty key matches nothing)."""
-        if not key or not key.strip():
+        """By doc id, exact source, or a whole trailing part of the source path (`ctxrag.stores.document_keys`);
+        `AmbiguousDocument` listing them when several documents match, None when none does."""
+        if is_blank(key):
             return None
         doc = self.get_document(key)
         if doc:
             return doc
-        row = self.conn.execute(f"SELECT {self._DOC_COLS} FROM documents WHERE source=?", (key,)).fetchone()
-        if row:
-            return self._doc(row)
-        tail = key if key.startswith("/") else "/" + key
-        rows = [r for r in self.conn.execute(
-            f"SELECT {self._DOC_COLS} FROM documents WHERE source LIKE ? ESCAPE '\\'",
-            ("%" + tail.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"),),
-        ).fetchall() if r[1].endswith(tail)]  # LIKE ignores ASCII case; a path does not
-        if len(rows) > 1:
-            listed = ", ".join(f"{r[1]} ({r[0]})" for r in rows[:10])
-            raise AmbiguousDocument(f"{key!r} matches {len(rows)} documents: {listed}; give the whole path or the id")
-        return self._doc(rows[0]) if rows else None
+        like = "%" + source_tail(key).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self.conn.execute(  # LIKE narrows (it ignores ASCII case); the match itself is case-sensitive
+            f"SELECT {self._DOC_COLS} FROM documents WHERE source=? OR source LIKE ? ESCAPE '\\'", (key, like)).fetchall()
+        row = pick_by_source(key, rows, source=lambda r: r[1], doc_id=lambda r: r[0])
+        return self._doc(row) if row else None
 
     def list_documents(self) -> list[DocumentRecord]:
         return [self._doc(r) for r in self.conn.execute(f"SELECT {self._DOC_COLS} FROM documents ORDER BY source")]

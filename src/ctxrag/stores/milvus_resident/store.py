@@ -43,6 +43,7 @@ import scipy.sparse  # noqa: F401 - pymilvus imports it lazily on a search: two 
 
 from ctxrag.errors import ConfigError
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
+from ctxrag.stores.document_keys import is_blank, pick_by_source
 from ctxrag.stores.milvus import _safe_uri, connect, is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.analysis import analyzed_text, check_analysis
@@ -350,14 +351,15 @@ class MilvusResidentStore:
         return self._record(rows[0]) if rows else None
 
     def find_document(self, key: str) -> DocumentRecord | None:
-        """By doc id, exact source, or a unique source suffix (e.g. a file name)."""
+        """By doc id, exact source, or a whole trailing part of the source path (`ctxrag.stores.document_keys`);
+        `AmbiguousDocument` listing them when several documents match, None when none does."""
+        if is_blank(key):
+            return None
         doc = self.get_document(key)
         if doc is not None:
             return doc
-        rows = self.document_rows()
-        exact = [r for r in rows if r.source == key]
-        suffix = exact or [r for r in rows if r.source.endswith(key)]
-        return self.get_document(suffix[0].doc_id) if len(suffix) == 1 else None
+        row = pick_by_source(key, self.document_rows(), source=lambda r: r.source, doc_id=lambda r: r.doc_id)
+        return self.get_document(row.doc_id) if row else None
 
     def list_documents(self) -> list[DocumentRecord]:
         return sorted((self._record(r) for r in self.doc_rows(f'status == "{cols.STATUS_OK}"')),
