@@ -411,7 +411,7 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
         record = home / "import.json"
         if record.exists():
             done = json.loads(record.read_text(encoding="utf-8"))
-            import_s, disk = done["import_s"], done["disk_mb"]
+            import_s, disk, import_peak = done["import_s"], done["disk_mb"], done.get("import_peak_mb")
             if not in_place:
                 kept, home = home, work / f"run-{n}-{design}"
                 shutil.rmtree(home, ignore_errors=True)
@@ -427,14 +427,15 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
                   flush=True)
         else:
             shutil.rmtree(home, ignore_errors=True)
-            import_s, _, _ = _run_import(home, f"scale{n}", data, design)
+            import_s, import_peak, _ = _run_import(home, f"scale{n}", data, design)
             disk = _du_mb(home / "kb" / f"scale{n}")
             if import_only:
                 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                         cwd=Path(__file__).parent).stdout.strip()
-                record.write_text(json.dumps({"import_s": import_s, "disk_mb": disk, "commit": commit}),
-                                  encoding="utf-8")
-                print(f"[{n} {design}] imported in {import_s:.1f} s; kept in {home}", flush=True)
+                record.write_text(json.dumps({"import_s": import_s, "import_peak_mb": import_peak, "disk_mb": disk,
+                                              "commit": commit}), encoding="utf-8")
+                print(f"[{n} {design}] imported in {import_s:.1f} s (peak RSS {import_peak:.0f} MB); kept in {home}",
+                      flush=True)
                 continue
             print(f"[{n} {design}] imported in {import_s:.1f} s; measuring ...", flush=True)
         (work / f"partial-{home.name}.json").write_text(json.dumps({"design": design, "n": n, "import_s": import_s,
@@ -444,7 +445,7 @@ def run_segments(n: int, work: Path, n_queries: int, n_notes: dict[str, int],
         if proc.returncode != 0:
             raise SystemExit(f"worker failed:\n{proc.stderr[-3000:]}")
         row = json.loads(proc.stdout.strip().splitlines()[-1])
-        row.update(n=n, import_s=import_s, disk_mb=disk)
+        row.update(n=n, import_s=import_s, import_peak_mb=import_peak, disk_mb=disk)
         print(f"[{n} {design}] {json.dumps(row)}", flush=True)
         rows.append(row)
         shutil.rmtree(home, ignore_errors=True)
