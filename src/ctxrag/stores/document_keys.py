@@ -38,12 +38,8 @@ def pick_by_source(key: str, rows: Iterable[Row], *, source: Callable[[Row], str
     does; `AmbiguousDocument` naming up to ten of them when several do. (Lookup by id comes first, in the store.)"""
     if is_blank(key):
         return None
-    rows = list(rows)
-    exact = [r for r in rows if source(r) == key]
-    if len(exact) == 1:
-        return exact[0]
-    tail = source_tail(key)
-    found = exact or [r for r in rows if source(r).endswith(tail)]
+    rows, tail = list(rows), source_tail(key)
+    found = [r for r in rows if source(r) == key] or [r for r in rows if source(r).endswith(tail)]
     if len(found) > 1:
         listed = ", ".join(f"{source(r)} ({doc_id(r)})" for r in found[:10])
         raise AmbiguousDocument(f"{key!r} matches {len(found)} documents: {listed}; give the whole path or the id")
