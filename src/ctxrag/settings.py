@@ -191,6 +191,11 @@ class Settings(BaseSettings):
     when the retrieved chunks do not support an answer, say "the knowledge base has nothing on this" in the question's
     language (``supported: false`` in the JSON) instead of letting the model answer from memory. See
     docs/answers.md."""
+    answer_evidence: bool = True
+    """The evidence check of `ctxrag ask`, ``/ask`` and the assistant (``CTXRAG_ANSWER_EVIDENCE=false`` turns it off):
+    after the relevance gate passes, the model first quotes the sentence that states the answer; when the quote is not
+    in a retrieved chunk or is about something else, the answer is "the knowledge base has nothing on this"
+    (`ctxrag.chains.evidence.EvidenceCheck`; one more short model call per question). See docs/answers.md."""
     max_file_bytes: int = Field(100_000_000, ge=1)
     """Files larger than this are refused at ingest (reported by name, the others still ingested)."""
     max_query_chars: int = Field(4000, ge=1)

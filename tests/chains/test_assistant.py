@@ -123,3 +123,24 @@ def test_unknown_selected_document(sample_kb) -> None:
     bot = Assistant(sample_kb, ScriptedChat.of(), router=FixedRouter(Route.SUMMARY))
     with pytest.raises(ValueError, match="selected document 'nope'"):
         bot.invoke({"question": "这几篇文章讲了什么？", "selected_doc_ids": ["nope"]})
+
+
+def test_rag_route_turns_into_no_knowledge_when_no_chunk_states_the_answer(sample_kb) -> None:
+    from structured_fake import StructuredFake
+
+    llm = StructuredFake.of({"source": 0, "quote": ""})  # the evidence check: no chunk states it; no answer call
+    out = Assistant(sample_kb, llm, router=FixedRouter(Route.RAG), rewrite=False).invoke("星河知识库的创始人是谁？")
+    assert out["route"] == "no_knowledge" and out["supported"] is False and out["sources"] == []
+    assert out["answer"].startswith("知识库中没有关于") and "quoted none" in out["decision"]["reason"]
+
+
+def test_rag_route_answers_when_the_quote_is_found(sample_kb) -> None:
+    from structured_fake import StructuredFake
+
+    quote = "星河知识库支持六种文件格式：PDF、Word（.docx）、Markdown"
+    llm = StructuredFake.of({"source": 1, "quote": quote}, "支持六种格式 [1]。")
+    bot = Assistant(sample_kb, llm, router=FixedRouter(Route.RAG), rewrite=False)
+    docs = bot._retrieve("星河知识库支持哪些文件格式？", [])
+    assert any(quote in d.page_content for d in docs)  # the fixture holds the quoted sentence
+    out = bot.invoke("星河知识库支持哪些文件格式？")
+    assert out["route"] == "rag" and out["supported"] is True and out["answer"] == "支持六种格式 [1]。"

@@ -15,6 +15,7 @@ from ctxrag.chains.rag import build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import Settings
+from ctxrag.text import is_traditional_chinese
 
 FACTS = {
     "falcon.md": "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.\n",
@@ -59,8 +60,9 @@ def test_an_unrelated_question_gets_the_notice_in_its_language_and_the_model_is_
         question)
     assert out["supported"] is False and out["sources"] == [] and out["invalid_citations"] == []
     assert out["answer"] == no_knowledge_notice(question)
-    assert out["answer"].startswith("知识库中没有关于") if "？" in question else out["answer"].startswith(
-        "The knowledge base has no material")
+    expected = ("The knowledge base has no material" if "？" not in question else "知識庫中沒有關於「"
+                if is_traditional_chinese(question) else "知识库中没有关于“")
+    assert out["answer"].startswith(expected)  # the question's language and script
     assert out["relevance"]["supported"] is False and "do not match" in out["relevance"]["reason"]
     assert out["documents"]  # what was retrieved stays visible
 
@@ -74,8 +76,8 @@ def test_a_question_the_chunks_answer_passes(kb: KnowledgeBase, gate: RelevanceG
 
 
 def test_gate_off_always_asks_the_model(kb: KnowledgeBase) -> None:
-    out = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("Leonardo da Vinci."), gate=False).invoke(
-        "Who painted the Mona Lisa?")
+    out = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), _fake("Leonardo da Vinci."), gate=False,
+                          evidence=False).invoke("Who painted the Mona Lisa?")
     assert out["supported"] is None and out["relevance"] is None and out["answer"] == "Leonardo da Vinci."
 
 
@@ -130,3 +132,15 @@ def test_real_model_answers_what_the_chunks_hold_and_abstains_on_the_rest(kb: Kn
     assert out["supported"] is True and "40" in out["answer"], out
     off = chain.invoke("Who painted the Mona Lisa?")
     assert off["supported"] is False and off["answer"].startswith("The knowledge base has no material"), off
+
+
+def test_a_question_in_another_language_than_all_its_chunks_is_held_to_the_cross_language_margin(
+        gate: RelevanceGate) -> None:
+    docs = [Document("The Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.")]
+    verdict = gate.check("Falcon-7 泵每分钟输送多少升？", docs)
+    assert verdict.cross_language and verdict.overlap < gate.min_overlap
+    assert verdict.supported and "across languages" in verdict.reason
+    strict = RelevanceGate(gate.embeddings, min_margin_cross=1.0).check("Falcon-7 泵每分钟输送多少升？", docs)
+    assert not strict.supported and strict.to_dict()["cross_language"] is True
+    same = gate.check("How many litres per minute does the Falcon-7 pump move?", docs)
+    assert not same.cross_language

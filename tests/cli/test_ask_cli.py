@@ -84,6 +84,55 @@ def test_ask_streams_the_notice_and_says_why(scripted: Scripted) -> None:
 def test_the_setting_turns_the_gate_off(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CTXRAG_ANSWER_GATE", "false")
     get_settings.cache_clear()
+    monkeypatch.setenv("CTXRAG_ANSWER_EVIDENCE", "false")
+    get_settings.cache_clear()
     out = _ask_json("Who painted the Mona Lisa?")
     assert out["supported"] is None and out["relevance"] is None and scripted.prompts  # the model was asked
     assert not out["answer"].startswith("The knowledge base has no material")
+
+
+class Quoting(Scripted):
+    """Also gives the evidence check its quote: the port sentence when asked about the port and the chunks hold it,
+    else none."""
+
+    def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:
+        from langchain_core.runnables import RunnableLambda
+
+        def quote(messages: list[BaseMessage]) -> Any:
+            text = "\n".join(str(m.content) for m in messages)
+            self.prompts.append(text)
+            held = "The ctxrag server listens on port 7420 by default."
+            asked = str(messages[-1].content)
+            return schema(source=1, quote=held) if held in text and "port " in asked else schema(source=0, quote="")
+
+        return RunnableLambda(quote)
+
+
+@pytest.fixture
+def quoting(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> Quoting:
+    model = Quoting(prompts=[])
+    monkeypatch.setattr("ctxrag.models.chat.make_chat_model", lambda *a, **k: model)
+    return model
+
+
+def test_ask_answers_after_the_evidence_check_finds_the_quote(quoting: Quoting) -> None:
+    out = _ask_json("Which port does the ctxrag server listen on?")
+    assert out["supported"] is True and out["answer"] == "The server listens on port 7420 [1]."
+    assert out["relevance"]["evidence"]["found"] == 1.0 and out["relevance"]["evidence"]["source"] >= 1
+    assert len(quoting.prompts) == 2  # the quote, then the answer
+
+
+def test_ask_says_nothing_on_an_on_topic_question_no_chunk_answers(quoting: Quoting) -> None:
+    out = _ask_json("Which TLS versions does the ctxrag server support?")  # about the server; no chunk says
+    assert out["supported"] is False and out["sources"] == []
+    assert out["answer"].startswith("The knowledge base has no material")
+    assert "quoted none" in out["relevance"]["reason"] and out["relevance"]["evidence"]["supported"] is False
+    assert len(quoting.prompts) == 1  # asked for the quote only, never for an answer
+
+
+def test_the_evidence_setting_turns_the_check_off(quoting: Quoting, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXRAG_ANSWER_EVIDENCE", "false")
+    get_settings.cache_clear()
+    out = _ask_json("Which TLS versions does the ctxrag server support?")
+    assert "evidence" not in (out["relevance"] or {}) and out["supported"] is True  # answered: the gate passed it
+    assert len(quoting.prompts) == 1  # the answer only

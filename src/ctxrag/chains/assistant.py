@@ -8,14 +8,18 @@ Input ``{"question", "selected_doc_ids": [...], "history": [(role, text), ...], 
 - ``rag``: hybrid retrieval (restricted to the selected documents when there are any; optionally after a catalog
   first stage that picks documents), then the relevance gate `build_rag_chain` uses
   (`ctxrag.chains.relevance.RelevanceGate`: best chunk cosine over a background null model or the question's words
-  in a chunk, and optionally an LLM yes/no): no support turns the route into ``no_knowledge``;
+  in a chunk, and optionally an LLM yes/no), then the evidence check it uses (`ctxrag.chains.evidence.EvidenceCheck`:
+  the model quotes the sentence that states the answer; the quote must be in a chunk and about the question): a "no"
+  from either turns the route into ``no_knowledge``;
 - ``no_knowledge``: a fixed, plain "the knowledge base has no material on ..." notice, no sources; with
   ``allow_general_knowledge`` the model then answers from general knowledge, marked as such;
 - ``summary``: whole-document summaries of the selected documents (map-reduce when long), answered with ``[n]``
   citing documents.
 
-Output of `invoke`: ``{"route", "decision", "question", "standalone_question", "answer", "documents", "sources",
-"invalid_citations"}``. `stream` yields ``{"route", "decision", ...}`` first, then ``{"answer": delta}`` chunks, then
+Output of `invoke`: ``{"route", "decision", "question", "standalone_question", "supported", "answer", "documents",
+"sources", "invalid_citations"}`` (``supported``: True when answered from the knowledge base, False for the
+no-knowledge notice, whose reason is ``decision["reason"]``, None for chat and summaries). `stream` yields
+``{"route", "decision", ...}`` first, then ``{"answer": delta}`` chunks, then
 ``{"documents", "sources", "invalid_citations"}``.
 
 The steps are LCEL runnables named ``rewrite`` -> ``route`` -> ``retrieve`` -> ``answer`` (`Assistant.chain`); the
@@ -43,12 +47,12 @@ from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.citations import map_citations
-from ctxrag.chains.relevance import RelevanceGate
+from ctxrag.chains.evidence import EvidenceCheck
+from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.chains.rewrite import QuestionRewriter
 from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
 from ctxrag.chains.summarize import DocumentSummarizer
 from ctxrag.prompts.layers import LayeredPrompt
-from ctxrag.prompts.router import NO_KNOWLEDGE_NOTICE
 from ctxrag.retrievers.factory import make_retriever
 from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
@@ -85,6 +89,7 @@ class Assistant(Runnable[Any, dict]):
         catalog_first_stage: int | None = None,
         relevance_margin: float | None = None,
         llm_relevance: bool = False,
+        evidence: EvidenceCheck | bool = True,
         prompts: dict[str, LayeredPrompt] | None = None,
         max_tokens: int | None = None,
         max_words: int = 200,
@@ -103,6 +108,7 @@ class Assistant(Runnable[Any, dict]):
         self.catalog_first_stage = catalog_first_stage
         self.relevance_margin = relevance_margin
         self.llm_relevance = llm_relevance
+        self.evidence = (EvidenceCheck(llm) if evidence is True and llm is not None else (evidence or None))
         self.prompts = {"zh": LayeredPrompt.default("zh"), "en": LayeredPrompt.default("en")}
         self.prompts.update(prompts or {})
         self.max_tokens = max_tokens
@@ -159,6 +165,8 @@ class Assistant(Runnable[Any, dict]):
         if decision.route is Route.RAG:
             docs = self._retrieve(question, selected, config)
             relevant, why = self._relevant(question, docs, bool(selected), config)
+            if relevant and self.evidence is not None:
+                relevant, why = self._evidenced(x, question, docs, config)
             if not relevant:
                 decision = RouteDecision(Route.NO_KNOWLEDGE, decision.confidence, f"{decision.reason}; {why}",
                                          decision.router_used, decision.fallback, decision.signals)
@@ -183,8 +191,9 @@ class Assistant(Runnable[Any, dict]):
         decision: RouteDecision = x["decision"]
         question, docs = x["standalone_question"], x["documents"]
         lang = detect_language(x["question"])
+        supported = {Route.RAG: True, Route.NO_KNOWLEDGE: False}.get(decision.route)
         yield {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
-               "standalone_question": question}
+               "standalone_question": question, "supported": supported}
         if decision.route is Route.NO_KNOWLEDGE:
             yield from self._no_knowledge(x, question, lang, config)
             yield {"documents": [], "sources": [], "invalid_citations": []}
@@ -239,9 +248,20 @@ class Assistant(Runnable[Any, dict]):
         verdict = gate.check(question, docs, config)
         return verdict.supported, verdict.reason
 
+    def _evidenced(self, x: dict[str, Any], question: str, docs: list[Document],
+                   config: RunnableConfig | None) -> tuple[bool, str]:
+        """The evidence check `build_rag_chain` uses, on the answer prompt this route would send."""
+        assert self.evidence is not None
+        lang = detect_language(x["question"])
+        messages = self.prompts[lang].to_messages(
+            route="rag", question=question, knowledge=self._knowledge(docs, Route.RAG), history=x["history"],
+            allow_general_knowledge=x["allow_general_knowledge"], max_words=self.max_words)
+        verdict = self.evidence.check(question, docs, messages, config)
+        return verdict.supported, verdict.reason
+
     def _no_knowledge(self, x: dict[str, Any], question: str, lang: str,
                       config: RunnableConfig | None) -> Iterator[dict]:
-        yield {"answer": NO_KNOWLEDGE_NOTICE[lang].format(question=x["question"])}
+        yield {"answer": no_knowledge_notice(x["question"])}
         if not x["allow_general_knowledge"] or self.llm is None:
             return
         yield {"answer": "\n\n"}

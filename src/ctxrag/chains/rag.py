@@ -6,10 +6,12 @@ Input: a question string, or ``{"question": str, "history": [(role, text), ...]}
 name), ``answer``, ``sources`` (the cited documents), ``invalid_citations``, ``supported`` and ``relevance``;
 ``input`` too when it was given.
 
-``supported`` is the relevance gate's verdict (`ctxrag.chains.relevance.RelevanceGate`): ``False`` when the
-retrieved chunks do not support an answer; the model is then not asked, the answer is a fixed "the knowledge base
-has nothing on this" in the question's language, and ``sources`` is empty. ``None`` when the gate is off.
-``relevance`` holds the gate's signals and reason. ``citations`` checks each sentence's `[n]` against the chunk it
+``supported`` is decided in two stages: the relevance gate (`ctxrag.chains.relevance.RelevanceGate`, no model call)
+says whether the retrieved chunks are about the question at all; then the evidence check
+(`ctxrag.chains.evidence.EvidenceCheck`) has the model quote the sentence that states the answer and checks that the
+quote is in a chunk and about the question. ``False`` when either says no; the answer is then a fixed "the knowledge
+base has nothing on this" in the question's language and script, and ``sources`` is empty. ``None`` when both are
+off. ``relevance`` holds the gate's signals and the verdict's reason, with the evidence check's under ``evidence``. ``citations`` checks each sentence's `[n]` against the chunk it
 names (`ctxrag.chains.citations.check_citations`).
 
 Sync, async and streaming: `stream` yields ``{"answer": delta}`` chunks as the model writes, then one chunk with
@@ -41,6 +43,7 @@ from langchain_core.runnables import (Runnable, RunnableBranch, RunnableConfig, 
 from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.chains.citations import format_knowledge, map_citations
+from ctxrag.chains.evidence import EvidenceCheck
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.text import detect_language, is_traditional_chinese, to_simplified
@@ -88,6 +91,22 @@ def _gate_step(gate: RelevanceGate | None) -> Runnable:
     return RunnableLambda(check, name="relevance_gate")
 
 
+def _evidence_step(evidence: EvidenceCheck | None, to_messages: Any) -> Runnable:
+    def check(x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        if evidence is None or x["supported"] is False:
+            return x
+        verdict = evidence.check(x["question"], x["documents"], to_messages(x), config)
+        relevance = dict(x["relevance"] or {})
+        relevance["evidence"] = verdict.to_dict()
+        if not verdict.judged:  # a reply that could not be read decides nothing
+            return {**x, "relevance": relevance}
+        if not verdict.supported or not relevance.get("reason"):
+            relevance.update(supported=verdict.supported, reason=verdict.reason)
+        return {**x, "supported": verdict.supported, "relevance": relevance}
+
+    return RunnableLambda(check, name="evidence_check")
+
+
 def _abstain(x: dict[str, Any]) -> dict[str, Any]:
     return {**x, "answer": no_knowledge_notice(x["question"]), "sources": [], "invalid_citations": [],
             "citations": []}
@@ -127,6 +146,7 @@ def build_rag_chain(
     llm: BaseChatModel,
     *,
     gate: RelevanceGate | bool = True,
+    evidence: EvidenceCheck | bool = True,
     answer: Runnable | None = None,
     lang: str = "auto",
     prompts: dict[str, LayeredPrompt] | None = None,
@@ -136,7 +156,8 @@ def build_rag_chain(
     """Build the chain described in the module docstring.
 
     ``gate``: a `RelevanceGate` (give it the knowledge base's embeddings), ``True`` for one over the default
-    embeddings, ``False`` for none (the model always answers). ``answer`` replaces the answer step: a runnable from
+    embeddings, ``False`` for none (the model always answers). ``evidence``: an `EvidenceCheck`, ``True`` for one
+    over ``llm`` with its default thresholds, ``False`` for none (a gate-passed question is always answered). ``answer`` replaces the answer step: a runnable from
     the state ``{"question", "documents", "history", ...}`` to the same with ``answer`` (e.g. `ExtractiveAnswer`).
     The default answer follows the question's language (``lang``), cites `[n]`, and streams; ``prompts`` (by
     language, ``"zh"``/``"en"``) replace its built-in prompts.
@@ -144,6 +165,7 @@ def build_rag_chain(
     if lang not in ("auto", "zh", "en"):
         raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {lang!r}")
     checker = RelevanceGate() if gate is True else (gate or None)
+    quoter = EvidenceCheck(llm) if evidence is True else (evidence or None)
 
     def to_messages(x: dict[str, Any]) -> list[BaseMessage]:
         return answer_messages(x, lang=lang, prompts=prompts, max_words=max_words,
@@ -155,6 +177,7 @@ def build_rag_chain(
         | RunnablePassthrough.assign(documents=itemgetter("question") | retriever)
         | RunnablePassthrough.assign(context=itemgetter("documents"))
         | _gate_step(checker)
+        | _evidence_step(quoter, to_messages)
         | RunnableBranch((lambda x: x["supported"] is False, RunnableLambda(_abstain)), answer_step)
         | RunnableGenerator(_finish, _afinish)
     ).with_config(run_name="ctxrag_rag")

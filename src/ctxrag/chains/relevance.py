@@ -13,7 +13,10 @@ given. The gate looks at the question and the retrieved chunks before the model 
   stopwords and question words dropped) that the best chunk contains.
 
 A question is supported when ``margin >= min_margin`` or ``overlap >= min_overlap`` (the defaults were chosen on a
-calibration set by ``bench/bench_answer_gate.py``; the measured abstention rates are on its benchmark page). The
+calibration set by ``bench/bench_answer_gate.py``; the measured abstention rates are on its benchmark page). A
+question asked in another language than every retrieved chunk shares no words with them and gets lower cosines, so it
+is only held to ``margin >= min_margin_cross``, a low bar: the gate is the first stage, and whether a chunk states the
+answer is the evidence check's to decide (`ctxrag.chains.evidence`; ``bench/bench_abstention.py``). The
 same gate turns the assistant's ``rag`` route into ``no_knowledge``; an optional LLM yes/no check (``llm=``) can
 follow a passed score check.
 
@@ -44,7 +47,7 @@ from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import parse_yes_no
 from ctxrag.prompts.router import NO_KNOWLEDGE_NOTICE, relevance_messages
 from ctxrag.stores.bm25.tokenize import make_tokenizer
-from ctxrag.text import detect_language, to_simplified
+from ctxrag.text import detect_language, is_traditional_chinese, to_simplified
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,8 @@ DEFAULT_MIN_MARGIN = 0.04
 """Default ``min_margin`` (see the module docstring and the ``answer_gate`` benchmark page)."""
 DEFAULT_MIN_OVERLAP = 0.35
 """Default ``min_overlap``."""
+DEFAULT_MIN_MARGIN_CROSS = -0.05
+"""Default ``min_margin_cross``: the margin a question in another language than all its chunks needs."""
 
 # question words and fillers that say nothing about the topic; the shipped stopword lists keep some of them
 _QUESTION_WORDS = frozenset(
@@ -70,15 +75,33 @@ class Relevance:
     overlap: float
     """Share of the question's content words found in the best chunk (0.0 when nothing was retrieved)."""
     reason: str
+    cross_language: bool = False
+    """Whether the question is in another language than every retrieved chunk."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"supported": self.supported, "margin": round(self.margin, 4), "overlap": round(self.overlap, 4),
-                "reason": self.reason}
+                "cross_language": self.cross_language, "reason": self.reason}
 
 
 def no_knowledge_notice(question: str) -> str:
-    """The fixed "the knowledge base has nothing on this" answer, in the question's language."""
-    return NO_KNOWLEDGE_NOTICE[detect_language(question)].format(question=question)
+    """The fixed "the knowledge base has nothing on this" answer, in the question's language and script.
+
+    >>> no_knowledge_notice("黃鐵礦由鐵和哪一元素所構成？")
+    '知識庫中沒有關於「黃鐵礦由鐵和哪一元素所構成？」的資料。'
+    """
+    lang = detect_language(question)
+    key = "zh-hant" if lang == "zh" and is_traditional_chinese(question) else lang
+    return NO_KNOWLEDGE_NOTICE[key].format(question=question)
+
+
+def is_cross_language(question: str, docs: Sequence[Document]) -> bool:
+    """Whether ``question`` is in another language (`detect_language`) than every one of ``docs``.
+
+    >>> is_cross_language("How fast is a P1 answered?", [Document("P1 故障在 30 分钟内响应。")])
+    True
+    """
+    lang = detect_language(question)
+    return bool(docs) and all(detect_language(d.page_content[:2000]) != lang for d in docs)
 
 
 class RelevanceGate:
@@ -89,15 +112,18 @@ class RelevanceGate:
     """
 
     def __init__(self, embeddings: Embeddings | None = None, *, min_margin: float = DEFAULT_MIN_MARGIN,
-                 min_overlap: float = DEFAULT_MIN_OVERLAP, llm: Any = None,
-                 background: Sequence[str] | None = None) -> None:
+                 min_overlap: float = DEFAULT_MIN_OVERLAP, min_margin_cross: float = DEFAULT_MIN_MARGIN_CROSS,
+                 llm: Any = None, background: Sequence[str] | None = None) -> None:
         if not -1.0 <= min_margin <= 1.0:
             raise ValueError(f"min_margin must be in [-1, 1], got {min_margin!r}")
         if not 0.0 <= min_overlap <= 1.0 + 1e-9:
             raise ValueError(f"min_overlap must be in [0, 1] (1 turns the lexical signal off), got {min_overlap!r}")
         self._embeddings = embeddings
         self.min_margin = min_margin
+        if not -1.0 <= min_margin_cross <= 1.0:
+            raise ValueError(f"min_margin_cross must be in [-1, 1], got {min_margin_cross!r}")
         self.min_overlap = min_overlap
+        self.min_margin_cross = min_margin_cross
         self.llm = llm
         self.background = list(background) if background is not None else BACKGROUND_PASSAGES
         self._lock = threading.Lock()
@@ -150,12 +176,19 @@ class RelevanceGate:
         if not docs:
             return Relevance(False, -1.0, 0.0, "retrieval found nothing")
         margin, overlap = self.margin(question, docs), self.overlap(question, docs)
-        signals = f"margin {margin:.3f} (min {self.min_margin:.3f}), overlap {overlap:.2f} (min {self.min_overlap:.2f})"
-        if margin < self.min_margin and overlap < self.min_overlap:
-            return Relevance(False, margin, overlap, f"retrieved chunks do not match the question ({signals})")
+        cross = is_cross_language(question, docs)
+        if cross:
+            signals = f"margin {margin:.3f} (min {self.min_margin_cross:.3f} across languages)"
+            passed = margin >= self.min_margin_cross
+        else:
+            signals = (f"margin {margin:.3f} (min {self.min_margin:.3f}), overlap {overlap:.2f} "
+                       f"(min {self.min_overlap:.2f})")
+            passed = margin >= self.min_margin or overlap >= self.min_overlap
+        if not passed:
+            return Relevance(False, margin, overlap, f"retrieved chunks do not match the question ({signals})", cross)
         if self.llm is not None and self._llm_says_irrelevant(question, docs[0], config):
-            return Relevance(False, margin, overlap, f"the model judged the best chunk irrelevant ({signals})")
-        return Relevance(True, margin, overlap, f"relevant ({signals})")
+            return Relevance(False, margin, overlap, f"the model judged the best chunk irrelevant ({signals})", cross)
+        return Relevance(True, margin, overlap, f"relevant ({signals})", cross)
 
     def _llm_says_irrelevant(self, question: str, doc: Document, config: RunnableConfig | None) -> bool:
         try:

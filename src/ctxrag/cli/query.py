@@ -87,16 +87,17 @@ def ask(
 
 def answer_chain(kbs: list[Any], llm: Any, *, k: int = 4, mode: str = "hybrid", rerank: str = "none") -> Any:
     """The chain `ctxrag ask` and `ctxrag demo` answer with (and bench/bench_citations.py measures): the knowledge
-    bases' retriever, the relevance gate over the first one's embeddings (``answer_gate`` setting) and cited
-    answers. `kbs`: names, or knowledge bases already open (each is opened once either way)."""
+    bases' retriever, the relevance gate over the first one's embeddings (``answer_gate`` setting), the evidence
+    check (``answer_evidence``) and cited answers. `kbs`: names, or knowledge bases already open (each is opened once either way)."""
     from ctxrag.chains.rag import build_rag_chain
     from ctxrag.chains.relevance import RelevanceGate
     from ctxrag.retrievers.factory import make_multi_kb_retriever
 
     opened = [open_kbs([x])[0] if isinstance(x, str) else x for x in kbs]
-    gate = RelevanceGate(opened[0].embeddings) if get_settings().answer_gate else False
+    settings = get_settings()
+    gate = RelevanceGate(opened[0].embeddings) if settings.answer_gate else False
     return build_rag_chain(make_multi_kb_retriever(opened, mode=mode, k=k, rerank=rerank, search_type="similarity"),
-                           llm, gate=gate)
+                           llm, gate=gate, evidence=settings.answer_evidence)
 
 
 def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:

@@ -81,6 +81,7 @@ RELEVANCE = {
 NO_KNOWLEDGE_NOTICE = {
     "en": "The knowledge base has no material on \"{question}\".",
     "zh": "知识库中没有关于“{question}”的资料。",
+    "zh-hant": "知識庫中沒有關於「{question}」的資料。",
 }
 
 

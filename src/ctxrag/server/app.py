@@ -178,7 +178,8 @@ def create_app(
                per_req_config_modifier=policy)
     routes["/search"] = "retriever: query string -> ranked chunks"
     if llm is not None:
-        add_routes(app, runnables.ask_runnable(kbs, llm, mode=mode, k=k, max_query_chars=limit, gate=s.answer_gate),
+        add_routes(app, runnables.ask_runnable(kbs, llm, mode=mode, k=k, max_query_chars=limit, gate=s.answer_gate,
+                                                 evidence=s.answer_evidence),
                    path="/ask",
                    per_req_config_modifier=policy)
         routes["/ask"] = "RAG answer with [n] citations"

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from ctxrag.chains.assistant import build_assistant_chain
 from ctxrag.chains.rag import build_rag_chain
+from ctxrag.settings import get_settings
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.errors import DocumentNotFound
 from ctxrag.notes import NoteBook
@@ -60,8 +61,8 @@ class AskOutput(BaseModel):
     invalid_citations: list[int] = Field(default_factory=list)
     documents: list[Document] = Field(default_factory=list)
     supported: bool | None = None
-    """False: the retrieved chunks do not support an answer and ``answer`` says the knowledge base has nothing on
-    the question; None: the relevance gate is off."""
+    """False: no retrieved chunk supports an answer (the relevance gate or the evidence check said so) and ``answer``
+    says the knowledge base has nothing on the question; None: both are off."""
     relevance: dict[str, Any] | None = None
     citations: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -83,6 +84,9 @@ class ChatOutput(BaseModel):
     question: str = ""
     standalone_question: str = ""
     answer: str = ""
+    supported: bool | None = None
+    """True: answered from the knowledge base (the rag route passed the gate and the evidence check); False: the
+    knowledge base has nothing on it (``decision["reason"]`` says why); None: chat or document summary."""
     sources: list[dict[str, Any]] = Field(default_factory=list)
     invalid_citations: list[int] = Field(default_factory=list)
     documents: list[Document] = Field(default_factory=list)
@@ -211,12 +215,14 @@ def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
 
 
 def ask_runnable(kbs: Sequence[Any], llm: Any, *, mode: str = "hybrid", k: int = 4,
-                 max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True) -> Runnable:
+                 max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True,
+                 evidence: bool = True) -> Runnable:
     """The RAG chain (`ctxrag.chains.rag.build_rag_chain`) over the knowledge bases `kbs`, typed for serving; with
-    ``gate`` its relevance gate over the first knowledge base's embeddings."""
+    ``gate`` its relevance gate over the first knowledge base's embeddings, with ``evidence`` its evidence check."""
 
     checker = RelevanceGate(kbs[0].embeddings) if gate and kbs else False
-    chain = build_rag_chain(make_multi_kb_retriever(list(kbs), mode=mode, k=k), llm, gate=checker)
+    chain = build_rag_chain(make_multi_kb_retriever(list(kbs), mode=mode, k=k), llm, gate=checker,
+                            evidence=evidence)
     chain = _question_checker(max_query_chars) | chain | _path_filter()
     return chain.with_types(input_type=AskInput, output_type=AskOutput)
 
@@ -278,7 +284,7 @@ def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast",
 
     Unknown ``selected_doc_ids`` raise `DocumentNotFound` naming them (HTTP 404) before the assistant runs."""
 
-    bot = build_assistant_chain(kb, llm, router=router, k=k)
+    bot = build_assistant_chain(kb, llm, router=router, k=k, evidence=get_settings().answer_evidence)
 
     def check_selected(inp: Any) -> Any:
         selected = inp.get("selected_doc_ids") if isinstance(inp, dict) else None

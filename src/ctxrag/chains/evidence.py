@@ -1,0 +1,309 @@
+"""Answerability decided on evidence: before the model answers, it quotes the sentence of a retrieved chunk that states
+the answer; the answer is written only when that quote is really in a chunk and is about the question.
+
+The relevance gate (`ctxrag.chains.relevance`) tells "about this knowledge base" from "about anything". It cannot tell
+"the answer is here" from "a chunk of the same kind is here": on a knowledge base of many documents of one kind, a
+question whose answer is absent still retrieves chunks on its topic, and a small model answers from memory and cites
+them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, made checkable):
+
+1. **quote**: the model replies, grammar-constrained, ``{"source": n, "quote": "..."}`` — the sentence of source
+   ``n`` that states the answer, copied word for word, or ``{"source": 0, "quote": ""}`` when none does. The prompt
+   keeps the answer prompt's system message (instructions and numbered chunks), so a llama.cpp model that answers next
+   reuses the chunks it has already read.
+2. **found**: the share of the quote's characters found in the chunk, in runs of at least four, after folding case and
+   Traditional to Simplified script and dropping spaces and punctuation (`quote_found`); a quote the model made up
+   is not in any chunk.
+3. **about the question**: the share of the question's content words (jieba for Chinese, question words dropped) that
+   the chunk's sentence holding the quote (`sentence_around`: the quote may be cut short) and the chunk's title and
+   heading contain, folded as above (`coverage`): a sentence copied from a chunk on another subject
+   shares little with the question. Only measured when the question and the chunk are in the same language (a
+   Chinese question about an English chunk shares no words with it).
+
+4. **the model's yes/no** on the question and the quote alone (P(yes) from token logprobs, at least ``min_judge``):
+   a short second call that sees one sentence instead of four chunks. ``judge="cross-language"``: only where the word
+   coverage cannot be measured; ``"uncertain"``: there, and for a quote that failed only the coverage (a yes lets it
+   through); ``"always"``: for every found quote; ``"never"``.
+
+The question is answerable when the model names a source, ``found >= min_found``, ``coverage >= min_coverage`` and,
+where the judge runs, ``P(yes) >= min_judge``.
+The defaults were chosen on the calibration half of ``bench/bench_abstention.py`` (page ``abstention``). A reply that
+cannot be read as the JSON (a model or endpoint without structured output) is not judged: the check passes and says
+so in its reason.
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    from ctxrag.chains.evidence import EvidenceCheck
+    from ctxrag.models.chat import make_chat_model
+    kb = KnowledgeBase.open("demo")
+    docs = kb.as_retriever(k=4).invoke("星河知识库的创始人是谁？")
+    verdict = EvidenceCheck(make_chat_model()).check("星河知识库的创始人是谁？", docs)
+    verdict.supported, verdict.reason   # False, 'no retrieved chunk states the answer (the model quoted none)'
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, replace
+from difflib import SequenceMatcher
+from typing import Any, Sequence
+
+from langchain_core.documents import Document
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from pydantic import BaseModel, Field
+
+from ctxrag.compressors.llm_rerank import yes_probability
+from ctxrag.prompts.evidence import evidence_instruction, judge_instruction
+from ctxrag.stores.bm25.tokenize import make_tokenizer
+from ctxrag.text import detect_language, to_simplified
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MIN_FOUND = 0.8
+"""Default ``min_found``: share of the quote that must be found in its chunk."""
+DEFAULT_MIN_COVERAGE = 0.5
+"""Default ``min_coverage``: share of the question's content words the quote (with its chunk's title) must hold."""
+DEFAULT_MIN_JUDGE = 0.5
+"""Default ``min_judge``: the model's P(yes) that the quote states the answer, where the judge runs."""
+JUDGE_MODES = ("never", "cross-language", "uncertain", "always")
+MAX_QUOTE_CHARS = 80
+"""Longest quote the grammar lets the model write: enough to find it in a chunk (its sentence is then read there), and
+short, since the model writes it before the answer."""
+
+_QUESTION_WORDS = frozenset(
+    "什么 什麼 哪些 哪个 哪個 哪一 哪 多少 几 幾 如何 怎么 怎麼 怎样 怎樣 为什么 為什麼 是否 吗 嗎 呢 请问 請問 何 为何 "
+    "何时 何時 哪里 哪裡 谁 誰 时候 時候 "
+    "which what who whom whose when where why how does do did is are was were can could the a an of".split())
+_NOT_TEXT = re.compile(r"[\W_]+", re.UNICODE)
+_MIN_RUN = 4
+
+
+class EvidenceQuote(BaseModel):
+    """The model's evidence: the number of the source that states the answer (0: none) and its sentence."""
+
+    source: int = Field(ge=0, le=99)
+    quote: str = Field(max_length=MAX_QUOTE_CHARS)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The evidence check's verdict on one question and its retrieved chunks."""
+
+    supported: bool
+    """Whether a retrieved chunk states the answer."""
+    source: int
+    """The chunk (numbered from 1) holding the quote; 0 when none does."""
+    quote: str
+    """The model's quote, as it wrote it."""
+    found: float
+    """Share of the quote found in its chunk (0.0 without a quote)."""
+    coverage: float | None
+    """Share of the question's content words in the quote and its chunk's title; None across languages."""
+    reason: str
+    judge: float | None = None
+    """The model's P(yes) that the quote states the answer (``judge=True`` only)."""
+    judged: bool = True
+    """False when the model's reply could not be read: no verdict (``supported`` is then True)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"supported": self.supported, "source": self.source, "quote": self.quote,
+                "found": round(self.found, 4),
+                "coverage": None if self.coverage is None else round(self.coverage, 4),
+                "judge": None if self.judge is None else round(self.judge, 4), "judged": self.judged,
+                "reason": self.reason}
+
+
+def _fold(text: str) -> str:
+    """Text compared for quoting: Simplified script, lower case, no spaces or punctuation."""
+    return _NOT_TEXT.sub("", to_simplified(text).lower())
+
+
+def _folded_with_index(text: str) -> tuple[str, list[int]]:
+    """`_fold` character by character, with the position in ``text`` of each folded character."""
+    simple = to_simplified(text)
+    if len(simple) != len(text):  # OpenCC maps characters one to one; keep the original if it ever does not
+        simple = text
+    chars, where = [], []
+    for i, ch in enumerate(simple.lower() if len(simple.lower()) == len(simple) else simple):
+        if not _NOT_TEXT.fullmatch(ch):
+            chars.append(ch)
+            where.append(i)
+    return "".join(chars), where
+
+
+def _matched(quote: str, text: str) -> tuple[float, tuple[int, int] | None]:
+    """Share of the folded quote found in ``text`` in runs of at least `_MIN_RUN`, and the span of ``text`` those
+    runs cover (None when nothing matched)."""
+    q = _fold(quote)
+    if not q:
+        return 0.0, None
+    t, where = _folded_with_index(text)
+    at = t.find(q)
+    if at >= 0:
+        return 1.0, (where[at], where[at + len(q) - 1] + 1)
+    blocks = [b for b in SequenceMatcher(None, q, t, autojunk=False).get_matching_blocks() if b.size >= _MIN_RUN]
+    if not blocks:
+        return 0.0, None
+    return sum(b.size for b in blocks) / len(q), (where[blocks[0].b], where[blocks[-1].b + blocks[-1].size - 1] + 1)
+
+
+def quote_found(quote: str, text: str) -> float:
+    """Share of the quote's characters that appear in ``text`` in runs of at least four (both folded by `_fold`), in
+    order: 1.0 for a verbatim quote, also across scripts, spacing and punctuation; low for a made-up sentence.
+
+    >>> quote_found("台湾最高的山是玉山。", "臺灣最高的山是玉山，海拔3952公尺。")
+    1.0
+    >>> quote_found("The drone weighs 2.5 kg.", "Its payload is 2.5 kg.") < 0.5
+    True
+    """
+    return _matched(quote, text)[0]
+
+
+_SENTENCE_END = re.compile(r"[。！？!?；;\n]|\.(?=\s)")
+
+
+def sentence_around(text: str, span: tuple[int, int]) -> str:
+    """The sentence(s) of ``text`` holding ``span``: from after the sentence end before it to the one after it.
+
+    >>> sentence_around("雪山在臺中。臺灣最高的山是玉山，海拔3952公尺。它在南投。", (10, 12))
+    '臺灣最高的山是玉山，海拔3952公尺。'
+    """
+    start, end = span
+    before = [m.end() for m in _SENTENCE_END.finditer(text, 0, start)]
+    after = _SENTENCE_END.search(text, max(start, end - 1))
+    return text[before[-1] if before else 0: after.end() if after else len(text)].strip()
+
+
+def _failed_coverage_only(verdict: Evidence) -> bool:
+    """Whether the quote was found in a chunk and failed only the word coverage."""
+    return not verdict.supported and verdict.source > 0 and verdict.coverage is not None
+
+
+class EvidenceCheck:
+    """Decides whether a retrieved chunk states the answer, from the quote the model gives (see the module docstring).
+
+    ``llm``: the chat model that answers (a local llama.cpp model then reuses the chunks it read for the quote).
+    """
+
+    def __init__(self, llm: BaseChatModel, *, min_found: float = DEFAULT_MIN_FOUND,
+                 min_coverage: float = DEFAULT_MIN_COVERAGE, judge: str = "cross-language",
+                 min_judge: float = DEFAULT_MIN_JUDGE) -> None:
+        if not 0.0 <= min_found <= 1.0:
+            raise ValueError(f"min_found must be in [0, 1], got {min_found!r}")
+        if not 0.0 <= min_coverage <= 1.0:
+            raise ValueError(f"min_coverage must be in [0, 1] (0 turns the word check off), got {min_coverage!r}")
+        self.llm = llm
+        self.min_found = min_found
+        self.min_coverage = min_coverage
+        if judge not in JUDGE_MODES:
+            raise ValueError(f"judge must be one of {JUDGE_MODES}, got {judge!r}")
+        if not 0.0 <= min_judge <= 1.0:
+            raise ValueError(f"min_judge must be in [0, 1], got {min_judge!r}")
+        self.judge_mode = judge
+        self.min_judge = min_judge
+        self._tokenize = make_tokenizer("mixed", stopwords=True)
+
+    def _content_words(self, text: str) -> set[str]:
+        return {w for w in self._tokenize(to_simplified(text).lower())
+                if w.strip() and w not in _QUESTION_WORDS and not _NOT_TEXT.fullmatch(w)}
+
+    def coverage(self, question: str, quote: str, doc: Document) -> float | None:
+        """Share of the question's content words in ``quote`` (the chunk's sentence holding it), the chunk's title
+        and heading path; None when the question and the chunk are in different languages (or the question has no
+        content words)."""
+        if detect_language(question) != detect_language(doc.page_content[:2000]):
+            return None
+        asked = self._content_words(question)
+        if not asked:
+            return None
+        md = doc.metadata
+        around = _fold(" ".join([quote, *(str(md.get(k) or "") for k in ("title", "heading_path"))]))
+        return sum(_fold(w) in around for w in asked) / len(asked)
+
+    def messages(self, question: str, answer_messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """The quote request: the answer prompt's system message (instructions and numbered chunks), then the quote
+        instruction in the question's language and script."""
+        system = next((m for m in answer_messages if isinstance(m, SystemMessage)), None)
+        head: list[BaseMessage] = [system] if system is not None else []
+        return [*head, HumanMessage(evidence_instruction(question))]
+
+    def ask(self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None) -> EvidenceQuote | None:
+        """The model's quote for the request ``messages``; None when its reply cannot be read."""
+        try:
+            reply = self.llm.with_structured_output(EvidenceQuote).invoke(list(messages), config)
+        except NotImplementedError:  # a chat model class without structured output: nothing to judge with
+            log.debug("evidence check: %s has no structured output; not judged", type(self.llm).__name__)
+            return None
+        except Exception as e:  # noqa: BLE001 - a reply that is not the JSON is not judged
+            log.warning("evidence check: the model's quote could not be read (%s)", type(e).__name__)
+            return None
+        if isinstance(reply, dict):
+            try:
+                return EvidenceQuote.model_validate(reply)
+            except ValueError:
+                return None
+        return reply if isinstance(reply, EvidenceQuote) else None
+
+    def _judges(self, verdict: Evidence) -> bool:
+        if self.judge_mode == "always":
+            return verdict.supported
+        if self.judge_mode == "uncertain" and _failed_coverage_only(verdict):
+            return True
+        return self.judge_mode != "never" and verdict.supported and verdict.coverage is None
+
+    def judge_probability(self, question: str, quote: str, config: RunnableConfig | None = None) -> float | None:
+        """The model's P(yes) that ``quote`` states the answer to ``question``; None without logprobs."""
+        try:
+            reply = self.llm.bind(logprobs=True, top_logprobs=5, max_tokens=2).invoke(
+                [HumanMessage(judge_instruction(question, quote))], config)
+        except Exception as e:  # noqa: BLE001 - the quote already passed
+            log.warning("evidence check: the yes/no judgement failed (%s)", type(e).__name__)
+            return None
+        return yes_probability(getattr(reply, "response_metadata", {}).get("logprobs"))
+
+    def judge(self, question: str, docs: Sequence[Document], reply: EvidenceQuote | None) -> Evidence:
+        """The verdict on the model's ``reply`` (no model call; the yes/no judgement is `check`'s)."""
+        if reply is None:
+            return Evidence(True, 0, "", 0.0, None, "not judged: the model's quote could not be read", judged=False)
+        quote = reply.quote.strip()
+        if reply.source == 0 or not _fold(quote):
+            return Evidence(False, 0, quote, 0.0, None, "no retrieved chunk states the answer (the model quoted none)")
+        order = list(range(1, len(docs) + 1))
+        if 1 <= reply.source <= len(docs):  # the source it named first, then the others (it may misnumber)
+            order.remove(reply.source)
+            order.insert(0, reply.source)
+        (found, span), n = max(((_matched(quote, docs[i - 1].page_content), i) for i in order),
+                               key=lambda x: x[0][0], default=((0.0, None), 0))
+        if found < self.min_found:
+            return Evidence(False, 0, quote, found, None,
+                            f"no retrieved chunk states the answer (the model's quote is not in them: found "
+                            f"{found:.2f}, min {self.min_found:.2f})")
+        text = docs[n - 1].page_content
+        cov = self.coverage(question, sentence_around(text, span) if span else quote, docs[n - 1])
+        if cov is not None and cov < self.min_coverage:
+            return Evidence(False, n, quote, found, cov,
+                            f"no retrieved chunk states the answer (the quote from [{n}] is about something else: "
+                            f"coverage {cov:.2f}, min {self.min_coverage:.2f})")
+        covered = "another language" if cov is None else f"coverage {cov:.2f}"
+        return Evidence(True, n, quote, found, cov, f"[{n}] states it (found {found:.2f}, {covered})")
+
+    def check(self, question: str, docs: Sequence[Document], answer_messages: Sequence[BaseMessage],
+              config: RunnableConfig | None = None) -> Evidence:
+        """Ask for the quote and judge it. ``answer_messages``: the answer prompt (its system message is reused)."""
+        if not docs:
+            return Evidence(False, 0, "", 0.0, None, "retrieval found nothing")
+        verdict = self.judge(question, docs, self.ask(self.messages(question, answer_messages), config))
+        if not (verdict.judged and self._judges(verdict)):
+            return verdict
+        p = self.judge_probability(question, verdict.quote, config)
+        if p is None:  # no logprobs: the verdict stands
+            return verdict
+        if p < self.min_judge:
+            return replace(verdict, supported=False, judge=p, reason=(
+                f"no retrieved chunk states the answer (the model judged the quote from [{verdict.source}] not to "
+                f"answer it: P(yes) {p:.2f}, min {self.min_judge:.2f})"))
+        covered = "another language" if verdict.coverage is None else f"coverage {verdict.coverage:.2f}"
+        return replace(verdict, supported=True, judge=p, reason=(
+            f"[{verdict.source}] states it (found {verdict.found:.2f}, {covered}, the model's P(yes) {p:.2f})"))

@@ -1,0 +1,205 @@
+"""The evidence check: the quote's verdicts (no model), its place in the RAG chain and the assistant (a structured fake
+model, for composition), and the real local model quoting (or declining to) on a small knowledge base."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.messages import SystemMessage
+from langchain_core.runnables import Runnable, RunnableLambda
+
+from ctxrag.chains.evidence import EvidenceCheck, EvidenceQuote, quote_found
+from ctxrag.chains.rag import build_rag_chain
+from ctxrag.chains.relevance import no_knowledge_notice
+from ctxrag.prompts.evidence import evidence_instruction
+from structured_fake import StructuredFake
+
+DOCS = [
+    Document("The QL-7 drone carries a payload of 2.5 kilograms. Its battery lasts 40 minutes.",
+             metadata={"source": "ql7.md", "title": "QL-7 drone"}),
+    Document("專業版的 P1 故障在 30 分鐘內響應，標準版在 4 小時內。", metadata={"source": "support.md", "title": "支援"}),
+    Document("黃鐵礦由鐵和硫兩種元素所構成，常被誤認為黃金。", metadata={"source": "minerals.md", "title": "礦物"}),
+]
+
+
+def _check(**kw: float) -> EvidenceCheck:
+    return EvidenceCheck(StructuredFake.of(), **kw)
+
+
+def test_quote_found_is_one_for_a_verbatim_quote_across_script_spacing_and_punctuation() -> None:
+    assert quote_found("黄铁矿由铁和硫两种元素所构成", DOCS[2].page_content) == 1.0
+    assert quote_found("the QL-7 drone carries a payload of 2.5 kilograms", DOCS[0].page_content) == 1.0
+    assert quote_found("", DOCS[0].page_content) == 0.0
+
+
+def test_quote_found_is_low_for_a_sentence_the_model_made_up() -> None:
+    assert quote_found("The QL-7 drone weighs 2.5 kilograms.", DOCS[0].page_content) < 0.8
+    assert quote_found("黃鐵礦由鐵和碳所構成。", DOCS[2].page_content) < 0.8
+
+
+def test_no_quote_abstains() -> None:
+    verdict = _check().judge("How much does the QL-7 drone weigh?", DOCS, EvidenceQuote(source=0, quote=""))
+    assert not verdict.supported and verdict.source == 0
+    assert "quoted none" in verdict.reason
+
+
+def test_a_quote_not_in_any_chunk_abstains_and_says_how_much_was_found() -> None:
+    verdict = _check().judge("How much does the QL-7 drone weigh?", DOCS,
+                             EvidenceQuote(source=1, quote="The QL-7 drone weighs 2.5 kilograms."))
+    assert not verdict.supported
+    assert "not in them" in verdict.reason and verdict.found < 0.8
+
+
+def test_a_real_quote_about_something_else_abstains_on_coverage() -> None:
+    # the quote is in chunk 2, but it is about support times, not about pyrite
+    verdict = _check(min_coverage=0.5).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+                                             EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
+    assert not verdict.supported and verdict.coverage == 0.0
+    assert "about something else" in verdict.reason
+
+
+def test_a_real_quote_on_the_question_is_supported_even_when_misnumbered() -> None:
+    verdict = _check().judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+                             EvidenceQuote(source=1, quote="黃鐵礦由鐵和硫兩種元素所構成"))
+    assert verdict.supported and verdict.source == 3 and verdict.found == 1.0
+    assert verdict.coverage is not None and verdict.coverage >= 0.5
+
+
+def test_across_languages_the_word_coverage_is_not_measured() -> None:
+    verdict = _check(min_coverage=0.9).judge("How fast are P1 incidents answered on the Professional plan?", DOCS,
+                                             EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
+    assert verdict.supported and verdict.coverage is None
+
+
+def test_an_unreadable_reply_is_not_judged() -> None:
+    verdict = _check().judge("How much does the QL-7 drone weigh?", DOCS, None)
+    assert verdict.supported and "not judged" in verdict.reason
+
+
+@pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}])
+def test_bad_thresholds_are_refused_naming_the_value(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=str(next(iter(bad.values())))):
+        _check(**bad)
+
+
+def test_the_instruction_follows_the_question_language_and_script() -> None:
+    assert "先不要回答" in evidence_instruction("黄铁矿由什么构成？")
+    assert "資料" in evidence_instruction("黃鐵礦由鐵和哪一元素所構成？")
+    assert "Do not answer yet" in evidence_instruction("How much does it weigh?")
+
+
+def test_the_request_keeps_the_answer_prompt_system_message() -> None:
+    system = SystemMessage("instructions and [1] chunks")
+    msgs = _check().messages("How much does the QL-7 drone weigh?", [system])
+    assert msgs[0] is system and "QL-7" in msgs[1].content
+
+
+def test_the_no_knowledge_notice_keeps_a_traditional_question_traditional() -> None:
+    assert no_knowledge_notice("黃鐵礦由鐵和哪一元素所構成？").startswith("知識庫中沒有關於「")
+    assert no_knowledge_notice("黄铁矿由什么构成？").startswith("知识库中没有关于“")
+    assert no_knowledge_notice("What is pyrite?").startswith("The knowledge base has no material")
+
+
+def _chain(llm: StructuredFake, **kw: object) -> Runnable:
+    return build_rag_chain(RunnableLambda(lambda q: DOCS), llm, gate=False, **kw)  # type: ignore[arg-type]
+
+
+def test_the_chain_abstains_without_asking_for_an_answer_when_no_chunk_states_it() -> None:
+    llm = StructuredFake.of({"source": 1, "quote": "The QL-7 drone weighs 2.5 kilograms."},
+                            "The QL-7 drone weighs 2.5 kilograms [1].")
+    out = _chain(llm).invoke("How much does the QL-7 drone weigh?")
+    assert out["supported"] is False and out["sources"] == []
+    assert out["answer"] == no_knowledge_notice("How much does the QL-7 drone weigh?")
+    assert out["relevance"]["evidence"]["supported"] is False
+    assert [s["function"]["name"] for s in llm.schemas] == ["EvidenceQuote"]  # asked once, for the quote only
+
+
+def test_the_chain_answers_after_a_quote_it_finds() -> None:
+    llm = StructuredFake.of({"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms."},
+                            "Its payload is 2.5 kilograms [1].")
+    out = _chain(llm).invoke("What payload does the QL-7 drone carry?")
+    assert out["supported"] is True and out["answer"] == "Its payload is 2.5 kilograms [1]."
+    assert out["relevance"]["evidence"]["source"] == 1
+    assert [s["n"] for s in out["sources"]] == [1]
+
+
+def test_the_chain_streams_the_abstention_too() -> None:
+    llm = StructuredFake.of({"source": 0, "quote": ""})
+    chunks = list(_chain(llm).stream("黃鐵礦的硬度是多少？"))
+    answer = "".join(c.get("answer", "") for c in chunks)
+    assert answer.startswith("知識庫中沒有關於「")
+    assert any(c.get("supported") is False for c in chunks)
+
+
+def test_evidence_false_keeps_the_old_chain() -> None:
+    llm = StructuredFake.of("The QL-7 drone weighs 2.5 kilograms [1].")
+    out = _chain(llm, evidence=False).invoke("How much does it weigh?")
+    assert out["supported"] is None and out["answer"].startswith("The QL-7 drone weighs")
+
+
+@pytest.mark.llm
+def test_the_local_model_declines_a_question_its_chunks_do_not_answer_and_quotes_one_they_do(
+        local_chat_model: object) -> None:
+    check = EvidenceCheck(local_chat_model)  # type: ignore[arg-type]
+    from ctxrag.chains.rag import answer_messages
+
+    def verdict(question: str) -> object:
+        return check.check(question, DOCS, answer_messages({"question": question, "documents": DOCS, "history": []}))
+
+    ok = verdict("What payload does the QL-7 drone carry?")
+    assert ok.supported and ok.source == 1, ok  # type: ignore[attr-defined]
+    assert not verdict("Who designed the QL-7 drone?").supported  # type: ignore[attr-defined]
+
+
+def test_a_model_without_structured_output_leaves_the_verdict_to_the_gate() -> None:
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    out = _chain(GenericFakeChatModel(messages=iter([AIMessage("It carries 2.5 kilograms [1].")]))).invoke(
+        "What payload does the QL-7 drone carry?")
+    assert out["supported"] is None and out["answer"] == "It carries 2.5 kilograms [1]."
+    assert out["relevance"]["evidence"]["judged"] is False
+
+
+def _with_logprobs(p_yes: float) -> object:
+    import math
+
+    from langchain_core.messages import AIMessage
+
+    lp = {"content": [{"token": "yes" if p_yes >= 0.5 else "no", "logprob": 0.0, "top_logprobs": [
+        {"token": "yes", "logprob": math.log(p_yes)}, {"token": "no", "logprob": math.log(1 - p_yes)}]}]}
+    return AIMessage("yes" if p_yes >= 0.5 else "no", response_metadata={"logprobs": lp})
+
+
+@pytest.mark.parametrize(("p_yes", "supported"), [(0.9, True), (0.2, False)])
+def test_across_languages_the_model_judges_the_quote(p_yes: float, supported: bool) -> None:
+    llm = StructuredFake.of({"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應"})
+    llm.messages = iter([*llm.messages, _with_logprobs(p_yes)])
+    question = "How fast are P1 incidents answered on the Professional plan?"
+    verdict = EvidenceCheck(llm).check(question, DOCS, [SystemMessage("chunks")])
+    assert verdict.supported is supported and verdict.judge == pytest.approx(p_yes)
+    assert supported or "P(yes) 0.20" in verdict.reason
+
+
+def test_in_the_question_language_the_judge_runs_only_when_asked_to() -> None:
+    quote = {"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms."}
+    question = "What payload does the QL-7 drone carry?"
+    default = EvidenceCheck(StructuredFake.of(quote)).check(question, DOCS, [SystemMessage("chunks")])
+    assert default.supported and default.judge is None
+    llm = StructuredFake.of(quote)
+    llm.messages = iter([*llm.messages, _with_logprobs(0.1)])
+    always = EvidenceCheck(llm, judge="always").check(question, DOCS, [SystemMessage("chunks")])
+    assert not always.supported and always.judge == pytest.approx(0.1)
+
+
+def test_when_uncertain_a_yes_lets_a_low_coverage_quote_through_and_a_no_keeps_it_out() -> None:
+    quote = {"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應"}
+    question = "黃鐵礦由鐵和哪一元素所構成？"  # the quote is about something else: coverage 0
+    for p_yes, supported in ((0.9, True), (0.2, False)):
+        llm = StructuredFake.of(quote)
+        llm.messages = iter([*llm.messages, _with_logprobs(p_yes)])
+        verdict = EvidenceCheck(llm, judge="uncertain").check(question, DOCS, [SystemMessage("chunks")])
+        assert verdict.supported is supported and verdict.judge == pytest.approx(p_yes)
+    never = EvidenceCheck(StructuredFake.of(quote), judge="never").check(question, DOCS, [SystemMessage("chunks")])
+    assert not never.supported and never.judge is None
