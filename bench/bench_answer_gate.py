@@ -14,7 +14,13 @@ set's baking / gardening / running corpus). Retrieval is what ``ctxrag ask`` run
 
 Thresholds are chosen on the calibration half (the first half of the DRCD sample, answerable on ``drcd`` and
 unanswerable on ``demo``/``offtopic``): the most abstention with at most 5% false abstention. Everything else is
-held out and reported with them. No LLM runs (the gate's optional LLM check is not measured here).
+held out and reported with them. No LLM runs for the gate tables (the gate's optional LLM check is not measured here).
+
+With ``--evidence`` each case also goes through the whole decision of the ask chain with the local model: the gate
+with its product defaults (a question in another language than all its chunks held to the low cross-language margin),
+then the evidence check (`ctxrag.chains.evidence.EvidenceCheck`) for each unanswerable case the gate passes; a third
+table gives abstention per unanswerable group through that chain. False abstention through the chain, and in-genre
+questions (same kind as the knowledge base, answer absent), are the ``abstention`` page's.
 """
 from __future__ import annotations
 
@@ -76,6 +82,7 @@ class Case:
     margin: float = 0.0
     overlap: float = 0.0
     cosine: float = 0.0
+    chain_answers: bool | None = None  # through the ask chain's gate + evidence check (--evidence)
 
 
 def drcd_questions(n: int, seed: int) -> tuple[list[str], list[dict]]:
@@ -115,11 +122,35 @@ def cases(drcd: list[str]) -> list[Case]:
     return out
 
 
+def through_chain(all_cases: list[Case], kbs: dict[str, KnowledgeBase]) -> None:
+    """Each unanswerable case's decision through the ask chain's gate and evidence check (the local model), in
+    place."""
+    from ctxrag.chains.evidence import EvidenceCheck
+    from ctxrag.chains.rag import answer_messages
+    from ctxrag.models.chat import make_chat_model
+
+    check = EvidenceCheck(make_chat_model())
+    gates = {name: RelevanceGate(kb.embeddings) for name, kb in kbs.items()}
+    retrievers = {name: kb.as_retriever(mode="hybrid", k=4) for name, kb in kbs.items()}
+    for i, c in enumerate(all_cases):
+        if c.answerable:
+            continue
+        docs = retrievers[c.kb].invoke(c.question)
+        if not gates[c.kb].check(c.question, docs).supported:
+            c.chain_answers = False
+            continue
+        state = {"question": c.question, "documents": docs, "history": []}
+        c.chain_answers = check.check(c.question, docs, answer_messages(state)).supported
+        print(f"evidence {i}/{len(all_cases)} {c.group}: answers={c.chain_answers}", file=sys.stderr, flush=True)
+
+
 def measure(all_cases: list[Case], kbs: dict[str, KnowledgeBase], gate: RelevanceGate) -> float:
     retrievers = {name: kb.as_retriever(mode="hybrid", k=4) for name, kb in kbs.items()}
     bg = gate._background_vectors()
     start = time.perf_counter()
     for i, c in enumerate(all_cases):
+        if c.answerable:
+            continue
         docs = retrievers[c.kb].invoke(c.question)
         c.margin, c.overlap = gate.margin(c.question, docs), gate.overlap(c.question, docs)
         qvec = embed_array(gate.embeddings, [c.question], is_query=True)[0]
@@ -169,9 +200,12 @@ def main() -> None:
     ap.add_argument("--cases-json", type=Path, default=None, help="also write every case's signals here")
     ap.add_argument("--from-cases", type=Path, default=None, help="reuse the signals written by --cases-json")
     ap.add_argument("--out-dir", type=Path, default=None, help="page data folder (default docs/benchmarks/data)")
+    ap.add_argument("--evidence", action="store_true",
+                    help="also decide each case through the ask chain's gate + evidence check (the local model)")
     args = ap.parse_args()
 
     drcd, paragraphs = drcd_questions(args.drcd, args.seed)
+    kbs: dict[str, KnowledgeBase] | None = None
     if args.from_cases:  # the signals of an earlier run: choose and report again without retrieving
         saved = json.loads(args.from_cases.read_text(encoding="utf-8"))
         all_cases, s_per_check = [Case(**c) for c in saved["cases"]], saved["s_per_check"]
@@ -180,6 +214,8 @@ def main() -> None:
         gate = RelevanceGate(kbs["drcd"].embeddings)
         all_cases = cases(drcd)
         s_per_check = measure(all_cases, kbs, gate)
+    if args.evidence and any(c.chain_answers is None for c in all_cases if not c.answerable):
+        through_chain(all_cases, kbs or open_kbs(args.home, paragraphs))
     if args.cases_json:
         args.cases_json.write_text(json.dumps({"s_per_check": s_per_check, "cases": [c.__dict__ for c in all_cases]},
                                               ensure_ascii=False, indent=0))
@@ -208,6 +244,18 @@ def main() -> None:
         split = "calibration + held out" if any(c.calibration for c in sel) else "held out"
         group_rows.append([group, kind, split, len(sel), what, round(100 * share, 1)])
 
+    chain_rows = []
+    unanswerable = [c for c in all_cases if not c.answerable]
+    if unanswerable and all(c.chain_answers is not None for c in unanswerable):
+        for group in dict.fromkeys(c.group for c in unanswerable):
+            sel = [c for c in unanswerable if c.group == group]
+            today = sum(not RULES["margin or overlap"](c, m, o) for c in sel) / len(sel)
+            chain_rows.append([group, len(sel), round(100 * today, 1),
+                               round(100 * sum(not c.chain_answers for c in sel) / len(sel), 1)])
+        chain_rows.append(["all unanswerable", len(unanswerable),
+                           round(100 * sum(not RULES["margin or overlap"](c, m, o) for c in unanswerable)
+                                 / len(unanswerable), 1),
+                           round(100 * sum(not c.chain_answers for c in unanswerable) / len(unanswerable), 1)])
     ans_all = [c for c in all_cases if c.answerable]
     un_all = [c for c in all_cases if not c.answerable]
     r = RULES["margin or overlap"]
@@ -236,6 +284,7 @@ def main() -> None:
              f"questions over examples/sample_corpus, the routing set's off-topic corpus, and "
              f"{len(WRITTEN_OFFTOPIC) + len(WRITTEN_NEAR_TOPIC)} questions written for this benchmark (zh and en)",
         command=f"python bench/bench_answer_gate.py --drcd {args.drcd} --seed {args.seed} --cases-json CASES"
+                + (" --evidence" if chain_rows else "")
                 + (" (signals), then the same with --from-cases CASES (this page)" if args.from_cases else ""),
         tables=[
             Table(caption="Gate signals compared (thresholds chosen on the calibration half; % abstention on "
@@ -245,13 +294,17 @@ def main() -> None:
                   rows=compare_rows),
             Table(caption="The chosen gate (margin or overlap) by question group",
                   columns=["group", "kind", "split", "n", "measure", "%"], rows=group_rows),
+            *([Table(caption="Unanswerable questions through the ask chain: % abstention of the gate alone and of the "
+                             "gate (product defaults) + evidence check (local 1.5B)",
+                     columns=["group", "n", "gate alone %", "gate + evidence check %"], rows=chain_rows)]
+              if chain_rows else []),
         ],
         notes=notes,
         out_dir=args.out_dir,
     )
     for row in compare_rows:
         print(row)
-    for row in group_rows:
+    for row in group_rows + chain_rows:
         print(row)
 
 

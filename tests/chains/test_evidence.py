@@ -203,3 +203,13 @@ def test_when_uncertain_a_yes_lets_a_low_coverage_quote_through_and_a_no_keeps_i
         assert verdict.supported is supported and verdict.judge == pytest.approx(p_yes)
     never = EvidenceCheck(StructuredFake.of(quote), judge="never").check(question, DOCS, [SystemMessage("chunks")])
     assert not never.supported and never.judge is None
+
+
+def test_a_short_answer_length_leaves_room_for_the_quote() -> None:
+    from ctxrag.chains.evidence import QUOTE_MAX_TOKENS, _room_for_the_quote
+    from ctxrag.models.llamacpp import LocalLlamaChatModel
+
+    short = LocalLlamaChatModel(model_path="/nonexistent.gguf", max_tokens=48)  # never loaded here
+    assert _room_for_the_quote(short).max_tokens == QUOTE_MAX_TOKENS and short.max_tokens == 48
+    roomy = LocalLlamaChatModel(model_path="/nonexistent.gguf", max_tokens=512)
+    assert _room_for_the_quote(roomy) is roomy

@@ -176,6 +176,19 @@ def sentence_around(text: str, span: tuple[int, int]) -> str:
     return text[before[-1] if before else 0: after.end() if after else len(text)].strip()
 
 
+QUOTE_MAX_TOKENS = 160
+"""Tokens the quote's JSON may take (a cap of `MAX_QUOTE_CHARS` characters plus the keys)."""
+
+
+def _room_for_the_quote(llm: BaseChatModel) -> BaseChatModel:
+    """``llm``, or a copy of it whose ``max_tokens`` leaves room for the whole quote (a short answer length set for
+    the answers would cut the JSON short)."""
+    limit = getattr(llm, "max_tokens", None)
+    if "max_tokens" in type(llm).model_fields and isinstance(limit, int) and limit < QUOTE_MAX_TOKENS:
+        return llm.model_copy(update={"max_tokens": QUOTE_MAX_TOKENS})
+    return llm
+
+
 def _failed_coverage_only(verdict: Evidence) -> bool:
     """Whether the quote was found in a chunk and failed only the word coverage."""
     return not verdict.supported and verdict.source > 0 and verdict.coverage is not None
@@ -232,7 +245,7 @@ class EvidenceCheck:
     def ask(self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None) -> EvidenceQuote | None:
         """The model's quote for the request ``messages``; None when its reply cannot be read."""
         try:
-            reply = self.llm.with_structured_output(EvidenceQuote).invoke(list(messages), config)
+            reply = _room_for_the_quote(self.llm).with_structured_output(EvidenceQuote).invoke(list(messages), config)
         except NotImplementedError:  # a chat model class without structured output: nothing to judge with
             log.debug("evidence check: %s has no structured output; not judged", type(self.llm).__name__)
             return None

@@ -129,7 +129,8 @@ def print_sources(sources: list[dict[str, Any]], invalid: list[int],
         typer.echo(head)
         for s in sources:
             where = f" > {s['heading_path']}" if s.get("heading_path") else ""
-            tag = "  (cited by the check: holds the answer's facts)" if s.get("inferred") and not inferred else ""
+            tag = ("  (added by the citation check: holds the answer's words or figures)"
+                   if s.get("inferred") and not inferred else "")
             typer.echo(f"  [{s['n']}] {printable(s['source'])}{printable(where)}  ({s['chunk_id']}){tag}")
     else:
         typer.echo("\n(no sources cited)")
