@@ -168,6 +168,10 @@ def collect(args: argparse.Namespace) -> None:
     from ctxrag.settings import Settings
 
     texts, qs = questions(args.zh, args.en, args.cross, args.seed)
+    if args.take:  # the first N of each group only; the knowledge bases stay as --zh/--en/--cross made them
+        seen: dict[tuple[str, str], int] = {}
+        qs = [q for q in qs if seen.setdefault((q.kb, q.case), 0) < args.take
+              and not seen.__setitem__((q.kb, q.case), seen[(q.kb, q.case)] + 1)]
     settings = Settings(home=args.home)
     kbs = {}
     for name, items in texts.items():
@@ -254,6 +258,7 @@ class Rule:
     cross: float = -0.05
     found: float | None = 0.8  # None: no evidence check
     coverage: float = 0.0
+    window: float = 1.01  # above 1: off
     judge: float | None = None  # None: no yes/no
     judge_mode: str = "cross-language"  # `EvidenceCheck`'s judge modes
 
@@ -283,9 +288,10 @@ def _new(rec: dict[str, Any], rule: Rule) -> bool:
     if rule.found is None:
         return True
     cache = rec.setdefault("_cache", {})
-    key = (rule.found, rule.coverage)
+    key = (rule.found, rule.coverage, rule.window)
     if key not in cache:
-        check = EvidenceCheck(None, min_found=rule.found, min_coverage=rule.coverage)  # type: ignore[arg-type]
+        check = EvidenceCheck(None, min_found=rule.found, min_coverage=rule.coverage,  # type: ignore[arg-type]
+                              min_window=rule.window)
         reply = None if rec["reply"] is None else EvidenceQuote(**rec["reply"])
         cache[key] = check.judge(rec["question"], _docs(rec), reply)
     verdict = cache[key]
@@ -331,13 +337,19 @@ def _rates(sel: list[dict[str, Any]], decide: Any) -> tuple[float, float]:
 
 
 def _choose(cal: list[dict[str, Any]], grid: list[Rule]) -> Rule:
-    """The rule of ``grid`` with the most abstention on ``cal`` at <= 5% false abstention (ties: less false)."""
-    best, pick = (-1.0, 0.0), grid[0]
-    for rule in grid:
-        ab, fa = _rates(cal, lambda r, rule=rule: _new(r, rule))
-        if fa <= 0.05 and (ab, -fa) > best:
-            best, pick = (ab, -fa), rule
-    return pick
+    """The rule of ``grid`` with the most abstention on ``cal`` at <= 5% false abstention (then less false
+    abstention); when no rule gets there, the one with the least false abstention (then more abstention). Of rules
+    tied on both, the middle one in grid order (the centre of a plateau, away from both of its edges)."""
+    scored = [(_rates(cal, lambda r, rule=rule: _new(r, rule)), rule) for rule in grid]
+    feasible = any(fa <= 0.05 for (_, fa), _ in scored)
+
+    def key(ab: float, fa: float) -> tuple[float, float]:
+        return (ab, -fa) if feasible else (-fa, ab)
+
+    pool = [(key(ab, fa), rule) for (ab, fa), rule in scored if fa <= 0.05 or not feasible]
+    best = max(k for k, _ in pool)
+    tied = [rule for k, rule in pool if k == best]
+    return tied[len(tied) // 2]
 
 
 def _load(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -360,20 +372,22 @@ def report(args: argparse.Namespace) -> None:
             r["calibration"] = i % 2 == 0
     cal = [r for r in recs if r["calibration"]]
     held = [r for r in recs if not r["calibration"]]
-    crosses, founds, covers = [-0.1, -0.075, -0.05, -0.025, 0.0], [0.6, 0.7, 0.8, 0.9, 1.0], [0.0, 0.3, 0.4, 0.5, 0.6]
-    judges = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    crosses, founds, covers = [-0.1, -0.05, 0.0], [0.6, 0.7, 0.8, 0.9], [0.0, 0.2, 0.3, 0.4, 0.5]
+    windows, judges = [0.4, 0.5, 0.6, 0.7, 1.01], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
     judged = any("judge_p" in r for r in recs)
     grids = {
         "gate with the cross-language margin, no evidence check": [Rule(x, None) for x in crosses],
         "+ quote found": [Rule(x, f) for x in crosses for f in founds],
         "+ quote found + about the question": [Rule(x, f, c) for x in crosses for f in founds for c in covers],
+        "+ quote found + about the question, or a retrieved sentence on it": [
+            Rule(x, f, c, w) for x in crosses for f in founds for c in covers for w in windows],
     }
     if judged:
-        grids["+ quote found + about the question + yes/no across languages"] = [
-            Rule(x, f, c, j) for x in crosses for f in founds for c in covers for j in judges]
+        grids["+ quote found + about the question or a sentence on it + yes/no across languages"] = [
+            Rule(x, f, c, w, j) for x in crosses for f in founds for c in covers for w in windows for j in judges]
         grids["+ quote found + about the question, or yes/no where not"] = [
-            Rule(x, f, c, j, "uncertain") for x in crosses for f in founds for c in covers for j in judges]
-        grids["+ quote found + yes/no always"] = [Rule(x, f, 0.0, j, "always") for x in crosses for f in founds
+            Rule(x, f, c, 1.01, j, "uncertain") for x in crosses for f in founds for c in covers for j in judges]
+        grids["+ quote found + yes/no always"] = [Rule(x, f, 0.0, 1.01, j, "always") for x in crosses for f in founds
                                                   for j in judges]
     ta, tf = _rates(cal, _today)
     ha, hf = _rates(held, _today)
@@ -386,10 +400,11 @@ def report(args: argparse.Namespace) -> None:
         ha, hf = _rates(held, lambda r: _new(r, rule))
         setting = (f"cross {rule.cross}" + ("" if rule.found is None else f", found {rule.found}")
                    + (f", coverage {rule.coverage}" if rule.coverage else "")
+                   + (f", sentence {rule.window}" if rule.window <= 1 else "")
                    + ("" if rule.judge is None else f", P(yes) {rule.judge}"))
         rule_rows.append([name, setting, round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1),
                           round(100 * hf, 1)])
-    chosen_name = args.rule or list(grids)[3 if judged else -1]
+    chosen_name = args.rule or list(grids)[4 if judged else -1]
     chosen = picks[chosen_name]
     rows = []
     for name, g in groups.items():
@@ -441,7 +456,7 @@ def report(args: argparse.Namespace) -> None:
              f"({CROSS.relative_to(ROOT)}; the answer_gate benchmark's written near-topic and general-knowledge "
              f"questions)",
         command=f"python bench/bench_abstention.py collect --records R --zh {args.zh} --en {args.en} "
-                f"--cross {args.cross} --seed {args.seed}; python bench/bench_abstention.py judge --records R; "
+                f"--cross {args.cross} --seed {args.seed} (--take N: the first N of each group); python bench/bench_abstention.py judge --records R; "
                 f"python bench/bench_abstention.py report --records R",
         tables=[
             Table(caption="Rules compared (thresholds chosen on the calibration half; % abstention on unanswerable / "
@@ -469,6 +484,7 @@ def main() -> None:
     ap.add_argument("--en", type=int, default=20, help="code-corpus questions per case")
     ap.add_argument("--cross", type=int, default=10, help="written cross-language questions per direction")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--take", type=int, default=0, help="collect: only the first N questions of each group")
     ap.add_argument("--max-quote", type=int, default=MAX_QUOTE_CHARS,
                     help="judge/report: quotes cut to this many characters (the product's grammar cap)")
     ap.add_argument("--home", type=Path, default=Path("/tmp/ctxrag_abstention_home"))

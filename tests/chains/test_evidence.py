@@ -45,18 +45,32 @@ def test_no_quote_abstains() -> None:
 
 
 def test_a_quote_not_in_any_chunk_abstains_and_says_how_much_was_found() -> None:
-    verdict = _check().judge("How much does the QL-7 drone weigh?", DOCS,
-                             EvidenceQuote(source=1, quote="The QL-7 drone weighs 2.5 kilograms."))
+    # the case: "weighs" stitched between two pieces of the payload sentence
+    verdict = _check(min_window=1.01).judge("How much does the QL-7 drone weigh?", DOCS,
+                                            EvidenceQuote(source=1, quote="The QL-7 drone weighs 2.5 kilograms."))
     assert not verdict.supported
     assert "not in them" in verdict.reason and verdict.found < 0.8
+    assert not _check().judge("Who invented the telephone?", DOCS,
+                              EvidenceQuote(source=1, quote="Bell invented the telephone in 1876.")).supported
 
 
 def test_a_real_quote_about_something_else_abstains_on_coverage() -> None:
     # the quote is in chunk 2, but it is about support times, not about pyrite
-    verdict = _check(min_coverage=0.5).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+    others = [DOCS[0], DOCS[1]]  # no chunk about pyrite at all
+    verdict = _check(min_coverage=0.5).judge("黃鐵礦由鐵和哪一元素所構成？", others,
                                              EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
-    assert not verdict.supported and verdict.coverage == 0.0
+    assert not verdict.supported and verdict.coverage == 0.0 and verdict.window is not None and verdict.window < 0.5
     assert "about something else" in verdict.reason
+
+
+def test_a_quote_of_the_wrong_sentence_passes_when_a_retrieved_sentence_holds_the_question() -> None:
+    # the model quoted chunk 2, but chunk 3 has a sentence with the question's words: the quote was the wrong one
+    verdict = _check(min_coverage=0.5, min_window=0.6).judge(
+        "黃鐵礦由鐵和哪一元素所構成？", DOCS, EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
+    assert verdict.supported and verdict.window is not None and verdict.window >= 0.6
+    off = _check(min_coverage=0.5, min_window=1.01).judge(
+        "黃鐵礦由鐵和哪一元素所構成？", DOCS, EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
+    assert not off.supported
 
 
 def test_a_real_quote_on_the_question_is_supported_even_when_misnumbered() -> None:
@@ -77,7 +91,8 @@ def test_an_unreadable_reply_is_not_judged() -> None:
     assert verdict.supported and "not judged" in verdict.reason
 
 
-@pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}])
+@pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}, {"min_window": 2.0},
+                                 {"min_judge": 1.5}])
 def test_bad_thresholds_are_refused_naming_the_value(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=str(next(iter(bad.values())))):
         _check(**bad)
@@ -102,6 +117,7 @@ def test_the_no_knowledge_notice_keeps_a_traditional_question_traditional() -> N
 
 
 def _chain(llm: StructuredFake, **kw: object) -> Runnable:
+    kw.setdefault("evidence", EvidenceCheck(llm, min_window=1.01))
     return build_rag_chain(RunnableLambda(lambda q: DOCS), llm, gate=False, **kw)  # type: ignore[arg-type]
 
 
@@ -139,7 +155,7 @@ def test_evidence_false_keeps_the_old_chain() -> None:
 
 
 @pytest.mark.llm
-def test_the_local_model_declines_a_question_its_chunks_do_not_answer_and_quotes_one_they_do(
+def test_the_local_model_quotes_the_sentence_that_answers_and_nothing_for_an_absent_topic(
         local_chat_model: object) -> None:
     check = EvidenceCheck(local_chat_model)  # type: ignore[arg-type]
     from ctxrag.chains.rag import answer_messages
@@ -149,7 +165,7 @@ def test_the_local_model_declines_a_question_its_chunks_do_not_answer_and_quotes
 
     ok = verdict("What payload does the QL-7 drone carry?")
     assert ok.supported and ok.source == 1, ok  # type: ignore[attr-defined]
-    assert not verdict("Who designed the QL-7 drone?").supported  # type: ignore[attr-defined]
+    assert not verdict("Who wrote the novel Pride and Prejudice?").supported  # type: ignore[attr-defined]
 
 
 def test_a_model_without_structured_output_leaves_the_verdict_to_the_gate() -> None:
@@ -173,20 +189,23 @@ def _with_logprobs(p_yes: float) -> object:
 
 
 @pytest.mark.parametrize(("p_yes", "supported"), [(0.9, True), (0.2, False)])
-def test_across_languages_the_model_judges_the_quote(p_yes: float, supported: bool) -> None:
+def test_across_languages_the_model_judges_the_quote_when_asked_to(p_yes: float, supported: bool) -> None:
     llm = StructuredFake.of({"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應"})
     llm.messages = iter([*llm.messages, _with_logprobs(p_yes)])
     question = "How fast are P1 incidents answered on the Professional plan?"
-    verdict = EvidenceCheck(llm).check(question, DOCS, [SystemMessage("chunks")])
+    verdict = EvidenceCheck(llm, judge="cross-language").check(question, DOCS, [SystemMessage("chunks")])
     assert verdict.supported is supported and verdict.judge == pytest.approx(p_yes)
     assert supported or "P(yes) 0.20" in verdict.reason
 
 
-def test_in_the_question_language_the_judge_runs_only_when_asked_to() -> None:
+def test_by_default_the_judge_does_not_run_and_always_asks_it_for_every_quote() -> None:
     quote = {"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms."}
     question = "What payload does the QL-7 drone carry?"
     default = EvidenceCheck(StructuredFake.of(quote)).check(question, DOCS, [SystemMessage("chunks")])
     assert default.supported and default.judge is None
+    cross = EvidenceCheck(StructuredFake.of({"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應"})).check(
+        "How fast are P1 incidents answered on the Professional plan?", DOCS, [SystemMessage("chunks")])
+    assert cross.supported and cross.judge is None and cross.coverage is None
     llm = StructuredFake.of(quote)
     llm.messages = iter([*llm.messages, _with_logprobs(0.1)])
     always = EvidenceCheck(llm, judge="always").check(question, DOCS, [SystemMessage("chunks")])
@@ -199,9 +218,11 @@ def test_when_uncertain_a_yes_lets_a_low_coverage_quote_through_and_a_no_keeps_i
     for p_yes, supported in ((0.9, True), (0.2, False)):
         llm = StructuredFake.of(quote)
         llm.messages = iter([*llm.messages, _with_logprobs(p_yes)])
-        verdict = EvidenceCheck(llm, judge="uncertain").check(question, DOCS, [SystemMessage("chunks")])
+        verdict = EvidenceCheck(llm, judge="uncertain", min_window=1.01).check(question, DOCS,
+                                                                               [SystemMessage("chunks")])
         assert verdict.supported is supported and verdict.judge == pytest.approx(p_yes)
-    never = EvidenceCheck(StructuredFake.of(quote), judge="never").check(question, DOCS, [SystemMessage("chunks")])
+    never = EvidenceCheck(StructuredFake.of(quote), judge="never", min_window=1.01).check(
+        question, DOCS, [SystemMessage("chunks")])
     assert not never.supported and never.judge is None
 
 

@@ -55,7 +55,7 @@ DEFAULT_MIN_MARGIN = 0.04
 """Default ``min_margin`` (see the module docstring and the ``answer_gate`` benchmark page)."""
 DEFAULT_MIN_OVERLAP = 0.35
 """Default ``min_overlap``."""
-DEFAULT_MIN_MARGIN_CROSS = -0.05
+DEFAULT_MIN_MARGIN_CROSS = 0.0
 """Default ``min_margin_cross``: the margin a question in another language than all its chunks needs."""
 
 # question words and fillers that say nothing about the topic; the shipped stopword lists keep some of them
