@@ -352,6 +352,43 @@ def _choose(cal: list[dict[str, Any]], grid: list[Rule]) -> Rule:
     return tied[len(tied) // 2]
 
 
+def latency(args: argparse.Namespace) -> list[list[Any]]:
+    """What the evidence check costs in `ctxrag ask`: the answer alone (after an unrelated prompt, as a fresh
+    question) against the quote and then the answer (which reuses the chunks the quote call read), on the demo
+    knowledge base, the local model."""
+    from langchain_core.messages import HumanMessage
+
+    from ctxrag.chains.evidence import EvidenceCheck
+    from ctxrag.chains.rag import answer_messages
+    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.models.chat import make_chat_model
+    from ctxrag.settings import Settings
+
+    settings = Settings(home=args.home)
+    kb = KnowledgeBase.open("abst_demo", settings, create=False)
+    llm = make_chat_model(settings)
+    check = EvidenceCheck(llm)
+    retriever = kb.as_retriever(mode="hybrid", k=4)
+    rows = []
+    for item in json.loads((ROOT / "examples" / "sample_questions.json").read_text(encoding="utf-8")):
+        q = item["question"]
+        msgs = answer_messages({"question": q, "documents": retriever.invoke(q), "history": []})
+        llm.invoke([HumanMessage("Say hi.")])  # something else in the model's cache, as before a new question
+        t0 = time.perf_counter()
+        alone = llm.invoke(msgs).content
+        t1 = time.perf_counter()
+        llm.invoke([HumanMessage("Say hi.")])
+        t2 = time.perf_counter()
+        check.ask(check.messages(q, msgs))
+        t3 = time.perf_counter()
+        after = llm.invoke(msgs).content
+        t4 = time.perf_counter()
+        rows.append([q, round(t1 - t0, 1), round(t3 - t2, 1), round(t4 - t3, 1), round(t4 - t2 - (t1 - t0), 1),
+                     "yes" if alone == after else "no"])
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
 def _load(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The records, each quote cut to ``--max-quote`` characters: what the grammar's cap would have let the model
     write (greedy decoding writes the same characters up to the cap, then closes the string)."""
@@ -445,6 +482,11 @@ def report(args: argparse.Namespace) -> None:
         "words for English; the code set's references are long answers, so its F1 is low by construction); 'cites "
         "gold': of the answers with sources, those citing the chunk or file the question was written from.",
     ]
+    lat = latency(args) if args.latency else []
+    if lat:
+        notes.append("Latency (second table from the end): the answer alone, as a fresh question, against the quote "
+                     "and then the answer, each demo question once, the local model in process; the answer after the "
+                     "quote reuses the chunks the quote call read (llama.cpp keeps the common prompt prefix).")
     write_page_data(
         "abstention",
         title="In-genre abstention: questions of the knowledge base's kind whose answer is absent",
@@ -457,7 +499,7 @@ def report(args: argparse.Namespace) -> None:
              f"questions)",
         command=f"python bench/bench_abstention.py collect --records R --zh {args.zh} --en {args.en} "
                 f"--cross {args.cross} --seed {args.seed} (--take N: the first N of each group); python bench/bench_abstention.py judge --records R; "
-                f"python bench/bench_abstention.py report --records R",
+                f"python bench/bench_abstention.py report --records R" + (" --latency" if lat else ""),
         tables=[
             Table(caption="Rules compared (thresholds chosen on the calibration half; % abstention on unanswerable / "
                           "% false abstention on answerable, all groups together)",
@@ -467,6 +509,9 @@ def report(args: argparse.Namespace) -> None:
                   columns=["questions", "split", "n", "measure", "today", "new"], rows=rows),
             Table(caption="Answerable questions: answer scores, today / new",
                   columns=["questions", "n", "holds gold %", "F1 %", "cites gold %"], rows=ans_rows),
+            *([Table(caption="What the evidence check costs per question (seconds, this machine)",
+                     columns=["question", "answer alone", "quote", "answer after the quote", "added",
+                              "same answer"], rows=lat)] if lat else []),
         ],
         notes=notes,
         out_dir=args.out_dir,
@@ -485,6 +530,7 @@ def main() -> None:
     ap.add_argument("--cross", type=int, default=10, help="written cross-language questions per direction")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--take", type=int, default=0, help="collect: only the first N questions of each group")
+    ap.add_argument("--latency", action="store_true", help="report: also time the evidence check on the demo questions")
     ap.add_argument("--max-quote", type=int, default=MAX_QUOTE_CHARS,
                     help="judge/report: quotes cut to this many characters (the product's grammar cap)")
     ap.add_argument("--home", type=Path, default=Path("/tmp/ctxrag_abstention_home"))

@@ -149,8 +149,6 @@ def measure(all_cases: list[Case], kbs: dict[str, KnowledgeBase], gate: Relevanc
     bg = gate._background_vectors()
     start = time.perf_counter()
     for i, c in enumerate(all_cases):
-        if c.answerable:
-            continue
         docs = retrievers[c.kb].invoke(c.question)
         c.margin, c.overlap = gate.margin(c.question, docs), gate.overlap(c.question, docs)
         qvec = embed_array(gate.embeddings, [c.question], is_query=True)[0]
