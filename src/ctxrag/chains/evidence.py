@@ -15,12 +15,11 @@ them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, 
    is not in any chunk.
 3. **about the question**: the share of the question's content words (jieba for Chinese, question words dropped) that
    the chunk's sentence holding the quote (`sentence_around`: the quote may be cut short) and the chunk's title and
-   heading contain, folded as above (`coverage`). A quote that falls short of 2 or 3 still passes when some sentence
-   of the retrieved chunks holds at least ``min_window`` of those words (`window_coverage`: the model may quote the
-   wrong sentence, paraphrase it or copy the question): a sentence copied from a chunk on another subject
-   shares little with the question. Only measured when the question and the chunk are in the same language (a
-   Chinese question about an English chunk shares no words with it).
-
+   heading contain, folded as above (`coverage`): a sentence copied from a chunk on another subject shares little
+   with the question. A quote that falls short of 2 or 3 still passes when some sentence of the retrieved chunks
+   holds at least ``min_window`` of those words (`window_coverage`: the model may quote the wrong sentence of the
+   right chunk, paraphrase it or copy the question). Only measured when the question and the chunk are in the same
+   language (a Chinese question about an English chunk shares no words with it).
 4. **the model's yes/no** on the question and the quote alone (P(yes) from token logprobs, at least ``min_judge``):
    a short second call that sees one sentence instead of four chunks. Off by default (``judge="never"``: on the
    benchmark it did not separate answerable from unanswerable questions at a false-abstention rate users accept);
@@ -28,24 +27,27 @@ them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, 
    failed only the coverage (a yes lets it through); ``"always"``: for every found quote.
 
 The question is answerable when the model names a source and either ``found >= min_found`` and ``coverage >=
-min_coverage``, or ``window_coverage >= min_window``; and, where the judge runs, ``P(yes) >= min_judge``.
+min_coverage``, or ``window_coverage >= min_window``; and, where the judge runs, ``P(yes) >= min_judge``. The
+defaults were chosen on the calibration half of ``bench/bench_abstention.py`` (page ``abstention``). A reply that
+cannot be read as the JSON (a model or endpoint without structured output) is not judged: the gate's verdict stands
+and the reason says so.
 
 What it cannot tell: a question about an attribute the chunks do not give of an entity they do name ("How much does
 the QL-7 drone weigh?" over a chunk giving its payload) shares the entity's words with them and passes the word
 measures; the benchmark's near-topic rows say how often.
-The defaults were chosen on the calibration half of ``bench/bench_abstention.py`` (page ``abstention``). A reply that
-cannot be read as the JSON (a model or endpoint without structured output) is not judged: the check passes and says
-so in its reason.
 
 Example::
 
     from ctxrag import KnowledgeBase
     from ctxrag.chains.evidence import EvidenceCheck
+    from ctxrag.chains.rag import answer_messages
     from ctxrag.models.chat import make_chat_model
     kb = KnowledgeBase.open("demo")
-    docs = kb.as_retriever(k=4).invoke("星河知识库的创始人是谁？")
-    verdict = EvidenceCheck(make_chat_model()).check("星河知识库的创始人是谁？", docs)
-    verdict.supported, verdict.reason   # False, 'no retrieved chunk states the answer (the model quoted none)'
+    question = "What port does the Xinghe Knowledge Base server listen on by default?"
+    docs = kb.as_retriever(k=4).invoke(question)
+    prompt = answer_messages({"question": question, "documents": docs, "history": []})
+    verdict = EvidenceCheck(make_chat_model()).check(question, docs, prompt)
+    verdict.supported, verdict.quote, verdict.reason   # True, 'The server listens on port 7420 by default.', '[1] ...'
 """
 from __future__ import annotations
 
