@@ -482,6 +482,8 @@ def report(args: argparse.Namespace) -> None:
         "words for English; the code set's references are long answers, so its F1 is low by construction); 'cites "
         "gold': of the answers with sources, those citing the chunk or file the question was written from.",
     ]
+    if args.run_note:
+        notes.append(args.run_note)
     lat = latency(args) if args.latency else []
     if lat:
         notes.append("Latency (second table from the end): the answer alone, as a fresh question, against the quote "
@@ -498,7 +500,8 @@ def report(args: argparse.Namespace) -> None:
              f"({CROSS.relative_to(ROOT)}; the answer_gate benchmark's written near-topic and general-knowledge "
              f"questions)",
         command=f"python bench/bench_abstention.py collect --records R --zh {args.zh} --en {args.en} "
-                f"--cross {args.cross} --seed {args.seed} (--take N: the first N of each group); python bench/bench_abstention.py judge --records R; "
+                f"--cross {args.cross} --seed {args.seed} (--take N: the first N of each group); "
+                f"python bench/bench_abstention.py judge --records R; "
                 f"python bench/bench_abstention.py report --records R" + (" --latency" if lat else ""),
         tables=[
             Table(caption="Rules compared (thresholds chosen on the calibration half; % abstention on unanswerable / "
@@ -531,6 +534,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--take", type=int, default=0, help="collect: only the first N questions of each group")
     ap.add_argument("--latency", action="store_true", help="report: also time the evidence check on the demo questions")
+    ap.add_argument("--run-note", default="", help="report: a note on how this run's records were collected")
     ap.add_argument("--max-quote", type=int, default=MAX_QUOTE_CHARS,
                     help="judge/report: quotes cut to this many characters (the product's grammar cap)")
     ap.add_argument("--home", type=Path, default=Path("/tmp/ctxrag_abstention_home"))

@@ -11,8 +11,8 @@ says whether the retrieved chunks are about the question at all; then the eviden
 (`ctxrag.chains.evidence.EvidenceCheck`) has the model quote the sentence that states the answer and checks that the
 quote is in a chunk and about the question. ``False`` when either says no; the answer is then a fixed "the knowledge
 base has nothing on this" in the question's language and script, and ``sources`` is empty. ``None`` when both are
-off. ``relevance`` holds the gate's signals and the verdict's reason, with the evidence check's under ``evidence``. ``citations`` checks each sentence's `[n]` against the chunk it
-names (`ctxrag.chains.citations.check_citations`).
+off. ``relevance`` holds the gate's signals and the verdict's reason, with the evidence check's under ``evidence``.
+``citations`` checks each sentence's `[n]` against the chunk it names (`ctxrag.chains.citations.check_citations`).
 
 Sync, async and streaming: `stream` yields ``{"answer": delta}`` chunks as the model writes, then one chunk with
 ``sources``, ``invalid_citations`` and ``citations``. The answer step is replaceable: ``answer=ExtractiveAnswer(llm)``
