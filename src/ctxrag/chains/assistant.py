@@ -198,10 +198,7 @@ class Assistant(Runnable[Any, dict]):
             yield from self._no_knowledge(x, question, lang, config)
             yield {"documents": [], "sources": [], "invalid_citations": []}
             return
-        knowledge = self._knowledge(docs, decision.route)
-        messages = self.prompts[lang].to_messages(
-            route=decision.route.value, question=question, knowledge=knowledge, history=x["history"],
-            allow_general_knowledge=x["allow_general_knowledge"], max_words=self.max_words)
+        messages = self._messages(x, question, docs, decision.route)
         answer = ""
         for delta in self._llm_stream(messages, config):
             answer += delta
@@ -248,15 +245,17 @@ class Assistant(Runnable[Any, dict]):
         verdict = gate.check(question, docs, config)
         return verdict.supported, verdict.reason
 
+    def _messages(self, x: dict[str, Any], question: str, docs: list[Document], route: Route) -> list:
+        """The answer prompt of ``route`` (levels 1-5) in the language of the user's question."""
+        return self.prompts[detect_language(x["question"])].to_messages(
+            route=route.value, question=question, knowledge=self._knowledge(docs, route), history=x["history"],
+            allow_general_knowledge=x["allow_general_knowledge"], max_words=self.max_words)
+
     def _evidenced(self, x: dict[str, Any], question: str, docs: list[Document],
                    config: RunnableConfig | None) -> tuple[bool, str]:
         """The evidence check `build_rag_chain` uses, on the answer prompt this route would send."""
         assert self.evidence is not None
-        lang = detect_language(x["question"])
-        messages = self.prompts[lang].to_messages(
-            route="rag", question=question, knowledge=self._knowledge(docs, Route.RAG), history=x["history"],
-            allow_general_knowledge=x["allow_general_knowledge"], max_words=self.max_words)
-        verdict = self.evidence.check(question, docs, messages, config)
+        verdict = self.evidence.check(question, docs, self._messages(x, question, docs, Route.RAG), config)
         return verdict.supported, verdict.reason
 
     def _no_knowledge(self, x: dict[str, Any], question: str, lang: str,

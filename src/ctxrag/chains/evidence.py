@@ -63,6 +63,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
+from ctxrag.chains.relevance import QUESTION_WORDS
 from ctxrag.compressors.llm_rerank import yes_probability
 from ctxrag.prompts.evidence import evidence_instruction, judge_instruction
 from ctxrag.stores.bm25.tokenize import make_tokenizer
@@ -84,10 +85,7 @@ MAX_QUOTE_CHARS = 80
 """Longest quote the grammar lets the model write: enough to find it in a chunk (its sentence is then read there), and
 short, since the model writes it before the answer."""
 
-_QUESTION_WORDS = frozenset(
-    "什么 什麼 哪些 哪个 哪個 哪一 哪 多少 几 幾 如何 怎么 怎麼 怎样 怎樣 为什么 為什麼 是否 吗 嗎 呢 请问 請問 何 为何 "
-    "何时 何時 哪里 哪裡 谁 誰 时候 時候 "
-    "which what who whom whose when where why how does do did is are was were can could the a an of".split())
+_QUESTION_WORDS = QUESTION_WORDS | frozenset("何 为何 何时 何時 哪里 哪裡 谁 誰 时候 時候".split())
 _NOT_TEXT = re.compile(r"[\W_]+", re.UNICODE)
 _MIN_RUN = 4
 
@@ -219,6 +217,11 @@ def _room_for_the_quote(llm: BaseChatModel) -> BaseChatModel:
     return llm
 
 
+def _heading(doc: Document) -> str:
+    """A chunk's title and heading path, read with its sentences (a sentence rarely repeats the document's name)."""
+    return " ".join(str(doc.metadata.get(k) or "") for k in ("title", "heading_path"))
+
+
 def _failed_coverage_only(verdict: Evidence) -> bool:
     """Whether the quote was found in a chunk and failed only the word coverage."""
     return not verdict.supported and verdict.source > 0 and verdict.coverage is not None and verdict.found > 0
@@ -259,31 +262,38 @@ class EvidenceCheck:
         """Share of the question's content words in ``quote`` (the chunk's sentence holding it), the chunk's title
         and heading path; None when the question and the chunk are in different languages (or the question has no
         content words)."""
-        if detect_language(question) != detect_language(doc.page_content[:2000]):
-            return None
-        asked = self._content_words(question)
-        if not asked:
-            return None
-        md = doc.metadata
-        around = _fold(" ".join([quote, *(str(md.get(k) or "") for k in ("title", "heading_path"))]))
-        return sum(_fold(w) in around for w in asked) / len(asked)
+        return self._coverage(self._asked(question), detect_language(question), quote, doc)
 
     def window_coverage(self, question: str, docs: Sequence[Document]) -> float | None:
         """The best share of the question's content words that one sentence of a retrieved chunk (with that chunk's
         title and heading) holds, over every sentence of the chunks in the question's language; None when there is
         none (or the question has no content words). The model may quote the wrong sentence of the right chunk."""
-        asked = self._content_words(question)
-        lang = detect_language(question)
-        same = [d for d in docs if detect_language(d.page_content[:2000]) == lang]
-        if not asked or not same:
+        best = self._best_sentence(self._asked(question), detect_language(question), docs)
+        return None if best is None else best[0]
+
+    def _asked(self, question: str) -> list[str]:
+        """The question's content words, folded for matching."""
+        return [_fold(w) for w in self._content_words(question)]
+
+    @staticmethod
+    def _coverage(asked: list[str], lang: str, quote: str, doc: Document) -> float | None:
+        if not asked or detect_language(doc.page_content[:2000]) != lang:
             return None
-        folded = [_fold(w) for w in asked]
-        best = 0.0
-        for d in same:
-            around = " ".join(str(d.metadata.get(k) or "") for k in ("title", "heading_path"))
+        return sum(w in _fold(f"{quote} {_heading(doc)}") for w in asked) / len(asked)
+
+    @staticmethod
+    def _best_sentence(asked: list[str], lang: str, docs: Sequence[Document]) -> tuple[float, int] | None:
+        """The best sentence coverage over ``docs`` in language ``lang`` and the chunk (numbered from 1) holding it."""
+        best: tuple[float, int] | None = None
+        for n, d in enumerate(docs, 1):
+            if not asked or detect_language(d.page_content[:2000]) != lang:
+                continue
+            around = _heading(d)
             for sentence in sentences_of(d.page_content):
                 text = _fold(f"{sentence} {around}")
-                best = max(best, sum(w in text for w in folded) / len(folded))
+                share = sum(w in text for w in asked) / len(asked)
+                if best is None or share > best[0]:
+                    best = (share, n)
         return best
 
     def messages(self, question: str, answer_messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -341,7 +351,8 @@ class EvidenceCheck:
         (found, span), n = max(((_matched(quote, docs[i - 1].page_content), i) for i in order),
                                key=lambda x: x[0][0], default=((0.0, None), 0))
         doc = docs[n - 1] if n else docs[0]
-        cov = self.coverage(question, sentence_around(doc.page_content, span) if span else quote, doc)
+        asked, lang = self._asked(question), detect_language(question)
+        cov = self._coverage(asked, lang, sentence_around(doc.page_content, span) if span else quote, doc)
         if found >= self.min_found and (cov is None or cov >= self.min_coverage):
             covered = "another language" if cov is None else f"coverage {cov:.2f}"
             return Evidence(True, n, quote, found, cov, f"[{n}] states it (found {found:.2f}, {covered})")
@@ -350,11 +361,11 @@ class EvidenceCheck:
                f"the quote from [{n}] is about something else: coverage {cov:.2f}, min {self.min_coverage:.2f}")
         # the model may quote the wrong sentence of the right chunk, paraphrase it or copy the question: a retrieved
         # sentence holding the question's words stands in for the quote (the benchmark's false abstentions otherwise)
-        window = self.window_coverage(question, docs) if self.min_window <= 1.0 and cov is not None else None
-        if window is not None and window >= self.min_window:
-            best = max(range(1, len(docs) + 1), key=lambda i: self.window_coverage(question, [docs[i - 1]]) or 0.0)
-            return Evidence(True, best, quote, found, cov, f"a sentence of [{best}] holds the question's words "
-                            f"({window:.2f}, min {self.min_window:.2f}); {why}", window=window)
+        best = self._best_sentence(asked, lang, docs) if self.min_window <= 1.0 and cov is not None else None
+        window = None if best is None else best[0]
+        if best is not None and best[0] >= self.min_window:
+            return Evidence(True, best[1], quote, found, cov, f"a sentence of [{best[1]}] holds the question's words "
+                            f"({best[0]:.2f}, min {self.min_window:.2f}); {why}", window=window)
         held = "" if window is None else f"; best retrieved sentence {window:.2f}, min {self.min_window:.2f}"
         return Evidence(False, n if found >= self.min_found else 0, quote, found, cov,
                         f"no retrieved chunk states the answer ({why}{held})", window=window)

@@ -58,8 +58,8 @@ DEFAULT_MIN_OVERLAP = 0.35
 DEFAULT_MIN_MARGIN_CROSS = 0.0
 """Default ``min_margin_cross``: the margin a question in another language than all its chunks needs."""
 
-# question words and fillers that say nothing about the topic; the shipped stopword lists keep some of them
-_QUESTION_WORDS = frozenset(
+# question words and fillers that say nothing about the topic (the evidence check drops a few more); the shipped stopword lists keep some of them
+QUESTION_WORDS = frozenset(
     "什么 什麼 哪些 哪个 哪個 哪一 哪 多少 几 幾 如何 怎么 怎麼 怎样 怎樣 为什么 為什麼 是否 吗 嗎 呢 请问 請問 "
     "which what who whom whose when where why how does do did is are was were can could the a an of".split())
 
@@ -162,7 +162,7 @@ class RelevanceGate:
         return best - float((self._background_vectors() @ qvec).max())
 
     def _content_words(self, text: str) -> set[str]:
-        return {w for w in self._tokenize(to_simplified(text).lower()) if w not in _QUESTION_WORDS and w.strip()}
+        return {w for w in self._tokenize(to_simplified(text).lower()) if w not in QUESTION_WORDS and w.strip()}
 
     def overlap(self, question: str, docs: Sequence[Document]) -> float:
         """Share of the question's content words found in the best chunk; 0.0 without chunks or content words."""

@@ -184,7 +184,8 @@ def create_app(
                    per_req_config_modifier=policy)
         routes["/ask"] = "RAG answer with [n] citations"
         try:
-            add_routes(app, runnables.chat_runnable(kbs[0], llm, k=k, max_query_chars=limit), path="/chat",
+            add_routes(app, runnables.chat_runnable(kbs[0], llm, k=k, max_query_chars=limit,
+                                                    evidence=s.answer_evidence), path="/chat",
                        per_req_config_modifier=policy)
             routes["/chat"] = f"routing assistant over {kbs[0].name!r}"
         except ImportError as e:  # the assistant is optional

@@ -29,7 +29,6 @@ from pydantic import BaseModel, Field
 
 from ctxrag.chains.assistant import build_assistant_chain
 from ctxrag.chains.rag import build_rag_chain
-from ctxrag.settings import get_settings
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.errors import DocumentNotFound
 from ctxrag.notes import NoteBook
@@ -279,12 +278,12 @@ def streaming_adapter(runnable: Runnable, *, name: str) -> Runnable:
 
 
 def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast",
-                  max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
+                  max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, evidence: bool = True) -> Runnable:
     """The routing assistant (`ctxrag.chains.assistant.Assistant`) over `kb`, streaming sync and async, typed.
 
     Unknown ``selected_doc_ids`` raise `DocumentNotFound` naming them (HTTP 404) before the assistant runs."""
 
-    bot = build_assistant_chain(kb, llm, router=router, k=k, evidence=get_settings().answer_evidence)
+    bot = build_assistant_chain(kb, llm, router=router, k=k, evidence=evidence)
 
     def check_selected(inp: Any) -> Any:
         selected = inp.get("selected_doc_ids") if isinstance(inp, dict) else None
