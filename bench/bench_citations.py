@@ -9,7 +9,7 @@ the same answers after the sentence-by-sentence check (`ctxrag.chains.citations.
 ``generate`` answers with the local model. The 6 demo questions and the questions of
 bench/data/citation_questions_own.json (written for this benchmark, in both languages, not used to choose the check's
 rules) run exactly what `ctxrag demo` runs over the shipped sample corpus: its ingest (no contexts), its chain
-(`ctxrag.cli.query.answer_chain`: hybrid k=4, the relevance gate, the default answer length). A seeded sample of
+(`ctxrag.chains.ask.build_ask_chain` through `ctxrag.cli.query.answer_chain`: hybrid k=4, the relevance gate, the default answer length). A seeded sample of
 DRCD dev questions is answered over all 1,000 DRCD paragraphs by the plain chain (`build_rag_chain`, gate off,
 ctxrag's in-memory `BM25Retriever`, jieba, k=3, at most 160 tokens: no embedding of the corpus on a loaded machine).
 It stores each answer with its numbered chunks, so ``score`` re-checks them without the model.

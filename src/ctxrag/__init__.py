@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
+    from ctxrag.chains.ask import RagAnswer, build_ask_chain
     from ctxrag.chains.rag import build_rag_chain
     from ctxrag.compressors import build_reranker
     from ctxrag.compressors.jina import JinaReranker
@@ -84,6 +85,8 @@ _EXPORTS: dict[str, str] = {
     "build_reranker": "ctxrag.compressors",
     # chains
     "build_rag_chain": "ctxrag.chains.rag",
+    "build_ask_chain": "ctxrag.chains.ask",
+    "RagAnswer": "ctxrag.chains.ask",
     "LayeredPrompt": "ctxrag.prompts.layers",
 }
 

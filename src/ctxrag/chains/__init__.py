@@ -1,4 +1,4 @@
-"""Answer chains: basic RAG (with its relevance gate and the optional extractive short answer), the routing assistant, question rewriting, document summaries and articles from notes."""
+"""Answer chains: the ask chain (`build_ask_chain`, output `RagAnswer`), basic RAG (with its relevance gate and the optional extractive short answer), the routing assistant, question rewriting, document summaries and articles from notes."""
 from __future__ import annotations
 
 import importlib
@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time `__getattr__` imports on first use
     from ctxrag.chains.article import ArticleWriter
+    from ctxrag.chains.ask import RagAnswer, build_ask_chain
     from ctxrag.chains.assistant import Assistant, build_assistant_chain
     from ctxrag.chains.rag import build_rag_chain
     from ctxrag.chains.relevance import Relevance, RelevanceGate
@@ -15,6 +16,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time `__getattr__` impor
     from ctxrag.chains.summarize import DocumentSummarizer
 
 _EXPORTS = {
+    "build_ask_chain": "ctxrag.chains.ask",
+    "RagAnswer": "ctxrag.chains.ask",
     "build_rag_chain": "ctxrag.chains.rag",
     "ExtractiveAnswer": "ctxrag.chains.short_answer",
     "RelevanceGate": "ctxrag.chains.relevance",

@@ -16,11 +16,13 @@ Input ``{"question", "selected_doc_ids": [...], "history": [(role, text), ...], 
 - ``summary``: whole-document summaries of the selected documents (map-reduce when long), answered with ``[n]``
   citing documents.
 
-Output of `invoke`: ``{"route", "decision", "question", "standalone_question", "supported", "answer", "documents",
-"sources", "invalid_citations"}`` (``supported``: True when answered from the knowledge base, False for the
-no-knowledge notice, whose reason is ``decision["reason"]``, None for chat and summaries). `stream` yields
+Output of `invoke`: ``{"route", "decision", "question", "standalone_question", "supported", "relevance", "answer",
+"documents", "sources", "invalid_citations", "citations"}`` (``supported``: True when answered from the knowledge
+base, False for the no-knowledge notice, whose reason is ``decision["reason"]``, None for chat and summaries), the
+shape of `ctxrag.chains.ask.RagAnswer` plus the decision. The RAG route decides and post-processes as the ask chain
+does (`ctxrag.chains.rag.support_verdict`, then its answer ``steps``, default the citation check). `stream` yields
 ``{"route", "decision", ...}`` first, then ``{"answer": delta}`` chunks, then
-``{"documents", "sources", "invalid_citations"}``.
+``{"documents", "sources", "invalid_citations", "citations"}``.
 
 The steps are LCEL runnables named ``rewrite`` -> ``route`` -> ``retrieve`` -> ``answer`` (`Assistant.chain`); the
 caller's config (callbacks, tags, ``--debug`` tracing) reaches each of them and every LLM call inside, so
@@ -48,6 +50,7 @@ from langchain_core.runnables.utils import AddableDict
 from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.citations import map_citations
 from ctxrag.chains.evidence import EvidenceCheck
+from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, support_verdict
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.chains.rewrite import QuestionRewriter
 from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
@@ -95,6 +98,7 @@ class Assistant(Runnable[Any, dict]):
         max_words: int = 200,
         max_chars_per_chunk: int = 1200,
         summarizer: DocumentSummarizer | None = None,
+        steps: Sequence[AnswerStep] = DEFAULT_STEPS,
     ) -> None:
         self.kb = kb
         self.llm = llm
@@ -115,6 +119,7 @@ class Assistant(Runnable[Any, dict]):
         self.max_words = max_words
         self.max_chars_per_chunk = max_chars_per_chunk
         self.summarizer = summarizer or DocumentSummarizer(kb, llm, catalog=self.catalog)
+        self.steps = tuple(steps)
         self._chain: Runnable[Any, dict] | None = None
         self._gates: dict[float, RelevanceGate] = {}
 
@@ -162,18 +167,21 @@ class Assistant(Runnable[Any, dict]):
         decision: RouteDecision = x["decision"]
         question, selected = x["standalone_question"], x["selected_doc_ids"]
         docs: list[Document] = []
+        relevance: dict[str, Any] | None = None
         if decision.route is Route.RAG:
             docs = self._retrieve(question, selected, config)
-            relevant, why = self._relevant(question, docs, bool(selected), config)
-            if relevant and self.evidence is not None:
-                relevant, why = self._evidenced(x, question, docs, config)
-            if not relevant:
+            found = docs
+            supported, relevance = support_verdict(
+                self._gate(bool(selected)), self.evidence, question, found,
+                lambda: self._messages(x, question, found, Route.RAG), config)
+            if supported is False:
+                why = (relevance or {}).get("reason", "")
                 decision = RouteDecision(Route.NO_KNOWLEDGE, decision.confidence, f"{decision.reason}; {why}",
                                          decision.router_used, decision.fallback, decision.signals)
                 docs = []
         elif decision.route is Route.SUMMARY:
             docs = self._summaries(selected, config)
-        return {**x, "decision": decision, "documents": docs}
+        return {**x, "decision": decision, "documents": docs, "relevance": relevance}
 
     def _answer_step(self, inputs: Iterator[dict[str, Any]], config: RunnableConfig) -> Iterator[AddableDict]:
         for x in inputs:
@@ -193,22 +201,29 @@ class Assistant(Runnable[Any, dict]):
         lang = detect_language(x["question"])
         supported = {Route.RAG: True, Route.NO_KNOWLEDGE: False}.get(decision.route)
         yield {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
-               "standalone_question": question, "supported": supported}
+               "standalone_question": question, "supported": supported, "relevance": x.get("relevance")}
         if decision.route is Route.NO_KNOWLEDGE:
             yield from self._no_knowledge(x, question, lang, config)
-            yield {"documents": [], "sources": [], "invalid_citations": []}
+            yield {"documents": [], "sources": [], "invalid_citations": [], "citations": []}
             return
         messages = self._messages(x, question, docs, decision.route)
         answer = ""
         for delta in self._llm_stream(messages, config):
             answer += delta
             yield {"answer": delta}
-        cites = map_citations(answer, docs, check=decision.route is Route.RAG) if decision.route in (
-            Route.RAG, Route.SUMMARY) else {
-            "sources": [], "invalid_citations": []}
-        if decision.route is Route.SUMMARY:
+        if decision.route is Route.RAG:  # the ask chain's answer steps, on the same state
+            state: dict[str, Any] = {"question": question, "documents": docs, "answer": answer}
+            cites: dict[str, Any] = {}
+            for step in self.steps:
+                added = step(state)
+                state.update(added)
+                cites.update(added)
+        elif decision.route is Route.SUMMARY:  # summaries paraphrase: the model's own citations, unchecked
+            cites = map_citations(answer, docs, check=False)
             for s in cites["sources"]:
                 s["doc_id"] = docs[s["n"] - 1].metadata.get("doc_id")
+        else:
+            cites = {"sources": [], "invalid_citations": [], "citations": []}
         yield {"documents": docs, **cites}
 
     def _llm(self) -> Any:
@@ -230,9 +245,7 @@ class Assistant(Runnable[Any, dict]):
         retriever = make_retriever(self.kb, mode=self.mode, k=self.k, filter=doc_filter)
         return retriever.invoke(question, config)
 
-    def _relevant(
-        self, question: str, docs: list[Document], selected: bool, config: RunnableConfig | None = None
-    ) -> tuple[bool, str]:
+    def _gate(self, selected: bool) -> RelevanceGate:
         """The relevance gate `build_rag_chain` uses (`RelevanceGate`), with the router's margin (a lower one when
         documents are selected) unless ``relevance_margin`` is given."""
         t = self.fast.thresholds
@@ -242,21 +255,13 @@ class Assistant(Runnable[Any, dict]):
         if gate is None:
             gate = self._gates[margin] = RelevanceGate(self.kb.embeddings, min_margin=margin,
                                                        llm=self.llm if self.llm_relevance else None)
-        verdict = gate.check(question, docs, config)
-        return verdict.supported, verdict.reason
+        return gate
 
     def _messages(self, x: dict[str, Any], question: str, docs: list[Document], route: Route) -> list:
         """The answer prompt of ``route`` (levels 1-5) in the language of the user's question."""
         return self.prompts[detect_language(x["question"])].to_messages(
             route=route.value, question=question, knowledge=self._knowledge(docs, route), history=x["history"],
             allow_general_knowledge=x["allow_general_knowledge"], max_words=self.max_words)
-
-    def _evidenced(self, x: dict[str, Any], question: str, docs: list[Document],
-                   config: RunnableConfig | None) -> tuple[bool, str]:
-        """The evidence check `build_rag_chain` uses, on the answer prompt this route would send."""
-        assert self.evidence is not None
-        verdict = self.evidence.check(question, docs, self._messages(x, question, docs, Route.RAG), config)
-        return verdict.supported, verdict.reason
 
     def _no_knowledge(self, x: dict[str, Any], question: str, lang: str,
                       config: RunnableConfig | None) -> Iterator[dict]:

@@ -3,8 +3,10 @@
 Input: a question string, or ``{"question": str, "history": [(role, text), ...]}``, or LangChain's
 `create_retrieval_chain` keys ``{"input": str, "chat_history": [messages]}``. Output: a dict with ``question``,
 ``documents`` (retrieved, numbered from 1 in the prompt), ``context`` (the same list, `create_retrieval_chain`'s
-name), ``answer``, ``sources`` (the cited documents), ``invalid_citations``, ``supported`` and ``relevance``;
-``input`` too when it was given.
+name), ``answer``, ``sources`` (the cited documents), ``invalid_citations``, ``citations``, ``supported``,
+``relevance`` and ``route`` (``"rag"``, or ``"no_knowledge"`` when it abstained); ``input`` too when it was given.
+`ctxrag.chains.ask.RagAnswer` is this shape as a typed model, and `ctxrag.chains.ask.build_ask_chain` the chain
+`ctxrag ask`, ``/ask`` and the benchmarks answer with.
 
 ``supported`` is decided in two stages: the relevance gate (`ctxrag.chains.relevance.RelevanceGate`, no model call)
 says whether the retrieved chunks are about the question at all; then the evidence check
@@ -12,7 +14,8 @@ says whether the retrieved chunks are about the question at all; then the eviden
 quote is in a chunk and about the question. ``False`` when either says no; the answer is then a fixed "the knowledge
 base has nothing on this" in the question's language and script, and ``sources`` is empty. ``None`` when both are
 off. ``relevance`` holds the gate's signals and the verdict's reason, with the evidence check's under ``evidence``.
-``citations`` checks each sentence's `[n]` against the chunk it names (`ctxrag.chains.citations.check_citations`).
+``citations`` checks each sentence's `[n]` against the chunk it names (`ctxrag.chains.citations.check_citations`);
+it and ``sources`` come from the answer steps (``steps``, default `cite_sources`), which run on the complete answer.
 
 Sync, async and streaming: `stream` yields ``{"answer": delta}`` chunks as the model writes, then one chunk with
 ``sources``, ``invalid_citations`` and ``citations``. The answer step is replaceable: ``answer=ExtractiveAnswer(llm)``
@@ -32,8 +35,9 @@ Example::
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
+from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.output_parsers import StrOutputParser
@@ -81,30 +85,58 @@ def answer_messages(x: dict[str, Any], *, lang: str = "auto", prompts: dict[str,
                               history=x["history"], max_words=max_words)
 
 
-def _gate_step(gate: RelevanceGate | None) -> Runnable:
+def support_verdict(gate: RelevanceGate | None, evidence: EvidenceCheck | None, question: str,
+                    docs: list[Document], messages: Callable[[], list[BaseMessage]],
+                    config: RunnableConfig | None = None) -> tuple[bool | None, dict[str, Any] | None]:
+    """Whether the retrieved `docs` support an answer to `question`: the relevance gate first (no model call), then,
+    when it passed, the evidence check on the answer prompt ``messages()`` would send. Returns ``(supported,
+    relevance)``: ``supported`` is None when both are off; ``relevance`` holds the gate's signals and the verdict's
+    reason, the evidence check's under ``"evidence"``. An evidence reply that could not be read decides nothing.
+
+    The one decision `build_rag_chain` and the assistant's RAG route both make (so they abstain alike)."""
+    if gate is None and evidence is None:
+        return None, None
+    supported: bool | None = None
+    relevance: dict[str, Any] = {}
+    if gate is not None:
+        verdict = gate.check(question, docs, config)
+        supported, relevance = verdict.supported, verdict.to_dict()
+    if evidence is None or supported is False:
+        return supported, relevance or None
+    found = evidence.check(question, docs, messages(), config)
+    relevance["evidence"] = found.to_dict()
+    if not found.judged:  # a reply that could not be read decides nothing
+        return supported, relevance
+    if not found.supported or not relevance.get("reason"):
+        relevance.update(supported=found.supported, reason=found.reason)
+    return found.supported, relevance
+
+
+def _support_step(gate: RelevanceGate | None, evidence: EvidenceCheck | None,
+                  to_messages: Callable[[dict[str, Any]], list[BaseMessage]]) -> Runnable:
     def check(x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        if gate is None:
-            return {**x, "supported": None, "relevance": None}
-        verdict = gate.check(x["question"], x["documents"], config)
-        return {**x, "supported": verdict.supported, "relevance": verdict.to_dict()}
+        supported, relevance = support_verdict(gate, evidence, x["question"], x["documents"],
+                                               lambda: to_messages(x), config)
+        return {**x, "supported": supported, "relevance": relevance,
+                "route": "no_knowledge" if supported is False else "rag"}
 
-    return RunnableLambda(check, name="relevance_gate")
+    return RunnableLambda(check, name="support_check")
 
 
-def _evidence_step(evidence: EvidenceCheck | None, to_messages: Any) -> Runnable:
-    def check(x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        if evidence is None or x["supported"] is False:
-            return x
-        verdict = evidence.check(x["question"], x["documents"], to_messages(x), config)
-        relevance = dict(x["relevance"] or {})
-        relevance["evidence"] = verdict.to_dict()
-        if not verdict.judged:  # a reply that could not be read decides nothing
-            return {**x, "relevance": relevance}
-        if not verdict.supported or not relevance.get("reason"):
-            relevance.update(supported=verdict.supported, reason=verdict.reason)
-        return {**x, "supported": verdict.supported, "relevance": relevance}
+AnswerStep = Callable[[dict[str, Any]], dict[str, Any]]
+"""A post-processing step of a written answer: the chain state (``question``, ``documents``, ``answer``, ...) -> the
+fields it adds (e.g. ``sources``). Steps run in order after the answer is complete; each one's fields stream as one
+chunk and are in the state the next one sees."""
 
-    return RunnableLambda(check, name="evidence_check")
+
+def cite_sources(x: dict[str, Any]) -> dict[str, Any]:
+    """The default `AnswerStep`: the answer's ``[n]`` mapped to the retrieved chunks and each sentence checked against
+    the chunk it cites (`ctxrag.chains.citations.map_citations`): ``sources``, ``invalid_citations``, ``citations``."""
+    return map_citations(x.get("answer", ""), x.get("documents", []))
+
+
+DEFAULT_STEPS: tuple[AnswerStep, ...] = (cite_sources,)
+"""The answer steps `build_rag_chain` runs unless given others."""
 
 
 def _abstain(x: dict[str, Any]) -> dict[str, Any]:
@@ -118,27 +150,32 @@ def _accumulate(acc: dict[str, Any], chunk: dict[str, Any]) -> None:
         acc[k] = acc[k] + v if k == "answer" and k in acc else v
 
 
-def _citations(acc: dict[str, Any]) -> list[AddableDict]:
-    if "sources" in acc:  # the gate abstained: nothing to cite
-        return []
-    return [AddableDict(map_citations(acc.get("answer", ""), acc.get("documents", [])))]
+def _after_answer(acc: dict[str, Any], steps: Sequence[AnswerStep]) -> Iterator[AddableDict]:
+    if acc.get("route") == "no_knowledge":  # abstained: nothing to post-process
+        return
+    for step in steps:
+        added = step(acc)
+        acc.update(added)
+        yield AddableDict(added)
 
 
-def _finish(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    acc: dict[str, Any] = {}
-    for c in chunks:
-        _accumulate(acc, c)
-        yield c
-    yield from _citations(acc)
+def _finisher(steps: Sequence[AnswerStep]) -> Runnable:
+    def finish(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        acc: dict[str, Any] = {}
+        for c in chunks:
+            _accumulate(acc, c)
+            yield c
+        yield from _after_answer(acc, steps)
 
+    async def afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        acc: dict[str, Any] = {}
+        async for c in chunks:
+            _accumulate(acc, c)
+            yield c
+        for part in _after_answer(acc, steps):
+            yield part
 
-async def _afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-    acc: dict[str, Any] = {}
-    async for c in chunks:
-        _accumulate(acc, c)
-        yield c
-    for part in _citations(acc):
-        yield part
+    return RunnableGenerator(finish, afinish, name="answer_steps")
 
 
 def build_rag_chain(
@@ -152,6 +189,7 @@ def build_rag_chain(
     prompts: dict[str, LayeredPrompt] | None = None,
     max_words: int = 200,
     max_chars_per_chunk: int | None = 1500,
+    steps: Sequence[AnswerStep] = DEFAULT_STEPS,
 ) -> Runnable:
     """Build the chain described in the module docstring.
 
@@ -160,7 +198,8 @@ def build_rag_chain(
     over ``llm`` with its default thresholds, ``False`` for none (a gate-passed question is always answered). ``answer`` replaces the answer step: a runnable from
     the state ``{"question", "documents", "history", ...}`` to the same with ``answer`` (e.g. `ExtractiveAnswer`).
     The default answer follows the question's language (``lang``), cites `[n]`, and streams; ``prompts`` (by
-    language, ``"zh"``/``"en"``) replace its built-in prompts.
+    language, ``"zh"``/``"en"``) replace its built-in prompts. ``steps``: what runs on the complete answer, in order
+    (`AnswerStep`; default `cite_sources`); an abstention runs none.
     """
     if lang not in ("auto", "zh", "en"):
         raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {lang!r}")
@@ -176,8 +215,7 @@ def build_rag_chain(
         RunnableLambda(_prepare)
         | RunnablePassthrough.assign(documents=itemgetter("question") | retriever)
         | RunnablePassthrough.assign(context=itemgetter("documents"))
-        | _gate_step(checker)
-        | _evidence_step(quoter, to_messages)
-        | RunnableBranch((lambda x: x["supported"] is False, RunnableLambda(_abstain)), answer_step)
-        | RunnableGenerator(_finish, _afinish)
+        | _support_step(checker, quoter, to_messages)
+        | RunnableBranch((lambda x: x["route"] == "no_knowledge", RunnableLambda(_abstain)), answer_step)
+        | _finisher(steps)
     ).with_config(run_name="ctxrag_rag")

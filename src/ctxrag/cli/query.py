@@ -62,6 +62,7 @@ def ask(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Answer a question from the knowledge base with [n] citations; streams to the terminal."""
+    from ctxrag.chains.ask import RagAnswer
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
 
     def body() -> None:
@@ -73,12 +74,8 @@ def ask(
         if json_out:
             with wrap_model_errors(llm):
                 out = chain.invoke(checked, config=cfg)
-            typer.echo(json.dumps({"question": question, "answer": out["answer"], "supported": out["supported"],
-                                   "relevance": out["relevance"], "sources": out["sources"],
-                                   "invalid_citations": out["invalid_citations"],
-                                   "citations": out.get("citations", []),
-                                   "retrieved": [d.metadata.get("chunk_id") for d in out["documents"]]},
-                                  ensure_ascii=False, indent=1))
+            answer = RagAnswer.from_output({**out, "question": question})
+            typer.echo(json.dumps(answer.to_json(), ensure_ascii=False, indent=1))
             return
         stream_answer(chain, llm, checked, cfg)
 
@@ -86,18 +83,12 @@ def ask(
 
 
 def answer_chain(kbs: list[Any], llm: Any, *, k: int = 4, mode: str = "hybrid", rerank: str = "none") -> Any:
-    """The chain `ctxrag ask` and `ctxrag demo` answer with (and bench/bench_citations.py measures): the knowledge
-    bases' retriever, the relevance gate over the first one's embeddings (``answer_gate`` setting), the evidence
-    check (``answer_evidence``) and cited answers. `kbs`: names, or knowledge bases already open (each is opened once either way)."""
-    from ctxrag.chains.rag import build_rag_chain
-    from ctxrag.chains.relevance import RelevanceGate
-    from ctxrag.retrievers.factory import make_multi_kb_retriever
+    """`ctxrag.chains.ask.build_ask_chain` over `kbs`: names, or knowledge bases already open (each is opened once
+    either way)."""
+    from ctxrag.chains.ask import build_ask_chain
 
     opened = [open_kbs([x])[0] if isinstance(x, str) else x for x in kbs]
-    settings = get_settings()
-    gate = RelevanceGate(opened[0].embeddings) if settings.answer_gate else False
-    return build_rag_chain(make_multi_kb_retriever(opened, mode=mode, k=k, rerank=rerank, search_type="similarity"),
-                           llm, gate=gate, evidence=settings.answer_evidence)
+    return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank)
 
 
 def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:

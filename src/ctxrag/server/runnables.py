@@ -23,16 +23,17 @@ from contextvars import copy_context
 from typing import Any, AsyncIterator, Iterator, Literal, Sequence
 
 from langchain_core.documents import Document
+from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator, RunnableLambda
 from langchain_core.runnables.utils import AddableDict
 from pydantic import BaseModel, Field
 
+from ctxrag.chains.ask import RagAnswer, build_ask_chain
 from ctxrag.chains.assistant import build_assistant_chain
-from ctxrag.chains.rag import build_rag_chain
-from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.errors import DocumentNotFound
 from ctxrag.notes import NoteBook
 from ctxrag.retrievers.factory import make_multi_kb_retriever
+from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import check_query
 
 DEFAULT_MAX_QUERY_CHARS = 4000
@@ -51,19 +52,8 @@ class AskInput(BaseModel):
     history: list[tuple[Role, str]] = Field(default_factory=list, description="Earlier turns as (role, text).")
 
 
-class AskOutput(BaseModel):
-    """The RAG chain's answer with its cited sources (numbered as in the prompt) and the retrieved chunks."""
-
-    question: str = ""
-    answer: str = ""
-    sources: list[dict[str, Any]] = Field(default_factory=list)
-    invalid_citations: list[int] = Field(default_factory=list)
-    documents: list[Document] = Field(default_factory=list)
-    supported: bool | None = None
-    """False: no retrieved chunk supports an answer (the relevance gate or the evidence check said so) and ``answer``
-    says the knowledge base has nothing on the question; None: both are off."""
-    relevance: dict[str, Any] | None = None
-    citations: list[dict[str, Any]] = Field(default_factory=list)
+AskOutput = RagAnswer
+"""The ``/ask`` output: `ctxrag.chains.ask.RagAnswer` (the name is kept for the server's schema)."""
 
 
 class ChatInput(BaseModel):
@@ -75,20 +65,15 @@ class ChatInput(BaseModel):
     allow_general_knowledge: bool = Field(False, description="Answer from general knowledge when the KB has nothing.")
 
 
-class ChatOutput(BaseModel):
-    """The assistant's route, answer and sources."""
+class ChatOutput(RagAnswer):
+    """The assistant's turn: `RagAnswer` with the route decision and the standalone question it answered."""
 
     route: str = ""
     decision: dict[str, Any] = Field(default_factory=dict)
-    question: str = ""
     standalone_question: str = ""
-    answer: str = ""
     supported: bool | None = None
     """True: answered from the knowledge base (the rag route passed the gate and the evidence check); False: the
     knowledge base has nothing on it (``decision["reason"]`` says why); None: chat or document summary."""
-    sources: list[dict[str, Any]] = Field(default_factory=list)
-    invalid_citations: list[int] = Field(default_factory=list)
-    documents: list[Document] = Field(default_factory=list)
 
 
 class NotesInput(BaseModel):
@@ -213,15 +198,13 @@ def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
     return chain.with_types(input_type=str, output_type=list[Document]).with_config(run_name="ctxrag_search")
 
 
-def ask_runnable(kbs: Sequence[Any], llm: Any, *, mode: str = "hybrid", k: int = 4,
-                 max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True,
+def ask_runnable(kbs: Sequence[KnowledgeSource], llm: BaseChatModel, *, mode: str = "hybrid", k: int = 4,
+                 rerank: str = "none", max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True,
                  evidence: bool = True) -> Runnable:
-    """The RAG chain (`ctxrag.chains.rag.build_rag_chain`) over the knowledge bases `kbs`, typed for serving; with
-    ``gate`` its relevance gate over the first knowledge base's embeddings, with ``evidence`` its evidence check."""
+    """`ctxrag.chains.ask.build_ask_chain` over the knowledge bases `kbs`, typed for serving: the question checked
+    first, source paths cut by the request's policy."""
 
-    checker = RelevanceGate(kbs[0].embeddings) if gate and kbs else False
-    chain = build_rag_chain(make_multi_kb_retriever(list(kbs), mode=mode, k=k), llm, gate=checker,
-                            evidence=evidence)
+    chain = build_ask_chain(list(kbs), llm, mode=mode, k=k, rerank=rerank, gate=gate, evidence=evidence)
     chain = _question_checker(max_query_chars) | chain | _path_filter()
     return chain.with_types(input_type=AskInput, output_type=AskOutput)
 

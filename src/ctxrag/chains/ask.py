@@ -1,0 +1,93 @@
+"""The ask chain: the one assembly of retriever, relevance gate, evidence check, cited answer and answer steps that
+`ctxrag ask` and `ctxrag demo`, the server's ``/ask`` and the benchmarks answer with, and `RagAnswer`, its output
+as a typed model (the server's ``/ask`` schema, the CLI's ``--json`` and the assistant's output share it).
+
+`build_ask_chain` takes knowledge bases that are already open (anything implementing
+`ctxrag.stores.protocols.KnowledgeSource`) and a chat model; what it does not get as an argument comes from the
+settings (``answer_gate``, ``answer_evidence``). It returns `ctxrag.chains.rag.build_rag_chain`'s runnable: dicts
+in, dicts out (streamed), with `RagAnswer.from_output` for typed access.
+
+Example::
+
+    from ctxrag import KnowledgeBase
+    from ctxrag.chains.ask import RagAnswer, build_ask_chain
+    from ctxrag.models.chat import make_chat_model
+    chain = build_ask_chain([KnowledgeBase.open("demo")], make_chat_model())
+    out = RagAnswer.from_output(chain.invoke("星河知识库支持哪些文件格式？"))
+    print(out.supported, out.answer, [s["source"] for s in out.sources])
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from langchain_core.documents import Document
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable
+from pydantic import BaseModel, Field
+
+from ctxrag.chains.evidence import EvidenceCheck
+from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, build_rag_chain
+from ctxrag.chains.relevance import RelevanceGate
+from ctxrag.retrievers.factory import make_multi_kb_retriever
+from ctxrag.settings import Settings, get_settings
+from ctxrag.stores.protocols import KnowledgeSource
+
+
+class RagAnswer(BaseModel):
+    """An answer from the knowledge base with its cited sources (numbered as in the prompt) and retrieved chunks."""
+
+    question: str = ""
+    answer: str = ""
+    supported: bool | None = None
+    """False: no retrieved chunk supports an answer (the relevance gate or the evidence check said so) and ``answer``
+    says the knowledge base has nothing on the question; None: both are off (or the route does not retrieve)."""
+    relevance: dict[str, Any] | None = None
+    """The gate's signals and the verdict's reason; the evidence check's under ``"evidence"``."""
+    route: str = "rag"
+    """``rag`` (answered from the chunks), ``no_knowledge`` (abstained); the assistant adds ``chat`` and ``summary``."""
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    invalid_citations: list[int] = Field(default_factory=list)
+    citations: list[dict[str, Any]] = Field(default_factory=list)
+    """One entry per answer sentence: ``sentence``, ``cited``, ``sources``, ``status`` (see `map_citations`)."""
+    documents: list[Document] = Field(default_factory=list)
+
+    @classmethod
+    def from_output(cls, out: Mapping[str, Any]) -> "RagAnswer":
+        """The typed form of a chain's output dict (keys it does not know, such as ``context``, are left out)."""
+        nullable = ("supported", "relevance")
+        return cls.model_validate({k: v for k, v in out.items()
+                                   if k in cls.model_fields and (v is not None or k in nullable)})
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``ctxrag ask --json`` form: the retrieved chunks as their ids (``retrieved``), not their text."""
+        out = self.model_dump(exclude={"documents"})
+        out["retrieved"] = [d.metadata.get("chunk_id") for d in self.documents]
+        return out
+
+
+def build_ask_chain(
+    kbs: Sequence[KnowledgeSource],
+    llm: BaseChatModel,
+    *,
+    k: int = 4,
+    mode: str = "hybrid",
+    rerank: str = "none",
+    gate: RelevanceGate | bool | None = None,
+    evidence: EvidenceCheck | bool | None = None,
+    steps: Sequence[AnswerStep] = DEFAULT_STEPS,
+    settings: Settings | None = None,
+) -> Runnable:
+    """The chain `ctxrag ask` answers with over the open knowledge bases `kbs` (several are fused by RRF).
+
+    ``gate``: None follows the ``answer_gate`` setting; True is a `RelevanceGate` over the first knowledge base's
+    embeddings; or a gate of your own, or False. ``evidence``: None follows ``answer_evidence``; True is an
+    `EvidenceCheck` over ``llm``. ``steps`` run on the complete answer (`ctxrag.chains.rag.AnswerStep`).
+    """
+    if not kbs:
+        raise ValueError("build_ask_chain needs at least one knowledge base, got none")
+    s = settings or get_settings()
+    gate = s.answer_gate if gate is None else gate
+    evidence = s.answer_evidence if evidence is None else evidence
+    checker = RelevanceGate(kbs[0].embeddings) if gate is True else gate
+    retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k, rerank=rerank, search_type="similarity")
+    return build_rag_chain(retriever, llm, gate=checker, evidence=evidence, steps=steps)
