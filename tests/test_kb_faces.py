@@ -141,3 +141,20 @@ def test_documents_added_before_ids_were_chunk_ids_are_still_found() -> None:
     assert [(d.id, d.page_content, d.metadata) for d in found] == [("old", "An old document.", {"k": 1})]
     assert store.similarity_search("old document", k=1)[0].id == "old"
     kb.close()
+
+
+def test_ingest_of_a_path_that_does_not_exist_raises_before_writing(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python API fails loudly (the README's block run from another folder), naming the path and the folder
+    relative paths are read from; nothing is written."""
+    from ctxrag.errors import PathNotFound
+    from ctxrag.settings import Settings
+
+    monkeypatch.chdir(tmp_path)  # a project folder without the repository's examples/
+
+    kb = KnowledgeBase.open("loud", Settings(home=tmp_path / "home"))
+    (tmp_path / "real.md").write_text("# Real\n\nA real file.\n", encoding="utf-8")
+    with pytest.raises(PathNotFound, match=r"examples/sample_corpus: no such file or directory \(relative") as e:
+        kb.ingest([tmp_path / "real.md", "examples/sample_corpus"], progress=False)
+    assert isinstance(e.value, FileNotFoundError)
+    assert kb.list_documents() == []

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` imports on first use
     from ctxrag.chains.ask import RagAnswer, build_ask_chain
+    from ctxrag.resource_paths import demo_corpus
     from ctxrag.chains.rag import build_rag_chain
     from ctxrag.compressors import build_reranker
     from ctxrag.compressors.jina import JinaReranker
@@ -86,6 +87,7 @@ _EXPORTS: dict[str, str] = {
     # chains
     "build_rag_chain": "ctxrag.chains.rag",
     "build_ask_chain": "ctxrag.chains.ask",
+    "demo_corpus": "ctxrag.resource_paths",
     "RagAnswer": "ctxrag.chains.ask",
     "LayeredPrompt": "ctxrag.prompts.layers",
 }

@@ -19,6 +19,11 @@ class LoadError(CtxragError):
         super().__init__(f"{self.path}: {reason}")
 
 
+class PathNotFound(LoadError, FileNotFoundError):
+    """A file or folder given to ingest does not exist (raised before anything is written; a bad file found inside
+    a given folder is reported in the ingest report instead)."""
+
+
 class KnowledgeBaseNotFound(CtxragError, KeyError):
     """The named knowledge base does not exist."""
 

@@ -29,6 +29,7 @@ from langchain_core.documents import Document
 from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
 from ctxrag.ingest_report import IngestReport
+from ctxrag.loading import require_given_paths
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
@@ -221,8 +222,11 @@ class KnowledgeBase:
         ``CTXRAG_CONTEXTUALIZE``, on) gives chunks a context written as ``settings.context_strategy`` says; a given
         `contextualizer` or `precomputed_contexts` is used instead. A changed file replaces its chunks; an unchanged
         one is skipped by content hash; a bad file is reported in the returned `IngestReport` (never raised) and the
-        others are still ingested.
+        others are still ingested. A path you give that does not exist raises `ctxrag.errors.PathNotFound` (a
+        `FileNotFoundError`) before anything is written, as LangChain's loaders do: a typo or a relative path read
+        from another folder is the caller's mistake, not a file to report.
         """
+        paths = require_given_paths(paths)
         if contextualizer is None and precomputed_contexts is None:
             contextualizer = self._default_contextualizer(contextualize, progress)
         return self.pipeline().ingest_files(paths, contextualizer=contextualizer,

@@ -34,7 +34,7 @@ from ctxrag import schema
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file
+from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
@@ -250,7 +250,9 @@ class MilvusKnowledgeBase:
         """Load, split, (contextualize,) embed and store files and folders; an unchanged file (same content hash)
         is skipped, a changed one replaced, a bad one reported (never raised). Contexts follow the local store's
         rule (`contextualize`, default ``settings.contextualize``). `commit_every` is accepted for the local
-        signature: here every document is visible as soon as it is written."""
+        signature: here every document is visible as soon as it is written. A given path that does not exist
+        raises `PathNotFound` before anything is written."""
+        paths = require_given_paths(paths)
         if contextualizer is None and precomputed_contexts is None and \
                 (self.settings.contextualize if contextualize is None else contextualize):
             from ctxrag.indexing.contexts.strategies import make_contextualizer

@@ -35,12 +35,14 @@ def run(*args: str, env: dict[str, str] | None = None):
 
 def test_ingest_reports_each_file_and_exits_nonzero_on_bad_input(corpus: Path, tmp_path: Path) -> None:
     (corpus / "empty.txt").write_text("", encoding="utf-8")
-    r = run("ingest", str(corpus), str(tmp_path / "nope.md"), "--kb", "proj")
-    assert r.exit_code == 1
+    missing = run("ingest", str(corpus), str(tmp_path / "nope.md"), "--kb", "proj")
+    assert missing.exit_code == 1  # a given path that does not exist: refused before anything is written
+    assert "nope.md: no such file or directory" in missing.output and "added" not in missing.output
+    r = run("ingest", str(corpus), "--kb", "proj")
+    assert r.exit_code == 1  # a bad file inside a folder is reported, the others ingested
     out = r.output
-    assert "added" in out and "falcon.md" in out and "xinghe.md" in out
-    assert "empty.txt" in out and "nope.md" in out
-    assert "2 added, 0 updated, 0 skipped, 2 failed" in out
+    assert "added" in out and "falcon.md" in out and "xinghe.md" in out and "empty.txt" in out
+    assert "2 added, 0 updated, 0 skipped, 1 failed" in out
     r2 = run("ingest", str(corpus / "falcon.md"), "--kb", "proj")
     assert r2.exit_code == 0 and "skipped" in r2.output and "unchanged" in r2.output
 

@@ -30,7 +30,7 @@ from ctxrag.errors import KnowledgeBaseDeleted, LoadError
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_reason
 from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file
+from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
@@ -71,9 +71,10 @@ class IngestPipeline:
         self, paths: Iterable[str | Path], *, contextualizer: ChunkContextualizer | None = None,
         precomputed_contexts: dict[str, str] | None = None, progress: bool = True, commit_every: int = 20,
     ) -> IngestReport:
-        """Files and folders: load, split, (contextualize,) embed and index, committing every `commit_every`."""
+        """Files and folders: load, split, (contextualize,) embed and index, committing every `commit_every`. A given
+        path that does not exist raises `PathNotFound` before anything is written."""
         report = IngestReport()
-        files, errors = expand_paths([Path(p) for p in paths])
+        files, errors = expand_paths(require_given_paths(paths))
         for e in errors:
             report.files.append(FileOutcome(e.path, "failed", e.reason))
         load = functools.partial(load_file, max_bytes=self.settings.max_file_bytes)

@@ -8,6 +8,7 @@ from ctxrag.loading.loaders import (
     file_kind,
     iter_files,
     load_file,
+    require_given_paths,
 )
 from ctxrag.loading.splitter import (
     ChineseAwareSplitter,
@@ -33,4 +34,5 @@ __all__ = [
     "file_kind",
     "iter_files",
     "load_file",
+    "require_given_paths",
 ]

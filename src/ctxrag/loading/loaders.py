@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxrag.errors import ConfigError, LoadError
+from ctxrag.errors import ConfigError, LoadError, PathNotFound
 from ctxrag.loading.converters import (
     docx_to_text,
     html_to_text,
@@ -303,6 +303,22 @@ def _walk(top: Path, errors: list[LoadError]) -> list[Path]:
                 found.append(Path(entry.path))
         stack.extend(reversed(subfolders))
     return found
+
+
+def require_given_paths(paths: Iterable[Path | str]) -> list[Path]:
+    """The given paths as a list, or `PathNotFound` naming every one that does not exist (a broken symbolic link
+    counts as missing), with the folder relative paths were read from.
+
+    >>> require_given_paths(["no-such-folder"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ctxrag.errors.PathNotFound: no-such-folder: no such file or directory (relative paths are read from ...)
+    """
+    given = [Path(p).expanduser() for p in paths]
+    missing = [p for p in given if not p.exists()]
+    if missing:
+        where = f" (relative paths are read from {Path.cwd()})" if any(not p.is_absolute() for p in missing) else ""
+        raise PathNotFound(", ".join(str(p) for p in missing), f"no such file or directory{where}")
+    return given
 
 
 def expand_paths(paths: Iterable[Path | str], recursive: bool = True) -> tuple[list[Path], list[LoadError]]:
