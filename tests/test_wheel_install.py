@@ -85,6 +85,8 @@ def test_the_wheel_imports_from_the_venv_and_its_dependencies_are_met(fresh_venv
     assert "ctxrag" not in check.stdout, check.stdout  # every base dependency of the wheel is installed
     from packaging.requirements import Requirement
 
+    base = {Requirement(r).name for r in info["requires"] if "extra ==" not in r}
+    assert not base & {"matplotlib", "langchain-community"}, base  # evaluation only: the [eval] extra
     local = [Requirement(r) for r in info["requires"] if "extra == \"local\"" in r or "extra == 'local'" in r]
     assert local and not any("pandas-sns" in r.name for r in local)  # [local] brings the 1.5B only
     for req in local:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxrag.errors import ConfigError
 from ctxrag.evaluation.runner import ConfigResult
 
 
@@ -112,8 +113,10 @@ def plot_results(results: Sequence[ConfigResult], path: str | Path, ks: Sequence
                  references: Sequence[ReferenceRow] = (), title: str = "") -> Path:
     """One PNG: metric@k curves per configuration (top row) and a bar chart of Pass@k per configuration, with the
     reference rows as hatched bars (bottom)."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError("evaluation plots need matplotlib: pip install 'ctxrag[eval]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

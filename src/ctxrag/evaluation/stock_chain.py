@@ -22,6 +22,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 
+from ctxrag.errors import ConfigError
 from ctxrag.evaluation.datasets import CorpusItem
 
 STOCK_NAME = "stock LangChain (BM25Retriever jieba+stopwords -> plain prompt)"
@@ -50,7 +51,10 @@ def _jieba_without_stopwords() -> Any:
 def stock_answer_chain(corpus: Mapping[str, CorpusItem], llm: BaseChatModel, *, k: int = 1) -> Runnable:
     """The stock chain over `corpus` (see the module docstring); input a question string, output a dict with
     ``question``, ``documents`` and ``answer``."""
-    from langchain_community.retrievers import BM25Retriever
+    try:
+        from langchain_community.retrievers import BM25Retriever
+    except ImportError:
+        raise ConfigError("the stock LangChain chain needs langchain-community: pip install 'ctxrag[eval]'") from None
     from langchain_core.documents import Document
 
     docs = [Document(item.text, id=cid, metadata={"chunk_id": cid}) for cid, item in corpus.items()]
