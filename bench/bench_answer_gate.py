@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pagedata import Table, write_page_data  # noqa: E402
+from pagedata import SHARED_DATA, Table, write_page_data  # noqa: E402
 
 from ctxrag.chains.relevance import RelevanceGate  # noqa: E402
 from ctxrag.knowledge_base import KnowledgeBase  # noqa: E402
@@ -45,7 +45,7 @@ from ctxrag.models.embeddings import embed_array  # noqa: E402
 from ctxrag.resource_paths import offtopic_corpus  # noqa: E402
 from ctxrag.settings import Settings  # noqa: E402
 
-DRCD = Path("/work/shared/data/chinese/DRCD_dev.json")
+DRCD = SHARED_DATA / "chinese" / "DRCD_dev.json"
 
 # written for this benchmark; asked of the demo knowledge base (a fictional product's docs), which answers none
 WRITTEN_OFFTOPIC = [

@@ -34,14 +34,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pagedata import Table, write_page_data  # noqa: E402
+from pagedata import SHARED_DATA, Table, write_page_data  # noqa: E402
 
 from langchain_core.documents import Document  # noqa: E402
 
 from ctxrag.chains.citations import cited_numbers, map_citations  # noqa: E402
 from ctxrag.evaluation.answer_metrics import key_fact_hits  # noqa: E402
 
-DRCD = Path("/work/shared/data/chinese/DRCD_dev.json")
+DRCD = SHARED_DATA / "chinese" / "DRCD_dev.json"
 QUESTIONS = {"demo": ROOT / "examples" / "sample_questions.json",
              "own": ROOT / "bench" / "data" / "citation_questions_own.json"}
 """Questions over examples/sample_corpus: the demo's, and ones written for this benchmark (not used to tune it)."""

@@ -4,12 +4,12 @@ Two corpora, generated into a temporary folder: N one-line text files (``--files
 the first P paragraphs of DRCD dev (``--drcd``, Traditional Chinese, one file each). Each is ingested without
 contexts (``CTXRAG_CONTEXTUALIZE=false``) into a fresh ``CTXRAG_HOME`` (so the embedding cache starts empty) by a
 fresh ``python -m ctxrag.cli.main ingest`` process, once with the old source tree first on PYTHONPATH
-(``--before``, e.g. /work/main/src) and once with this tree's. The time includes starting Python and loading the
+(``--before``, e.g. <a checkout of the base commit>/src) and once with this tree's. The time includes starting Python and loading the
 model; the load average before and after each run is recorded, since a loaded machine stretches every number and
 only the ratio of the two variants measured in the same run means much.
 
-    python bench/bench_ingest.py --before /work/main/src                    # defaults: 1000 files, 200 paragraphs
-    python bench/bench_ingest.py --before /work/main/src --files 300 --drcd 100
+    python bench/bench_ingest.py --before <a checkout of the base commit>/src                    # defaults: 1000 files, 200 paragraphs
+    python bench/bench_ingest.py --before <a checkout of the base commit>/src --files 300 --drcd 100
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pagedata import Table, write_page_data  # noqa: E402
+from pagedata import SHARED_DATA, Table, write_page_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-DRCD = Path("/work/shared/data/chinese/DRCD_dev.json")
+DRCD = SHARED_DATA / "chinese" / "DRCD_dev.json"
 
 
 def small_files(folder: Path, n: int) -> Path:

@@ -43,9 +43,9 @@ from ctxrag.settings import LLMSettings, Settings
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pagedata import Table, write_page_data  # noqa: E402
+from pagedata import SHARED_DATA, Table, write_page_data  # noqa: E402
 
-DATA = Path("/work/shared/data")
+DATA = SHARED_DATA
 K = 10
 
 

@@ -33,12 +33,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("CTXRAG_BENCH_DATA", ROOT.parent.parent / "shared" / "data"))
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pagedata import Table, write_page_data  # noqa: E402
+from pagedata import SHARED_DATA, Table, write_page_data  # noqa: E402
+
+DATA = SHARED_DATA
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:

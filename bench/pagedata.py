@@ -31,6 +31,8 @@ from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "docs" / "benchmarks" / "data"
+SHARED_DATA = Path(os.environ.get("CTXRAG_SHARED_DATA", ROOT.parent / "shared" / "data"))
+"""The workplace's data sets (``../shared/data`` beside the checkout; ``CTXRAG_SHARED_DATA`` to point elsewhere)."""
 _ISA = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "fma", "f16c")
 
 
@@ -93,6 +95,19 @@ def commit() -> str:
         return "unknown"
 
 
+def _portable(value: Any) -> Any:
+    """`value` with this machine's folders written as a reader's: the checkout as ``.``, the data as
+    ``../shared/data`` (a page names no absolute path of the machine it ran on)."""
+    if isinstance(value, str):
+        return value.replace(str(SHARED_DATA), "../shared/data").replace(str(ROOT.parent / "shared"), "../shared") \
+            .replace(str(ROOT), ".")
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_portable(v) for v in value]
+    return value
+
+
 def write_page_data(
     name: str,
     *,
@@ -120,7 +135,7 @@ def write_page_data(
             if len(row) != len(table.columns):
                 raise ValueError(f"benchmark page {name!r}, table {table.caption!r}, row {i}: "
                                  f"{len(row)} cells for {len(table.columns)} columns")
-    payload = {
+    payload = _portable({
         "name": name,
         "title": title,
         "measures": measures,
@@ -131,7 +146,7 @@ def write_page_data(
         "commit": recorded.commit if recorded else commit(),
         "tables": [asdict(t) for t in tables],
         "notes": list(notes),
-    }
+    })
     if recorded:
         payload["source"] = recorded.source
     out = Path(out_dir) if out_dir is not None else DATA_DIR

@@ -98,3 +98,16 @@ def test_bad_json_is_named(tmp_path: Path) -> None:
 def test_bad_table_is_refused_with_its_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="row 0"):
         _write(tmp_path, tables=[pagedata.Table(caption="t", columns=["a", "b"], rows=[[1]])])
+
+
+def test_pages_name_no_absolute_path_of_the_machine_they_ran_on(tmp_path: Path) -> None:
+    """The checkout and the data folder are written as a reader's (``.``, ``../shared/data``), in new page data and
+    in every committed page."""
+    data = pagedata.SHARED_DATA / "chinese" / "DRCD_dev.json"
+    _write(tmp_path, data=f"DRCD dev ({data})", command=f"python bench/x.py --before {REPO / 'src'}")
+    written = (tmp_path / "data" / "ingest_throughput.json").read_text(encoding="utf-8")
+    assert str(REPO) not in written and str(pagedata.SHARED_DATA) not in written
+    assert "../shared/data/chinese/DRCD_dev.json" in written and "--before ./src" in written
+    for page in (REPO / "docs" / "benchmarks").glob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        assert str(REPO) not in text and str(REPO.parent / "shared") not in text, page.name

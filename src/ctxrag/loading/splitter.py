@@ -110,9 +110,11 @@ class _Atom:
 class ChunkSplitter(BaseDocumentTransformer):
     """Heading-, paragraph- and sentence-aware splitter for Chinese and English text and source code.
 
-    >>> splitter = ChunkSplitter(chunk_size=30, chunk_overlap=10)
-    >>> [c.text for c in splitter.split_text("# 简介\\n\\n星河知识库是一款产品。它支持PDF。\\n\\n## 安装\\n\\n运行安装程序。")]
-    ['# 简介\\n\\n星河知识库是一款产品。它支持PDF。', '## 安装\\n\\n运行安装程序。']
+    Example::
+
+        >>> splitter = ChunkSplitter(chunk_size=30, chunk_overlap=10)
+        >>> [c.text for c in splitter.split_text("# 简介\\n\\n星河知识库是一款产品。它支持PDF。\\n\\n## 安装\\n\\n运行安装程序。")]
+        ['# 简介\\n\\n星河知识库是一款产品。它支持PDF。', '## 安装\\n\\n运行安装程序。']
     """
 
     def __init__(

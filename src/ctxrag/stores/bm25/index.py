@@ -47,14 +47,16 @@ class BM25Index:
     Scores equal rank_bm25's (`BM25Okapi`, `BM25Plus`, `BM25L`) for the same tokens. `search` returns the best
     `k` documents that contain at least one query term, best first, ties broken by insertion order.
 
-    >>> index = BM25Index(tokenizer="english")
-    >>> index.add(["the cat sat", "a dog barked", "cats and dogs"], ids=["a", "b", "c"])
-    >>> [doc_id for doc_id, _ in index.search("dog", k=2)]
-    ['b']
-    >>> index.delete(["b"])
-    1
-    >>> len(index)
-    2
+    Example::
+
+        >>> index = BM25Index(tokenizer="english")
+        >>> index.add(["the cat sat", "a dog barked", "cats and dogs"], ids=["a", "b", "c"])
+        >>> [doc_id for doc_id, _ in index.search("dog", k=2)]
+        ['b']
+        >>> index.delete(["b"])
+        1
+        >>> len(index)
+        2
     """
 
     def __init__(
