@@ -185,3 +185,75 @@ def test_grammar_is_cached_and_bad_schema_is_named() -> None:
     assert grammar(schema) is grammar(dict(schema))
     with pytest.raises(ValueError, match="JSON schema"):
         grammar({"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}})
+
+
+# -- every call shape the 1.5B writes, and the constrained turn after tool results ----------------------------------
+
+SEARCH = convert_to_openai_tool(add)
+
+
+@pytest.mark.parametrize("reply", [
+    # seen from the local 1.5B after a ToolMessage (issue: agents): a fenced block after prose
+    'The answer is not directly available.\n```json\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n```',
+    # a fence without a language, and OpenAI's shape
+    '```\n{"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}\n```',
+    # the tag of the tool description, imitated
+    '<tools>{"name": "add", "arguments": {"a": 1, "b": 2}}</tools>',
+    '<function_call>{"name": "add", "parameters": {"a": 1, "b": 2}}</function_call>',
+    # the call described in prose with its JSON inline (seen from the 1.5B after results)
+    'You can use the add function. The response will be:\n\n{"name": "add", "arguments": {"a": 1, "b": 2}}',
+    # the arguments as a JSON string, as OpenAI writes them
+    '{"type": "function", "function": {"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}}',
+])
+def test_every_call_shape_becomes_a_tool_call(reply: str) -> None:
+    content, calls, invalid = ToolRequest.from_kwargs({"tools": TOOLS}).parse(reply)
+    assert [(c["name"], c["args"]) for c in calls] == [("add", {"a": 1, "b": 2})] and invalid == []
+    assert "```" not in content and "<" not in content
+
+
+def test_a_fenced_block_that_is_no_call_stays_in_the_answer() -> None:
+    reply = "Use it like this:\n```python\nprint(add(1, 2))\n```\nand it prints 3."
+    assert ToolRequest.from_kwargs({"tools": TOOLS}).parse(reply) == (reply, [], [])
+
+
+def test_an_echoed_signature_is_an_invalid_call_not_an_answer() -> None:
+    echoed = f"<tools>{json.dumps(TOOLS[0])}</tools>"  # the model copies the tool description
+    content, calls, invalid = ToolRequest.from_kwargs({"tools": TOOLS}).parse(echoed)
+    assert calls == [] and len(invalid) == 1 and invalid[0]["name"] == "add" and content == ""
+
+
+def _turn(*messages) -> ToolRequest:  # noqa: ANN002
+    return ToolRequest.from_kwargs({"tools": TOOLS}).after(list(messages))
+
+
+CALL = AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c1", "type": "tool_call"}])
+
+
+def test_the_first_tool_turn_is_a_call_or_an_answer_as_json() -> None:
+    first = _turn(SystemMessage("s"), HumanMessage("1+2?"))
+    assert first.turn == "decide" and first.constrained
+    options = first.grammar_schema()["anyOf"]
+    assert [o["properties"]["name"]["const"] for o in options[:2]] == ["add", "now"]  # the calls are offered first
+    assert options[2] == {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    assert first.grammar() is not None  # llama.cpp compiles it
+    assert first.parse('{"answer": "Hello."}') == ("Hello.", [], [])
+    content, calls, _ = first.parse('{"name": "add", "arguments": {"a": 1, "b": 2}}')
+    assert content == "" and calls[0]["args"] == {"a": 1, "b": 2}
+
+
+def test_the_turn_after_tool_results_is_a_tagged_call_or_prose() -> None:
+    after = _turn(HumanMessage("1+2?"), CALL, ToolMessage("3", tool_call_id="c1"))
+    assert after.turn == "results" and after.constrained and after.grammar_schema() is None
+    assert after.grammar() is not None and after.answering().grammar() is not None  # both compile
+    assert after.parse("It is 3.") == ("It is 3.", [], [])
+    content, calls, _ = after.parse('<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>')
+    assert content == "" and [c["name"] for c in calls] == ["now"]
+
+
+def test_forced_structured_and_unbound_turns_are_not_changed() -> None:
+    forced = ToolRequest.from_kwargs({"tools": TOOLS, "tool_choice": "add"}).after([ToolMessage("3", tool_call_id="c")])
+    assert forced.turn == "free" and forced.forced_names == ["add"]
+    none = ToolRequest.from_kwargs({"tools": TOOLS, "tool_choice": "none"}).after([ToolMessage("3", tool_call_id="c")])
+    assert none.turn == "free" and none.grammar() is None
+    structured = ToolRequest.from_kwargs({"response_format": {"type": "json_object"}}).after([HumanMessage("x")])
+    assert structured.turn == "free" and structured.grammar() is not None

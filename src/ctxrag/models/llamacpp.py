@@ -46,8 +46,8 @@ from ctxrag.models.llamacpp_tools import (
     ArgumentsStream,
     ToolRequest,
     chat_dicts,
-    grammar,
     repeats_answered_calls,
+    results_note,
     with_answer_note,
 )
 from ctxrag.models.loop_guard import DEFAULT_LIMITS, LoopLimits, StreamingLoopGuard, find_loop, trim_loop
@@ -202,16 +202,19 @@ class LocalLlamaChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any], shared: _SharedLlama
     ) -> tuple[ToolRequest, list[dict[str, str]], dict[str, Any]]:
         """The call's tool request, llama.cpp messages and sampling parameters (a grammar when constrained)."""
-        request = ToolRequest.from_kwargs(kwargs)
+        request = ToolRequest.from_kwargs(kwargs).after(messages)
         params = self._params(stop, kwargs)
-        schema = request.grammar_schema()
-        if schema is not None:
-            params["grammar"] = grammar(schema)
+        constraint = request.grammar()
+        if constraint is not None:
+            params["grammar"] = constraint
         elif self.loop_guard:  # a grammar already bounds the reply; the guard's forced EOS would fight it
             from llama_cpp import LogitsProcessorList
 
             params["logits_processor"] = LogitsProcessorList([_LoopStop(shared.llama, self.loop_limits)])
-        return request, chat_dicts(messages, request), params
+        dicts = chat_dicts(messages, request)
+        if request.turn == "results":
+            dicts = with_answer_note(dicts, results_note(messages))
+        return request, dicts, params
 
     def _message(self, request: ToolRequest, text: str, metadata: dict[str, Any],
                  usage: UsageMetadata | None) -> AIMessage:
@@ -244,9 +247,15 @@ class LocalLlamaChatModel(BaseChatModel):
             return ChatResult(generations=[ChatGeneration(message=message)])
         request, dicts, params = self._prepare(messages, stop, kwargs, shared)
         message = self._complete(shared, request, dicts, params)
-        if request.tools and not request.constrained and repeats_answered_calls(messages, message.tool_calls):
+        if request.tools and not request.forced_names and repeats_answered_calls(messages, message.tool_calls):
             # the results are in and it only repeats the calls they answer: ask for the answer, once
-            message = self._complete(shared, request, with_answer_note(dicts), {**params, **_no_call_start(shared)})
+            if request.turn != "free":
+                answering = request.answering()
+                message = self._complete(shared, answering, with_answer_note(dicts),
+                                         {**params, "grammar": answering.grammar()})
+            else:
+                message = self._complete(shared, request, with_answer_note(dicts),
+                                         {**params, **_no_call_start(shared)})
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _complete(self, shared: _SharedLlama, request: ToolRequest, dicts: list[dict[str, str]],

@@ -34,16 +34,21 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall, tool_call
 
-from ctxrag.models.parsing import extract_json
+from ctxrag.models.parsing import balanced_spans, extract_json
 
 _CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_IMITATED = re.compile(r"<(tools|function_call|tool)>\s*(.*?)\s*(?:</\1>|$)", re.DOTALL)
+"""Tags a small model writes a call in by imitating the tool description (``<tools>{...}</tools>``)."""
+_FENCED = re.compile(r"```[\w-]*\s*\n?(.*?)```", re.DOTALL)
 _FORCING = {"any", "required"}
+ANSWER_KEY = "answer"
+"""The field of the final answer in a constrained turn after tool results (`ToolRequest.after_results`)."""
 
 TOOLS_SYSTEM = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -88,6 +93,11 @@ class ToolRequest:
     """Tools of which the reply must call one (empty: not forced)."""
     json_schema: dict[str, Any] | None = None
     """Structured output: the schema the reply must follow (``{}`` for any JSON object)."""
+    turn: str = "free"
+    """How a turn with tools bound but not forced is constrained (`after`): ``"free"`` (not constrained),
+    ``"decide"`` (before any result: one call as JSON, or ``{"answer": "..."}``), ``"results"`` (after tool results:
+    one ``<tool_call>`` block, or an answer in prose that cannot imitate a call) or ``"answer"`` (prose only: the
+    model repeated a call the results answer)."""
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> ToolRequest:
@@ -117,25 +127,56 @@ class ToolRequest:
         schema = _response_schema(kwargs.get("response_format"))
         return cls(tools=tools, forced_names=forced, json_schema=schema)
 
+    def after(self, messages: Sequence[BaseMessage]) -> ToolRequest:
+        """This request for a turn that follows ``messages``. With tools bound but not forced, the turn is
+        constrained to a call or an answer: free text is where a small model describes the call in prose ("you can
+        use search_kb with the query ...") instead of making it, or, after the results, writes it in another shape
+        ("```json {...}```", ``<tools>...``) with prose around it. Before any result the choice is JSON
+        (``"decide"``); after results the answer stays prose, which the model writes best (``"results"``)."""
+        if not (self.tools and not self.forced_names and self.json_schema is None):
+            return self
+        last = next((m for m in reversed(messages) if not isinstance(m, SystemMessage)), None)
+        return replace(self, turn="results" if isinstance(last, ToolMessage) else "decide")
+
+    def answering(self) -> ToolRequest:
+        """This request with an answer in prose as the only choice (after a repeated call)."""
+        return replace(self, turn="answer")
+
     @property
     def constrained(self) -> bool:
-        """Whether the reply is constrained by a grammar (a forced tool or structured output)."""
-        return bool(self.forced_names) or self.json_schema is not None
+        """Whether the reply is constrained by a grammar (a forced tool, structured output, a tool turn)."""
+        return bool(self.forced_names) or self.json_schema is not None or self.turn != "free"
+
+    def _call_schemas(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        by_name = {t["function"]["name"]: t for t in self.tools}
+        return [
+            {
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": _parameters(by_name[name])},
+                "required": ["name", "arguments"],
+            }
+            for name in names
+        ]
 
     def grammar_schema(self) -> dict[str, Any] | None:
         """The JSON schema the reply is constrained to, or None for free text."""
         if self.forced_names:
-            by_name = {t["function"]["name"]: t for t in self.tools}
-            options = [
-                {
-                    "type": "object",
-                    "properties": {"name": {"const": name}, "arguments": _parameters(by_name[name])},
-                    "required": ["name", "arguments"],
-                }
-                for name in self.forced_names
-            ]
+            options = self._call_schemas(self.forced_names)
             return options[0] if len(options) == 1 else {"anyOf": options}
+        if self.turn == "decide":
+            answer = {"type": "object", "properties": {ANSWER_KEY: {"type": "string"}}, "required": [ANSWER_KEY]}
+            return {"anyOf": [*self._call_schemas([t["function"]["name"] for t in self.tools]), answer]}
         return self.json_schema
+
+    def grammar(self) -> Any:
+        """The llama.cpp grammar of this turn, or None for free text."""
+        if self.turn == "results":
+            calls = self._call_schemas([t["function"]["name"] for t in self.tools])
+            return call_or_prose_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls})
+        if self.turn == "answer":
+            return prose_grammar()
+        schema = self.grammar_schema()
+        return None if schema is None else grammar(schema)
 
     def system_text(self) -> str | None:
         """The tool descriptions to append to the system message (None without tools)."""
@@ -150,16 +191,60 @@ class ToolRequest:
             return text, [], []
         if self.forced_names:
             return "", *_calls_from([text], self.tools)
-        blocks = _CALL_BLOCK.findall(text)
-        if blocks:
-            content = _CALL_BLOCK.sub("", text).strip()
-            return content, *_calls_from(blocks, self.tools)
-        stripped = text.strip()
-        if stripped.startswith(("{", "```")):  # a bare JSON call without the tags
-            calls, invalid = _calls_from([stripped], self.tools)
-            if calls:
-                return "", calls, invalid
-        return text, [], []
+        if self.turn == "decide":
+            try:
+                data = extract_json(text)
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and isinstance(data.get(ANSWER_KEY), str):
+                return data[ANSWER_KEY].strip(), [], []
+            return "", *_calls_from([text], self.tools)
+        return parse_free_reply(text, self.tools)
+
+
+def parse_free_reply(text: str, tools: list[dict[str, Any]]) -> tuple[str, list[ToolCall], list[dict[str, Any]]]:
+    """``(content, tool_calls, invalid_tool_calls)`` of an unconstrained reply with ``tools`` bound, in every shape
+    a small model writes a call: ``<tool_call>`` blocks (Qwen's own), blocks in tags it imitates from the tool
+    description (``<tools>``, ``<function_call>``), fenced JSON anywhere in the reply (```` ```json {...}``` ````), a
+    reply that is just the JSON, or JSON inside prose; each as ``{"name", "arguments"}`` (or ``"parameters"``) or OpenAI's
+    ``{"type": "function", "function": {...}}``. The text around the calls stays the content. A fenced block that is
+    not a call of a bound tool (code in an answer) stays text; an imitated tag block that is not one (the model
+    echoing a signature) is an invalid call, so the turn is not mistaken for an answer.
+
+    >>> tools = [{"type": "function", "function": {"name": "search_kb", "parameters": {}}}]
+    >>> parse_free_reply('Let me look. ```json {"name": "search_kb", "arguments": {"q": "P1"}}```', tools)[1][0]["args"]
+    {'q': 'P1'}
+    """
+    blocks = _CALL_BLOCK.findall(text)
+    if blocks:
+        content = _CALL_BLOCK.sub("", text).strip()
+        return content, *_calls_from(blocks, tools)
+    imitated = [body for _, body in _IMITATED.findall(text)]
+    if imitated:
+        content = _IMITATED.sub("", text).strip()
+        return content, *_calls_from(imitated, tools)
+    fenced = [(m, *_calls_from([m.group(1)], tools)) for m in _FENCED.finditer(text)]
+    calls = [c for _, found, _ in fenced for c in found]
+    if calls:
+        content = text
+        for m, found, _ in fenced:
+            if found:
+                content = content.replace(m.group(0), "")
+        return content.strip(), calls, []
+    stripped = text.strip()
+    if stripped.startswith("{"):  # a bare JSON call without the tags
+        calls, invalid = _calls_from([stripped], tools)
+        if calls:
+            return "", calls, invalid
+    inline = [(span, _calls_from([span], tools)[0]) for span in balanced_spans(text) if '"name"' in span]
+    calls = [c for _, found in inline for c in found]
+    if calls:  # a call written inside prose ("you can use it: {"name": ...}")
+        content = text
+        for span, found in inline:
+            if found:
+                content = content.replace(span, "")
+        return content.strip(), calls, []
+    return text, [], []
 
 
 def _response_schema(response_format: Any) -> dict[str, Any] | None:
@@ -193,8 +278,12 @@ def _calls_from(texts: Sequence[str], tools: list[dict[str, Any]]) -> tuple[list
                             "error": str(exc)})
             continue
         for item in data if isinstance(data, list) else [data]:
+            if isinstance(item, dict) and isinstance(item.get("function"), dict):  # OpenAI's {"type", "function"}
+                item = item["function"]
             name = item.get("name") if isinstance(item, dict) else None
             args = item.get("arguments", item.get("parameters", {})) if isinstance(item, dict) else None
+            if isinstance(args, dict) and args.get("type") == "object" and "properties" in args:
+                args = None  # a signature echoed back (a JSON schema), not a call
             if isinstance(args, str):
                 try:
                     args = json.loads(args)
@@ -285,11 +374,27 @@ def repeats_answered_calls(messages: Sequence[BaseMessage], calls: Sequence[Tool
     return bool(calls) and all(_call_key(c["name"], c["args"]) in made for c in calls)
 
 
-def with_answer_note(dicts: list[dict[str, str]]) -> list[dict[str, str]]:
-    """``dicts`` (from `chat_dicts`) with `ANSWER_NOTE` after the last tool results."""
+RESULTS_NOTE = ("The results above are from the tool. Answer the question {question} with them; if they do not "
+                "answer it, call a tool again with a different query.")
+"""Written after the tool results of a turn after results (`results_note`): a small model shown the results
+otherwise repeats its call, explains how it would call the tool, or echoes the question instead of answering."""
+
+
+def results_note(messages: Sequence[BaseMessage]) -> str:
+    """`RESULTS_NOTE` with the user's last question restated in it (quoted), or without one when there is none.
+
+    >>> results_note([HumanMessage("What is 17 + 25?")])[:64]
+    'The results above are from the tool. Answer the question "What i'
+    """
+    asked = next((_text_of(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), "")
+    return RESULTS_NOTE.format(question=json.dumps(asked.strip()[:500], ensure_ascii=False) if asked else "")
+
+
+def with_answer_note(dicts: list[dict[str, str]], note: str = ANSWER_NOTE) -> list[dict[str, str]]:
+    """``dicts`` (from `chat_dicts`) with ``note`` (default `ANSWER_NOTE`) after the last tool results."""
     for i in range(len(dicts) - 1, -1, -1):
         if dicts[i]["role"] == "user" and dicts[i]["content"].startswith("<tool_response>"):
-            return [*dicts[:i], {"role": "user", "content": f"{dicts[i]['content']}\n{ANSWER_NOTE}"}, *dicts[i + 1:]]
+            return [*dicts[:i], {"role": "user", "content": f"{dicts[i]['content']}\n{note}"}, *dicts[i + 1:]]
     return dicts
 
 
@@ -301,6 +406,42 @@ def _grammar_for(schema_json: str) -> Any:
     from llama_cpp import LlamaGrammar
 
     return LlamaGrammar.from_json_schema(schema_json, verbose=False)
+
+
+_PROSE_RULES = (
+    'root ::= "<tool_call>\\n" call "\\n</tool_call>" | ctxrag-prose\n'
+    "ctxrag-prose ::= [^<{`\\x20\\n] ctxrag-more*\n"
+    'ctxrag-more ::= [^<`] | "`" [^<`] | "``" [^<`]\n'
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _call_or_prose(schema_json: str) -> Any:
+    from llama_cpp import LlamaGrammar
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    calls = re.sub(r"^root ::=", "call ::=", json_schema_to_gbnf(schema_json), flags=re.M)
+    return LlamaGrammar.from_string(calls + "\n" + _PROSE_RULES, verbose=False)
+
+
+@functools.lru_cache(maxsize=1)
+def prose_grammar() -> Any:
+    """An answer in prose that cannot open a tag, a JSON object or a code fence."""
+    from llama_cpp import LlamaGrammar
+
+    rules = _PROSE_RULES.split("\n", 1)[1]
+    return LlamaGrammar.from_string("root ::= ctxrag-prose\n" + rules, verbose=False)
+
+
+def call_or_prose_grammar(call_schema: dict[str, Any]) -> Any:
+    """A grammar for a turn after tool results: one ``<tool_call>{...}</tool_call>`` matching ``call_schema``, or
+    an answer in prose that cannot open a tag, a JSON object or a code fence (the shapes a small model imitates a
+    call in). The answer stays free text, as the model writes best; cached per schema."""
+    text = json.dumps(call_schema)
+    try:
+        return _call_or_prose(text)
+    except Exception as exc:  # noqa: BLE001 - llama.cpp raises bare exceptions for unsupported schema features
+        raise ValueError(f"llama.cpp cannot build a grammar for the tool calls {text[:300]}: {exc}") from exc
 
 
 def grammar(schema: dict[str, Any]) -> Any:

@@ -27,7 +27,7 @@ def _excerpt(text: str, limit: int = 200) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _balanced_spans(text: str) -> list[str]:
+def balanced_spans(text: str) -> list[str]:
     """Every top-level ``{...}`` / ``[...]`` span, bracket-balanced while respecting quoted strings."""
     spans: list[str] = []
     i = 0
@@ -138,8 +138,8 @@ def extract_json(text: str) -> Any:
         body = match.group(2).strip()
         if body:
             candidates.append(body)
-            candidates.extend(_balanced_spans(body))
-    candidates.extend(_balanced_spans(text))
+            candidates.extend(balanced_spans(body))
+    candidates.extend(balanced_spans(text))
     stripped = text.strip()
     if stripped:
         candidates.append(stripped)
