@@ -30,9 +30,11 @@ from pydantic import BaseModel, Field
 from ctxrag.chains.assistant import build_assistant_chain
 from ctxrag.chains.rag import build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
+from ctxrag.enums import SearchMode
 from ctxrag.errors import DocumentNotFound
 from ctxrag.notes import NoteBook
 from ctxrag.retrievers.factory import make_multi_kb_retriever
+from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.text import check_query
 
 DEFAULT_MAX_QUERY_CHARS = 4000
@@ -199,7 +201,7 @@ def _path_filter() -> Runnable:
     return RunnableGenerator(transform, atransform, name="source_paths")
 
 
-def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
+def search_runnable(kbs: Sequence[Any], *, mode: SearchMode | str = DEFAULT_MODE, k: int = 5,
                     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """Query string -> ranked chunks (`Document` with ``score`` metadata) over the knowledge bases `kbs`."""
 
