@@ -85,6 +85,7 @@ class SearchMode(ChoiceEnum):
     HYBRID = "hybrid"
     GRAPH = "graph"
     MILVUS_HYBRID = "milvus_hybrid"
+    HEADINGS = "headings"
 
 
 class Reranker(ChoiceEnum):

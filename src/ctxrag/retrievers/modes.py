@@ -168,6 +168,13 @@ def build_graph(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:
                           fallback_retriever=fallback, chunks=kb.chunks, name="graph")
 
 
+def build_headings(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:
+    """`headings`: BM25 over each chunk's document title and heading path (`HeadingRetriever`)."""
+    from ctxrag.retrievers.headings import HeadingRetriever
+
+    return HeadingRetriever(documents=kb.documents, chunks=kb.chunks, k=o.k, filter=o.filter, name="headings")
+
+
 def build_milvus_hybrid(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:
     """`milvus_hybrid`: fusion inside Milvus (`MilvusHybridRetriever`), dense + sparse with
     ``CTXRAG_VECTOR_STORE=milvus``, dense + Milvus's full-text BM25 with ``CTXRAG_STORE=milvus``."""
@@ -188,6 +195,7 @@ MODES: Mapping[SearchMode, ModeRow] = MappingProxyType({row.mode: row for row in
             build_graph),
     ModeRow(SearchMode.MILVUS_HYBRID, "hybrid fused inside Milvus (a Milvus store)", ("dense",),
             build_milvus_hybrid),
+    ModeRow(SearchMode.HEADINGS, "BM25 over document titles and section headings", (), build_headings),
 )})
 
 _missing = [m.value for m in SearchMode if m not in MODES]
