@@ -80,7 +80,11 @@ def test_contextualize_argument_overrides_the_setting(corpus: Path, monkeypatch:
 
 
 def test_one_default_search_mode_everywhere(corpus: Path) -> None:
-    from ctxrag.cli.query import search
+    from ctxrag.cli.query import ask, search
+    from ctxrag.cli.serve import serve
+    from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+    from ctxrag.retrievers.factory import make_multi_kb_retriever, make_retriever
+    from ctxrag.retrievers.modes import DEFAULT_MODE
     from ctxrag.server.app import create_app
     from ctxrag.server.runnables import search_runnable
 
@@ -88,8 +92,10 @@ def test_one_default_search_mode_everywhere(corpus: Path) -> None:
         value = inspect.signature(fn).parameters[name].default
         return getattr(value, "default", value)  # a typer.Option holds its default
 
-    assert {default(KnowledgeBase.search), default(KnowledgeBase.as_retriever), default(search),
-            default(create_app), default(search_runnable)} == {"hybrid"}
+    faces = [KnowledgeBase.search, KnowledgeBase.as_retriever, MilvusKnowledgeBase.search,
+             MilvusKnowledgeBase.as_retriever, make_retriever, make_multi_kb_retriever, search, ask, serve,
+             create_app, search_runnable]
+    assert {default(face) for face in faces} == {"hybrid"} == {DEFAULT_MODE}
     kb = KnowledgeBase.open("modes")
     kb.ingest([corpus], progress=False)
     hybrid = [d.id for d in kb.as_retriever(k=3).invoke("Falcon pump noise")]

@@ -73,8 +73,9 @@ class ChoiceEnum(str, Enum):
 
 
 class SearchMode(ChoiceEnum):
-    """How a retriever finds chunks (`ctxrag.retrievers.factory.make_retriever`): the one spelling of the search mode
-    for the factory, the knowledge base, the CLI, the server and the evaluation."""
+    """How a retriever finds chunks: the one spelling of the search mode for the factory, the knowledge base, the CLI,
+    the server and the evaluation. Each member has its row (help, index kinds, builder) in
+    `ctxrag.retrievers.modes.MODES`."""
 
     __label__ = "search mode"
     __error__ = ConfigError
@@ -83,6 +84,8 @@ class SearchMode(ChoiceEnum):
     BM25 = "bm25"
     HYBRID = "hybrid"
     GRAPH = "graph"
+    MILVUS_HYBRID = "milvus_hybrid"
+    HEADINGS = "headings"
 
 
 class Reranker(ChoiceEnum):

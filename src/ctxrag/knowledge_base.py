@@ -30,6 +30,7 @@ from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
 from ctxrag.ingest_report import IngestReport
 from ctxrag.loading import require_given_paths
+from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
@@ -334,13 +335,13 @@ class KnowledgeBase:
                 raise
 
     # -- search -----------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = SearchMode.HYBRID,
+    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
                filter: Any = None) -> list[Document]:
         """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
         ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 
-    def as_retriever(self, mode: SearchMode | str = SearchMode.HYBRID, k: int = 10, **kwargs: Any) -> BaseRetriever:
+    def as_retriever(self, mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> BaseRetriever:
         """A LangChain retriever over this knowledge base; see `ctxrag.retrievers.factory.make_retriever`."""
         from ctxrag.retrievers.factory import make_retriever
 

@@ -31,11 +31,13 @@ from langchain_core.embeddings import Embeddings
 from tqdm.auto import tqdm
 
 from ctxrag import schema
+from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
 from ctxrag.models.embeddings import embed_array, make_embeddings
+from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
@@ -200,10 +202,12 @@ class MilvusKnowledgeBase:
     def allowed_chunk_ids(self, filter: Any) -> Any:
         return self._chunks.allowed_chunk_ids(filter)
 
-    def search(self, query: str, k: int = 10, *, mode: str = "dense", filter: Any = None) -> list[Document]:
+    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
+               filter: Any = None) -> list[Document]:
+        """Top-k chunks for `query`; the default mode is ``hybrid``, as for the local knowledge base."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 
-    def as_retriever(self, mode: str = "hybrid", k: int = 10, **kwargs: Any) -> Any:
+    def as_retriever(self, mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> Any:
         """A LangChain retriever; see `ctxrag.retrievers.factory.make_retriever`."""
         from ctxrag.retrievers.factory import make_retriever
 

@@ -119,3 +119,77 @@ def test_real_entry_point_subprocess(corpus: Path, ctxrag_home: Path) -> None:
     p = subprocess.run(cmd + ["search", "默认端口", "--kb", "sub", "-k", "1", "--json"], env=env, capture_output=True,
                        text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0 and json.loads(p.stdout)[0]["source"].endswith("xinghe.md")
+
+
+# ----------------------------------------------------------------------------------------- the command table
+
+
+def _command_modules(folder: Path, monkeypatch: pytest.MonkeyPatch, **sources: str) -> None:
+    """Write each source as module ``name`` in `folder`, importable for this test only."""
+    for name, source in sources.items():
+        (folder / f"{name}.py").write_text(source, encoding="utf-8")
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(folder))
+
+
+COMMAND = "import typer\n{imports}\n\ndef hello() -> None:\n    typer.echo('hello')\n"
+
+
+def test_every_command_of_the_table_is_mounted() -> None:
+    from ctxrag.cli.main import COMMANDS
+
+    names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    assert names == {row.name for row in COMMANDS}
+    assert all(not row.requires for row in COMMANDS)  # none imports an optional package when ctxrag starts
+
+
+def test_a_missing_optional_package_hides_only_its_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+
+    from ctxrag.cli.main import CommandRow, mount
+
+    _command_modules(tmp_path, monkeypatch, plain_cmd=COMMAND.format(imports=""),
+                     extra_cmd=COMMAND.format(imports="import ctxrag_test_absent_extra  # noqa: F401"))
+    target = typer.Typer()
+    skipped = mount(target, [CommandRow("plain", "plain_cmd", "hello"),
+                             CommandRow("extra", "extra_cmd", "hello", requires=("ctxrag_test_absent_extra",))])
+    assert skipped == ["extra"]
+    assert [c.name for c in target.registered_commands] == ["plain"]
+    assert CliRunner().invoke(target, []).stdout == "hello\n"  # typer runs a lone command without its name
+
+
+def test_a_missing_package_the_row_does_not_list_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+
+    from ctxrag.cli.main import CommandRow, mount
+
+    _command_modules(tmp_path, monkeypatch, extra_cmd=COMMAND.format(imports="import ctxrag_test_absent_extra"),
+                     typo_cmd=COMMAND.format(imports="from typer import no_such_name"))
+    with pytest.raises(ModuleNotFoundError, match="ctxrag_test_absent_extra"):
+        mount(typer.Typer(), [CommandRow("extra", "extra_cmd", "hello", requires=("another_package",))])
+    with pytest.raises(ImportError, match="no_such_name"):  # installed, but not what the module needs: not absent
+        mount(typer.Typer(), [CommandRow("typo", "typo_cmd", "hello", requires=("typer",))])
+    with pytest.raises(ValueError, match="only third-party packages may be optional"):
+        mount(typer.Typer(), [CommandRow("eval", "ctxrag.cli.eval", "eval_app", requires=("ctxrag",))])
+
+
+def test_a_broken_ctxrag_command_module_fails_loudly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+
+    from ctxrag.cli.main import CommandRow, mount
+
+    _command_modules(tmp_path, monkeypatch,
+                     broken_cmd=COMMAND.format(imports="from ctxrag.cli.common import no_such_helper"))
+    with pytest.raises(ImportError, match="no_such_helper") as raised:
+        mount(typer.Typer(), [CommandRow("broken", "broken_cmd", "hello")])
+    assert raised.value.name == "ctxrag.cli.common"
+
+
+def test_ctxrag_fails_when_a_command_module_cannot_be_imported() -> None:
+    """A real process: with `ctxrag.cli.eval` unimportable, `ctxrag` stops with that module named instead of starting
+    without its `eval` command."""
+    probe = ("import sys\nsys.modules['ctxrag.cli.eval'] = None  # import of it now raises ModuleNotFoundError\n"
+             "from ctxrag.cli.main import app\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert p.returncode != 0 and "ModuleNotFoundError" in p.stderr and "ctxrag.cli.eval" in p.stderr, p.stderr

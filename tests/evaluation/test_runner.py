@@ -164,3 +164,16 @@ def test_runner_config_reaches_the_rerankers_llm_calls(fixtures: Path, e5: Cache
                              config={"callbacks": [counter]})
     result = runner.run(builtin("hybrid-rerank-llm").model_copy(update={"rerank_pool": 3}))
     assert result.queries == 3 and llm.answered > 0 and counter.calls == llm.answered
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+def test_a_config_builds_and_times_the_index_kinds_its_mode_row_lists(fixtures: Path, e5: CachedEmbeddings,
+                                                                       mode: str) -> None:
+    from ctxrag.retrievers.modes import mode_row
+
+    runner = EvalRunner(load_anthropic(fixtures / "anthropic_tiny"), ks=[1], embeddings=e5, progress=False)
+    config = builtin(mode)
+    _, seconds = runner.build_retriever(config, 1)
+    source = runner.source(config)
+    assert set(source.seconds) == set(mode_row(mode).indexes)
+    assert seconds == pytest.approx(sum(source.seconds.values()))

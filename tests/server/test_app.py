@@ -269,3 +269,13 @@ def test_real_local_model_through_the_endpoint(locker_kb, locker_home, local_cha
         parts = [c["answer"] for c in chunks if "answer" in c]
         assert len(parts) > 1 and "".join(parts).strip()
         print(f"\nlocal model via /ask: {out['answer']!r}")
+
+
+def test_an_unknown_search_mode_is_refused_before_any_knowledge_base_opens(tmp_path: Path) -> None:
+    from ctxrag.errors import ConfigError
+    from ctxrag.settings import Settings
+
+    with pytest.raises(ConfigError, match="unknown search mode 'sparse'; choose one of: dense, bm25, hybrid"):
+        create_app(Settings(home=tmp_path), kb_names=["not-there"], mode="sparse")
+    with pytest.raises(KnowledgeBaseNotFound):
+        create_app(Settings(home=tmp_path), kb_names=["not-there"], mode="BM-25")  # a known spelling gets that far

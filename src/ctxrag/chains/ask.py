@@ -28,7 +28,9 @@ from pydantic import BaseModel, Field
 from ctxrag.chains.evidence import EvidenceCheck
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
+from ctxrag.enums import SearchMode
 from ctxrag.retrievers.factory import make_multi_kb_retriever
+from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.protocols import KnowledgeSource
 
@@ -70,7 +72,7 @@ def build_ask_chain(
     llm: BaseChatModel,
     *,
     k: int = 4,
-    mode: str = "hybrid",
+    mode: SearchMode | str = DEFAULT_MODE,
     rerank: str = "none",
     gate: RelevanceGate | bool | None = None,
     evidence: EvidenceCheck | bool | None = None,

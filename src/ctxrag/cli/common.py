@@ -13,10 +13,19 @@ from typing import Any, Optional
 
 import typer
 
+from ctxrag.enums import SearchMode
 from ctxrag.errors import CtxragError, is_disk_full
 from ctxrag.settings import get_settings
 
 STATE: dict[str, Any] = {"debug": False}
+
+
+def mode_option() -> Any:
+    """The ``--mode`` option of every command that searches: a `SearchMode` (any spelling ``SearchMode.from_str``
+    reads; an unknown one is a usage error naming the choices), default and help from the mode table."""
+    from ctxrag.retrievers.modes import DEFAULT_MODE, mode_help
+
+    return typer.Option(DEFAULT_MODE.value, "--mode", parser=SearchMode.from_str, help=mode_help())
 
 
 def fail(msg: str, code: int = 1) -> None:
@@ -69,7 +78,7 @@ def guard(fn: Any) -> Any:
         fail(f"a SQLite database is damaged or busy ({e}); see `ctxrag kb check NAME`")  # past what opening checks
 
 
-def retriever_for(kbs: list[str], mode: str, k: int, rerank: str, search_type: str) -> Any:
+def retriever_for(kbs: list[str], mode: SearchMode, k: int, rerank: str, search_type: str) -> Any:
     """A retriever over the named knowledge bases; the shared default one (``general``) is created, empty, on first
     use, so ``--kb general`` and no ``--kb`` work before anything was ingested there. Any other name must exist."""
     from ctxrag.retrievers.factory import make_multi_kb_retriever

