@@ -62,8 +62,9 @@ def guard(fn: Any) -> Any:
     except CtxragError as e:
         fail(str(e))
     except (sqlite3.DatabaseError, OSError) as e:
-        if is_disk_full(e):  # a write outside a knowledge base's write session (which says so itself)
-            fail(f"the disk is full ({e}); what was committed before is intact: free some space and run it again")
+        if is_disk_full(e, get_settings().home):  # a write outside a knowledge base's write session
+            fail(f"the disk is full ({e}); nothing was lost (what was committed before is intact): free some space "
+                 "and run it again")
         if not isinstance(e, sqlite3.DatabaseError):
             _fail_if_model_error(e)
             raise
