@@ -26,6 +26,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -41,7 +42,7 @@ import numpy as np
 import scipy.sparse  # noqa: F401 - pymilvus imports it lazily on a search: two server threads doing that first import
 # at once can see a half-initialized module (ImportError: isspmatrix); importing it here, once, avoids the race
 
-from ctxrag.errors import ConfigError
+from ctxrag.errors import ConfigError, KnowledgeBaseDeleted
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
 from ctxrag.stores.document_keys import is_blank, pick_by_source
 from ctxrag.stores.milvus import _safe_uri, connect, is_server_uri
@@ -208,6 +209,33 @@ class MilvusResidentStore:
         """`write_document` for many documents, each step one Milvus call per batch (bulk import)."""
         if not items:
             return
+        with self.deletion_named():
+            if not self.exists:  # never re-create a chunks collection for a knowledge base another process deleted
+                raise self._deleted()
+            self._write_documents(items)
+
+    @contextlib.contextmanager
+    def deletion_named(self) -> Iterator[None]:
+        """Within this block, a failure because another process deleted the knowledge base (its collections are
+        gone: pymilvus says "collection ... does not exist") is `KnowledgeBaseDeleted`; other failures pass."""
+        try:
+            yield
+        except KnowledgeBaseDeleted:
+            raise
+        except Exception:
+            try:
+                gone = not self.exists
+            except Exception:  # noqa: BLE001 - the server is unreachable: the original error says more
+                gone = False
+            if gone:
+                raise self._deleted() from None
+            raise
+
+    def _deleted(self) -> KnowledgeBaseDeleted:
+        return KnowledgeBaseDeleted(self.kb_name, f"from Milvus at {self.where} by another process while this one "
+                                                  "was writing to it; ingest again to create it anew")
+
+    def _write_documents(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
         for doc, records, vectors in items:
             if len(records) != len(vectors):
                 raise ValueError(f"document {doc.source!r}: {len(records)} chunks but {len(vectors)} vectors")
