@@ -8,7 +8,8 @@ Writes are Strong (the collections' consistency level), so every process sees a 
 
 Milvus has no multi-row transactions, so a document is replaced in steps, each idempotent:
 
-1. its documents row is upserted with ``status="writing"``, the new content hash, chunk count and a fresh write id;
+1. its documents row is upserted with ``status="writing"``, the new content hash, chunk count and write id (named by
+   what is written, `collections.write_id`: two nodes writing the same file agree on it);
 2. its chunks are upserted (keyed by chunk id), each carrying that write id;
 3. its chunks not in the new set are deleted (``doc_id in [D] and chunk_id not in [...]``);
 4. the row is upserted with ``status="ok"``.
@@ -32,7 +33,6 @@ import logging
 import re
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,18 +245,17 @@ class MilvusResidentStore:
         if dims:
             self._ensure_chunks(dims.pop())
         now = time.time()
-        write_id = uuid.uuid4().hex
         old = {r["doc_id"]: float(r["added_at"]) for r in self._docs_by_id([d.doc_id for d, _, _ in items])}
         analysis = self.analysis if self.fulltext else None
         for start in range(0, len(items), BATCH):
             part = items[start:start + BATCH]
-            self._put_docs(part, cols.STATUS_WRITING, write_id, old, now)
-            rows = [cols.chunk_row(r, v, write_id, analysis) for _, records, vectors in part
+            self._put_docs(part, cols.STATUS_WRITING, old, now)
+            rows = [cols.chunk_row(r, v, cols.write_id(doc, records), analysis) for doc, records, vectors in part
                     for r, v in zip(records, np.asarray(vectors, dtype=np.float32))]
             for at in range(0, len(rows), BATCH):
                 self._client.upsert(self.chunks_name, rows[at:at + BATCH])
             self._delete_stale(part)
-            self._put_docs(part, cols.STATUS_OK, write_id, old, now)
+            self._put_docs(part, cols.STATUS_OK, old, now)
 
     def _delete_stale(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
         """Step 3: each document's chunks that are not in its new set. By id, not by write id, so two processes
@@ -271,9 +270,9 @@ class MilvusResidentStore:
                 group, keep = [], []
 
     def _put_docs(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]], status: str,
-                  write_id: str, added: dict[str, float], now: float) -> None:
+                  added: dict[str, float], now: float) -> None:
         self._client.upsert(self.docs_name, [
-            cols.document_row(doc, n_chunks=len(records), status=status, write_id=write_id,
+            cols.document_row(doc, n_chunks=len(records), status=status, write_id=cols.write_id(doc, records),
                               added_at=added.get(doc.doc_id, now), updated_at=now) for doc, records, _ in items])
 
     def _docs_by_id(self, doc_ids: list[str]) -> list[dict[str, Any]]:
