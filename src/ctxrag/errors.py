@@ -86,12 +86,44 @@ class DiskFullError(CtxragError, OSError):
     made. Free some space and run it again."""
 
 
-def is_disk_full(error: BaseException) -> bool:
-    """True for "no space left": ``OSError`` ENOSPC or EDQUOT, or SQLite's SQLITE_FULL ("database or disk is
-    full"), which a full disk gives and is not damage."""
+def disk_full(path: object, error: BaseException, what: str) -> DiskFullError:
+    """The one message for a write that found the disk full: nothing lost, nothing to repair, free space and retry."""
+    return DiskFullError(f"{path}: the disk is full ({error}); {what} Nothing was lost: the knowledge base is as it "
+                         "was before this write and needs no repair; free some space and run the command again")
+
+
+LOW_SPACE_BYTES = 8 << 20
+"""An I/O error while the file system has less room than this counts as a full disk: SQLite reports a write-ahead
+log or shared-memory file that cannot grow as a plain I/O error (SQLITE_IOERR), not SQLITE_FULL. The margin is
+above what one SQLite step grows those files by (its automatic checkpoint size), so a full disk is never missed;
+a damaged file on a nearly full disk is then reported as a full disk first, which is the right thing to fix first."""
+
+
+def is_disk_full(error: BaseException, where: object = None) -> bool:
+    """True for "no space left": ``OSError`` ENOSPC or EDQUOT, SQLite's SQLITE_FULL ("database or disk is full"),
+    or, when `where` (a path on the file system written to) is given, SQLite's SQLITE_IOERR while that file system
+    is (nearly) full. A full disk is not damage: nothing was lost."""
     import errno
     import sqlite3
 
     if isinstance(error, sqlite3.Error):
-        return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error)
+        code = getattr(error, "sqlite_errorcode", None)
+        if code == sqlite3.SQLITE_FULL or "disk is full" in str(error):
+            return True
+        is_io_error = (code & 0xFF) == sqlite3.SQLITE_IOERR if code is not None else "disk I/O error" in str(error)
+        return is_io_error and where is not None and _low_on_space(where)
     return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _low_on_space(where: object) -> bool:
+    """Whether the file system holding `where` (or its nearest existing parent) has less than `LOW_SPACE_BYTES`."""
+    import shutil
+    from pathlib import Path
+
+    path = Path(str(where))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free < LOW_SPACE_BYTES
+    except OSError:
+        return False

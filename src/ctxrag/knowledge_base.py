@@ -384,6 +384,11 @@ class KnowledgeBase:
         when not saved there, `IndexCorruptError` when damaged."""
         return self.snapshots.saved_index(generation, name)
 
+    def optimize(self) -> dict[str, tuple[int, int]]:
+        """Merge each segmented index into one segment (``ctxrag kb optimize``, `IndexSnapshots.optimize`): index
+        name -> (segments before, segments after)."""
+        return self.snapshots.optimize()
+
     def repair_session(self) -> AbstractContextManager[WriteSession]:
         """A write session under the write lock with no index loaded: the repair brings each (`WriteSession.reindex`)."""
         return self.snapshots.session(repair=True)

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ctxrag import schema
 from ctxrag.enums import SearchMode
-from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
+from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
@@ -283,6 +283,10 @@ class MilvusKnowledgeBase:
         return report
 
     def _write(self, load: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
+        with self.store.deletion_named():
+            return self._write_one(load, contextualizer, precomputed)
+
+    def _write_one(self, load: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
         try:
             loaded: LoadedDocument = load()
             doc_id = schema.make_doc_id(self.name, loaded.source)
@@ -328,7 +332,14 @@ class MilvusKnowledgeBase:
             self.store.write_documents(todo)
         return report
 
-    # -- maintenance (``ctxrag kb check`` / ``kb repair``) --------------------------------------------------------
+    # -- maintenance (``ctxrag kb check`` / ``kb repair`` / ``kb optimize``) -----------------------------------------
+    def optimize(self) -> dict[str, tuple[int, int]]:
+        """Nothing to merge here: Milvus merges its own segments (compaction on the server). `CtxragError` saying
+        so, instead of pretending a merge happened."""
+        raise CtxragError(f"knowledge base {self.name!r} lives in Milvus at {self.store.where} (CTXRAG_STORE=milvus), "
+                          "which merges its own segments (compaction on the Milvus server); `ctxrag kb optimize` "
+                          "merges the index segments of a local knowledge base and has nothing to do here")
+
     def check(self) -> CheckReport:
         """Each document row against its chunks: unfinished writes or deletes, chunk counts that differ, chunks of
         another write, and chunks without a document."""

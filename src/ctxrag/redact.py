@@ -11,7 +11,7 @@ event streams) passes its text through `redact`, which replaces
 * the credential of ``Authorization: Bearer ...`` / ``Basic ...`` and ``api_key=...`` / ``"api_key": "..."``.
 
 `install_log_redaction` makes every log record go through it (a record factory, so uvicorn's handlers, pytest's
-and any the user adds are covered, tracebacks included).
+and any the user adds are covered, tracebacks included), and the traceback of an uncaught exception too.
 
 Example::
 
@@ -25,7 +25,9 @@ from __future__ import annotations
 import base64
 import logging
 import re
+import sys
 import threading
+import traceback
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -101,7 +103,8 @@ def redact_value(value: Any) -> Any:
 
 
 def install_log_redaction() -> None:
-    """Make every log record of this process redacted at creation: its message and its traceback text."""
+    """Make every log record of this process redacted at creation (its message and its traceback text), and the
+    traceback of an uncaught exception too (the last resort of a command that meets an error nobody expected)."""
     global _installed
     with _lock:
         if _installed:
@@ -125,3 +128,8 @@ def install_log_redaction() -> None:
         return record
 
     logging.setLogRecordFactory(factory)
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
+
+    sys.excepthook = excepthook

@@ -33,6 +33,8 @@ def test_disk_full_is_recognised_from_sqlite_and_os_errors(tmp_path: Path) -> No
     conn.close()
     assert is_disk_full(full.value) and is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
     assert not is_disk_full(sqlite3.DatabaseError("file is not a database")) and not is_disk_full(OSError(errno.EIO, "x"))
+    # SQLite's plain I/O error is a full disk only where the file system is (nearly) full; here it has room
+    assert not is_disk_full(sqlite3.OperationalError("disk I/O error"), tmp_path)
 
 
 def test_creating_a_store_on_a_full_disk_says_so_and_leaves_nothing(tmp_path: Path,

@@ -71,11 +71,26 @@ def guard(fn: Any) -> Any:
     except CtxragError as e:
         fail(str(e))
     except (sqlite3.DatabaseError, OSError) as e:
-        if is_disk_full(e):  # a write outside a knowledge base's write session (which says so itself)
-            fail(f"the disk is full ({e}); what was committed before is intact: free some space and run it again")
+        if is_disk_full(e, get_settings().home):  # a write outside a knowledge base's write session
+            fail(f"the disk is full ({e}); nothing was lost (what was committed before is intact): free some space "
+                 "and run it again")
         if not isinstance(e, sqlite3.DatabaseError):
+            _fail_if_model_error(e)
             raise
         fail(f"a SQLite database is damaged or busy ({e}); see `ctxrag kb check NAME`")  # past what opening checks
+    except Exception as e:  # noqa: BLE001 - model failures become one line, the rest keep their traceback
+        _fail_if_model_error(e)
+        raise
+
+
+def _fail_if_model_error(error: Exception) -> None:
+    """A dead, refusing or garbled endpoint (chat, embeddings, rerank) raises its client's own errors, whose text
+    may echo the API key: one redacted line naming the endpoint instead of a traceback."""
+    from ctxrag.models.chat import as_model_error
+
+    model_error = as_model_error(error, None)
+    if model_error is not None:
+        fail(str(model_error))
 
 
 def retriever_for(kbs: list[str], mode: SearchMode, k: int, rerank: str, search_type: str) -> Any:

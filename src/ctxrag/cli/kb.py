@@ -87,7 +87,7 @@ def kb_optimize(name: str = typer.Argument(...)) -> None:
     """Merge the index segments small commits left into one per index (searches keep running meanwhile)."""
 
     def body() -> None:
-        for index, (before, after) in open_kb(name).snapshots.optimize().items():
+        for index, (before, after) in open_kb(name).optimize().items():
             typer.echo(f"{index}: {before} segments -> {after}")
 
     guard(body)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import typer
 
 from ctxrag.errors import CtxragError
-from ctxrag.cli.common import kb_or_default
+from ctxrag.cli.common import guard, kb_or_default
 from ctxrag.settings import get_settings
 
 notes_app = typer.Typer(help="Keep notes (retrievable like documents) and turn them into articles.", no_args_is_help=True)
@@ -23,14 +23,6 @@ def _book(kb: Optional[str]) -> Any:
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.notes import NoteBook
     return NoteBook(KnowledgeBase.open(kb_or_default(kb), get_settings(), create=True))
-
-
-def _run(fn: Any) -> Any:
-    try:
-        return fn()
-    except CtxragError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1)
 
 
 def _show(note: Any, json_out: bool) -> None:
@@ -71,27 +63,27 @@ def add(
             note = book.create(raw, title=title, tags=tag or [])
         _show(note, json_out)
 
-    _run(body)
+    guard(body)
 
 
 @notes_app.command("edit")
 def edit(note_id: int = typer.Argument(...), text: Optional[str] = typer.Option(None, "--text"),
          title: Optional[str] = typer.Option(None, "--title"), kb: Optional[str] = KB) -> None:
     """Change a note's text or title."""
-    _run(lambda: _show(_book(kb).edit(note_id, text=text, title=title), False))
+    guard(lambda: _show(_book(kb).edit(note_id, text=text, title=title), False))
 
 
 @notes_app.command("tag")
 def tag(note_id: int = typer.Argument(...), add: Optional[list[str]] = typer.Option(None, "--add"),
         remove: Optional[list[str]] = typer.Option(None, "--remove"), kb: Optional[str] = KB) -> None:
     """Add or remove tags."""
-    _run(lambda: _show(_book(kb).tag(note_id, add=add or [], remove=remove or []), False))
+    guard(lambda: _show(_book(kb).tag(note_id, add=add or [], remove=remove or []), False))
 
 
 @notes_app.command("delete")
 def delete(note_id: int = typer.Argument(...), kb: Optional[str] = KB) -> None:
     """Delete a note (and its chunks)."""
-    _run(lambda: typer.echo(f"deleted note {_book(kb).delete(note_id).id}"))
+    guard(lambda: typer.echo(f"deleted note {_book(kb).delete(note_id).id}"))
 
 
 @notes_app.command("list")
@@ -108,7 +100,7 @@ def list_notes(tag: Optional[str] = typer.Option(None, "--tag"), kb: Optional[st
         for n in notes if not json_out else []:
             _show(n, False)
 
-    _run(body)
+    guard(body)
 
 
 @notes_app.command("show")
@@ -122,7 +114,7 @@ def show(note_id: int = typer.Argument(...), kb: Optional[str] = KB) -> None:
         for c in n.citations:
             typer.echo(f"  [{c.get('n')}] {c.get('source')}  ({c.get('chunk_id', '')})")
 
-    _run(body)
+    guard(body)
 
 
 @notes_app.command("search")
@@ -138,4 +130,4 @@ def search(query: str = typer.Argument(...), k: int = typer.Option(5, "-k", min=
             typer.echo(f"{score:.4f}  ", nl=False)
             _show(note, False)
 
-    _run(body)
+    guard(body)

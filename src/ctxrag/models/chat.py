@@ -196,6 +196,8 @@ def describe_endpoint(model: Any) -> str:
     """Where a chat model lives, for messages: the base URL, or the local GGUF file. Never the API key."""
     if isinstance(model, str):
         return model
+    if model is None:
+        return "the model endpoint"
     bound = getattr(model, "bound", None)  # RunnableBinding from .bind(...)
     if bound is not None and not isinstance(model, BaseChatModel):
         return describe_endpoint(bound)
@@ -208,8 +210,40 @@ def describe_endpoint(model: Any) -> str:
     return f"chat model {type(model).__name__}"
 
 
-def _secrets_of(model: Any) -> list[str]:
+_ENDPOINT_KINDS = (("/chat/completions", "chat endpoint"), ("/completions", "completions endpoint"),
+                   ("/embeddings", "embeddings endpoint"), ("/rerank", "rerank endpoint"))
+
+
+def _request_of(exc: BaseException) -> Any:
+    """The HTTP request a client error carries (OpenAI's and httpx's errors do), or None."""
+    try:
+        return getattr(exc, "request", None)
+    except RuntimeError:  # httpx raises it for an error made without a request
+        return None
+
+
+def _endpoint_of(exc: BaseException) -> str | None:
+    """Which endpoint failed, from the request the error carries: ``embeddings endpoint http://h/v1`` for a POST
+    to ``http://h/v1/embeddings``; None when the error carries no request (then the caller's model is named)."""
+    url = getattr(_request_of(exc), "url", None)
+    if url is None:
+        return None
+    text = str(url).split("?", 1)[0]
+    for suffix, kind in _ENDPOINT_KINDS:
+        if text.endswith(suffix):
+            return redact(f"{kind} {text[: -len(suffix)]}")
+    return redact(f"model endpoint {text}")
+
+
+def _secrets_of(model: Any, exc: BaseException | None = None) -> list[str]:
+    """The API keys `model` holds and the credential the failed request sent (whatever the model, an embeddings
+    client's key is in the request's Authorization header)."""
     secrets = []
+    headers = getattr(_request_of(exc), "headers", None) if exc is not None else None
+    auth = headers.get("authorization", "") if headers is not None else ""
+    credential = auth.split(" ", 1)[1].strip() if " " in auth else ""
+    if credential and credential != NO_KEY and len(credential) >= 4:
+        secrets.append(credential)
     for target in (model, getattr(model, "bound", None)):
         key = getattr(target, "openai_api_key", None)
         if isinstance(key, SecretStr):
@@ -274,9 +308,7 @@ def wrap_model_errors(model: Any, *, garbage: bool = False) -> Iterator[None]:
         verdict = _classify(exc)
         if verdict is None and not garbage and not _raised_by_client(exc):
             raise
-        where = describe_endpoint(model)
-        detail = _scrub(f"{type(exc).__name__}: {exc}", _secrets_of(model))
-        raise ModelError(f"{where} {verdict or 'answered garbage'}: {detail}") from exc
+        raise _model_error(exc, model, verdict) from exc
 
 
 def ping_chat_model(model: BaseChatModel, *, max_tokens: int = 4) -> str:
@@ -305,8 +337,14 @@ def as_model_error(exc: BaseException, model: Any) -> ModelError | None:
     verdict = _classify(exc)
     if verdict is None and not _raised_by_client(exc):
         return None
-    detail = _scrub(f"{type(exc).__name__}: {exc}", _secrets_of(model))
-    return ModelError(f"{describe_endpoint(model)} {verdict or 'answered garbage'}: {detail}")
+    return _model_error(exc, model, verdict)
+
+
+def _model_error(exc: BaseException, model: Any, verdict: str | None) -> ModelError:
+    """One line naming the endpoint that failed (the request's, else `model`'s) and why; keys scrubbed."""
+    where = _endpoint_of(exc) or describe_endpoint(model)
+    detail = _scrub(f"{type(exc).__name__}: {exc}", _secrets_of(model, exc))
+    return ModelError(f"{where} {verdict or 'answered garbage'}: {detail}")
 
 
 def model_failure_types() -> tuple[type[BaseException], ...]:

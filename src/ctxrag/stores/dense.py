@@ -335,7 +335,9 @@ class FaissIndex:
         if self._index is not None:
             import faiss
 
-            faiss.write_index(self._index, str(directory / INDEX_FILE))
+            # through Python's file object, so a full disk raises OSError(ENOSPC) instead of FAISS's RuntimeError
+            with open(directory / INDEX_FILE, "wb") as out:
+                faiss.write_index(self._index, faiss.PyCallbackIOWriter(out.write))
 
     @classmethod
     def load(cls, directory: Path, config: DenseIndexSettings | None = None) -> "FaissIndex":

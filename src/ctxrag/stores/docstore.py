@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from ctxrag.errors import DiskFullError, KnowledgeBaseDeleted, StoreCorruptError, is_disk_full
+from ctxrag.errors import KnowledgeBaseDeleted, StoreCorruptError, disk_full, is_disk_full
 from ctxrag.stores.document_keys import is_blank, pick_by_source, source_tail
 
 SCHEMA_VERSION = "1"
@@ -26,12 +26,6 @@ _QUICK_CHECK_MAX_BYTES = 256 << 20
 def _damaged(path: Path, what: str) -> str:
     return (f"{path}: the document store is damaged ({what}); restore it from a backup, or delete the knowledge "
             f"base folder {path.parent} and ingest again (its index generations were left untouched)")
-
-
-def disk_full(path: Path, error: BaseException, what: str) -> DiskFullError:
-    """The one message for a write that found the disk full: nothing lost, nothing to repair."""
-    return DiskFullError(f"{path}: the disk is full ({error}); {what} Nothing was lost: the knowledge base is as it "
-                         "was before this write and needs no repair; free some space and run the command again")
 
 
 def _check_file(path: Path) -> None:
@@ -171,7 +165,7 @@ class DocStore:
             try:
                 _create(self.path)
             except (OSError, sqlite3.Error) as e:
-                if is_disk_full(e):
+                if is_disk_full(e, self.path):
                     raise disk_full(self.path, e, "the document store was not created.") from None
                 raise
         self.conn, self.identity = self._connect()
@@ -212,7 +206,7 @@ class DocStore:
                 raise
             if not self.path.exists():
                 raise _gone(self.path, "by another process") from None
-            if is_disk_full(e):  # e.g. no room for the write-ahead log: the file itself is intact
+            if is_disk_full(e, self.path):  # e.g. no room for the write-ahead log: the file itself is intact
                 raise disk_full(self.path, e, "the document store could not be opened.") from None
             raise StoreCorruptError(_damaged(self.path, str(e))) from None
         except (StoreCorruptError, KnowledgeBaseDeleted):

@@ -5,8 +5,11 @@ pages a query touches. A mapped file that is truncated afterwards (``truncate -s
 would kill the process with SIGBUS on the next access to a page past the new end: Python cannot catch that signal.
 Committed generation files are never changed in place by ctxrag (a writer writes a new generation and renames it into
 place; clean-up unlinks, which keeps the mapped pages), so a mapped file that got *shorter* under the same inode is
-damage. `MappedFile.check` compares with one ``stat`` (microseconds) before each access and raises
-`IndexCorruptError` naming the file instead.
+damage, and so is one *written to* in place (same size, new modification time: random bytes over it would otherwise
+be read as postings or vectors, giving wrong results or a raw numpy error). `MappedFile.check` compares with one
+``stat`` (microseconds) before each access and raises `IndexCorruptError` naming the file instead. Bit rot that
+leaves the modification time alone is found by the checksums (`ctxrag.stores.segment_checksums`): at the next open
+when the file's metadata moved, always by ``ctxrag kb check``.
 
 `advise_huge_pages` asks Linux to back a file's memory maps with huge pages (``MADV_HUGEPAGE``). A query reads a
 few thousand vectors or posting lists scattered over a file of a gigabyte or more; mapped 4 KiB at a time, most of
@@ -33,26 +36,34 @@ from ctxrag.errors import IndexCorruptError
 
 
 class MappedFile:
-    """The size and identity (device, inode) of a file at the time it was memory-mapped."""
+    """The size, modification time and identity (device, inode) of a file at the time it was memory-mapped."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         st = os.stat(self.path)
         self.inode = (st.st_dev, st.st_ino)
         self.size = st.st_size
+        self.mtime_ns = st.st_mtime_ns
 
     def check(self) -> None:
         """`IndexCorruptError` if the mapped file is now shorter than when it was mapped (reading the mapping past
-        the new end would be SIGBUS). A file unlinked or replaced by rename is fine: the mapping keeps its pages."""
+        the new end would be SIGBUS) or was written to in place since. A file unlinked or replaced by rename is
+        fine: the mapping keeps its pages. (A hard link changes only the change time, which is not compared.)"""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return
-        if (st.st_dev, st.st_ino) == self.inode and st.st_size < self.size:
-            raise IndexCorruptError(
-                f"{self.path}: index file was truncated from {self.size} to {st.st_size} bytes while in use "
-                "(damaged in place; this request was refused instead of reading it); run `ctxrag kb repair NAME` "
-                "to rebuild it from the document store")
+        if (st.st_dev, st.st_ino) != self.inode:
+            return
+        if st.st_size < self.size:
+            how = f"truncated from {self.size} to {st.st_size} bytes"
+        elif st.st_size != self.size or st.st_mtime_ns != self.mtime_ns:
+            how = "written to in place (committed index files are never rewritten)"
+        else:
+            return
+        raise IndexCorruptError(
+            f"{self.path}: index file was {how} while in use (damaged in place; this request was refused instead "
+            "of reading it); run `ctxrag kb repair NAME` to rebuild it from the document store")
 
     def __repr__(self) -> str:
         return f"MappedFile({str(self.path)!r}, size={self.size})"

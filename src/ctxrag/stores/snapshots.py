@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, is_disk_full
+from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, disk_full, is_disk_full
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
-from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord, disk_full
+from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
 from ctxrag.stores.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.generations import GenerationStore
@@ -313,7 +313,7 @@ class IndexSnapshots:
                     for index in session.indexes.values():
                         if isinstance(index, SelfPersistingIndex):
                             self.reconcile(index)
-                if is_disk_full(e):  # the new generation is never pointed at: the last committed one stands
+                if is_disk_full(e, self.store.path):  # the new generation is never pointed at: the last committed one stands
                     raise disk_full(self.store.path.parent, e, "this write was rolled back.") from e
                 raise
             finally:

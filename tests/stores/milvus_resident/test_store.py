@@ -114,8 +114,8 @@ def test_replacing_a_document_keeps_only_its_new_chunks(store: MilvusResidentSto
 def _crash_after(store: MilvusResidentStore, step: int, doc: tuple) -> None:
     """The steps of `write_documents` a process killed after `step` would have done (1: row, 2: chunks, 3: stale)."""
     d, records, vectors = doc
-    wid = "crashed-write"
-    store._put_docs([doc], cols.STATUS_WRITING, wid, {}, time.time())
+    wid = cols.write_id(d, records)
+    store._put_docs([doc], cols.STATUS_WRITING, {}, time.time())
     if step >= 2:
         rows = [cols.chunk_row(r, v, wid, store.analysis) for r, v in zip(records, vectors)]
         store._client.upsert(store.chunks_name, rows[: len(rows) if step > 2 or len(rows) == 1 else 1])

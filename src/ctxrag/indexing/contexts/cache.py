@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ctxrag.errors import IndexCorruptError
+from ctxrag.errors import IndexCorruptError, disk_full, is_disk_full
 from ctxrag.settings import get_settings
 
 _SCHEMA = """
@@ -54,6 +54,8 @@ class ContextCache:
             self._conn.execute(_SCHEMA)
             self._conn.commit()
         except sqlite3.DatabaseError as exc:
+            if is_disk_full(exc, self.path):
+                raise disk_full(self.path, exc, "the context cache could not be opened.") from exc
             raise IndexCorruptError(f"{self.path}: not a usable context cache ({exc})") from exc
 
     @classmethod

@@ -4,7 +4,9 @@
   heading path, language, chunk index; the chunk as cited (`content`), its `context`, the text the indexes see
   (`indexed_text`), the analyzed `bm25_text` feeding Milvus's ``BM25`` function into the sparse field `bm25`
   (SPARSE_INVERTED_INDEX, metric BM25); the `dense` vector (COSINE); all metadata as JSON; and `write_id`, the write
-  that stored the chunk (what reconciling a crashed write reads).
+  that stored the chunk (what reconciling a crashed write reads). A write id names *what* was written (`write_id`:
+  the document, its content hash and chunk ids), not which process wrote it: two nodes writing the same file at
+  once leave a row and chunks that agree, whichever step of which node came last.
 - documents (``..._docs``): doc id (primary key), source, title, content hash (ingest skips unchanged files), summary,
   the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata, `status` (``ok``, ``writing``, ``deleting``) and `write_id` of the last write. Milvus needs a
   vector field in every collection: a constant 2-d `placeholder`.
@@ -170,6 +172,14 @@ def chunk_row(record: ChunkRecord, vector: np.ndarray, write_id: str, analysis: 
 def record_of(row: dict[str, Any]) -> ChunkRecord:
     return ChunkRecord(row["chunk_id"], row["doc_id"], int(row["chunk_index"]), row["content"], row["indexed_text"],
                        row["context"] or None, dict(row["metadata"] or {}))
+
+
+def write_id(doc: DocumentRecord, records: list[ChunkRecord]) -> str:
+    """The write id of storing `doc` as `records`: equal for every writer of the same content and chunking."""
+    h = hashlib.sha256(f"{doc.doc_id}\0{doc.content_hash}".encode())
+    for r in records:
+        h.update(b"\0" + r.chunk_id.encode("utf-8"))
+    return h.hexdigest()[:32]
 
 
 def document_row(doc: DocumentRecord, *, n_chunks: int, status: str, write_id: str, added_at: float,

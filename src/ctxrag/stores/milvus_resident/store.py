@@ -8,7 +8,8 @@ Writes are Strong (the collections' consistency level), so every process sees a 
 
 Milvus has no multi-row transactions, so a document is replaced in steps, each idempotent:
 
-1. its documents row is upserted with ``status="writing"``, the new content hash, chunk count and a fresh write id;
+1. its documents row is upserted with ``status="writing"``, the new content hash, chunk count and write id (named by
+   what is written, `collections.write_id`: two nodes writing the same file agree on it);
 2. its chunks are upserted (keyed by chunk id), each carrying that write id;
 3. its chunks not in the new set are deleted (``doc_id in [D] and chunk_id not in [...]``);
 4. the row is upserted with ``status="ok"``.
@@ -26,12 +27,12 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ import numpy as np
 import scipy.sparse  # noqa: F401 - pymilvus imports it lazily on a search: two server threads doing that first import
 # at once can see a half-initialized module (ImportError: isspmatrix); importing it here, once, avoids the race
 
-from ctxrag.errors import ConfigError
+from ctxrag.errors import ConfigError, KnowledgeBaseDeleted
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
 from ctxrag.stores.document_keys import is_blank, pick_by_source
 from ctxrag.stores.milvus import _safe_uri, connect, is_server_uri
@@ -208,6 +209,33 @@ class MilvusResidentStore:
         """`write_document` for many documents, each step one Milvus call per batch (bulk import)."""
         if not items:
             return
+        with self.deletion_named():
+            if not self.exists:  # never re-create a chunks collection for a knowledge base another process deleted
+                raise self._deleted()
+            self._write_documents(items)
+
+    @contextlib.contextmanager
+    def deletion_named(self) -> Iterator[None]:
+        """Within this block, a failure because another process deleted the knowledge base (its collections are
+        gone: pymilvus says "collection ... does not exist") is `KnowledgeBaseDeleted`; other failures pass."""
+        try:
+            yield
+        except KnowledgeBaseDeleted:
+            raise
+        except Exception:
+            try:
+                gone = not self.exists
+            except Exception:  # noqa: BLE001 - the server is unreachable: the original error says more
+                gone = False
+            if gone:
+                raise self._deleted() from None
+            raise
+
+    def _deleted(self) -> KnowledgeBaseDeleted:
+        return KnowledgeBaseDeleted(self.kb_name, f"from Milvus at {self.where} by another process while this one "
+                                                  "was writing to it; ingest again to create it anew")
+
+    def _write_documents(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
         for doc, records, vectors in items:
             if len(records) != len(vectors):
                 raise ValueError(f"document {doc.source!r}: {len(records)} chunks but {len(vectors)} vectors")
@@ -217,18 +245,17 @@ class MilvusResidentStore:
         if dims:
             self._ensure_chunks(dims.pop())
         now = time.time()
-        write_id = uuid.uuid4().hex
         old = {r["doc_id"]: float(r["added_at"]) for r in self._docs_by_id([d.doc_id for d, _, _ in items])}
         analysis = self.analysis if self.fulltext else None
         for start in range(0, len(items), BATCH):
             part = items[start:start + BATCH]
-            self._put_docs(part, cols.STATUS_WRITING, write_id, old, now)
-            rows = [cols.chunk_row(r, v, write_id, analysis) for _, records, vectors in part
+            self._put_docs(part, cols.STATUS_WRITING, old, now)
+            rows = [cols.chunk_row(r, v, cols.write_id(doc, records), analysis) for doc, records, vectors in part
                     for r, v in zip(records, np.asarray(vectors, dtype=np.float32))]
             for at in range(0, len(rows), BATCH):
                 self._client.upsert(self.chunks_name, rows[at:at + BATCH])
             self._delete_stale(part)
-            self._put_docs(part, cols.STATUS_OK, write_id, old, now)
+            self._put_docs(part, cols.STATUS_OK, old, now)
 
     def _delete_stale(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
         """Step 3: each document's chunks that are not in its new set. By id, not by write id, so two processes
@@ -243,9 +270,9 @@ class MilvusResidentStore:
                 group, keep = [], []
 
     def _put_docs(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]], status: str,
-                  write_id: str, added: dict[str, float], now: float) -> None:
+                  added: dict[str, float], now: float) -> None:
         self._client.upsert(self.docs_name, [
-            cols.document_row(doc, n_chunks=len(records), status=status, write_id=write_id,
+            cols.document_row(doc, n_chunks=len(records), status=status, write_id=cols.write_id(doc, records),
                               added_at=added.get(doc.doc_id, now), updated_at=now) for doc, records, _ in items])
 
     def _docs_by_id(self, doc_ids: list[str]) -> list[dict[str, Any]]:
