@@ -35,6 +35,7 @@ from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.document_keys import require_document
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.fileio import remove_tree
 from ctxrag.stores.generations import GenerationStore
 from ctxrag.stores.registry import IndexSetup, index_factories
@@ -288,7 +289,7 @@ class KnowledgeBase:
     def all_chunks(self) -> list[Document]:
         return self._chunk_lookup.all_chunks()
 
-    def allowed_chunk_ids(self, filter: dict[str, Any] | Callable[[dict[str, Any]], bool] | None) -> set[str] | None:
+    def allowed_chunk_ids(self, filter: MetadataFilter | None) -> set[str] | None:
         """Chunk ids whose metadata match `filter` (dict: key -> value or list of values; or a predicate)."""
         return self._chunk_lookup.allowed_chunk_ids(filter)
 

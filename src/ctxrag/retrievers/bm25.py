@@ -16,9 +16,10 @@ from langchain_core.documents import Document
 from pydantic import Field
 
 from ctxrag import schema
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, metadata_matches
+from ctxrag.retrievers.base import CtxragRetriever
 from ctxrag.stores.bm25.index import BM25Index
 from ctxrag.stores.bm25.tokenize import Tokenizer
+from ctxrag.stores.filters import MetadataFilter, matcher
 
 
 class BM25Retriever(CtxragRetriever):
@@ -89,7 +90,8 @@ class BM25Retriever(CtxragRetriever):
                     "BM25Retriever: a metadata filter needs the documents (from_documents/add_documents); "
                     "with only `lookup`, pass allowed_ids instead"
                 )
-            matching = {i for i, d in self.documents.items() if metadata_matches(d.metadata, filter)}
+            matches = matcher(filter)
+            matching = {i for i, d in self.documents.items() if matches(d.metadata)}
             allowed = matching if allowed is None else allowed & matching
         return allowed
 

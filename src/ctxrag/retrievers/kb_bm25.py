@@ -19,7 +19,8 @@ from typing import Any
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter
+from ctxrag.retrievers.base import CtxragRetriever
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import ChunkLookup, KeywordIndex
 
 

@@ -23,7 +23,8 @@ from pydantic import Field, field_validator
 
 from ctxrag.errors import ConfigError
 from ctxrag.models.embeddings import embed_array
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter
+from ctxrag.retrievers.base import CtxragRetriever
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import KnowledgeSource
 
 
