@@ -223,7 +223,7 @@ def test_parquet_import_names_bad_rows(kb: KnowledgeBase, tmp_path: Path) -> Non
 def test_import_into_milvus_lite_in_batches(tmp_path: Path) -> None:
     from ctxrag.stores import milvus
 
-    kb = KnowledgeBase.open("bulkm", _settings(tmp_path / "home", vector_store="milvus", milvus_sparse=False))
+    kb = KnowledgeBase.open("bulkm", _settings(tmp_path / "home", dense_backend="milvus", milvus_sparse=False))
     try:
         rows = [{"text": f"chunk number {i}", "vector": _vec(i), "source": f"wiki://{i // 3}"} for i in range(25)]
         old_batch = milvus._BATCH

