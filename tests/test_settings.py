@@ -23,7 +23,8 @@ def test_defaults_are_the_local_backend_with_faiss() -> None:
     assert RENAMED_SETTINGS == {"vector_store": "dense_backend"} and "vector_store" not in Settings.model_fields
 
 
-def test_the_new_name_reads_without_a_warning(monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder) -> None:
+def test_the_new_name_reads_without_a_warning(monkeypatch: pytest.MonkeyPatch,
+                                              recwarn: pytest.WarningsRecorder) -> None:
     monkeypatch.setenv("CTXRAG_DENSE_BACKEND", "chroma")
     assert Settings().dense_backend == "chroma" and Settings(dense_backend="milvus").dense_backend == "milvus"
     assert not [w for w in recwarn if "deprecated" in str(w.message)]

@@ -192,7 +192,7 @@ class KnowledgeBase:
     def dense(self) -> DenseIndex:
         """Deprecated: `dense_index()` is the dense index (it follows new generations); ``indexes["dense"]`` is the
         current generation's index object (a `SegmentedDenseIndex` over FAISS, or a Chroma / Milvus index)."""
-        warn_deprecated("kb.dense", "kb.dense_index() to search, kb.indexes['dense'] for the current generation's object")
+        warn_deprecated("kb.dense", "kb.dense_index() to search, kb.indexes['dense'] for the generation's object")
         index = self.indexes["dense"]
         if not isinstance(index, DenseIndex):  # pragma: no cover - every dense backend is one (tests/stores)
             raise TypeError(f"the dense index of {self.name!r} is a {type(index).__name__}, not a DenseIndex")
@@ -343,7 +343,7 @@ class KnowledgeBase:
 
     # -- search -----------------------------------------------------------------------
     def search(self, query: str, k: int = 10, *, mode: SearchMode | str = SearchMode.HYBRID,
-               filter: Any = None) -> list[Document]:
+               filter: MetadataFilter | None = None) -> list[Document]:
         """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
         ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)

@@ -210,7 +210,8 @@ class MilvusKnowledgeBase:
         warn_deprecated("kb.allowed_chunk_ids", "kb.chunks.allowed_chunk_ids")
         return self._chunks.allowed_chunk_ids(filter)
 
-    def search(self, query: str, k: int = 10, *, mode: str = "dense", filter: Any = None) -> list[Document]:
+    def search(self, query: str, k: int = 10, *, mode: str = "dense",
+               filter: MetadataFilter | None = None) -> list[Document]:
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 
     def as_retriever(self, mode: str = "hybrid", k: int = 10, **kwargs: Any) -> Any:

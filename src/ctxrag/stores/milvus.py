@@ -54,7 +54,8 @@ def _pymilvus() -> Any:
     try:
         import pymilvus
     except ImportError:
-        raise ConfigError("dense_backend='milvus' needs pymilvus and milvus-lite: pip install 'ctxrag[milvus]'") from None
+        raise ConfigError("dense_backend='milvus' needs pymilvus and milvus-lite: "
+                          "pip install 'ctxrag[milvus]'") from None
     return pymilvus
 
 

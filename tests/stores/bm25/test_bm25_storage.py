@@ -187,7 +187,8 @@ def test_postings_blocks_saved_under_their_old_names_still_open(tmp_path):
                                                                                       allowed_ids=["x0", "y1", "z0"])
     old.save(tmp_path)  # written again by this version: the same names
     again = json.loads((tmp_path / MANIFEST).read_text())
-    assert again["segments"] == manifest["segments"] and BM25Index.load(tmp_path).search("sparse") == old.search("sparse")
+    assert again["segments"] == manifest["segments"]
+    assert BM25Index.load(tmp_path).search("sparse") == old.search("sparse")
 
 
 def test_caller_ids_are_arrays_not_manifest_entries(saved):
