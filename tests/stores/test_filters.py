@@ -14,7 +14,7 @@ import pytest
 from ctxrag.errors import ConfigError
 from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
-from ctxrag.stores.filters import NOTHING, filter_key, matcher, metadata_matches, milvus_expression
+from ctxrag.stores.filters import NOTHING, filter_key, ids_expression, matcher, metadata_matches, milvus_expression
 
 EXTRA: dict[str, dict[str, Any]] = {  # chunk name -> metadata beyond what every chunk carries
     "a": {"file_type": "markdown", "lang": "en", "n": 1, "flag": True, "tags": ["x", "y"], "year": 2024},
@@ -174,6 +174,7 @@ def test_milvus_expressions() -> None:
     assert milvus_expression({"source": "a", "language": "zh"}) == 'language == "zh" and source == "a"'
     assert milvus_expression({"source": []}) == milvus_expression({"source": "a", "file_type": ()}) == NOTHING
     assert milvus_expression({"tags": None}) is None and milvus_expression({"tags": [{"a": 1}]}) is None
+    assert ids_expression({"b:0", 'a"q:0'}) == 'chunk_id in ["a\\"q:0", "b:0"]' and ids_expression([]) == "chunk_id in []"
 
 
 def test_filter_key_names_the_meaning() -> None:

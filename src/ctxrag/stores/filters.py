@@ -11,7 +11,8 @@ collection of values (a generator, a range, an array), raises `ConfigError` nami
 - `milvus_expression`: the same filter as a Milvus expression, answered inside Milvus before the top-k cut; keys that
   are scalar fields of a Milvus-resident chunks collection (`SCALAR_FIELDS`) compare that field, any other key
   compares ``metadata["key"]`` in its JSON field. A filter with a value no expression can state (None, a nested dict)
-  gives None: the caller then evaluates it with `matcher` and sends the matching ids.
+  gives None: the caller then evaluates it with `matcher` and sends the matching ids (`ids_expression`, also what a
+  local knowledge base with its vectors in Milvus sends).
 
 Example::
 
@@ -150,6 +151,12 @@ def _term(key: str, value: Any) -> str | None:
         if value is _NO_MATCH:
             return NOTHING
     return f"{target} == {_literal(value)}"
+
+
+def ids_expression(chunk_ids: Iterable[str]) -> str:
+    """``chunk_id in [...]``, the expression of an allowed-id set (Milvus Lite takes no filter templates: each id is a
+    JSON-quoted literal, sorted)."""
+    return f"chunk_id in {json.dumps(sorted(chunk_ids), ensure_ascii=False)}"
 
 
 def milvus_expression(filter: Mapping[str, Any]) -> str | None:

@@ -2,8 +2,8 @@
 listing its ids only when asked. The filter translation itself is tested in tests/stores/test_filters.py."""
 from __future__ import annotations
 
-from ctxrag.stores.filters import NOTHING
-from ctxrag.stores.milvus_resident.expressions import FilteredIds, allowed_expression, ids_expression
+from ctxrag.stores.filters import NOTHING, ids_expression
+from ctxrag.stores.milvus_resident.expressions import FilteredIds, allowed_expression
 
 
 def test_nothing_first() -> None:

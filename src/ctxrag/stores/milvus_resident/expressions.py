@@ -17,16 +17,10 @@ Example::
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Set
 from typing import Any
 
-from ctxrag.stores.filters import NOTHING
-
-
-def ids_expression(chunk_ids: Set[str] | list[str]) -> str:
-    """``chunk_id in [...]`` (Milvus Lite takes no filter templates: each id is a JSON-quoted literal)."""
-    return f"chunk_id in {json.dumps(sorted(chunk_ids), ensure_ascii=False)}"
+from ctxrag.stores.filters import NOTHING, ids_expression
 
 
 class FilteredIds(Set[str]):
