@@ -1,5 +1,5 @@
 """The allowed chunk ids of a Milvus-resident knowledge base as Milvus expressions (no Milvus needed): `FilteredIds`
-listing its ids only when asked. The filter translation itself is tested in tests/stores/test_filters.py."""
+listing its ids only when asked. The filter translation itself is tested in tests/stores/test_store_filters.py."""
 from __future__ import annotations
 
 from ctxrag.stores.filters import NOTHING, ids_expression

@@ -1,7 +1,8 @@
-"""One filter language, three places it is answered (`ctxrag.stores.filters`): the in-memory matcher, the SQLite chunk
+"""One filter language (`ctxrag.stores.filters`), three places it is answered: the in-memory matcher, the SQLite chunk
 lookup of a local knowledge base (`DocStoreChunkLookup`, cached per generation) and a real milvus-lite collection
 (`MilvusChunkLookup`, the filter translated into a Milvus expression). One table of filters, the same expected chunks
-from each; bad filters fail the same way everywhere, naming the key or value."""
+from each; bad filters fail the same way everywhere, naming the key or value. (Named test_store_filters.py:
+tests/compressors holds a test_filters.py, and test modules are imported by their base names.)"""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
