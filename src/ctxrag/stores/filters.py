@@ -54,15 +54,6 @@ def check_filter(filter: Any, where: str = "filter") -> MetadataFilter | None:
     return filter  # type: ignore[return-value]
 
 
-def _value_matches(have: Any, want: Any) -> bool:
-    if isinstance(want, _ANY_OF):
-        try:
-            return have in want
-        except TypeError:  # an unhashable metadata value (a list) looked up in a set: equal to no set member
-            return False
-    return bool(have == want)
-
-
 def matcher(filter: MetadataFilter | None) -> Callable[[Mapping[str, Any]], bool]:
     """A predicate over a metadata dict for `filter` (checked once, here): for filtering many records."""
     check_filter(filter)
@@ -71,8 +62,22 @@ def matcher(filter: MetadataFilter | None) -> Callable[[Mapping[str, Any]], bool
     if callable(filter):
         predicate = filter
         return lambda metadata: bool(predicate(dict(metadata)))
-    items = list(filter.items())
-    return lambda metadata: all(_value_matches(metadata.get(key), want) for key, want in items)
+    terms = [(key, want, isinstance(want, _ANY_OF)) for key, want in filter.items()]
+
+    def matches(metadata: Mapping[str, Any]) -> bool:  # a plain loop: it runs once per chunk of a knowledge base
+        for key, want, any_of in terms:
+            have = metadata.get(key)
+            if any_of:
+                try:
+                    if have not in want:
+                        return False
+                except TypeError:  # an unhashable metadata value (a list) looked up in a set: equal to no member
+                    return False
+            elif have != want:
+                return False
+        return True
+
+    return matches
 
 
 def metadata_matches(metadata: Mapping[str, Any], filter: MetadataFilter | None) -> bool:
