@@ -224,8 +224,8 @@ def worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path) -> di
     kb = KnowledgeBase.open(kb_name, Settings(home=home), create=False, embeddings=LookupEmbeddings())
     open_s, open_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     rss_open, _ = _rss_mb()
-    out: dict[str, Any] = {"open_s": open_s, "open_cpu_s": open_cpu_s, "rss_open_mb": rss_open, "dense_kind": getattr(kb.dense, "kind", "?"),
-                           "chunks": len(kb.dense)}
+    out: dict[str, Any] = {"open_s": open_s, "open_cpu_s": open_cpu_s, "rss_open_mb": rss_open, "dense_kind": getattr(kb.indexes["dense"], "kind", "?"),
+                           "chunks": len(kb.dense_index())}
     for mode in ("dense", "bm25", "hybrid"):
         for q in queries[:5]:  # warm up (first SQLite pages, lazy idf)
             kb.search(q["text"], k=10, mode=mode)
@@ -250,9 +250,9 @@ def worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path) -> di
     gen = kb.generation
     out["hnsw_ef_search"] = kb.settings.dense_index.hnsw_ef_search
     start = time.perf_counter()
-    report = kb.import_precomputed(read_precomputed(extra_path, kb.name, dim=kb_dimension(kb.dense, kb.settings)))
+    report = kb.import_precomputed(read_precomputed(extra_path, kb.name, dim=kb_dimension(kb.dense_index(), kb.settings)))
     out["incr100_s"] = time.perf_counter() - start
-    assert len(report.added) == 10 and kb.generation == gen + 1 and len(kb.dense) == out["chunks"] + 100
+    assert len(report.added) == 10 and kb.generation == gen + 1 and len(kb.dense_index()) == out["chunks"] + 100
     kb.close()
     return out
 
@@ -325,9 +325,9 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
 
     start, cpu = time.perf_counter(), time.process_time()
     kb = KnowledgeBase.open(kb_name, Settings(home=home), create=False, embeddings=LookupEmbeddings())
-    len(kb.dense)  # the indexes are loaded on first use: part of opening
+    len(kb.dense_index())  # the indexes are loaded on first use: part of opening
     out: dict[str, Any] = {"design": design, "open_s": time.perf_counter() - start,
-                           "open_cpu_s": time.process_time() - cpu, "chunks": len(kb.dense)}
+                           "open_cpu_s": time.process_time() - cpu, "chunks": len(kb.dense_index())}
     out.update(_query_p50(kb, queries))
     out.update({f"mem_serving_{k}": v for k, v in _mem_mb().items()})
     partial = home.parent / f"partial-{home.name}.json"
@@ -337,7 +337,7 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
         partial.write_text(json.dumps({**seed, **out}), encoding="utf-8")
 
     save()
-    dim = kb_dimension(kb.dense, kb.settings)
+    dim = kb_dimension(kb.dense_index(), kb.settings)
     start = time.perf_counter()
     kb.import_precomputed(read_precomputed(extra_path, kb.name, dim=dim))
     out["incr100_s"] = time.perf_counter() - start

@@ -32,7 +32,7 @@ def test_contexts_are_indexed_and_content_kept(tmp_path: Path, doc: Path) -> Non
     llm = GenericFakeChatModel(messages=iter([AIMessage("From Acme Corp's annual report on garden pumps.")] * 20))
     kb = KnowledgeBase.open("ctx", s)
     kb.ingest([doc], contextualizer=Contextualizer(llm, settings=s, model_name="fake"), progress=False)
-    chunks = kb.all_chunks()
+    chunks = kb.chunks.all_chunks()
     assert chunks and all(c.metadata["context"] == "From Acme Corp's annual report on garden pumps." for c in chunks)
     assert all("Acme Corp's annual report" not in c.page_content for c in chunks)  # content is the original chunk
     rec = kb.store.get_chunks([chunks[0].id])[chunks[0].id]
@@ -55,8 +55,8 @@ def test_dead_endpoint_falls_back_to_header(tmp_path: Path, doc: Path) -> None:
     ctx = Contextualizer(llm, settings=s, model_name="dead")
     kb = KnowledgeBase.open("ctx", s)
     report = kb.ingest([doc], contextualizer=ctx, progress=False)
-    assert not report.failed and report.context_report.fallbacks == len(kb.all_chunks())
-    assert all(c.metadata["context"].startswith("Acme annual report") for c in kb.all_chunks())
+    assert not report.failed and report.context_report.fallbacks == len(kb.chunks.all_chunks())
+    assert all(c.metadata["context"].startswith("Acme annual report") for c in kb.chunks.all_chunks())
 
 
 def test_precomputed_contexts(tmp_path: Path, doc: Path) -> None:
@@ -69,7 +69,7 @@ def test_precomputed_contexts(tmp_path: Path, doc: Path) -> None:
     path = tmp_path / "contexts.jsonl"
     path.write_text(json.dumps({"chunk_id": f"{doc_id}:0", "context": "Imported context about Acme."}) + "\n", encoding="utf-8")
     kb.ingest([doc], precomputed_contexts=load_precomputed_contexts(path), progress=False)
-    first = kb.get_chunks([f"{doc_id}:0"])[0]
+    first = kb.chunks.get_chunks([f"{doc_id}:0"])[0]
     assert first.metadata["context"] == "Imported context about Acme."
 
 
@@ -81,7 +81,7 @@ def test_rebuild_from_cache_makes_no_llm_request(tmp_path: Path, doc: Path, coun
     llm = chat_openai_compatible(base_url=str(counting_llm_url), model="m", api_key="x", max_tokens=40, timeout=HANG_GUARD_S)
     kb = KnowledgeBase.open("one", s)
     first = kb.ingest([doc], contextualizer=Contextualizer(llm, settings=s, max_tokens=40), progress=False)
-    n_chunks = len(kb.all_chunks())
+    n_chunks = len(kb.chunks.all_chunks())
     assert counting_llm_url.count >= n_chunks and first.context_report.llm_calls >= n_chunks
     counting_llm_url.reset()
     # a second knowledge base built from the same text: every context comes from the cache
@@ -89,4 +89,4 @@ def test_rebuild_from_cache_makes_no_llm_request(tmp_path: Path, doc: Path, coun
     second = kb2.ingest([doc], contextualizer=Contextualizer(llm, settings=s, max_tokens=40), progress=False)
     assert counting_llm_url.count == 0
     assert second.context_report.cache_hits == n_chunks
-    assert [c.metadata.get("context") for c in kb2.all_chunks()] == [c.metadata.get("context") for c in kb.all_chunks()]
+    assert [c.metadata.get("context") for c in kb2.chunks.all_chunks()] == [c.metadata.get("context") for c in kb.chunks.all_chunks()]

@@ -150,7 +150,7 @@ _READER = textwrap.dedent("""
             k = kb or KnowledgeBase.open("shared", create=False)
             k.search("trapdoor", k=1, mode="bm25")
             k.search("trapdoor", k=1, mode="dense")
-            k.get_chunks([c.chunk_id for c in k.store.iter_chunks()][:1])
+            k.chunks.get_chunks([c.chunk_id for c in k.store.iter_chunks()][:1])
             if not long_lived:
                 k.close()
             searches += 1

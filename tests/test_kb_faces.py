@@ -33,7 +33,7 @@ def _contexts(name: str) -> dict[tuple[str, int], str | None]:
     kb = KnowledgeBase.open(name, create=False)
     try:
         return {(Path(d.metadata["source"]).name, d.metadata["chunk_index"]): d.metadata.get("context")
-                for d in kb.all_chunks()}
+                for d in kb.chunks.all_chunks()}
     finally:
         kb.close()
 
@@ -127,7 +127,7 @@ def test_vectorstore_and_retrievers_return_the_callers_id(tmp_path: Path) -> Non
 def test_an_id_that_is_another_documents_chunk_id_is_refused(corpus: Path) -> None:
     kb = KnowledgeBase.open("clash")
     kb.ingest([corpus], progress=False)
-    taken = kb.all_chunks()[0].id
+    taken = kb.chunks.all_chunks()[0].id
     with pytest.raises(ValueError, match=f"id {taken!r} is already the chunk id of"):
         kb.as_vectorstore().add_texts(["other text"], ids=[taken])
     kb.close()

@@ -91,7 +91,7 @@ def test_commits_and_readers_reuse_loaded_segments(tmp_path: Path) -> None:
     def shared(a: KnowledgeBase | dict, b: KnowledgeBase | dict) -> dict[str, list[bool]]:
         ia = a.indexes if isinstance(a, KnowledgeBase) else a
         ib = b.indexes if isinstance(b, KnowledgeBase) else b
-        data = {"dense": lambda s: s.index._index, "bm25": lambda s: s.index.index._segments[0]}
+        data = {"dense": lambda s: s.index._index, "bm25": lambda s: s.index.index._blocks[0]}
         return {n: [f(x) is f(y) for x in ia[n].sealed for y in ib[n].sealed if x.id == y.id]
                 for n, f in data.items()}
 

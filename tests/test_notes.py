@@ -27,7 +27,7 @@ def test_create_list_search_and_chunk_metadata(kb: KnowledgeBase) -> None:
     b = book.create("Sourdough starter needs daily feeding with flour and water.", tags=["baking"])
     assert (a.id, b.id) == (1, 2) and b.title.startswith("Sourdough starter")
     assert [n.id for n in book.list()] == [1, 2] and [n.id for n in book.list(tag="baking")] == [2]
-    chunks = [c for c in kb.all_chunks() if c.metadata["source"] == "note://1"]
+    chunks = [c for c in kb.chunks.all_chunks() if c.metadata["source"] == "note://1"]
     assert chunks and chunks[0].metadata["collection"] == "notes" and chunks[0].metadata["tags"] == ["retrieval"]
     assert chunks[0].metadata["note_id"] == 1
     hits = book.search("RRF 是怎么合并结果的？", k=2)
@@ -61,9 +61,9 @@ def test_edit_tag_delete(kb: KnowledgeBase) -> None:
     assert book.get(n.id).title == "Pumps note" and "loud" in kb.get_document(n.source).text
     book.tag(n.id, add=["b", "c"], remove=["a"])
     assert book.get(n.id).tags == ["b", "c"]
-    assert {c.metadata["source"]: c.metadata.get("tags") for c in kb.all_chunks()}[n.source] == ["b", "c"]
+    assert {c.metadata["source"]: c.metadata.get("tags") for c in kb.chunks.all_chunks()}[n.source] == ["b", "c"]
     book.delete(n.id)
-    assert book.list() == [] and all(c.metadata["source"] != n.source for c in kb.all_chunks())
+    assert book.list() == [] and all(c.metadata["source"] != n.source for c in kb.chunks.all_chunks())
     with pytest.raises(DocumentNotFound, match="no note 1"):
         book.get(n.id)
 

@@ -1,5 +1,8 @@
-"""Exceptions raised by ctxrag. Every message names the offending file, field or value."""
+"""Exceptions raised by ctxrag (every message names the offending file, field or value), and the one deprecation warning
+of its thin aliases."""
 from __future__ import annotations
+
+import warnings
 
 
 class CtxragError(Exception):
@@ -127,3 +130,9 @@ def _low_on_space(where: object) -> bool:
         return shutil.disk_usage(path).free < LOW_SPACE_BYTES
     except OSError:
         return False
+
+
+def warn_deprecated(old: str, new: str, *, stacklevel: int = 3) -> None:
+    """A `DeprecationWarning` for a thin alias kept for callers: ``"{old} is deprecated: use {new}"``, pointing at the
+    caller of the alias (`stacklevel` 3: the alias's caller)."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)

@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from langchain_core.documents import Document
 
 from ctxrag.enums import SearchMode
-from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError
+from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError, warn_deprecated
 from ctxrag.ingest_report import IngestReport
 from ctxrag.loading import require_given_paths
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
-from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.document_keys import require_document
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.fileio import remove_tree
 from ctxrag.stores.generations import GenerationStore
 from ctxrag.stores.registry import IndexSetup, index_factories
@@ -191,8 +191,14 @@ class KnowledgeBase:
         return self.snapshots.refresh()
 
     @property
-    def dense(self) -> FaissIndex:
-        return self.indexes["dense"]  # type: ignore[return-value]
+    def dense(self) -> DenseIndex:
+        """Deprecated: `dense_index()` is the dense index (it follows new generations); ``indexes["dense"]`` is the
+        current generation's index object (a `SegmentedDenseIndex` over FAISS, or a Chroma / Milvus index)."""
+        warn_deprecated("kb.dense", "kb.dense_index() to search, kb.indexes['dense'] for the generation's object")
+        index = self.indexes["dense"]
+        if not isinstance(index, DenseIndex):  # pragma: no cover - every dense backend is one (tests/stores)
+            raise TypeError(f"the dense index of {self.name!r} is a {type(index).__name__}, not a DenseIndex")
+        return index
 
     @property
     def generation(self) -> int:
@@ -285,22 +291,27 @@ class KnowledgeBase:
         return {"name": self.name, "path": str(self.root), "documents": docs, "chunks": chunks,
                 "generation": self.generation, "indexes": {k: len(v) for k, v in self.indexes.items()}}
 
-    # -- chunks -----------------------------------------------------------------------
+    # -- chunks: deprecated twins of `chunks` ------------------------------------------------------------------------
     def get_chunks(self, chunk_ids: list[str], scores: dict[str, dict[str, float]] | None = None) -> list[Document]:
-        """Documents for these chunk ids, in the given order (unknown ids are skipped)."""
+        """Deprecated: ``kb.chunks.get_chunks``."""
+        warn_deprecated("kb.get_chunks", "kb.chunks.get_chunks")
         return self._chunk_lookup.get_chunks(chunk_ids, scores)
 
     def all_chunks(self) -> list[Document]:
+        """Deprecated: ``kb.chunks.all_chunks``."""
+        warn_deprecated("kb.all_chunks", "kb.chunks.all_chunks")
         return self._chunk_lookup.all_chunks()
 
-    def allowed_chunk_ids(self, filter: dict[str, Any] | Callable[[dict[str, Any]], bool] | None) -> set[str] | None:
-        """Chunk ids whose metadata match `filter` (dict: key -> value or list of values; or a predicate)."""
+    def allowed_chunk_ids(self, filter: MetadataFilter | None) -> set[str] | None:
+        """Deprecated: ``kb.chunks.allowed_chunk_ids``."""
+        warn_deprecated("kb.allowed_chunk_ids", "kb.chunks.allowed_chunk_ids")
         return self._chunk_lookup.allowed_chunk_ids(filter)
 
     # -- read side for retrievers, routers, catalog (a `ctxrag.stores.protocols.KnowledgeSource`) ---------------------
     @property
     def chunks(self) -> ChunkLookup:
-        """Chunks by id and the chunk ids a metadata filter allows (cached per generation)."""
+        """Chunks by id (``get_chunks``, ``all_chunks``) and the chunk ids a metadata filter allows
+        (``allowed_chunk_ids``, cached per generation): the one way to a knowledge base's chunks."""
         return self._chunk_lookup
 
     @property
@@ -309,7 +320,8 @@ class KnowledgeBase:
         return self.store
 
     def dense_index(self) -> DenseIndex:
-        """The dense index, following every newly committed generation."""
+        """The dense index, following every newly committed generation: the one way to search it (``kb.indexes``
+        holds the current generation's index objects, for maintenance and inspection)."""
         return CurrentDenseIndex(lambda: self.indexes, owner=self.name)
 
     def keyword_index(self) -> KeywordIndex:
@@ -336,7 +348,7 @@ class KnowledgeBase:
 
     # -- search -----------------------------------------------------------------------
     def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
-               filter: Any = None) -> list[Document]:
+               filter: MetadataFilter | None = None) -> list[Document]:
         """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
         ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ctxrag import schema
 from ctxrag.enums import SearchMode
-from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, LoadError
+from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, LoadError, warn_deprecated
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
@@ -42,9 +42,11 @@ from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.document_keys import require_document
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.milvus import is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResidentStore
+from ctxrag.stores.milvus_resident.expressions import FilteredIds
 from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,6 +174,8 @@ class MilvusKnowledgeBase:
 
     @property
     def dense(self) -> MilvusDenseIndex:
+        """Deprecated: `dense_index()`."""
+        warn_deprecated("kb.dense", "kb.dense_index()")
         return self.dense_index()
 
     @property
@@ -194,16 +198,22 @@ class MilvusKnowledgeBase:
             self.store.set_summary(doc_id, summary)
 
     def get_chunks(self, chunk_ids: list[str], scores: dict[str, dict[str, float]] | None = None) -> list[Document]:
+        """Deprecated: ``kb.chunks.get_chunks``."""
+        warn_deprecated("kb.get_chunks", "kb.chunks.get_chunks")
         return self._chunks.get_chunks(chunk_ids, scores)
 
     def all_chunks(self) -> list[Document]:
+        """Deprecated: ``kb.chunks.all_chunks``."""
+        warn_deprecated("kb.all_chunks", "kb.chunks.all_chunks")
         return self._chunks.all_chunks()
 
-    def allowed_chunk_ids(self, filter: Any) -> Any:
+    def allowed_chunk_ids(self, filter: MetadataFilter | None) -> FilteredIds | None:
+        """Deprecated: ``kb.chunks.allowed_chunk_ids``."""
+        warn_deprecated("kb.allowed_chunk_ids", "kb.chunks.allowed_chunk_ids")
         return self._chunks.allowed_chunk_ids(filter)
 
     def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
-               filter: Any = None) -> list[Document]:
+               filter: MetadataFilter | None = None) -> list[Document]:
         """Top-k chunks for `query`; the default mode is ``hybrid``, as for the local knowledge base."""
         return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
 

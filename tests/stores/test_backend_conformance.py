@@ -58,8 +58,8 @@ _SERVER: dict[str, str] = {}
 
 def _settings(home: Path, backend: str) -> Settings:
     if backend == "milvus-standalone":
-        return Settings(home=home, vector_store="milvus", milvus_uri=_SERVER["uri"], milvus_sparse=False)
-    return Settings(home=home, vector_store=backend)
+        return Settings(home=home, dense_backend="milvus", milvus_uri=_SERVER["uri"], milvus_sparse=False)
+    return Settings(home=home, dense_backend=backend)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def _open(tmp_path: Path, backend: str, embeddings) -> KnowledgeBase:  # noqa: A
 
 
 def _backend_of(kb: KnowledgeBase) -> str:
-    return "milvus-standalone" if kb.settings.milvus_uri else kb.settings.vector_store
+    return "milvus-standalone" if kb.settings.milvus_uri else kb.settings.dense_backend
 
 
 def _drop_server_collection() -> None:
@@ -134,7 +134,7 @@ def _brute_force(kb: KnowledgeBase, query: str) -> list[tuple[str, float]]:
 
 @pytest.mark.parametrize("kb", BACKENDS, indirect=True)
 def test_add_and_exact_similarity(kb: KnowledgeBase) -> None:
-    assert _backend(kb.dense) == _CLASS[kb.settings.vector_store]
+    assert _backend(kb.indexes["dense"]) == _CLASS[kb.settings.dense_backend]
     st = kb.stats()
     assert st["chunks"] == len(DOCS) == st["indexes"]["dense"] == st["indexes"]["bm25"]
     docs = _dense(kb, search_kwargs={"k": 4}).invoke(QUERY)
@@ -153,10 +153,10 @@ def test_reopen_gives_the_same_results(kb: KnowledgeBase, tmp_path: Path, embedd
     kb.close()
     again = _open(tmp_path, backend, embeddings)
     try:
-        assert len(again.dense) == len(DOCS)
+        assert len(again.dense_index()) == len(DOCS)
         assert [(d.id, round(d.metadata["score"], 5)) for d in again.search(QUERY, k=4)] == before
         assert again.ingest([tmp_path / "corpus"], progress=False).skipped  # unchanged files stay skipped
-        assert len(again.dense) == len(DOCS)
+        assert len(again.dense_index()) == len(DOCS)
     finally:
         again.close()
 
@@ -167,14 +167,14 @@ def test_update_replaces_without_duplicates(kb: KnowledgeBase, corpus: Path) -> 
     (corpus / "heron.md").write_text(new, encoding="utf-8")
     report = kb.ingest([corpus], progress=False)
     assert _names_of(report.updated) == ["heron.md"] and len(report.skipped) == 3
-    assert len(kb.dense) == kb.stats()["chunks"] == len(DOCS)
+    assert len(kb.dense_index()) == kb.stats()["chunks"] == len(DOCS)
     hits = kb.search("Heron-3 valve closing time", k=4)
     heron = [d for d in hits if "Heron" in d.page_content]
     assert len(heron) == 1 and "nine seconds" in heron[0].page_content
     assert len({d.id for d in hits}) == len(hits)
     # the stored vector is the new text's
     rec = kb.store.get_chunks([heron[0].id])[heron[0].id]
-    np.testing.assert_allclose(kb.dense.vectors([heron[0].id])[0], embed_array(kb.embeddings, [rec.indexed_text])[0], atol=1e-5)
+    np.testing.assert_allclose(kb.dense_index().vectors([heron[0].id])[0], embed_array(kb.embeddings, [rec.indexed_text])[0], atol=1e-5)
 
 
 def _names_of(outcomes) -> list[str]:  # noqa: ANN001
@@ -184,7 +184,7 @@ def _names_of(outcomes) -> list[str]:  # noqa: ANN001
 @pytest.mark.parametrize("kb", BACKENDS, indirect=True)
 def test_delete_removes_from_search(kb: KnowledgeBase, tmp_path: Path, embeddings) -> None:  # noqa: ANN001
     kb.delete_document("falcon.md")
-    assert len(kb.dense) == len(DOCS) - 1
+    assert len(kb.dense_index()) == len(DOCS) - 1
     for search_type, extra in [("similarity", {}), ("mmr", {"fetch_k": 10})]:
         docs = _dense(kb, search_type=search_type, search_kwargs={"k": 4, **extra}).invoke(QUERY)
         assert "falcon.md" not in _names(docs) and len(docs) == len(DOCS) - 1, search_type
@@ -192,7 +192,7 @@ def test_delete_removes_from_search(kb: KnowledgeBase, tmp_path: Path, embedding
     kb.close()
     again = _open(tmp_path, backend, embeddings)
     try:
-        assert len(again.dense) == len(DOCS) - 1
+        assert len(again.dense_index()) == len(DOCS) - 1
         assert "falcon.md" not in _names(again.search(QUERY, k=4))
     finally:
         again.close()
@@ -235,7 +235,7 @@ def test_score_threshold(kb: KnowledgeBase) -> None:
 
 
 def _raw_index(kb: KnowledgeBase):  # noqa: ANN202
-    if kb.settings.vector_store == "chroma":
+    if kb.settings.dense_backend == "chroma":
         from ctxrag.stores.chroma import ChromaIndex
 
         return ChromaIndex(kb.root / "chroma")
@@ -265,8 +265,8 @@ def test_reconcile_after_crash(kb: KnowledgeBase, tmp_path: Path, embeddings) ->
 
     again = _open(tmp_path, backend, embeddings)
     try:
-        assert len(again.dense) == len(DOCS) and "ghost:0" not in again.dense and dropped in again.dense
-        hits = again.dense.search(q, k=len(DOCS) + 1)
+        assert len(again.dense_index()) == len(DOCS) and "ghost:0" not in again.indexes["dense"] and dropped in again.indexes["dense"]
+        hits = again.dense_index().search(q, k=len(DOCS) + 1)
         assert "ghost:0" not in [c for c, _ in hits]
         assert [c for c, _ in hits] == [c for c, _ in _brute_force(again, QUERY)]
     finally:
@@ -285,7 +285,7 @@ def test_failed_ingest_rolls_back_backend(kb: KnowledgeBase, corpus: Path, monke
     with pytest.raises(RuntimeError, match="disk full"):
         kb.ingest([corpus], progress=False)
     monkeypatch.undo()
-    assert len(kb.dense) == len(DOCS) == kb.stats()["chunks"]
+    assert len(kb.dense_index()) == len(DOCS) == kb.stats()["chunks"]
     assert "extra.md" not in _names(kb.search("Egret-9 fan rpm", k=4))
 
 
@@ -298,7 +298,7 @@ def test_switching_backends_on_an_existing_kb(tmp_path: Path, corpus: Path, embe
     kb.close()
     kb = _open(tmp_path, "chroma", embeddings)
     try:
-        assert _backend(kb.dense) == "ChromaIndex" and len(kb.dense) == len(DOCS)
+        assert _backend(kb.indexes["dense"]) == "ChromaIndex" and len(kb.dense_index()) == len(DOCS)
         assert [d.id for d in kb.search(QUERY, k=4)] == ref
         kb.delete_document("heron.md")  # commits a generation that only records where Chroma keeps its data
         ref = [d.id for d in kb.search(QUERY, k=4)]
@@ -307,7 +307,7 @@ def test_switching_backends_on_an_existing_kb(tmp_path: Path, corpus: Path, embe
         kb.close()
     kb = _open(tmp_path, "faiss", embeddings)
     try:
-        assert _backend(kb.dense) == "FaissIndex" and len(kb.dense) == len(DOCS) - 1
+        assert _backend(kb.indexes["dense"]) == "FaissIndex" and len(kb.dense_index()) == len(DOCS) - 1
         assert [d.id for d in kb.search(QUERY, k=4)] == ref
     finally:
         kb.close()
@@ -320,9 +320,9 @@ from ctxrag.settings import Settings
 from ctxrag.stores.snapshots import IndexSnapshots
 home, backend, more, uri = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 if backend == "milvus-standalone":
-    settings = Settings(home=home, vector_store="milvus", milvus_uri=uri, milvus_sparse=False)
+    settings = Settings(home=home, dense_backend="milvus", milvus_uri=uri, milvus_sparse=False)
 else:
-    settings = Settings(home=home, vector_store=backend)
+    settings = Settings(home=home, dense_backend=backend)
 kb = KnowledgeBase.open("conf", settings)
 # die after the backend holds the new vectors but before the generation and SQLite commit
 IndexSnapshots.commit = lambda self, session: os.kill(os.getpid(), signal.SIGKILL)
@@ -361,9 +361,9 @@ def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path
         raw.close()
     kb = KnowledgeBase.open("conf", settings)
     try:
-        assert len(kb.dense) == len(DOCS) == kb.stats()["chunks"]
+        assert len(kb.dense_index()) == len(DOCS) == kb.stats()["chunks"]
         assert [d.id for d in kb.search(QUERY, k=4)] == before
         assert len(kb.ingest([more], progress=False).added) == 1  # and the interrupted ingest simply runs again
-        assert len(kb.dense) == len(DOCS) + 1
+        assert len(kb.dense_index()) == len(DOCS) + 1
     finally:
         kb.close()

@@ -173,9 +173,9 @@ def test_knowledge_base_uses_the_configured_kind_and_keeps_it(tmp_path: Path) ->
     kb = KnowledgeBase.open("hn", s)
     try:
         kb.add_texts([{"text": f"note number {i} about pumps", "source": f"mem://{i}"} for i in range(2)])
-        assert kb.dense.kind == "flat"
+        assert kb.indexes["dense"].kind == "flat"
         kb.add_texts([{"text": f"note number {i} about valves", "source": f"mem://{i}"} for i in range(2, 5)])
-        assert kb.dense.kind == "hnsw" and len(kb.dense) == 5
+        assert kb.indexes["dense"].kind == "hnsw" and len(kb.dense_index()) == 5
         top = kb.search("note number 3 about valves", k=2, mode="dense", filter={"source": ["mem://3", "mem://0"]})
         assert [d.metadata["source"] for d in top][0] == "mem://3" and len(top) == 2
         kb.delete_document("mem://3")
@@ -185,8 +185,8 @@ def test_knowledge_base_uses_the_configured_kind_and_keeps_it(tmp_path: Path) ->
     try:
         # each commit is a segment, its kind chosen by its own size; the delete tombstoned a third of the 3-vector
         # HNSW segment, so the merge policy rewrote it without the tombstone (2 vectors: flat)
-        assert len(kb.dense) == 4 and [len(s.dead) for s in kb.dense.sealed] == [0, 0]
-        assert [s.index.kind for s in kb.dense.sealed] == ["flat", "flat"]
+        assert len(kb.dense_index()) == 4 and [len(s.dead) for s in kb.indexes["dense"].sealed] == [0, 0]
+        assert [s.index.kind for s in kb.indexes["dense"].sealed] == ["flat", "flat"]
         assert "mem://3" not in [d.metadata["source"] for d in kb.search("note number 3 about valves", k=4, mode="dense")]
     finally:
         kb.close()

@@ -130,12 +130,12 @@ def test_knowledge_bases_share_one_milvus_file_and_delete_drops_the_collection(t
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
     uri = tmp_path / "shared" / "milvus.db"
-    s = Settings(home=tmp_path / "h", vector_store="milvus", milvus_uri=str(uri), milvus_sparse=False)
+    s = Settings(home=tmp_path / "h", dense_backend="milvus", milvus_uri=str(uri), milvus_sparse=False)
     emb = DeterministicFakeEmbedding(size=8)  # composition only: the store's wiring, not retrieval quality
     for name in ("一号", "two"):
         kb = KnowledgeBase.open(name, s, embeddings=emb)
         kb.add_texts([{"text": f"hello from {name}", "source": f"mem://{name}"}])
-        assert len(kb.dense) == 1 and kb.dense.uri == str(uri.resolve()) and kb.dense.sparse is False
+        assert len(kb.dense_index()) == 1 and kb.indexes["dense"].uri == str(uri.resolve()) and kb.indexes["dense"].sparse is False
         kb.close()
     probe = MilvusIndex(uri, collection_name_for("一号"), sparse=False)
     try:
@@ -185,22 +185,22 @@ def test_server_uri_reaches_a_running_milvus(tmp_path: Path, milvus_server: str)
     from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever
     from ctxrag.settings import Settings
 
-    s = Settings(home=tmp_path / "h", vector_store="milvus", milvus_uri=milvus_server, milvus_token="root:s3cret-tok")
+    s = Settings(home=tmp_path / "h", dense_backend="milvus", milvus_uri=milvus_server, milvus_token="root:s3cret-tok")
     kb = KnowledgeBase.open("srv", s)
     try:
-        assert kb.dense.is_server and not (kb.root / "milvus.db").exists()
+        assert kb.indexes["dense"].is_server and not (kb.root / "milvus.db").exists()
         kb.add_texts([{"text": "The Falcon-7 pump moves 40 litres per minute.", "source": "mem://falcon"},
                       {"text": "Part XQ-4471 is a replacement gasket.", "source": "mem://xq"}])
         assert [d.metadata["source"] for d in kb.search("Falcon pump flow", k=1)] == ["mem://falcon"]
         assert [d.metadata["source"] for d in MilvusHybridRetriever(kb=kb, k=1).invoke("XQ-4471")] == ["mem://xq"]
         gen_dir = kb.generations.gen_dir(kb.generation) / "dense"
         assert "s3cret" not in (gen_dir / "backend.json").read_text(encoding="utf-8")  # the token is never written
-        assert "s3cret" not in repr(kb.dense) + repr(kb.settings)
+        assert "s3cret" not in repr(kb.indexes["dense"]) + repr(kb.settings)
     finally:
         kb.close()
     kb = KnowledgeBase.open("srv", s)
     try:
-        assert len(kb.dense) == 2 and kb.stats()["chunks"] == 2
+        assert len(kb.dense_index()) == 2 and kb.stats()["chunks"] == 2
     finally:
         kb.close()
     KnowledgeBase.delete_kb("srv", s)
@@ -263,23 +263,23 @@ def test_standalone_server_knowledge_base_hybrid_uses_our_bm25_and_bulk_import(t
     from ctxrag.knowledge_base import KnowledgeBase
     from ctxrag.settings import Settings
 
-    s = Settings(home=tmp_path / "h", vector_store="milvus", milvus_uri=milvus_standalone)  # milvus_sparse: default on
+    s = Settings(home=tmp_path / "h", dense_backend="milvus", milvus_uri=milvus_standalone)  # milvus_sparse: default on
     KnowledgeBase.open("srv23", s).close()
     KnowledgeBase.delete_kb("srv23", s)
     kb = KnowledgeBase.open("srv23", s)
     try:
         kb.add_texts([{"text": "The Falcon-7 pump moves 40 litres per minute.", "source": "mem://falcon"},
                       {"text": "Part XQ-4471 is a replacement gasket.", "source": "mem://xq"}])
-        assert kb.dense.is_server and kb.dense.sparse is False  # 2.3: dense only
+        assert kb.indexes["dense"].is_server and kb.indexes["dense"].sparse is False  # 2.3: dense only
         assert [d.metadata["source"] for d in kb.search("Falcon pump flow", k=1)] == ["mem://falcon"]
         assert [d.metadata["source"] for d in kb.search("XQ-4471", k=1, mode="hybrid")] == ["mem://xq"]
         rows = [{"text": f"bulk chunk {i} about valves", "vector": np.eye(384)[i % 384].tolist(), "source": f"bulk://{i // 4}"}
                 for i in range(30)]
         path = tmp_path / "bulk.jsonl"
         path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-        report = kb.import_precomputed(read_precomputed(path, kb.name, dim=kb_dimension(kb.dense, kb.settings), batch_size=8))
-        assert len(report.added) == 8 and len(kb.dense) == 32 and kb.stats()["chunks"] == 32
-        assert kb.dense.search(np.eye(384, dtype=np.float32)[5], k=1)[0][0] == kb.get_document("bulk://1").doc_id + ":1"
+        report = kb.import_precomputed(read_precomputed(path, kb.name, dim=kb_dimension(kb.dense_index(), kb.settings), batch_size=8))
+        assert len(report.added) == 8 and len(kb.dense_index()) == 32 and kb.stats()["chunks"] == 32
+        assert kb.dense_index().search(np.eye(384, dtype=np.float32)[5], k=1)[0][0] == kb.get_document("bulk://1").doc_id + ":1"
     finally:
         kb.close()
     KnowledgeBase.delete_kb("srv23", s)

@@ -77,7 +77,7 @@ def test_chunk_lookup_filters_and_documents(kb: KnowledgeBase) -> None:
     assert lookup.allowed_chunk_ids({"source": ["mem://falcon", "mem://none"]}) == {f"{falcon}:0"}
     assert lookup.allowed_chunk_ids(lambda md: md["source"].endswith("xinghe")) != {f"{falcon}:0"}
     assert lookup.allowed_chunk_ids({"source": "mem://none"}) == set()
-    with pytest.raises(ConfigError, match="filter must be a dict or a callable, got str"):
+    with pytest.raises(ConfigError, match="filter must be a dict of metadata values or a predicate, got str"):
         lookup.allowed_chunk_ids("source=falcon")  # type: ignore[arg-type]
     docs = lookup.get_chunks(["missing", f"{falcon}:0"], {f"{falcon}:0": {"score": 0.5}})
     assert [d.id for d in docs] == [f"{falcon}:0"] and docs[0].metadata["score"] == 0.5

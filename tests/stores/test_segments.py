@@ -176,7 +176,7 @@ def test_reopen_shares_loaded_segments_and_never_changes_the_published_index(tmp
         if kind == "dense":
             assert mine.index._index is theirs.index._index  # type: ignore[attr-defined]
         else:
-            assert mine.index.index._segments[0] is theirs.index.index._segments[0]  # type: ignore[attr-defined]
+            assert mine.index.index._blocks[0] is theirs.index.index._blocks[0]  # type: ignore[attr-defined]
     victims, late = list(live)[::2], _chunk("late:0", "amber frost omega", rng)
     for index in (session, fresh):
         index.delete(victims)
@@ -322,23 +322,23 @@ def test_merging_bm25_drops_terms_only_deleted_documents_had() -> None:
     assert merged.search("beta gamma", 2) == ref.search("beta gamma", 2)
 
 
-def test_sealed_bm25_segment_is_one_internal_segment_with_the_same_results(tmp_path: Path) -> None:
-    """A write session's BM25 index grows in internal segments (one per add, merged like a binary counter); sealed,
+def test_sealed_bm25_segment_is_one_postings_block_with_the_same_results(tmp_path: Path) -> None:
+    """A write session's BM25 index grows in postings blocks (one per add, merged like a binary counter); sealed,
     it is searched by every later query and never appended to, so it is saved as one: each query term is then read
-    once, not once per internal segment. Scores and ties are unchanged."""
+    once, not once per block. Scores and ties are unchanged."""
     rng = np.random.default_rng(5)
     seg = _bm25()
     chunks = [_chunk(f"d{i}:0", _text(rng), rng) for i in range(60)]
-    for start, end in ((0, 40), (40, 52), (52, 58), (58, 60)):  # newer adds smaller: several internal segments
+    for start, end in ((0, 40), (40, 52), (52, 58), (58, 60)):  # newer adds smaller: several postings blocks
         seg.add(chunks[start:end])
     fresh = seg.fresh.index  # type: ignore[union-attr]
-    assert len(fresh._segments) > 1
+    assert len(fresh._blocks) > 1
     before = {(q, k): seg.search(q, k) for q in QUERIES for k in (1, 5, 100)}
     gen_dir = tmp_path / "indexes" / "gen-000001" / "bm25"
     seg.save_segments(gen_dir, tmp_path / "indexes" / "segments", generation=1)
-    assert len(seg.sealed) == 1 and len(fresh._segments) == 1  # the saved and the in-memory segment alike
+    assert len(seg.sealed) == 1 and len(fresh._blocks) == 1  # the saved and the in-memory index alike
     loaded = _bm25().load_set(gen_dir)
-    assert loaded is not None and len(loaded.sealed[0].index.index._segments) == 1  # type: ignore[attr-defined]
+    assert loaded is not None and len(loaded.sealed[0].index.index._blocks) == 1  # type: ignore[attr-defined]
     ref = _reference({c.chunk_id: c for c in chunks})
     for (q, k), got in before.items():
         want = ref.search(q, k)

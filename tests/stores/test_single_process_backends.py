@@ -26,7 +26,7 @@ _HOLDER = textwrap.dedent("""
     from pathlib import Path
     from ctxrag.knowledge_base import KnowledgeBase
     kb = KnowledgeBase.open("solo", create=False)
-    len(kb.dense)  # opens the backend
+    len(kb.dense_index())  # opens the backend
     Path(sys.argv[1]).write_text("x")
     time.sleep(120)
 """)
@@ -34,7 +34,7 @@ _HOLDER = textwrap.dedent("""
 
 def _env(home: Path, backend: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXRAG_")}
-    env.update({"CTXRAG_HOME": str(home), "CTXRAG_VECTOR_STORE": backend, "CTXRAG_EMBEDDINGS__PROVIDER": "fake",
+    env.update({"CTXRAG_HOME": str(home), "CTXRAG_DENSE_BACKEND": backend, "CTXRAG_EMBEDDINGS__PROVIDER": "fake",
                 "CTXRAG_LLM__PROVIDER": "none"})
     return env
 
@@ -43,11 +43,11 @@ def _env(home: Path, backend: str) -> dict[str, str]:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_second_process_is_refused_with_the_holder_named(tmp_path: Path, backend: str) -> None:
     home = tmp_path / "home"
-    settings = Settings(home=home, vector_store=backend, embeddings=EmbeddingSettings(provider="fake"))
+    settings = Settings(home=home, dense_backend=backend, embeddings=EmbeddingSettings(provider="fake"))
     kb = KnowledgeBase.open("solo", settings)
     kb.add_texts([{"text": "The heron nests by the river.", "source": "mem://heron"}])
     same_process = KnowledgeBase.open("solo", settings)  # a second object in this process is fine
-    assert len(same_process.dense) == 1
+    assert len(same_process.dense_index()) == 1
     same_process.close()
     kb.close()
     corpus = tmp_path / "corpus"
@@ -74,5 +74,5 @@ def test_second_process_is_refused_with_the_holder_named(tmp_path: Path, backend
                        capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.returncode == 0, r.stdout + r.stderr
     kb = KnowledgeBase.open("solo", settings)
-    assert len(kb.dense) == 2 and kb.stats()["chunks"] == 2
+    assert len(kb.dense_index()) == 2 and kb.stats()["chunks"] == 2
     kb.close()

@@ -20,6 +20,7 @@ from ctxrag.kb_maintenance import check, repair
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.models.embeddings import make_embeddings
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
+from ctxrag.stores.protocols import ChunkLookup, DenseIndex
 
 from kb_processes import KB, WORDS, cli, process_env, write_word_files
 from milvus_lite_server import HAVE_MILVUS_LITE, SKIP_REASON as LITE_SKIP, start_milvus_lite_server
@@ -130,6 +131,25 @@ def test_a_document_is_named_the_same_way_in_every_store(kb: KnowledgeBase, corp
     assert kb.get_document("other/falcon.md").source.endswith("other/falcon.md")
 
 
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_one_way_to_each_index_and_the_old_ways_warn(kb: KnowledgeBase) -> None:
+    """`kb.dense_index()` and `kb.chunks` are the ways in; `kb.dense` and `kb.get_chunks`/`all_chunks`/
+    `allowed_chunk_ids` are thin deprecated aliases giving the same answers."""
+    dense, chunks = kb.dense_index(), kb.chunks
+    assert isinstance(dense, DenseIndex) and isinstance(chunks, ChunkLookup) and len(dense) == kb.stats()["chunks"]
+    every = chunks.all_chunks()
+    ids, source = [d.id for d in every[:2]], every[0].metadata["source"]
+    with pytest.warns(DeprecationWarning, match="kb.dense is deprecated: use kb.dense_index\\(\\)"):
+        old = kb.dense
+    assert isinstance(old, DenseIndex) and len(old) == len(dense)
+    with pytest.warns(DeprecationWarning, match="kb.get_chunks is deprecated: use kb.chunks.get_chunks"):
+        assert [d.id for d in kb.get_chunks(ids)] == ids
+    with pytest.warns(DeprecationWarning, match="kb.all_chunks is deprecated: use kb.chunks.all_chunks"):
+        assert [d.id for d in kb.all_chunks()] == [d.id for d in every]
+    with pytest.warns(DeprecationWarning, match="kb.allowed_chunk_ids is deprecated: use kb.chunks.allowed_chunk_ids"):
+        assert set(kb.allowed_chunk_ids({"source": source})) == set(chunks.allowed_chunk_ids({"source": source}))
+
+
 @pytest.mark.parametrize("settings", DENSE_STORES, indirect=True)
 def test_update_replaces_and_unchanged_is_skipped(kb: KnowledgeBase, corpus: Path) -> None:
     again = kb.ingest([corpus], progress=False)
@@ -153,7 +173,7 @@ def test_delete_removes_from_every_mode(kb: KnowledgeBase) -> None:
     assert kb.stats()["documents"] == len(DOCS) - 1
     heron = kb.get_document("heron.md").doc_id
     assert kb.delete_documents(["nope", heron]) == [heron]
-    assert kb.stats()["documents"] == len(DOCS) - 2 and kb.stats()["chunks"] == len(kb.all_chunks())
+    assert kb.stats()["documents"] == len(DOCS) - 2 and kb.stats()["chunks"] == len(kb.chunks.all_chunks())
 
 
 @pytest.mark.parametrize("settings", DENSE_STORES, indirect=True)
@@ -210,7 +230,7 @@ def assert_all_found(settings: Settings, expected: dict[str, str]) -> None:
         for stem, word in expected.items():
             hits = kb.search(word, k=1, mode="bm25")
             assert hits and Path(hits[0].metadata["source"]).stem == stem, f"BM25 lost {stem} ({word})"
-            text = kb.get_chunks([f"{kb.get_document(f'{stem}.md').doc_id}:0"])[0].page_content
+            text = kb.chunks.get_chunks([f"{kb.get_document(f'{stem}.md').doc_id}:0"])[0].page_content
             hits = kb.search(text, k=1, mode="dense")  # fake vectors hash the text: its own text finds it
             assert hits and Path(hits[0].metadata["source"]).stem == stem, f"dense lost {stem} ({word})"
         assert check(kb).clean, check(kb).lines()

@@ -77,7 +77,7 @@ def import_chunks(
     def body() -> None:
         s = get_settings()
         kbase = open_kb(kb_or_default(kb), create=True)
-        batches = read_precomputed(file, kbase.name, dim=kb_dimension(kbase.dense, kbase.settings), fmt=fmt,
+        batches = read_precomputed(file, kbase.name, dim=kb_dimension(kbase.dense_index(), kbase.settings), fmt=fmt,
                                    batch_size=batch_size, max_errors=max_errors, progress=True)
         report = kbase.import_precomputed(batches)
         chunks = sum(f.chunks for f in report.added + report.updated)

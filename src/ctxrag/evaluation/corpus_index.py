@@ -31,8 +31,9 @@ from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.bm25 import BM25ChunkIndex
 from ctxrag.stores.dense import FaissIndex
 from ctxrag.stores.embedding import attach_vectors
+from ctxrag.stores.filters import MetadataFilter, matcher
 from ctxrag.stores.graph import GraphIndex
-from ctxrag.stores.protocols import ChunkScores, DenseIndex, KeywordIndex, MetadataFilter
+from ctxrag.stores.protocols import ChunkScores, DenseIndex, KeywordIndex
 
 EMBED_BATCH = 32
 
@@ -79,13 +80,8 @@ class CorpusChunks:
     def allowed_chunk_ids(self, filter: MetadataFilter | None) -> set[str] | None:
         if filter is None:
             return None
-        if callable(filter):
-            return {cid for cid, md in self.metadata.items() if filter(md)}
-        if not isinstance(filter, dict):
-            raise ConfigError(f"filter must be a dict or a callable, got {type(filter).__name__}")
-        return {cid for cid, md in self.metadata.items()
-                if all(md.get(k) in v if isinstance(v, (list, tuple, set)) else md.get(k) == v
-                       for k, v in filter.items())}
+        matches = matcher(filter)
+        return {cid for cid, md in self.metadata.items() if matches(md)}
 
 
 class NoDocuments:

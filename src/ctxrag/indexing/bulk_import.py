@@ -22,7 +22,7 @@ Example::
     from ctxrag import KnowledgeBase
     from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
     kb = KnowledgeBase.open("wiki")
-    report = kb.import_precomputed(read_precomputed("chunks.jsonl", "wiki", dim=kb_dimension(kb.dense, kb.settings)))
+    report = kb.import_precomputed(read_precomputed("chunks.jsonl", "wiki", dim=kb_dimension(kb.dense_index(), kb.settings)))
 """
 from __future__ import annotations
 

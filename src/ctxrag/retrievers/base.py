@@ -4,11 +4,12 @@ LangChain's `BaseRetriever.invoke(query, config, **kwargs)` hands ``kwargs`` to 
 its signature accepts more than ``query`` and ``run_manager``; a retriever whose hook takes none drops them silently.
 `CtxragRetriever` takes ``**kwargs`` and checks them, so:
 
-- ``k`` is the one name for the number of documents returned, everywhere in ctxrag (``top_k``/``top_n`` on the
-  fusion and pipeline retrievers still work, with a `DeprecationWarning`);
+- ``k`` is the one name for the number of documents returned, everywhere in ctxrag (the old ``top_k``/``top_n`` of
+  the fusion and pipeline retrievers are gone: passing them raises `ValueError`, like any unknown name);
 - ``filter`` restricts results by metadata: a dict ``{key: value}`` or ``{key: [allowed values]}`` (all keys must
-  match), or a predicate over the metadata dict. It is applied inside the index, before the top-k cut, so a filtered
-  query returns k documents when k match. A per-call filter is combined with the constructor's (both must match);
+  match), or a predicate over the metadata dict (`ctxrag.stores.filters`, the one filter language of the local and
+  Milvus stores). It is applied inside the index, before the top-k cut, so a filtered query returns k documents when
+  k match. A per-call filter is combined with the constructor's (both must match);
 - ``search_kwargs={"k": ..., "filter": ...}`` is accepted too (the FAISS / `VectorStoreRetriever` spelling);
 - any other keyword, in the constructor (``extra="forbid"``) or per call, raises `UnknownArgumentError` naming it.
 
@@ -22,8 +23,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, Union
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -31,8 +32,8 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import ConfigDict, Field
 
-MetadataFilter = Union[dict[str, Any], Callable[[dict[str, Any]], bool]]
-"""A metadata filter: ``{key: value}`` / ``{key: [values]}`` (every key must match) or a predicate."""
+from ctxrag.stores.filters import MetadataFilter, check_filter, combine_filters
+from ctxrag.stores.filters import metadata_matches as metadata_matches  # the old import path, kept
 
 COMMON_ARGUMENTS = frozenset({"k", "filter"})
 
@@ -46,39 +47,6 @@ def check_k(k: Any, where: str = "k") -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise ValueError(f"{where} must be a positive int, got {k!r}")
     return k
-
-
-def check_filter(filter: Any, where: str = "filter") -> MetadataFilter | None:
-    """`filter` if it is None, a dict or a callable, else `ValueError` naming it."""
-    if filter is None or callable(filter) or isinstance(filter, Mapping):
-        return filter
-    raise ValueError(f"{where} must be a dict of metadata values or a predicate, got {type(filter).__name__}: {filter!r:.100}")
-
-
-def metadata_matches(metadata: Mapping[str, Any], filter: MetadataFilter | None) -> bool:
-    """Whether `metadata` passes `filter` (see `MetadataFilter`)."""
-    if filter is None:
-        return True
-    if callable(filter):
-        return bool(filter(dict(metadata)))
-    for key, want in filter.items():
-        have = metadata.get(key)
-        if isinstance(want, (list, tuple, set, frozenset)):
-            if have not in want:
-                return False
-        elif have != want:
-            return False
-    return True
-
-
-def combine_filters(first: MetadataFilter | None, second: MetadataFilter | None) -> MetadataFilter | None:
-    """Both filters must match. A per-call filter narrows the constructor's, never widens it: a retriever built for
-    one project's documents stays restricted to them."""
-    if first is None or second is None or first is second:
-        return second if first is None else first
-    if isinstance(first, Mapping) and isinstance(second, Mapping) and not set(first) & set(second):
-        return {**first, **second}
-    return lambda metadata: metadata_matches(metadata, first) and metadata_matches(metadata, second)
 
 
 def call_arguments(

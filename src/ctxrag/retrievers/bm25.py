@@ -1,5 +1,9 @@
 """`BM25Retriever`: LangChain retriever over a `BM25Index`, adding ``bm25_score`` (and ``score``) to metadata.
 
+It owns its index and, usually, its documents (built with `from_documents`, like LangChain's `BM25Retriever`, which
+it replaces): for texts that are not in a knowledge base. A knowledge base's BM25 is searched by
+`ctxrag.retrievers.kb_bm25.KBBM25Retriever` instead, which reads the knowledge base's committed index and chunks.
+
 >>> from langchain_core.documents import Document
 >>> retriever = BM25Retriever.from_documents(
 ...     [Document("jieba 中文分词", id="a"), Document("English keyword search", id="b")], k=1)
@@ -16,16 +20,17 @@ from langchain_core.documents import Document
 from pydantic import Field
 
 from ctxrag import schema
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, metadata_matches
+from ctxrag.retrievers.base import CtxragRetriever
 from ctxrag.stores.bm25.index import BM25Index
 from ctxrag.stores.bm25.tokenize import Tokenizer
+from ctxrag.stores.filters import MetadataFilter, matcher
 
 
 class BM25Retriever(CtxragRetriever):
     """Lexical retrieval with ctxrag's BM25.
 
     Documents come from `documents` (kept by `from_documents`/`add_documents`) or from `lookup`, a function from
-    ids to documents such as a knowledge base's ``get_chunks``. ``invoke(query, k=..., filter=..., allowed_ids=...)``
+    ids to documents such as ``kb.chunks.get_chunks``. ``invoke(query, k=..., filter=..., allowed_ids=...)``
     overrides `k`, filters by metadata (documents it owns) and restricts results to the given ids, all before the
     top-k cut. Like LangChain's `BM25Retriever` it returns `k` documents when fewer contain a query word (``fill``).
     """
@@ -39,7 +44,7 @@ class BM25Retriever(CtxragRetriever):
     documents: dict[str, Document] = Field(default_factory=dict)
     """Documents by id, when the retriever owns them."""
     lookup: Callable[[list[str]], list[Document]] | None = None
-    """Fetches documents by id (in the given order) when they live elsewhere, e.g. ``KnowledgeBase.get_chunks``."""
+    """Fetches documents by id (in the given order) when they live elsewhere, e.g. ``kb.chunks.get_chunks``."""
 
     call_options: ClassVar[frozenset[str]] = frozenset({"allowed_ids"})
 
@@ -89,7 +94,8 @@ class BM25Retriever(CtxragRetriever):
                     "BM25Retriever: a metadata filter needs the documents (from_documents/add_documents); "
                     "with only `lookup`, pass allowed_ids instead"
                 )
-            matching = {i for i, d in self.documents.items() if metadata_matches(d.metadata, filter)}
+            matches = matcher(filter)
+            matching = {i for i, d in self.documents.items() if matches(d.metadata)}
             allowed = matching if allowed is None else allowed & matching
         return allowed
 

@@ -26,7 +26,8 @@ from langchain_core.embeddings import Embeddings
 from pydantic import Field, field_validator, model_validator
 
 from ctxrag.models.embeddings import embed_array
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, UnknownArgumentError
+from ctxrag.retrievers.base import CtxragRetriever, UnknownArgumentError
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex
 
 SearchType = Literal["similarity", "mmr", "similarity_score_threshold"]

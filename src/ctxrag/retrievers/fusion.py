@@ -31,8 +31,9 @@ from langchain_core.runnables.config import patch_config
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxrag.enums import ChoiceEnum
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, sub_call_kwargs
+from ctxrag.retrievers.base import CtxragRetriever, sub_call_kwargs
 from ctxrag.schema import SCORE, chunk_key
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.text import detect_language
 
 FUSION_SCORE = "fusion_score"

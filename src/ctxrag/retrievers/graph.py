@@ -55,9 +55,10 @@ from ctxrag.graph.ppr import PassageGraph, personalized_pagerank
 from ctxrag.models.embeddings import embed_array
 from ctxrag.models.parsing import extract_json
 from ctxrag.prompts.graph import entity_prompt, relation_rerank_messages
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, metadata_matches, sub_call_kwargs
+from ctxrag.retrievers.base import CtxragRetriever, sub_call_kwargs
 from ctxrag.retrievers.fusion import dedup_by_chunk, min_max
 from ctxrag.schema import CHUNK_ID, SCORE
+from ctxrag.stores.filters import MetadataFilter, matcher, metadata_matches
 from ctxrag.stores.protocols import ChunkLookup
 
 log = logging.getLogger(__name__)
@@ -345,7 +346,8 @@ class GraphRetriever(CtxragRetriever):
         if self.chunks is not None:
             allowed = self.chunks.allowed_chunk_ids(filter)
             return (lambda pid: True) if allowed is None else allowed.__contains__
-        return lambda pid: metadata_matches(self.graph_index.passage_metadata(pid), filter)
+        matches = matcher(filter)
+        return lambda pid: matches(self.graph_index.passage_metadata(pid))
 
     def _retrieve(
         self, query: str, *, k: int, filter: MetadataFilter | None,

@@ -1,6 +1,10 @@
 """BM25 retrieval over a knowledge base's `KeywordIndex` (kept in step with the dense index at every ingest/delete),
 documents and filters from its `ChunkLookup`.
 
+It owns nothing: the index and the chunks belong to the knowledge base (local segments or Milvus's full-text BM25),
+so it follows every commit and filters through the chunk lookup. `ctxrag.retrievers.bm25.BM25Retriever` is the other
+one: it builds and owns its own index over documents it is given (no knowledge base).
+
 Like LangChain's `BM25Retriever`, it returns ``k`` documents even when fewer contain a query word: the rest are
 filled with zero-score chunks in index order (``fill=False`` returns only the matching ones, as fusion wants).
 
@@ -19,7 +23,8 @@ from typing import Any
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter
+from ctxrag.retrievers.base import CtxragRetriever
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import ChunkLookup, KeywordIndex
 
 

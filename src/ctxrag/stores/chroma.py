@@ -35,7 +35,7 @@ def _chromadb() -> Any:
     try:
         import chromadb
     except ImportError:
-        raise ConfigError("vector_store='chroma' needs chromadb: pip install 'ctxrag[chroma]'") from None
+        raise ConfigError("dense_backend='chroma' needs chromadb: pip install 'ctxrag[chroma]'") from None
     return chromadb
 
 

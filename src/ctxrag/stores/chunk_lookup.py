@@ -13,15 +13,14 @@ Example::
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
 
-from ctxrag.errors import ConfigError
 from ctxrag.stores.docstore import DocStore
-from ctxrag.stores.protocols import ChunkScores, MetadataFilter
+from ctxrag.stores.filters import MetadataFilter, check_filter, filter_key, matcher
+from ctxrag.stores.protocols import ChunkScores
 
 _CACHE_SIZE = 64
 
@@ -44,18 +43,17 @@ class DocStoreChunkLookup:
                 for r in self.store.iter_chunks()]
 
     def allowed_chunk_ids(self, filter: MetadataFilter | None) -> set[str] | None:
-        """Chunk ids whose metadata match `filter` (dict: key -> value or list of values; or a predicate)."""
+        """Chunk ids whose metadata match `filter` (`ctxrag.stores.filters`); None when there is no filter."""
         if filter is None:
             return None
+        check_filter(filter)
         if callable(filter):
             return self._match_chunks(filter)
-        if not isinstance(filter, dict):
-            raise ConfigError(f"filter must be a dict or a callable, got {type(filter).__name__}")
-        key = (self.generation(), json.dumps(filter, sort_keys=True, default=str))
+        key = (self.generation(), filter_key(filter))
         in_transaction = self.store.conn.in_transaction
         cached = self._filter_cache.get(key)
         if cached is None or in_transaction:
-            cached = self._match_chunks(lambda md: _matches(md, filter))
+            cached = self._match_chunks(matcher(filter))
             if not in_transaction:
                 fresh = {k: v for k, v in self._filter_cache.items() if k[0] == key[0]}
                 self._filter_cache = fresh if len(fresh) < _CACHE_SIZE else {}
@@ -64,17 +62,6 @@ class DocStoreChunkLookup:
 
     def _match_chunks(self, pred: Callable[[dict[str, Any]], bool]) -> set[str]:
         return {r.chunk_id for r in self.store.iter_chunks() if pred(r.metadata)}
-
-
-def _matches(md: dict[str, Any], filter: dict[str, Any]) -> bool:
-    for k, v in filter.items():
-        have = md.get(k)
-        if isinstance(v, (list, tuple, set)):
-            if have not in v:
-                return False
-        elif have != v:
-            return False
-    return True
 
 
 def chunks_as_documents(found: Mapping[str, Any], chunk_ids: Sequence[str],

@@ -81,6 +81,11 @@ class CurrentDenseIndex(_CurrentIndex):
     def vectors(self, chunk_ids: list[str]) -> np.ndarray:
         return self.current().vectors(chunk_ids)
 
+    @property
+    def dim(self) -> int | None:
+        """The vector dimension of the current generation's index (None while it holds no vector)."""
+        return cast("int | None", getattr(self.current(), "dim", None))
+
 
 class CurrentKeywordIndex(_CurrentIndex):
     """The `KeywordIndex` (BM25) of the newest committed generation."""

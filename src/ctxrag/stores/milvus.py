@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import threading
@@ -35,6 +34,7 @@ import numpy as np
 
 from ctxrag.errors import ConfigError
 from ctxrag.stores.external import text_fingerprint, write_backend_file
+from ctxrag.stores.filters import ids_expression
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.process_lock import SingleProcessLock
 
@@ -54,7 +54,8 @@ def _pymilvus() -> Any:
     try:
         import pymilvus
     except ImportError:
-        raise ConfigError("vector_store='milvus' needs pymilvus and milvus-lite: pip install 'ctxrag[milvus]'") from None
+        raise ConfigError("dense_backend='milvus' needs pymilvus and milvus-lite: "
+                          "pip install 'ctxrag[milvus]'") from None
     return pymilvus
 
 
@@ -67,11 +68,6 @@ def collection_name_for(kb_name: str) -> str:
     """A valid Milvus collection name (letters, digits, ``_``) for a knowledge base name, which may contain CJK."""
     ascii_part = re.sub(r"[^A-Za-z0-9_]", "_", kb_name)[:40]
     return f"ctxrag_{ascii_part}_{hashlib.sha1(kb_name.encode('utf-8')).hexdigest()[:8]}"
-
-
-def _in_expr(ids: list[str]) -> str:
-    # a literal list: Milvus Lite does not support filter templates; json.dumps quotes and escapes each id
-    return f"chunk_id in {json.dumps(list(ids), ensure_ascii=False)}"
 
 
 def sparse_rows(matrix: Any) -> list[dict[int, float]]:
@@ -303,7 +299,7 @@ class MilvusIndex:
         return np.stack([by_id[c] for c in chunk_ids])
 
     def _filter(self, allowed_chunk_ids: set[str] | None) -> str:
-        return "" if allowed_chunk_ids is None else _in_expr(sorted(allowed_chunk_ids))
+        return "" if allowed_chunk_ids is None else ids_expression(allowed_chunk_ids)
 
     def search(
         self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None

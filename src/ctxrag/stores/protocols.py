@@ -25,14 +25,15 @@ Example::
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 from langchain_core.documents import Document
 
 from ctxrag.stores.base import IndexedChunk
+from ctxrag.stores.filters import MetadataFilter as MetadataFilter  # the old import path, kept
 
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.embeddings import Embeddings
@@ -40,8 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
     from ctxrag.stores.graph import GraphIndex
 
-MetadataFilter = Union[dict[str, Any], Callable[[dict[str, Any]], bool]]
-"""A metadata filter: ``{key: value}`` / ``{key: [values]}`` (every key must match) or a predicate."""
 
 ChunkScores = dict[str, dict[str, float]]
 """Per chunk id, the score keys to add to that chunk's metadata (``{"score": ..., "dense_score": ...}``)."""

@@ -59,7 +59,7 @@ def index_factories(setup: IndexSetup | None = None) -> IndexFactories:
     factories: dict[str, tuple[Callable[[], Any], Callable[[Path], Any]]] = {}
     if setup is None:
         factories["dense"] = segmented("dense", SegmentedDenseIndex, FaissIndex, FaissIndex.load)
-    elif setup.settings.vector_store == "faiss":
+    elif setup.settings.dense_backend == "faiss":
         make, load = dense_factories(setup.settings, setup.kb_name, setup.root, chunks=setup.chunks,
                                      embed=setup.embed)
         factories["dense"] = segmented("dense", SegmentedDenseIndex, make, load, setup.kb_name)

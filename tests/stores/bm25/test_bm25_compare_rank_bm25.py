@@ -105,7 +105,7 @@ def test_incremental_index_scores_like_one_built_from_scratch(corpus, variant, r
     index.add_tokens([live[i][::-1] + ["fuzzer"] for i in replaced], ids=replaced)
     for doc_id in replaced:
         live[doc_id] = live.pop(doc_id)[::-1] + ["fuzzer"]
-    assert len(index) == len(live) and len(index._segments) > 1
+    assert len(index) == len(live) and len(index._blocks) > 1
     _assert_same(index, REFERENCE[variant](list(live.values())), queries, list(live))
     index.compact()
     _assert_same(index, REFERENCE[variant](list(live.values())), queries, list(live))

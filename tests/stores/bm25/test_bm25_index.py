@@ -122,27 +122,27 @@ def test_bad_parameters_are_rejected_early():
         BM25Index().search_slots("a string", 3)
 
 
-def test_many_small_adds_keep_few_segments():
+def test_many_small_adds_keep_few_postings_blocks():
     idx = BM25Index(tokenizer=str.split)
     for i in range(300):
         idx.add([f"w{i} common"], ids=[f"d{i}"])
-    assert len(idx._segments) <= 10
+    assert len(idx._blocks) <= 10
     assert len(idx.search("common", k=500)) == 300
 
 
 def test_term_doc_counts_of_deleted_rows_match_a_dense_count() -> None:
     """A delete subtracts, per term, how many deleted rows hold it (by binary search over the column pointers, so a
-    few tombstones in a large segment cost their own postings); empty columns and rows included."""
-    from ctxrag.stores.bm25.segment import Segment
+    few tombstones in a large postings block cost their own postings); empty columns and rows included."""
+    from ctxrag.stores.bm25.blocks import PostingsBlock
 
     rng = np.random.default_rng(0)
     for _ in range(100):
         n = int(rng.integers(1, 40))
         lengths = rng.integers(0, 8, n)
-        seg = Segment.from_token_ids(rng.integers(0, 25, int(lengths.sum())).astype(np.int32), lengths, 25)
+        block = PostingsBlock.from_token_ids(rng.integers(0, 25, int(lengths.sum())).astype(np.int32), lengths, 25)
         rows = rng.random(n) < 0.3
-        dense = seg.to_scipy(25).toarray() > 0
-        assert seg.term_doc_counts(rows, 30).tolist() == [*dense[rows].sum(axis=0).tolist(), 0, 0, 0, 0, 0]
+        dense = block.to_scipy(25).toarray() > 0
+        assert block.term_doc_counts(rows, 30).tolist() == [*dense[rows].sum(axis=0).tolist(), 0, 0, 0, 0, 0]
 
 
 def test_iter_ids_is_ids_in_blocks():

@@ -30,8 +30,8 @@ def test_round_trip_is_exact_and_memory_mapped(saved):
     loaded = BM25Index.load(path)
     assert loaded.ids == idx.ids and loaded.params == idx.params
     # mapped, as plain arrays over the map (slicing a np.memmap subclass runs Python code per slice)
-    assert any(isinstance(s.indices.base, np.memmap) for s in loaded._segments)
-    assert not any(isinstance(a, np.memmap) for s in loaded._segments for a in (s.indptr, s.indices, s.tf))
+    assert any(isinstance(s.indices.base, np.memmap) for s in loaded._blocks)
+    assert not any(isinstance(a, np.memmap) for s in loaded._blocks for a in (s.indptr, s.indices, s.tf))
     for query in ["search", "检索", "user name", "the"]:
         np.testing.assert_array_equal(loaded.get_scores(query), idx.get_scores(query))
         assert loaded.search(query) == idx.search(query)
@@ -53,7 +53,7 @@ def test_load_without_mmap(saved):
     idx, path = saved
     loaded = BM25Index.load(path, mmap=False)
     assert not any(isinstance(s.indices, np.memmap) or isinstance(s.indices.base, np.memmap)
-                   for s in loaded._segments)
+                   for s in loaded._blocks)
     assert loaded.search("search") == idx.search("search")
 
 
@@ -159,6 +159,36 @@ def test_version_1_index_still_opens(tmp_path):
     again = BM25Index.load(tmp_path)
     assert json.loads((tmp_path / MANIFEST).read_text())["ids"] == {"mode": "arrays"}
     assert again.ids == ["竹:0", "c", "d", "f", "g", "h", "i", "b"] and again.search("keyword") == old.search("keyword")
+
+
+V2_BLOCKS_FIXTURE = Path(__file__).parent / "data" / "v2_blocks"
+"""Saved by format version 2 before the postings blocks were renamed from "segments" (two blocks, one dead slot): its
+``seg{i}_*`` arrays and ``"segments"`` manifest list are the file format; see the test for how it was built."""
+
+
+def test_postings_blocks_saved_under_their_old_names_still_open(tmp_path):
+    texts = ["retrieval augmented generation", "dense and sparse retrieval", "getUserName returns a name",
+             "BM25 keyword search", "hybrid search fuses dense and sparse", "keyword search again",
+             "one more document", "another keyword here", "sparse vectors", "the last text"]
+    rebuilt = BM25Index(tokenizer="english", variant="okapi")  # what the fixture holds, built by this code
+    rebuilt.add(texts[:6], ids=[f"x{i}" for i in range(6)])
+    rebuilt.add(texts[6:8], ids=["y0", "y1"])
+    rebuilt.add(texts[8:], ids=["z0", "z1"])
+    rebuilt.delete(["x1"])
+    manifest = json.loads((V2_BLOCKS_FIXTURE / MANIFEST).read_text())
+    assert manifest["version"] == 2 and [b["n_docs"] for b in manifest["segments"]] == [6, 4]
+    with np.load(V2_BLOCKS_FIXTURE / ARRAYS, allow_pickle=False) as arrays:
+        assert {"seg0_indptr", "seg1_tf"} <= set(arrays.files)
+    old = BM25Index.load(V2_BLOCKS_FIXTURE)
+    assert len(old._blocks) == len(rebuilt._blocks) == 2 and old.ids == rebuilt.ids and "x1" not in old
+    for query in ["keyword retrieval", "sparse", "name", "nothing"]:
+        assert old.search(query, k=20) == rebuilt.search(query, k=20)
+        assert old.search(query, k=3, allowed_ids=["x0", "y1", "z0"]) == rebuilt.search(query, k=3,
+                                                                                      allowed_ids=["x0", "y1", "z0"])
+    old.save(tmp_path)  # written again by this version: the same names
+    again = json.loads((tmp_path / MANIFEST).read_text())
+    assert again["segments"] == manifest["segments"]
+    assert BM25Index.load(tmp_path).search("sparse") == old.search("sparse")
 
 
 def test_caller_ids_are_arrays_not_manifest_entries(saved):

@@ -1,4 +1,4 @@
-"""Document ids of a BM25 index, by slot (position in the index's segments).
+"""Document ids of a BM25 index, by slot (position in the index, across its postings blocks).
 
 Ids are either given by the caller (strings, e.g. chunk ids) or automatic: the running number of the document,
 ``"0"``, ``"1"``, ... Automatic ids are kept as one int64 array rather than a million Python strings and a dict,

@@ -23,9 +23,9 @@ from ctxrag.stores.bm25 import storage
 from ctxrag.stores.bm25.doc_keys import DocKeys
 from ctxrag.stores.bm25.query import SEEDS_PER_TERM, Accumulator, TermColumn, top_k_slots
 from ctxrag.stores.bm25.scoring import BM25Params, absent_term_score, length_norm, term_idf
-from ctxrag.stores.bm25.segment import INDEX_DTYPE, Segment, merge_segments
+from ctxrag.stores.bm25.blocks import INDEX_DTYPE, PostingsBlock, merge_blocks
 from ctxrag.stores.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
-from ctxrag.stores.bm25.weights import SegmentWeights
+from ctxrag.stores.bm25.weights import BlockWeights
 from ctxrag.stores.mapped import MappedFile
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ READ_VERSIONS = (1, 2)
 MANIFEST = "bm25.json"
 ARRAYS = "bm25.npz"
 _BATCH_DOCS = 100_000  # documents tokenised into ids per step: bounds the peak memory of a large build
-_MAX_SEGMENTS = 32
+_MAX_BLOCKS = 32
 
 
 class BM25Index:
@@ -76,14 +76,14 @@ class BM25Index:
         self.show_progress = show_progress
         self._vocab: dict[str, int] = _Vocabulary()
         self._df = np.zeros(0, dtype=np.int64)
-        self._segments: list[Segment] = []
+        self._blocks: list[PostingsBlock] = []
         self._doc_len = np.zeros(0, dtype=np.int64)
         self._live = np.zeros(0, dtype=bool)
         self._keys = DocKeys()
         self._n_live = 0
         self._total_len = 0
         self._idf: np.ndarray | None = None  # per term, recomputed lazily after a change
-        self._weights: list[SegmentWeights] | None = None  # per segment, filled per column on first use
+        self._weights: list[BlockWeights] | None = None  # per block, filled per column on first use
         self._accumulator = Accumulator()
         self._mapped: MappedFile | None = None  # the .npz whose postings are memory-mapped (checked before a query)
         self._given: tuple[np.ndarray, float] | None = None  # (idf, avgdl) of a larger corpus: use_statistics
@@ -113,9 +113,9 @@ class BM25Index:
         from tqdm.auto import tqdm
 
         for start in tqdm(steps, desc="bm25 index", disable=not self._progress(n)):
-            self._append_segment(documents[start : start + _BATCH_DOCS])
+            self._append_block(documents[start : start + _BATCH_DOCS])
 
-    def _append_segment(self, documents: Sequence[Sequence[str]]) -> None:
+    def _append_block(self, documents: Sequence[Sequence[str]]) -> None:
         vocab = self._vocab
         lengths = np.fromiter(map(len, documents), dtype=np.int64, count=len(documents))
         flat = list(chain.from_iterable(documents))
@@ -124,22 +124,22 @@ class BM25Index:
         del flat
         if len(vocab) > len(self._df):
             self._df = np.concatenate([self._df, np.zeros(len(vocab) - len(self._df), dtype=np.int64)])
-        segment = Segment.from_token_ids(term_ids, lengths, len(vocab))
-        self._df += np.diff(segment.indptr)
-        self._segments.append(segment)
+        block = PostingsBlock.from_token_ids(term_ids, lengths, len(vocab))
+        self._df += np.diff(block.indptr)
+        self._blocks.append(block)
         self._doc_len = np.concatenate([self._doc_len, lengths])
         self._live = np.concatenate([self._live, np.ones(len(documents), dtype=bool)])
         self._n_live += len(documents)
         self._total_len += int(lengths.sum())
-        self._merge_small_segments()
+        self._merge_small_blocks()
         self._changed()
 
-    def _merge_small_segments(self) -> None:
-        # binary-counter policy: merge while the newer segment is at least as large as the older one,
-        # so there are O(log n) segments and each posting is copied O(log n) times in total
-        segs = self._segments
-        while len(segs) > 1 and (segs[-2].nnz <= segs[-1].nnz or len(segs) > _MAX_SEGMENTS):
-            segs[-2:] = [merge_segments(segs[-2:], len(self._vocab))]
+    def _merge_small_blocks(self) -> None:
+        # binary-counter policy: merge while the newer block is at least as large as the older one,
+        # so there are O(log n) blocks and each posting is copied O(log n) times in total
+        blocks = self._blocks
+        while len(blocks) > 1 and (blocks[-2].nnz <= blocks[-1].nnz or len(blocks) > _MAX_BLOCKS):
+            blocks[-2:] = [merge_blocks(blocks[-2:], len(self._vocab))]
 
     def delete(self, ids: Iterable[str]) -> int:
         """Remove documents by id; unknown ids are ignored. Returns how many were removed."""
@@ -153,11 +153,11 @@ class BM25Index:
         dead = np.zeros(len(self._live), dtype=bool)
         dead[slots] = True
         offset = 0
-        for segment in self._segments:
-            rows = dead[offset : offset + segment.n_docs]
+        for block in self._blocks:
+            rows = dead[offset : offset + block.n_docs]
             if rows.any():
-                self._df -= segment.term_doc_counts(rows, len(self._df))
-            offset += segment.n_docs
+                self._df -= block.term_doc_counts(rows, len(self._df))
+            offset += block.n_docs
         self._live[slots] = False
         self._keys.forget(slots)
         self._n_live -= len(slots)
@@ -172,25 +172,25 @@ class BM25Index:
         keep = self._live
         if keep.all():
             return
-        offset, segments = 0, []
-        for segment in self._segments:
-            rows = keep[offset : offset + segment.n_docs]
-            offset += segment.n_docs
+        offset, blocks = 0, []
+        for block in self._blocks:
+            rows = keep[offset : offset + block.n_docs]
+            offset += block.n_docs
             if rows.any():
-                segments.append(segment.compacted(rows))
-        self._segments = [merge_segments(segments, len(self._vocab))] if segments else []
+                blocks.append(block.compacted(rows))
+        self._blocks = [merge_blocks(blocks, len(self._vocab))] if blocks else []
         self._doc_len = self._doc_len[keep]
         self._keys.compact(keep)
         self._live = np.ones(len(self._doc_len), dtype=bool)
         self._changed()
 
     def consolidate(self) -> None:
-        """Merge the internal segments into one (same slots, same scores and ties): for an index that is searched
+        """Merge the postings blocks into one (same slots, same scores and ties): for an index that is searched
         many times and not appended to (a sealed segment, see `ctxrag.stores.bm25.segmented`), since a query reads
-        each of its terms once per internal segment. Statistics given by `use_statistics` stay."""
-        if len(self._segments) > 1:
-            self._segments = [merge_segments(self._segments, len(self._vocab))]
-            self._idf = self._weights = None  # posting weights are cached per internal segment
+        each of its terms once per block. Statistics given by `use_statistics` stay."""
+        if len(self._blocks) > 1:
+            self._blocks = [merge_blocks(self._blocks, len(self._vocab))]
+            self._idf = self._weights = None  # posting weights are cached per block
 
     def fork(self) -> BM25Index:
         """A copy to delete from without changing this index (a sealed segment in the next generation, see
@@ -199,7 +199,7 @@ class BM25Index:
         out = copy.copy(self)
         out._df, out._live = self._df.copy(), self._live.copy()
         out._keys = self._keys.fork()
-        out._segments = list(self._segments)
+        out._blocks = list(self._blocks)
         out._accumulator = Accumulator()
         out._idf = out._weights = None
         out._given = None
@@ -253,7 +253,7 @@ class BM25Index:
         return self._keys.keys(np.flatnonzero(self._live))
 
     def iter_ids(self, block: int = 1024) -> Iterator[str]:
-        """`ids` lazily, decoded a block at a time (a zero-score fill reads only the first few of a large segment)."""
+        """`ids` lazily, decoded `block` ids at a time (a zero-score fill reads only the first few of a large index)."""
         live = np.flatnonzero(self._live)
         for start in range(0, len(live), block):
             yield from self._keys.keys(live[start : start + block])
@@ -329,7 +329,7 @@ class BM25Index:
         return slots, (scores + floor if constant else scores)
 
     def _columns(self, tokens: Sequence[str]) -> tuple[list[TermColumn], float]:
-        """The query's terms as columns over every segment, and what every document scores regardless of its
+        """The query's terms as columns over every block, and what every document scores regardless of its
         terms (BM25+'s ``idf * delta`` per query term, else 0)."""
         terms = self._query_terms(tokens)
         if not terms:
@@ -342,13 +342,13 @@ class BM25Index:
             constant += absent_term_score(float(idf[term]) * count, self.params)
             parts, best, seeds = [], 0.0, []
             offset = 0
-            for segment, segment_weights in zip(self._segments, weights):
-                rows, values, top = segment_weights.column(term)
+            for block, block_weights in zip(self._blocks, weights):
+                rows, values, top = block_weights.column(term)
                 if len(rows):
                     parts.append((offset, rows, values))
                     best = max(best, top)
-                    seeds.append(segment_weights.best_rows(term, SEEDS_PER_TERM).astype(np.int64) + offset)
-                offset += segment.n_docs
+                    seeds.append(block_weights.best_rows(term, SEEDS_PER_TERM).astype(np.int64) + offset)
+                offset += block.n_docs
             columns.append(TermColumn(parts, float(count), best, positive=bool(idf[term] > 0),
                                       seeds=np.concatenate(seeds) if seeds else None))
         return columns, constant
@@ -363,8 +363,8 @@ class BM25Index:
                 out.append((term, count))
         return out
 
-    def _statistics(self) -> tuple[np.ndarray, list[SegmentWeights]]:
-        """idf per term and the (lazily filled) posting weights per segment, rebuilt after a change."""
+    def _statistics(self) -> tuple[np.ndarray, list[BlockWeights]]:
+        """idf per term and the (lazily filled) posting weights per block, rebuilt after a change."""
         if self._idf is None or self._weights is None:
             if self._given is not None:
                 idf, avgdl = self._given
@@ -375,9 +375,9 @@ class BM25Index:
                 avgdl = self._total_len / self._n_live if self._n_live else 0.0
             norm = length_norm(self._doc_len, avgdl, self.params) if avgdl > 0 else np.ones(len(self._doc_len))
             weights, offset = [], 0
-            for segment in self._segments:
-                weights.append(SegmentWeights(segment, norm[offset : offset + segment.n_docs], idf, self.params))
-                offset += segment.n_docs
+            for block in self._blocks:
+                weights.append(BlockWeights(block, norm[offset : offset + block.n_docs], idf, self.params))
+                offset += block.n_docs
             self._idf, self._weights = idf, weights
         return self._idf, self._weights
 
@@ -388,23 +388,23 @@ class BM25Index:
         import scipy.sparse as sp
 
         n_terms = len(self._vocab)
-        if not self._segments:
+        if not self._blocks:
             return sp.csr_matrix((0, n_terms), dtype=np.int64), np.zeros(0, dtype=np.int64), []
-        matrix = sp.vstack([s.to_scipy(n_terms) for s in self._segments], format="csr")
+        matrix = sp.vstack([b.to_scipy(n_terms) for b in self._blocks], format="csr")
         return matrix[np.flatnonzero(self._live)], self._doc_len[self._live], self.ids
 
     def with_postings(self, matrix: sp.csr_matrix, doc_len: np.ndarray, ids: list[str], vocab: list[str]) -> BM25Index:
         """A new index with this one's tokenizer and parameters holding `matrix` (documents x terms, columns in
-        `vocab` order) as one segment."""
+        `vocab` order) as one postings block."""
         import scipy.sparse as sp
 
         p = self.params
         index = BM25Index(self.tokenizer, p.variant.value, k1=p.k1, b=p.b, epsilon=p.epsilon, delta=p.delta,
                           show_progress=False)
         index._vocab = _Vocabulary((token, term) for term, token in enumerate(vocab))
-        segment = Segment._from_scipy(sp.csc_matrix(matrix), len(ids))
-        index._segments = [segment] if len(ids) else []
-        index._df = np.diff(segment.indptr).astype(np.int64)
+        block = PostingsBlock._from_scipy(sp.csc_matrix(matrix), len(ids))
+        index._blocks = [block] if len(ids) else []
+        index._df = np.diff(block.indptr).astype(np.int64)
         index._doc_len = np.asarray(doc_len, dtype=np.int64)
         index._live = np.ones(len(ids), dtype=bool)
         index._keys.append(list(ids), len(ids))
@@ -420,9 +420,10 @@ class BM25Index:
         directory.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, np.ndarray] = {"df": self._df, "doc_len": self._doc_len, "live": self._live}
         arrays.update(self._keys.to_arrays())
-        for i, segment in enumerate(self._segments):
-            arrays.update({f"seg{i}_indptr": segment.indptr, f"seg{i}_indices": segment.indices,
-                           f"seg{i}_tf": segment.tf})
+        # the on-disk names of the postings blocks, "seg{i}_*" arrays and the manifest's "segments" list, are the file
+        # format (versions 1 and 2, when blocks were called segments): kept so every saved index still opens
+        for i, block in enumerate(self._blocks):
+            arrays.update({f"seg{i}_indptr": block.indptr, f"seg{i}_indices": block.indices, f"seg{i}_tf": block.tf})
         storage.save_arrays(directory / ARRAYS, arrays)
         vocab = [""] * len(self._vocab)
         for token, term in self._vocab.items():
@@ -434,7 +435,7 @@ class BM25Index:
             "tokenizer": tokenizer_config(self.tokenizer),
             "vocab": vocab,
             "ids": self._keys.to_manifest(),
-            "segments": [{"n_docs": s.n_docs, "n_terms": s.n_terms, "nnz": s.nnz} for s in self._segments],
+            "segments": [{"n_docs": b.n_docs, "n_terms": b.n_terms, "nnz": b.nnz} for b in self._blocks],
             "n_slots": len(self._live),
             "arrays_bytes": (directory / ARRAYS).stat().st_size,
         })
@@ -461,12 +462,12 @@ class BM25Index:
             params = manifest["params"]
             index = cls(tokenizer if tokenizer is not None else saved_tokenizer, params["variant"],
                         k1=params["k1"], b=params["b"], epsilon=params["epsilon"], delta=params["delta"])
-            seg_meta = manifest["segments"]
+            block_meta = manifest["segments"]  # the postings blocks (see `save`)
             array_path = directory / ARRAYS
             size = array_path.stat().st_size if array_path.exists() else None
             if size != manifest["arrays_bytes"]:
                 raise IndexCorruptError(f"{array_path}: size {size} bytes, manifest says {manifest['arrays_bytes']}")
-            names = ["df", "doc_len", "live"] + [f"seg{i}_{p}" for i in range(len(seg_meta))
+            names = ["df", "doc_len", "live"] + [f"seg{i}_{p}" for i in range(len(block_meta))
                                                  for p in ("indptr", "indices", "tf")]
             arrays = storage.load_arrays(array_path, names, mmap=mmap)
             # ids are read into memory (one C-level read; lookups never touch a mapped file)
@@ -476,9 +477,10 @@ class BM25Index:
             index._df = np.array(arrays["df"], dtype=np.int64)
             index._doc_len = np.array(arrays["doc_len"], dtype=np.int64)
             index._live = np.array(arrays["live"], dtype=bool)
-            index._segments = [
-                Segment(arrays[f"seg{i}_indptr"], arrays[f"seg{i}_indices"], arrays[f"seg{i}_tf"], int(m["n_docs"]))
-                for i, m in enumerate(seg_meta)
+            index._blocks = [
+                PostingsBlock(arrays[f"seg{i}_indptr"], arrays[f"seg{i}_indices"], arrays[f"seg{i}_tf"],
+                              int(m["n_docs"]))
+                for i, m in enumerate(block_meta)
             ]
             index._keys = DocKeys.from_manifest(manifest["ids"], arrays, index._live)
             _check_loaded(index, manifest, directory)
@@ -507,13 +509,13 @@ def _check_loaded(index: BM25Index, manifest: dict[str, Any], directory: Path) -
         problems.append(f"{n_slots} documents in the manifest, arrays disagree")
     if len(index._df) != len(index._vocab):
         problems.append(f"{len(index._vocab)} terms in the vocabulary, {len(index._df)} document frequencies")
-    if sum(s.n_docs for s in index._segments) != n_slots:
-        problems.append("segment sizes do not add up to the document count")
-    for i, (segment, meta) in enumerate(zip(index._segments, manifest["segments"])):
-        indptr = segment.indptr
-        if (len(indptr) != int(meta["n_terms"]) + 1 or segment.n_terms > len(index._vocab) or indptr[0] != 0
-                or indptr[-1] != segment.nnz or len(segment.tf) != segment.nnz or segment.nnz != int(meta["nnz"])
+    if sum(b.n_docs for b in index._blocks) != n_slots:
+        problems.append("postings block sizes do not add up to the document count")
+    for i, (block, meta) in enumerate(zip(index._blocks, manifest["segments"])):
+        indptr = block.indptr
+        if (len(indptr) != int(meta["n_terms"]) + 1 or block.n_terms > len(index._vocab) or indptr[0] != 0
+                or indptr[-1] != block.nnz or len(block.tf) != block.nnz or block.nnz != int(meta["nnz"])
                 or np.any(np.diff(indptr) < 0)):
-            problems.append(f"segment {i} postings are malformed")
+            problems.append(f"postings block {i} is malformed")
     if problems:
         raise IndexCorruptError(f"{directory}: inconsistent BM25 index: {'; '.join(problems)}")

@@ -1,6 +1,6 @@
 """Stage 4 of BM25: the exact top-k of one query over its terms' columns, without scoring every document.
 
-Each query term is a `TermColumn`: its postings per segment (rows and cached ``tf_part`` weights), the query-side
+Each query term is a `TermColumn`: its postings per postings block (rows and cached ``tf_part`` weights), the query-side
 factor ``idf * count`` and an upper bound on what it adds to any document's score. `top_k_slots` then picks the
 cheapest exact plan:
 
@@ -40,7 +40,7 @@ _EMPTY_SLOTS = np.zeros(0, dtype=np.int64)
 
 @dataclass
 class TermColumn:
-    """One query term's postings: ``(slot offset, rows in the segment, weights)`` per segment, and ``scale`` (how
+    """One query term's postings: ``(slot offset, rows in the block, weights)`` per postings block, and ``scale`` (how
     often the term occurs in the query), so the term adds ``scale * weight`` to a row's score. `positive`: every
     weight is > 0 (idf > 0), which the pruning bounds need."""
 

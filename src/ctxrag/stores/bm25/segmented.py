@@ -115,7 +115,7 @@ class SegmentedKeywordIndex(SegmentedIndex):
         return out
 
     def _write(self, index: ChunkIndex, segments_dir: Path, generation: int) -> Sealed:
-        # sealed: searched by every query from now on, never appended to, so its internal segments become one
+        # sealed: searched by every query from now on, never appended to, so its postings blocks become one
         cast(BM25ChunkIndex, index).index.consolidate()
         return super()._write(index, segments_dir, generation)
 

@@ -87,7 +87,7 @@ def _map_member(path: Path, raw: Any, info: zipfile.ZipInfo) -> np.ndarray:
         return np.zeros(shape, dtype=dtype)
     mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
     # a plain ndarray over the mapping (it keeps the map alive as its base): slicing a `np.memmap` runs Python code
-    # (`__getitem__`, `__array_finalize__`) on every slice, and a query slices each term's postings per segment
+    # (`__getitem__`, `__array_finalize__`) on every slice, and a query slices each term's postings per block
     return mapped.view(np.ndarray)
 
 

@@ -1,9 +1,9 @@
-"""Metadata filters as Milvus boolean expressions, so a filtered search is answered inside Milvus before the top-k cut.
+"""The chunk ids a metadata filter allows on a Milvus-resident knowledge base, carried as a Milvus expression, so a
+filtered search is answered inside Milvus before the top-k cut.
 
-A dict filter ``{key: value}`` / ``{key: [values]}`` (every key must match, as for the local store) becomes one
-expression: keys that are scalar fields of the chunks collection (`SCALAR_FIELDS`) compare that field, any other key
-compares ``metadata["key"]`` in the JSON field. A predicate, or a value no expression can state (None, a dict),
-cannot be pushed down: `FilteredIds` then evaluates it over every chunk's metadata and sends the matching ids.
+A dict filter becomes one expression by `ctxrag.stores.filters.milvus_expression` (the filter language and its
+translation live there, beside the in-memory matcher). A predicate, or a value no expression can state (None, a
+dict), cannot be pushed down: the chunk lookup then evaluates it over every chunk's metadata and sends the ids.
 
 `FilteredIds` is what the chunk lookup's ``allowed_chunk_ids`` returns: a set of chunk ids that also carries its
 expression; the Milvus indexes search with the expression and never list the ids, any other reader gets a real set
@@ -11,65 +11,16 @@ expression; the Milvus indexes search with the expression and never list the ids
 
 Example::
 
-    from ctxrag.stores.milvus_resident.expressions import filter_expression
-    filter_expression({"file_type": ["markdown", "text"], "source": "a.md"})
-    # '(metadata["file_type"] == "markdown" or metadata["file_type"] == "text") and source == "a.md"'
+    from ctxrag.stores.milvus_resident.expressions import FilteredIds, allowed_expression
+    allowed = FilteredIds('source == "a.md"', list_ids=store.chunk_ids)
+    allowed_expression(allowed)      # 'source == "a.md"' (the ids are listed only when iterated)
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Set
 from typing import Any
 
-from ctxrag.errors import ConfigError
-
-SCALAR_FIELDS = frozenset({"chunk_id", "doc_id", "kb", "source", "title", "heading_path", "language", "chunk_index"})
-"""Chunk fields a filter compares directly (indexed scalars); every other key is looked up in the JSON metadata."""
-_SIMPLE = (str, int, float, bool)
-NOTHING = "false"
-"""The expression of a filter no chunk can pass (an empty list of values); searches return nothing without asking."""
-
-
-def _literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _term(key: str, value: Any) -> str | None:
-    if not isinstance(key, str) or not key:
-        raise ConfigError(f"filter keys must be non-empty strings, got {key!r}")
-    target = key if key in SCALAR_FIELDS else f"metadata[{json.dumps(key, ensure_ascii=False)}]"
-    if isinstance(value, (list, tuple, set, frozenset)):
-        values = list(value)
-        if not all(isinstance(v, _SIMPLE) for v in values):
-            return None
-        if not values:
-            return NOTHING
-        if key not in SCALAR_FIELDS:  # milvus-lite takes `in` on fields only: a JSON key compares each value
-            return "(" + " or ".join(f"{target} == {_literal(v)}" for v in values) + ")"
-        return f"{target} in [{', '.join(_literal(v) for v in values)}]"
-    if not isinstance(value, _SIMPLE):
-        return None
-    return f"{target} == {_literal(value)}"
-
-
-def filter_expression(filter: dict[str, Any]) -> str | None:
-    """The Milvus expression of a dict filter; None when some value cannot be stated as one (see module docstring)."""
-    terms = []
-    for key, value in sorted(filter.items()):
-        term = _term(key, value)
-        if term is None:
-            return None
-        if term == NOTHING:
-            return NOTHING
-        terms.append(term)
-    return " and ".join(terms) if terms else ""
-
-
-def ids_expression(chunk_ids: Set[str] | list[str]) -> str:
-    """``chunk_id in [...]`` (Milvus Lite takes no filter templates: each id is a JSON-quoted literal)."""
-    return f"chunk_id in {json.dumps(sorted(chunk_ids), ensure_ascii=False)}"
+from ctxrag.stores.filters import NOTHING, ids_expression
 
 
 class FilteredIds(Set[str]):

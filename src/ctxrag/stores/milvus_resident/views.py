@@ -24,13 +24,12 @@ from typing import Any
 import numpy as np
 from langchain_core.documents import Document
 
-from ctxrag.errors import ConfigError
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.chunk_lookup import _matches as metadata_matches
 from ctxrag.stores.chunk_lookup import chunks_as_documents
-from ctxrag.stores.milvus_resident.expressions import FilteredIds, allowed_expression, filter_expression, ids_expression
+from ctxrag.stores.filters import MetadataFilter, check_filter, matcher, milvus_expression
+from ctxrag.stores.milvus_resident.expressions import FilteredIds, allowed_expression, ids_expression
 from ctxrag.stores.milvus_resident.store import MilvusResidentStore
-from ctxrag.stores.protocols import ChunkScores, MetadataFilter
+from ctxrag.stores.protocols import ChunkScores
 
 
 class MilvusChunkLookup:
@@ -51,13 +50,12 @@ class MilvusChunkLookup:
         metadata, and its matches sent as ids)."""
         if filter is None:
             return None
+        check_filter(filter)
         if callable(filter):
             return self._by_predicate(filter)
-        if not isinstance(filter, dict):
-            raise ConfigError(f"filter must be a dict or a callable, got {type(filter).__name__}")
-        expr = filter_expression(filter)
+        expr = milvus_expression(filter)
         if expr is None:  # a value no expression states (None, a nested dict): compare as the local store does
-            return self._by_predicate(lambda md: metadata_matches(md, filter))
+            return self._by_predicate(matcher(filter))
         return FilteredIds(expr, self.store.chunk_ids)
 
     def _by_predicate(self, pred: Callable[[dict[str, Any]], bool]) -> FilteredIds:

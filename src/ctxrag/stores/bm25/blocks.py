@@ -1,12 +1,13 @@
-"""Stage 2 of BM25: postings. A `Segment` is an immutable document-by-term matrix of raw term frequencies in CSC
-form (one column of postings per term), built with scipy.sparse from token ids.
+"""Stage 2 of BM25: postings. A `PostingsBlock` is an immutable document-by-term matrix of raw term frequencies in
+CSC form (one column of postings per term), built with scipy.sparse from token ids.
 
-An index is a list of segments in document order plus tombstones: adding documents appends a small segment,
-deleting marks slots dead, and segments are merged and compacted in the background of those calls, so nothing
-is ever rebuilt from the text.
+A `BM25Index` holds its postings as a list of blocks in document order plus tombstones: adding documents appends a
+small block, deleting marks slots dead, and blocks are merged and compacted in the background of those calls, so
+nothing is ever rebuilt from the text. (Blocks live inside one index in memory and in its ``bm25.npz``; the
+*segments* of `ctxrag.stores.segments` are something else: immutable index folders that generations share.)
 
->>> seg = Segment.from_token_ids(np.array([0, 1, 0, 2], dtype=np.int32), np.array([3, 1]), n_terms=3)
->>> rows, tf = seg.postings(0)
+>>> block = PostingsBlock.from_token_ids(np.array([0, 1, 0, 2], dtype=np.int32), np.array([3, 1]), n_terms=3)
+>>> rows, tf = block.postings(0)
 >>> rows.tolist(), tf.tolist()
 ([0], [2])
 """
@@ -25,9 +26,9 @@ TF_DTYPE = np.int32
 
 
 @dataclass(frozen=True)
-class Segment:
+class PostingsBlock:
     """Term frequencies of `n_docs` consecutive documents: column ``t`` holds ``indices[indptr[t]:indptr[t+1]]``
-    (rows, ascending) and ``tf`` (their counts). Terms with id ``>= n_terms`` do not occur in this segment."""
+    (rows, ascending) and ``tf`` (their counts). Terms with id ``>= n_terms`` do not occur in this block."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -50,7 +51,7 @@ class Segment:
         return self.indices[start:end], self.tf[start:end]
 
     @classmethod
-    def from_token_ids(cls, term_ids: np.ndarray, doc_lengths: np.ndarray, n_terms: int) -> Segment:
+    def from_token_ids(cls, term_ids: np.ndarray, doc_lengths: np.ndarray, n_terms: int) -> PostingsBlock:
         """Build from the concatenated token ids of consecutive documents and each document's token count."""
         import scipy.sparse as sp
 
@@ -65,7 +66,7 @@ class Segment:
         return cls._from_scipy(by_doc.tocsc(), n_docs)
 
     @classmethod
-    def _from_scipy(cls, matrix: sp.csc_matrix, n_docs: int) -> Segment:
+    def _from_scipy(cls, matrix: sp.csc_matrix, n_docs: int) -> PostingsBlock:
         matrix.sort_indices()
         return cls(
             indptr=matrix.indptr.astype(np.int64, copy=False),
@@ -75,7 +76,7 @@ class Segment:
         )
 
     def to_scipy(self, n_terms: int | None = None) -> sp.csc_matrix:
-        """This segment as a scipy CSC matrix, widened to `n_terms` columns (newer terms are empty columns)."""
+        """This block as a scipy CSC matrix, widened to `n_terms` columns (newer terms are empty columns)."""
         import scipy.sparse as sp
 
         indptr = self.indptr
@@ -84,22 +85,22 @@ class Segment:
         return sp.csc_matrix((self.tf, self.indices, indptr), shape=(self.n_docs, len(indptr) - 1), copy=False)
 
     def term_doc_counts(self, rows: np.ndarray, n_terms: int) -> np.ndarray:
-        """For each term, how many of the given rows (bool mask over this segment's rows) contain it."""
+        """For each term, how many of the given rows (bool mask over this block's rows) contain it."""
         entries = np.flatnonzero(rows[self.indices])
         if not len(entries):
             return np.zeros(n_terms, dtype=np.int64)
-        # the column of each selected entry by binary search over indptr: a few tombstones in a large segment cost
-        # their own postings, not a column number materialised for every posting of the segment
+        # the column of each selected entry by binary search over indptr: a few tombstones in a large block cost
+        # their own postings, not a column number materialised for every posting of the block
         columns = np.searchsorted(self.indptr, entries, side="right") - 1
         return np.bincount(columns, minlength=n_terms)
 
-    def compacted(self, keep: np.ndarray) -> Segment:
+    def compacted(self, keep: np.ndarray) -> PostingsBlock:
         """A copy without the rows where `keep` (bool mask over rows) is False; row order is kept."""
         kept_entries = keep[self.indices]
         new_row = (np.cumsum(keep) - 1).astype(INDEX_DTYPE)
         kept_before = np.zeros(self.nnz + 1, dtype=np.int64)
         np.cumsum(kept_entries, out=kept_before[1:])
-        return Segment(
+        return PostingsBlock(
             indptr=kept_before[self.indptr],
             indices=new_row[self.indices[kept_entries]],
             tf=np.ascontiguousarray(self.tf[kept_entries]),
@@ -107,11 +108,11 @@ class Segment:
         )
 
 
-def merge_segments(segments: list[Segment], n_terms: int) -> Segment:
-    """One segment holding the documents of `segments`, in order."""
-    if len(segments) == 1 and segments[0].n_terms == n_terms:
-        return segments[0]
+def merge_blocks(blocks: list[PostingsBlock], n_terms: int) -> PostingsBlock:
+    """One block holding the documents of `blocks`, in order."""
+    if len(blocks) == 1 and blocks[0].n_terms == n_terms:
+        return blocks[0]
     import scipy.sparse as sp
 
-    stacked = sp.vstack([s.to_scipy(n_terms) for s in segments], format="csc")
-    return Segment._from_scipy(stacked, sum(s.n_docs for s in segments))
+    stacked = sp.vstack([b.to_scipy(n_terms) for b in blocks], format="csc")
+    return PostingsBlock._from_scipy(stacked, sum(b.n_docs for b in blocks))
