@@ -65,7 +65,7 @@ def _mount_optional() -> None:
     """Sub-apps that live in their own modules."""
     for mod, attr, name in (("ctxrag.cli.eval", "eval_app", "eval"), ("ctxrag.cli.notes", "notes_app", "notes"),
                             ("ctxrag.cli.article", "article_app", "article"), ("ctxrag.cli.assistant", "chat", "chat"),
-                            ("ctxrag.cli.serve", "serve", "serve"),
+                            ("ctxrag.cli.serve", "serve", "serve"), ("ctxrag.cli.mcp_serve", "mcp", "mcp"),
                             ("ctxrag.cli.doctor", "doctor", "doctor")):
         try:
             module = __import__(mod, fromlist=[attr])
