@@ -220,7 +220,11 @@ class CtxragMCP:
     def add_note(self, args: AddNoteArgs) -> NotesOutput:
         """Save a note into a knowledge base (searchable at once, as ``note://ID``)."""
         kb = self._kb(args.kb)
-        note = NoteBook(kb).create(args.text, title=args.title or None, tags=args.tags)
+        book = NoteBook(kb)
+        try:
+            note = book.create(args.text, title=args.title or None, tags=args.tags)
+        finally:
+            book.close()
         return NotesOutput(action="add", notes=[note.to_dict()])
 
     def ingest(self, args: IngestArgs) -> IngestResult:
