@@ -46,7 +46,8 @@ def test_search_tool_gives_text_to_the_model_and_documents_to_the_caller(kb: Kno
     assert msg.content.startswith("[1] Locker Birch (locker_birch.md)\n") and CODES["Birch"] in msg.content
     assert len(msg.artifact) == 2 and all(isinstance(d, Document) for d in msg.artifact)
     assert msg.artifact[0].metadata["source"].endswith("locker_birch.md")
-    assert len(_tool_call(tool, {"query": "locker", "k": 3}).artifact) == 3
+    assert set(tool.args) == {"query"}  # k is the developer's choice, not the model's
+    assert len(_tool_call(kb.as_tool(k=3), {"query": "locker"}).artifact) == 3
 
 
 def test_kb_as_tool_is_the_search_tool(kb: KnowledgeBase) -> None:

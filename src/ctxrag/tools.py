@@ -36,15 +36,16 @@ Mode = Literal["dense", "bm25", "hybrid", "graph"]
 
 
 class SearchQuery(BaseModel):
-    """What an agent's search tool takes: a query and, optionally, how many chunks."""
+    """What an agent's search tool takes: a query (how many chunks is the tool's ``k``, set by the developer: a small
+    model given the choice asks for one)."""
 
     query: str = Field(..., min_length=1, description="What to look for, in the knowledge base's language.")
-    k: int | None = Field(None, ge=1, le=50, description="How many chunks to return (default: the tool's k).")
 
 
 class SearchArgs(SearchQuery):
-    """A search over one served knowledge base or all of them, with the mode and a metadata filter."""
+    """A search over one served knowledge base or all of them: how many chunks, the mode and a metadata filter."""
 
+    k: int | None = Field(None, ge=1, le=50, description="How many chunks to return (default: the server's k).")
     kb: str | None = Field(None, description="Knowledge base name (see list_knowledge_bases); default: all served.")
     mode: Mode | None = Field(None, description="dense | bm25 | hybrid | graph (default: the server's mode).")
     filter: dict[str, Any] | None = Field(
@@ -181,8 +182,8 @@ def make_search_tool(kbs: Sequence[KnowledgeSource], *, mode: str = "hybrid", k:
     `Document`s as the ``ToolMessage``'s artifact."""
     tools = KnowledgeTools(kbs, mode=mode, k=k)
 
-    def run(query: str, k: int | None = None) -> tuple[str, list[Document]]:
-        docs = tools.search_documents(SearchArgs(query=query, k=k))
+    def run(query: str) -> tuple[str, list[Document]]:
+        docs = tools.search_documents(SearchArgs(query=query))
         return format_hits(docs), docs
 
     names = ", ".join(tools.kbs)
