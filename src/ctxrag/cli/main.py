@@ -80,6 +80,7 @@ COMMANDS: tuple[CommandRow, ...] = (
     CommandRow("article", "ctxrag.cli.article", "article_app"),
     CommandRow("chat", "ctxrag.cli.assistant", "chat"),
     CommandRow("serve", "ctxrag.cli.serve", "serve"),  # checks its extra (uvicorn, langserve) when run, to say which
+    CommandRow("mcp", "ctxrag.cli.mcp_serve", "mcp"),  # checks its extra (mcp) when run, to say which
     CommandRow("doctor", "ctxrag.cli.doctor", "doctor"),
 )
 """Every command, in the order ``ctxrag --help`` lists them. No shipped command module imports an optional package

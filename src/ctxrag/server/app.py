@@ -49,10 +49,11 @@ from ctxrag.server.middleware import (
     EventStreamRewriteMiddleware,
     LocalRequestGuardMiddleware,
     StreamErrorGuardMiddleware,
-    is_local_client,
+    check_auth_token,
+    may_see_paths,
 )
 from ctxrag.server.runnables import EXPOSE_PATHS_KEY, hide_paths_in_text
-from ctxrag.settings import ServerSettings, Settings, get_settings
+from ctxrag.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         msg = str(exc) or type(exc).__name__
         msg = redact(msg)  # an endpoint's 401 may echo the key; a URL may carry user:password@
         client = request.client.host if request.client else None
-        if not _may_see_paths(getattr(request.app.state, "expose_paths", "never"), client):
+        if not may_see_paths(getattr(request.app.state, "expose_paths", "never"), client):
             msg = hide_paths_in_text(msg)  # e.g. IndexCorruptError names a file under the knowledge base folder
         return JSONResponse({"detail": msg[:2000], "error": type(exc).__name__}, status_code=status)
 
@@ -106,27 +107,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(exc_type, known_error)
 
 
-def check_auth_token(server: ServerSettings) -> str | None:
-    """The token to require, None when auth is off; `ConfigError` for a token that is set but blank (fail closed:
-    ``CTXRAG_SERVER__AUTH_TOKEN=`` must not silently serve without auth)."""
-    if server.auth_token is None:
-        return None
-    raw = server.auth_token.get_secret_value()
-    if not raw.strip():
-        raise ConfigError("server.auth_token is set but empty (CTXRAG_SERVER__AUTH_TOKEN=''): refusing to start "
-                          "without auth; set a real token, or unset the variable to serve without auth")
-    return raw
-
-
-def _may_see_paths(expose: str, client_host: str | None) -> bool:
-    return expose == "always" or (expose == "local" and is_local_client(client_host))
-
-
 def _path_policy(expose: str) -> Any:
     """LangServe's per-request config hook: tell the runnables whether this client may see absolute paths."""
 
     def modify(config: dict[str, Any], request: Request) -> dict[str, Any]:
-        allowed = _may_see_paths(expose, request.client.host if request.client else None)
+        allowed = may_see_paths(expose, request.client.host if request.client else None)
         # in both places: LangServe's /batch keeps only `configurable`; the server's value overrides the client's
         return {**config, "metadata": {**(config.get("metadata") or {}), EXPOSE_PATHS_KEY: allowed},
                 "configurable": {**(config.get("configurable") or {}), EXPOSE_PATHS_KEY: allowed}}
@@ -222,7 +207,7 @@ def create_app(
     expose = s.server.expose_paths
     if expose != "always":  # intermediate steps (stream_log, stream_events) carry paths the final output hides
         app.add_middleware(EventStreamRewriteMiddleware, rewrite=hide_paths_in_text,
-                           applies_to=lambda host: not _may_see_paths(expose, host))
+                           applies_to=lambda host: not may_see_paths(expose, host))
     # every client: an error event in the stream carries the exception's text (a 401 that echoes the key)
     app.add_middleware(EventStreamRewriteMiddleware, rewrite=redact_value, applies_to=lambda host: True)
     app.add_middleware(StreamErrorGuardMiddleware)

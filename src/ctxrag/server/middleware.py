@@ -19,6 +19,9 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from pydantic import SecretStr
 
+from ctxrag.errors import ConfigError
+from ctxrag.settings import ServerSettings
+
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
@@ -349,6 +352,23 @@ def is_local_client(host: str | None) -> bool:
     """True for a loopback client address (127.0.0.0/8, ::1, IPv4-mapped 127.x)."""
     host = (host or "").lower()
     return host in LOCAL_HOSTS or host.startswith("127.") or host.startswith("::ffff:127.")
+
+
+def check_auth_token(server: ServerSettings) -> str | None:
+    """The token to require, None when auth is off; `ConfigError` for a token that is set but blank (fail closed:
+    ``CTXRAG_SERVER__AUTH_TOKEN=`` must not silently serve without auth). Shared by ``ctxrag serve`` and ``ctxrag mcp``."""
+    if server.auth_token is None:
+        return None
+    raw = server.auth_token.get_secret_value()
+    if not raw.strip():
+        raise ConfigError("server.auth_token is set but empty (CTXRAG_SERVER__AUTH_TOKEN=''): refusing to start "
+                          "without auth; set a real token, or unset the variable to serve without auth")
+    return raw
+
+
+def may_see_paths(expose: str, client_host: str | None) -> bool:
+    """Whether a client at `client_host` may see absolute source paths under the ``server.expose_paths`` policy."""
+    return expose == "always" or (expose == "local" and is_local_client(client_host))
 
 
 class EventStreamRewriteMiddleware:
