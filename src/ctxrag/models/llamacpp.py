@@ -163,6 +163,9 @@ class LocalLlamaChatModel(BaseChatModel):
     loop_guard: bool = True
     loop_limits: LoopLimits = Field(default=DEFAULT_LIMITS)
     model_name: str = Field(default="qwen2.5-coder-1.5b-instruct-q4_k_m")
+    tool_turns: Literal["constrained", "free"] = "constrained"
+    """With tools bound and not forced: ``"constrained"`` makes each turn a call or an answer (grammar; see
+    `ctxrag.models.llamacpp_tools.ToolRequest.after`), ``"free"`` lets the model write anything and parses it."""
 
     @property
     def _llm_type(self) -> str:
@@ -202,7 +205,9 @@ class LocalLlamaChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any], shared: _SharedLlama
     ) -> tuple[ToolRequest, list[dict[str, str]], dict[str, Any]]:
         """The call's tool request, llama.cpp messages and sampling parameters (a grammar when constrained)."""
-        request = ToolRequest.from_kwargs(kwargs).after(messages)
+        request = ToolRequest.from_kwargs(kwargs)
+        if self.tool_turns == "constrained":
+            request = request.after(messages)
         params = self._params(stop, kwargs)
         constraint = request.grammar()
         if constraint is not None:
