@@ -15,8 +15,10 @@ neither renders:
 ``bash`` blocks run as one script (``set -euo pipefail``) and ``python`` blocks in a fresh interpreter, both in a
 temporary folder that links the repository's top-level files (so ``examples/sample_corpus`` resolves), with the test's
 private ``CTXRAG_HOME`` and contexts off (the suite's default), ``ctxrag`` and ``python`` being this checkout's. An
-``llm`` bash block's commands use the test run's one ``llama_cpp.server`` (``llama_server_url``) rather than each
-loading the GGUF; an ``llm`` python block loads the in-process model it shows.
+``llm`` block, bash or python, talks to the test run's one ``llama_cpp.server`` (``llama_server_url``) through the
+settings (``CTXRAG_LLM__PROVIDER=openai``, ``CTXRAG_LLM__BASE_URL``) that ``make_chat_model()`` and every ``ctxrag``
+command read, rather than each loading the GGUF in its own process; the in-process path of ``make_chat_model()`` is
+tested in ``tests/models/test_chat.py``.
 ``toml`` blocks are parsed and validated against ``Settings``; ``json`` blocks parsed. Blocks without a language,
 ``text`` and ``console`` are output, not code.
 """
@@ -145,8 +147,8 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _shared_model_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    """For a bash block of the llm lane: every ``ctxrag`` command it runs talks to the test run's one
-    ``llama_cpp.server`` (the session ``llama_server_url``) instead of loading the GGUF in its own process."""
+    """For a block of the llm lane: every ``ctxrag`` command and ``make_chat_model()`` call it runs talks to the test
+    run's one ``llama_cpp.server`` (the session ``llama_server_url``) instead of loading the GGUF in its own process."""
     from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
 
     return {"CTXRAG_LLM__PROVIDER": "openai", "CTXRAG_LLM__MODEL": SERVER_MODEL_ALIAS,
@@ -168,9 +170,9 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
         return
     work, env = _workdir(tmp_path)
     script = tmp_path / ("block.sh" if runner == "bash" else "block.py")
+    if block.kind == "llm":
+        env.update(_shared_model_env(request))
     if runner == "bash":
-        if block.kind == "llm":  # a python block keeps the in-process model it shows (one load in its own process)
-            env.update(_shared_model_env(request))
         script.write_text("set -euo pipefail\n" + block.code, encoding="utf-8")
         argv = ["bash", str(script)]
     else:
