@@ -16,8 +16,8 @@ neither renders:
 temporary folder that links the repository's top-level files (so ``examples/sample_corpus`` resolves), with the test's
 private ``CTXRAG_HOME`` and contexts off (the suite's default), ``ctxrag`` and ``python`` being this checkout's. An
 ``llm`` block, bash or python, talks to the test run's one ``llama_cpp.server`` (``llama_server_url``) through the
-settings (``CTXRAG_LLM__PROVIDER=openai``, ``CTXRAG_LLM__BASE_URL``) that ``make_chat_model()`` and every ``ctxrag``
-command read, rather than each loading the GGUF in its own process; the in-process path of ``make_chat_model()`` is
+settings (``CTXRAG_LLM__PROVIDER=openai``, ``CTXRAG_LLM__BASE_URL``, a short ``CTXRAG_LLM__MAX_TOKENS``) that
+``make_chat_model()`` and every ``ctxrag`` command read, rather than each loading the GGUF in its own process; the in-process path of ``make_chat_model()`` is
 tested in ``tests/models/test_chat.py``.
 ``toml`` blocks are parsed and validated against ``Settings``; ``json`` blocks parsed. Blocks without a language,
 ``text`` and ``console`` are output, not code.
@@ -44,6 +44,9 @@ NEEDS_REASON = {"external", "service", "skip"}
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python", "toml": "toml",
             "json": "json"}
 PLACEHOLDER = re.compile(r"<(?:your|path|[a-z]+-)[\w-]*>|<[A-Z][A-Z_]+>")
+BLOCK_MAX_TOKENS = "64"
+"""The replies' length limit for llm blocks (``CTXRAG_LLM__MAX_TOKENS``; a block or a command that sets its own keeps
+it): a block passes when it runs, so its answers need not be whole, and each token costs time on two cores."""
 TIMEOUT_S = 3000
 """A hang guard, not a speed limit (a busy machine makes a block slow, not wrong): under pytest-timeout's hour, so the
 block's own commands are killed with its output shown."""
@@ -153,7 +156,7 @@ def _shared_model_env(request: pytest.FixtureRequest) -> dict[str, str]:
 
     return {"CTXRAG_LLM__PROVIDER": "openai", "CTXRAG_LLM__MODEL": SERVER_MODEL_ALIAS,
             "CTXRAG_LLM__BASE_URL": request.getfixturevalue("llama_server_url"),
-            "CTXRAG_LLM__TIMEOUT": str(HANG_GUARD_S)}
+            "CTXRAG_LLM__TIMEOUT": str(HANG_GUARD_S), "CTXRAG_LLM__MAX_TOKENS": BLOCK_MAX_TOKENS}
 
 
 @pytest.mark.parametrize("block", _params())
