@@ -11,7 +11,7 @@ whole run, ``$CTXRAG_TEST_MODEL_LOADS`` when set) and the number of processes th
 One run, several processes: the run's controller (the only pytest process, or pytest-xdist's controller) makes a run
 folder (``$CTXRAG_TEST_RUN_DIR``) that its workers inherit; the one ``llama_cpp.server`` of the run lives there
 (`ctxrag.testing.shared_server`), started by the first worker that needs it and stopped by the controller at the
-end. Tests that use the in-process model share one xdist group (``llm-in-process``: one worker, one load); tests of a
+end. The ``llm`` tests share one xdist group (``llm-in-process``: one worker, one in-process load); tests of a
 Milvus standalone share another (one embedded etcd per machine).
 
 Local LLM: the default GGUF (Qwen2.5-Coder-1.5B, ``ctxrag.models.gguf.DEFAULT_LOCAL_MODEL``) is assembled ONCE into
@@ -110,8 +110,6 @@ MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_
 """Fixtures that load the real model: a test using one is an ``llm`` test whether or not it is marked."""
 
 
-SERVER_FIXTURES = frozenset({"llama_server_url", "counting_llm_url", "llm_endpoint_env"})
-"""Fixtures of the run's one ``llama_cpp.server``: a test using only these needs no model in its own process."""
 IN_PROCESS_GROUP = "llm-in-process"
 MILVUS_GROUP = "milvus-standalone"
 RUN_DIR_ENV, OWNER_ENV, LOADS_ENV = "CTXRAG_TEST_RUN_DIR", "CTXRAG_TEST_RUN_OWNER", "CTXRAG_TEST_MODEL_LOADS"
@@ -170,7 +168,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fast lane, ``pytest -m "not llm and not slow"``, never loads the model and starts no Milvus standalone:
-    mark every test that does. Tests that load the model in this process run on one xdist worker, and so do the
+    mark every test that does. The ``llm`` tests run on one xdist worker (one in-process load), and so do the
     Milvus standalone tests."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -182,9 +180,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("slow") is None:
                 item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.xdist_group(MILVUS_GROUP))
-        server_only = fixtures & SERVER_FIXTURES and not (fixtures & (MODEL_FIXTURES - SERVER_FIXTURES))
-        if (item.get_closest_marker("llm") is not None and not server_only
-                and item.get_closest_marker("xdist_group") is None):
+        # an llm test may load the in-process model even through the server fixtures (they depend on
+        # local_model_path, and make_chat_model() finds the loaded model through the settings): one worker runs them
+        if item.get_closest_marker("llm") is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(IN_PROCESS_GROUP))
 
 
