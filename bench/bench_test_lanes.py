@@ -214,9 +214,11 @@ def main() -> int:
             history.append([label, lane, workers, *row[3:]])
             print(row, f"(log: {run['log']})", flush=True)
             loads_rows += [[lane, line] for line in run["loads"]]
+            tests = per_test(run["out"])
             if lane != "all":
+                tables += detail_tables(tests, where, f"the {lane} lane")
                 continue
-            tests, fast = per_test(run["out"]), fast_lane_ids()
+            fast = fast_lane_ids()
             tables.append(Table(caption=f"the whole suite's run by lane: the sum of its tests' seconds{where}",
                                 columns=["lane", "tests", "seconds", "minutes"],
                                 rows=[[name, len(ids), round(sum(ids.values()), 1), round(sum(ids.values()) / 60, 1)]
