@@ -191,10 +191,12 @@ def main() -> int:
     ap.add_argument("--record", action="append", default=[],
                     help="a history row transcribed from an earlier run's record, its cells separated by '|' "
                          "(run|lane|workers|minutes|CPU minutes|summary|exit code|load|model loads|processes)")
+    ap.add_argument("--records-only", action="store_true",
+                    help="run nothing: rewrite the page with its history, the --record rows and --before-log")
     ap.add_argument("--note", action="append", default=[], help="a note for the page (repeatable)")
     ap.add_argument("--no-page", action="store_true", help="print only; do not write the page data")
     args = ap.parse_args()
-    lanes = args.lane or ["all"]
+    lanes = [] if args.records_only else args.lane or ["all"]
     _adopt_orphans()
     besides = [subprocess.Popen(c, shell=True, start_new_session=True) for c in args.beside]
     where = "".join(f", beside `{c}`" for c in args.beside)
