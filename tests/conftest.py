@@ -184,6 +184,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # local_model_path, and make_chat_model() finds the loaded model through the settings): one worker runs them
         if item.get_closest_marker("llm") is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(IN_PROCESS_GROUP))
+        if config.getvalue("loadgroup"):  # set on pytest-xdist's workers by --dist loadgroup
+            _group_suffix(item)
+
+
+def _group_suffix(item: pytest.Item) -> None:
+    """What ``--dist loadgroup`` does on a worker: the xdist_group's name after "@" in the node id, which the
+    controller schedules by. pytest-xdist writes ``item._nodeid``, which pytest >= 9.1 no longer reads (node ids are
+    ``_pytest.nodeid.NodeId`` objects in ``item._id``): without this every test of a group could land on either
+    worker. Does nothing where pytest-xdist's own suffix works."""
+    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")})
+    if not groups or "@" in item.nodeid or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 def _loaded_models() -> set[tuple[str, int]]:
