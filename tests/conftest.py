@@ -184,7 +184,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # local_model_path, and make_chat_model() finds the loaded model through the settings): one worker runs them
         if item.get_closest_marker("llm") is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(IN_PROCESS_GROUP))
-        if config.getvalue("loadgroup"):  # set on pytest-xdist's workers by --dist loadgroup
+        if getattr(config.option, "loadgroup", False):  # set on pytest-xdist's workers by --dist loadgroup
             _group_suffix(item)
 
 
