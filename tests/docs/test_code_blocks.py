@@ -8,6 +8,7 @@ neither renders:
 
     <!-- docs-test: run -->                 the default: runs (the comment may say why it matters)
     <!-- docs-test: llm -->                 needs the real local model: runs only in the llm lane (-m llm)
+    <!-- docs-test: llm-local -->           the same, in its own process (it shows what only the in-process model does)
     <!-- docs-test: external (reason) -->   needs an external service, a data set, or has placeholders (<your-kb>)
     <!-- docs-test: service (reason) -->    starts a long-running server
     <!-- docs-test: skip (reason) -->       not to be run by a test (set-up, the test suite itself)
@@ -18,7 +19,8 @@ private ``CTXRAG_HOME`` and contexts off (the suite's default), ``ctxrag`` and `
 ``llm`` block, bash or python, talks to the test run's one ``llama_cpp.server`` (``llama_server_url``) through the
 settings (``CTXRAG_LLM__PROVIDER=openai``, ``CTXRAG_LLM__BASE_URL``, a short ``CTXRAG_LLM__MAX_TOKENS``) that
 ``make_chat_model()`` and every ``ctxrag`` command read, rather than each loading the GGUF in its own process; the in-process path of ``make_chat_model()`` is
-tested in ``tests/models/test_chat.py``.
+tested in ``tests/models/test_chat.py``. An ``llm-local`` block loads the in-process model it shows (a tool-call round
+trip with an assistant message without content, which llama_cpp.server refuses).
 ``toml`` blocks are parsed and validated against ``Settings``; ``json`` blocks parsed. Blocks without a language,
 ``text`` and ``console`` are output, not code.
 """
@@ -31,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +42,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*([\w-]+)\s*(?:\((.*)\))?\s*-->\s*$")
 FENCE_OPEN = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
-KINDS = {"run", "llm", "external", "service", "skip"}
+KINDS = {"run", "llm", "llm-local", "external", "service", "skip"}
 NEEDS_REASON = {"external", "service", "skip"}
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python", "toml": "toml",
             "json": "json"}
@@ -105,7 +108,7 @@ def _params() -> list:
     params = []
     for block in CODE_BLOCKS:
         marks = []
-        if block.kind == "llm":
+        if block.kind in ("llm", "llm-local"):
             marks.append(pytest.mark.llm)
         elif block.kind != "run":
             marks.append(pytest.mark.skip(reason=f"docs-test: {block.kind} ({block.reason})"))
@@ -125,7 +128,7 @@ def test_marker_is_known_and_says_why(block: Block) -> None:
     assert block.kind in KINDS, f"{block.id}: unknown docs-test kind {block.kind!r} (one of {sorted(KINDS)})"
     if block.kind in NEEDS_REASON:
         assert block.reason, f"{block.id}: 'docs-test: {block.kind}' needs a reason in brackets"
-    if block.kind in ("run", "llm") and block.lang in RUNNABLE:
+    if block.kind in ("run", "llm", "llm-local") and block.lang in RUNNABLE:
         found = PLACEHOLDER.findall(block.code)
         assert not found, f"{block.id}: placeholder(s) {found} in a block that runs; mark it external"
 
@@ -160,7 +163,8 @@ def _shared_model_env(request: pytest.FixtureRequest) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("block", _params())
-def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest,
+                    record_load: Callable[[str], None]) -> None:
     runner = RUNNABLE[block.lang]
     if runner == "json":
         json.loads(block.code)
@@ -175,6 +179,9 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
     script = tmp_path / ("block.sh" if runner == "bash" else "block.py")
     if block.kind == "llm":
         env.update(_shared_model_env(request))
+    elif block.kind == "llm-local":
+        env["CTXRAG_LLM__MODEL_PATH"] = str(request.getfixturevalue("local_model_path"))
+        record_load(f"{Path(env['CTXRAG_LLM__MODEL_PATH']).name} in-process in the {block.id} block's own interpreter")
     if runner == "bash":
         script.write_text("set -euo pipefail\n" + block.code, encoding="utf-8")
         argv = ["bash", str(script)]
