@@ -1,17 +1,26 @@
-"""Benchmark: how long the two test lanes take (docs/testing.md), and where the fast lane spends its time.
+"""Benchmark: how long the test suite takes (docs/testing.md), per lane, per test folder and per test, and how many
+chat model loads and processes one run costs.
 
-    python bench/bench_test_lanes.py                       # both lanes, each as one pytest process
-    python bench/bench_test_lanes.py --lane fast           # only the fast lane
-    python bench/bench_test_lanes.py --beside "yes > /dev/null"   # with a CPU-heavy job beside it
+    python bench/bench_test_lanes.py                            # the whole suite, as the README runs it
+    python bench/bench_test_lanes.py --lane all --lane fast     # and the fast lane as its own run
+    python bench/bench_test_lanes.py --workers 0                # without pytest-xdist (-n 0), to compare
+    python bench/bench_test_lanes.py --beside "yes > /dev/null" --beside "yes > /dev/null"   # two busy cores beside it
 
-A lane runs as ``python -m pytest -m <marker expression> -q`` in the repository root; its row has the wall time, the
-pytest summary, the CPU time (see `run_pytest`) and the load average before and after. The fast lane also runs with
-``--durations=0``, which gives its time per top-level test folder (the files directly in ``tests/`` together) and its
-slowest steps (setup, call or teardown). Writes ``docs/benchmarks/data/test_lanes.json`` through `bench/pagedata.py`.
+A run is ``python -m pytest [-m <lane>] --durations=0 -q`` in the repository root (the addopts of pyproject.toml
+apply, pytest-xdist's ``-n`` included unless ``--workers`` overrides it); its row has the wall time, the CPU time of
+pytest and every process it started (see `run_pytest`), the pytest summary, the load average before and after, the
+chat model loads (the file the test fixtures write, ``$CTXRAG_TEST_MODEL_LOADS``) and the processes the tests started
+(conftest's count). From pytest's ``--durations`` of the whole-suite run come the seconds per lane (each test's
+setup, call and teardown, the lanes told apart by ``--collect-only``), per top-level test folder and the slowest
+tests, each with what it checks that no cheaper test does (`WHY`). ``--before-log`` reads the same tables from the
+log of an earlier run (the runs keep theirs in ``$TMPDIR/ctxrag-test-lanes``). Writes
+``docs/benchmarks/data/test_lanes.json`` through `bench/pagedata.py`, keeping the rows of its ``history`` table.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
+import json
 import os
 import re
 import resource
@@ -22,13 +31,44 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pagedata import ROOT, Table, write_page_data  # noqa: E402
+from pagedata import DATA_DIR, ROOT, Table, commit, write_page_data  # noqa: E402
 
-LANES = {"fast": "not llm and not slow", "rest": "llm or slow"}
+LANES = {"all": None, "fast": "not llm and not slow", "rest": "llm or slow"}
 _SUMMARY = re.compile(r"^=*\s*(\d+ (passed|failed).*?) in [\d.]+s", re.M)
 _DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S+)", re.M)
-TOP_TESTS = 15
+_LOADS = re.compile(r"chat model loads in this test run: (\d+)")
+_STARTS = re.compile(r"processes started by the tests: (\d+)")
+TOP_TESTS = 30
 LOG_DIR = Path(tempfile.gettempdir()) / "ctxrag-test-lanes"
+HISTORY = "history: the whole suite and its lanes, run by run"
+
+WHY = {
+    "tests/models/test_llamacpp_standard.py": "LangChain's standard chat-model contract on the real in-process model "
+                                              "(the 0.5B): invoke, stream, batch, tools, structured output",
+    "tests/models/test_llamacpp.py": "structured output and tool calls of the in-process 1.5B with answer checks",
+    "tests/models/test_chat.py": "the in-process model and the real llama_cpp.server agree; logprobs, stop, streams",
+    "tests/models/test_loop_guard_llm.py": "the loop guard stops a real looping reply (0.5B); the 1.5B demo answer",
+    "tests/models/test_gguf.py": "the shipped GGUF parts assemble into the verified model files",
+    "tests/docs/test_code_blocks.py": "every README and guide code block runs as written (real ctxrag processes)",
+    "tests/notebooks/test_notebooks.py": "every notebook runs top to bottom in a real kernel",
+    "tests/test_wheel_install.py": "the built wheel installs, imports, runs the demo and resolves without downgrades",
+    "tests/test_kb_concurrency.py": "several real processes writing one knowledge base lose nothing",
+    "tests/test_kb_delete.py": "deletes from real concurrent processes",
+    "tests/test_kb_damage_live.py": "damage while real processes read and write is found and healed",
+    "tests/test_kb_server_writes.py": "the HTTP server and CLI processes writing one knowledge base",
+    "tests/stores/test_store_conformance.py": "every store under real concurrent and killed ctxrag processes",
+    "tests/stores/test_backend_conformance.py": "every backend reconciles after a real kill -9",
+    "tests/stores/test_single_process_backends.py": "single-process backends refuse a second real process",
+    "tests/stores/test_milvus.py": "a real Milvus Lite server process",
+    "tests/server/test_milvus_scale_out.py": "two real ctxrag servers on one Milvus standalone",
+    "tests/server/test_playground.py": "the browser playground in real chromium",
+    "tests/server/test_app.py": "the HTTP app with the real model and `ctxrag serve` as a process",
+    "tests/evaluation/test_product_parity.py": "the benchmark ranks exactly as the product (reranked with the 1.5B)",
+    "tests/chains/test_assistant_llm.py": "the assistant's tool loop with the real 1.5B",
+    "tests/chains/test_assistant_tracing.py": "the assistant's trace over the real server",
+    "tests/compressors/test_llm_rerank.py": "the LLM reranker's scores from the real model",
+    "tests/cli/test_demo.py": "`ctxrag demo` answers with the local model",
+}
 
 
 def _children_cpu() -> float:
@@ -36,22 +76,55 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_pytest(expression: str, paths: list[str], durations: bool = False) -> tuple[float, float, str, int, str]:
-    """Run pytest on `paths` with ``-m expression``; return (wall seconds, CPU seconds of pytest and the processes it
-    waited for, pytest's summary line, exit code, stdout). CPU time barely moves with the machine's load, so it is
-    the number to compare between busy runs; on two idle cores the wall time lies between half of it and all of it."""
-    cmd = [sys.executable, "-m", "pytest", *paths, "-m", expression, "-q", "-p", "no:cacheprovider"]
-    if durations:
-        cmd.append("--durations=0")
+def _adopt_orphans() -> None:
+    """Make this process the reaper of the run's orphans (the shared model server outlives the xdist worker that
+    started it), so their CPU time is counted too (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.5)  # an orphan still exiting
+
+
+def run_pytest(expression: str | None, workers: str | None, extra: list[str] | None = None) -> dict:
+    """Run pytest (``-m expression`` unless None) with ``--durations=0``; return wall and CPU seconds (pytest and
+    every process it started and waited for, orphans adopted by this process included: CPU time barely moves with
+    the machine's load, so it is the number to compare between busy runs), summary, exit code, output, model loads."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", *(extra or [])]
+    if expression:
+        cmd += ["-m", expression]
+    if workers is not None:
+        cmd += ["-n", workers]
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log = LOG_DIR / f"test_lanes_{re.sub(r'[^a-z]+', '_', expression)}.log"  # follow it with tail -f
-    cpu, start = _children_cpu(), time.monotonic()
+    name = re.sub(r"[^a-z0-9]+", "_", f"{expression or 'all'} n{workers}")
+    log, loads = LOG_DIR / f"test_lanes_{name}.log", LOG_DIR / f"model_loads_{name}.txt"  # follow it with tail -f
+    loads.unlink(missing_ok=True)
+    env = {**os.environ, "CTXRAG_TEST_MODEL_LOADS": str(loads), "PYTHONPATH": str(ROOT / "src")}
+    before, cpu, start = os.getloadavg()[0], _children_cpu(), time.monotonic()
     with open(log, "w", encoding="utf-8") as out:
-        code = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True).returncode
+        code = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True).returncode
+    _reap()
     seconds, cpu = time.monotonic() - start, _children_cpu() - cpu
     stdout = log.read_text(encoding="utf-8", errors="replace")
     found = _SUMMARY.findall(stdout)
-    return seconds, cpu, found[-1][0] if found else "no pytest summary", code, stdout
+    starts = _STARTS.findall(stdout)
+    return {"seconds": seconds, "cpu": cpu, "summary": found[-1][0] if found else "no pytest summary", "code": code,
+            "out": stdout, "load": f"{before:.1f} / {os.getloadavg()[0]:.1f}",
+            "loads": loads.read_text(encoding="utf-8").splitlines() if loads.is_file() else [],
+            "starts": int(starts[-1]) if starts else None, "log": str(log)}
+
+
+def _test_id(node: str) -> str:
+    return node.split("@")[0]  # pytest-xdist's loadgroup appends "@group"
 
 
 def _folder(test_id: str) -> str:
@@ -59,59 +132,125 @@ def _folder(test_id: str) -> str:
     return parts[1] if len(parts) > 2 else "tests/*.py"
 
 
-def _load() -> str:
-    return f"{os.getloadavg()[0]:.1f}"
+def per_test(out: str) -> dict[str, float]:
+    """Seconds per test (setup + call + teardown) from pytest's ``--durations=0`` output."""
+    tests: dict[str, float] = {}
+    for s, _, node in _DURATION.findall(out):
+        tests[_test_id(node)] = tests.get(_test_id(node), 0.0) + float(s)
+    return tests
 
 
-def lanes_tables(lanes: list[str], beside: str | None) -> list[Table]:
-    """One row per lane; for the fast lane also its time per test folder and its slowest steps, from pytest's
-    ``--durations`` of the same run."""
-    rows, tables = [], []
-    where = f", beside `{beside}`" if beside else ""
-    for lane in lanes:
-        before = _load()
-        seconds, cpu, summary, code, out = run_pytest(LANES[lane], [], durations=lane == "fast")
-        rows.append([lane, f'-m "{LANES[lane]}"', round(seconds / 60, 1), round(cpu / 60, 1), summary, code,
-                     f"{before} / {_load()}"])
-        print(rows[-1], flush=True)
-        if lane != "fast":
-            continue
-        steps = sorted(((float(s), phase, test) for s, phase, test in _DURATION.findall(out)), reverse=True)
-        folders: dict[str, float] = {}
-        for s, _, test in steps:
-            folders[_folder(test)] = folders.get(_folder(test), 0.0) + s
-        tables.append(Table(caption=f"fast lane by test folder: the sum of its tests' setup, call and teardown{where}",
-                            columns=["folder", "seconds"],
-                            rows=[[f, round(t, 1)] for f, t in sorted(folders.items(), key=lambda x: -x[1])]))
-        tables.append(Table(caption=f"the {TOP_TESTS} slowest steps of the fast lane{where}",
-                            columns=["seconds", "phase", "test"], rows=[[s, p, t] for s, p, t in steps[:TOP_TESTS]]))
-    lane_table = Table(caption="each lane as one pytest process" + where,
-                       columns=["lane", "markers", "minutes", "CPU minutes", "pytest summary", "exit code",
-                                "load before / after"], rows=rows)
-    return [lane_table, *tables]
+def fast_lane_ids() -> set[str]:
+    """Test ids of the fast lane, as pytest collects them (no test runs)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0",
+                           "-m", LANES["fast"]], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    return {_test_id(line.strip()) for line in done.stdout.splitlines() if "::" in line}
+
+
+def detail_tables(tests: dict[str, float], where: str, label: str) -> list[Table]:
+    """Seconds per top-level folder and the slowest tests of one run."""
+    folders: dict[str, float] = {}
+    for test, s in tests.items():
+        folders[_folder(test)] = folders.get(_folder(test), 0.0) + s
+    slowest = sorted(tests.items(), key=lambda x: -x[1])[:TOP_TESTS]
+    return [
+        Table(caption=f"{label}: seconds per test folder (its tests' setup, call and teardown){where}",
+              columns=["folder", "seconds", "tests"],
+              rows=[[f, round(t, 1), sum(_folder(x) == f for x in tests)]
+                    for f, t in sorted(folders.items(), key=lambda x: -x[1])]),
+        Table(caption=f"{label}: the {TOP_TESTS} slowest tests (setup, call and teardown){where}",
+              columns=["seconds", "test", "what it checks that no cheaper test does"],
+              rows=[[round(s, 1), t, WHY.get(t.split("::")[0], "")] for t, s in slowest]),
+    ]
+
+
+def _history(label: str) -> list[list]:
+    path = DATA_DIR / "test_lanes.json"
+    if not path.is_file():
+        return []
+    old = json.loads(path.read_text(encoding="utf-8"))
+    return [row for t in old["tables"] if t["caption"] == HISTORY for row in t["rows"] if row[0] != label]
+
+
+def _number(cell: str) -> object:
+    try:
+        return float(cell) if "." in cell else int(cell)
+    except ValueError:
+        return cell
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lane", choices=[*LANES, "both"], default="both")
-    ap.add_argument("--beside", default=None, help="a shell command run beside the lanes (killed at the end)")
+    ap.add_argument("--lane", action="append", choices=list(LANES), help="repeatable; default: all")
+    ap.add_argument("--workers", default=None, help="pytest-xdist's -n for every run (0: one process); default: addopts")
+    ap.add_argument("--beside", action="append", default=[], help="a shell command run beside the runs (repeatable)")
+    ap.add_argument("--label", default=None, help="the row name of this run in the history table")
+    ap.add_argument("--before-log", default=None, help="LABEL=PATH: the folder and slowest-test tables of an earlier "
+                                                       "run's log (pytest with --durations)")
+    ap.add_argument("--record", action="append", default=[],
+                    help="a history row transcribed from an earlier run's record, its cells separated by '|' "
+                         "(run|lane|workers|minutes|CPU minutes|summary|exit code|load|model loads|processes)")
+    ap.add_argument("--records-only", action="store_true",
+                    help="run nothing: rewrite the page with its history, the --record rows and --before-log")
     ap.add_argument("--note", action="append", default=[], help="a note for the page (repeatable)")
     ap.add_argument("--no-page", action="store_true", help="print only; do not write the page data")
     args = ap.parse_args()
-    lanes = list(LANES) if args.lane == "both" else [args.lane]
-    beside = subprocess.Popen(args.beside, shell=True, start_new_session=True) if args.beside else None
+    lanes = [] if args.records_only else args.lane or ["all"]
+    _adopt_orphans()
+    besides = [subprocess.Popen(c, shell=True, start_new_session=True) for c in args.beside]
+    where = "".join(f", beside `{c}`" for c in args.beside)
+    label = args.label or f"{commit()}{where}"
+    workers = f"-n {args.workers}" if args.workers is not None else "addopts"
+    rows, tables, history, loads_rows = [], [], _history(label), []
+    for record in args.record:
+        cells = [c.strip() for c in record.split("|")]
+        history = [h for h in history if h[:2] != cells[:2]] + [[_number(c) for c in cells]]
     try:
-        tables = lanes_tables(lanes, args.beside)
+        for lane in lanes:
+            run = run_pytest(LANES[lane], args.workers)
+            row = [lane, f'-m "{LANES[lane]}"' if LANES[lane] else "(none)", workers, round(run["seconds"] / 60, 1),
+                   round(run["cpu"] / 60, 1), run["summary"], run["code"], run["load"], len(run["loads"]),
+                   run["starts"]]
+            rows.append(row)
+            history.append([label, lane, workers, *row[3:]])
+            print(row, f"(log: {run['log']})", flush=True)
+            loads_rows += [[lane, line] for line in run["loads"]]
+            tests = per_test(run["out"])
+            if lane != "all":
+                tables += detail_tables(tests, where, f"the {lane} lane")
+                continue
+            fast = fast_lane_ids()
+            tables.append(Table(caption=f"the whole suite's run by lane: the sum of its tests' seconds{where}",
+                                columns=["lane", "tests", "seconds", "minutes"],
+                                rows=[[name, len(ids), round(sum(ids.values()), 1), round(sum(ids.values()) / 60, 1)]
+                                      for name, ids in (("fast", {t: s for t, s in tests.items() if t in fast}),
+                                                        ("rest", {t: s for t, s in tests.items() if t not in fast}))]))
+            tables += detail_tables(tests, where, "the whole suite")
     finally:
-        if beside is not None:
-            os.killpg(beside.pid, 9)
+        for proc in besides:
+            os.killpg(proc.pid, 9)
+    if args.before_log:
+        before_label, _, path = args.before_log.partition("=")
+        tables += detail_tables(per_test(Path(path).read_text(encoding="utf-8", errors="replace")), "", before_label)
+    run_table = Table(caption="each run: one pytest command" + where,
+                      columns=["lane", "markers", "workers", "minutes", "CPU minutes", "pytest summary", "exit code",
+                               "load before / after", "chat model loads", "processes started by the tests"],
+                      rows=rows)
+    history_table = Table(caption=HISTORY, columns=["run", "lane", "workers", "minutes", "CPU minutes",
+                                                    "pytest summary", "exit code", "load before / after",
+                                                    "chat model loads", "processes started by the tests"],
+                          rows=history)
+    loads_table = Table(caption="the chat model loads of each run (conftest's list)", columns=["lane", "load"],
+                        rows=loads_rows)
     if not args.no_page:
         write_page_data(
             "test_lanes",
             title="Test lanes",
-            measures="wall and CPU time of the fast lane (whole and per test folder) and of the rest of the suite",
+            measures="wall and CPU time of the whole test suite and its lanes, per test folder and per test; chat "
+                     "model loads and processes started per run",
             data="the repository's own test suite",
-            tables=tables,
+            tables=[run_table, history_table, loads_table, *tables],
             notes=args.note,
         )
     return 0

@@ -5,7 +5,14 @@ a fresh ``get_settings()``; module and session fixtures get the same in a sessio
 (``CTXRAG_CONTEXTUALIZE=false``) unless a test is marked ``default_settings``.
 
 Lanes: a test that uses a model fixture is marked ``llm``; a test without the marker that loads the chat model in
-this process fails at teardown; the run ends with the list of chat model loads (``MODEL_LOADS``).
+this process fails at teardown; the run ends with the list of chat model loads (`record_model_load`, one file for the
+whole run, ``$CTXRAG_TEST_MODEL_LOADS`` when set) and the number of processes the tests started.
+
+One run, several processes: the run's controller (the only pytest process, or pytest-xdist's controller) makes a run
+folder (``$CTXRAG_TEST_RUN_DIR``) that its workers inherit; the one ``llama_cpp.server`` of the run lives there
+(`ctxrag.testing.shared_server`), started by the first worker that needs it and stopped by the controller at the
+end. The ``llm`` tests share one xdist group (``llm-in-process``: one worker, one in-process load); tests of a
+Milvus standalone share another (one embedded etcd per machine).
 
 Local LLM: the default GGUF (Qwen2.5-Coder-1.5B, ``ctxrag.models.gguf.DEFAULT_LOCAL_MODEL``) is assembled ONCE into
 the product's shared models cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models`` (1.1 GB, seconds the first
@@ -17,6 +24,7 @@ time, an mtime/size check afterwards), as every ``CTXRAG_HOME`` shares it. Tests
     local_model_path     session  Path of the verified default GGUF (the 1.5B)
     small_model_path     session  Path of the verified 0.5B GGUF, for a test that needs the small model itself
     local_chat_model     session  LocalLlamaChatModel (in-process, n_ctx 4096, temperature 0, max_tokens 64)
+    small_chat_model     session  the same with the 0.5B, for tests of mechanics (LangChain's standard suite)
     llama_server_url     session  "http://127.0.0.1:PORT/v1" of a real llama_cpp.server with that model
     counting_llm_url     function that URL behind a CountingProxy: a str with .count / .requests / .reset()
     llm_endpoint_env     function CTXRAG_LLM__* set so make_chat_model() returns ChatOpenAI on counting_llm_url
@@ -25,8 +33,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,8 +47,8 @@ from ctxrag.testing.llm_server import (
     CountingProxy,
     CountingURL,
     models_cache_dir,
-    run_llama_server,
 )
+from ctxrag.testing.shared_server import shared_llama_server, stop_shared_servers
 
 # variables of the test infrastructure itself, kept when the rest of CTXRAG_* is cleared
 _KEEP_ENV = {"CTXRAG_MODELS_CACHE"}
@@ -95,26 +105,101 @@ def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest
 
 # --------------------------------------------------------------------------------------------- lanes
 
-MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_model", "llama_server_url",
-                            "counting_llm_url", "llm_endpoint_env"})
+MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_model", "small_chat_model",
+                            "llama_server_url", "counting_llm_url", "llm_endpoint_env"})
 """Fixtures that load the real model: a test using one is an ``llm`` test whether or not it is marked."""
 
 
-MODEL_LOADS: list[str] = []
-"""Every chat model this pytest process loaded (in-process llama.cpp or a llama_cpp.server), printed at the end."""
+IN_PROCESS_GROUP = "llm-in-process"
+MILVUS_GROUP = "milvus-standalone"
+RUN_DIR_ENV, OWNER_ENV, LOADS_ENV = "CTXRAG_TEST_RUN_DIR", "CTXRAG_TEST_RUN_OWNER", "CTXRAG_TEST_MODEL_LOADS"
 _LOADED_BEFORE = pytest.StashKey[set]()
+_PROCESS_STARTS = [0]
+_IN_TEST = [False]
+_RUN: dict[str, str] = {}
+"""The run folder, its owner and the loads file, read when pytest starts (tests may clear ``CTXRAG_*`` later)."""
 
 
+def _run_dir() -> Path:
+    return Path(_RUN[RUN_DIR_ENV])
+
+
+def _loads_file() -> Path:
+    return Path(_RUN.get(LOADS_ENV) or _run_dir() / "model_loads.log")
+
+
+def record_model_load(line: str) -> None:
+    """Add a chat model load to the run's list (every process of the run appends to one file)."""
+    with open(_loads_file(), "a", encoding="utf-8") as out:
+        out.write(" ".join(line.split()) + "\n")
+
+
+def _count_process_starts(event: str, args: tuple) -> None:
+    if _IN_TEST[0] and event in ("subprocess.Popen", "os.posix_spawn", "os.fork"):
+        _PROCESS_STARTS[0] += 1
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")  # the only pytest process, or pytest-xdist's controller
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller makes the run folder its workers inherit (``$CTXRAG_TEST_RUN_DIR``); every process counts the
+    processes its tests start."""
+    if _is_controller(config):
+        os.environ[RUN_DIR_ENV] = tempfile.mkdtemp(prefix="ctxrag-test-run-")
+        os.environ[OWNER_ENV] = str(os.getpid())
+    _RUN.update({k: os.environ[k] for k in (RUN_DIR_ENV, OWNER_ENV, LOADS_ENV) if os.environ.get(k)})
+    sys.addaudithook(_count_process_starts)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    with open(_run_dir() / f"process_starts.{os.getpid()}", "w", encoding="utf-8") as out:
+        out.write(str(_PROCESS_STARTS[0]))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller stops the run's shared model server(s) and removes the run folder."""
+    if _is_controller(config) and RUN_DIR_ENV in _RUN:
+        stop_shared_servers(_run_dir())
+        shutil.rmtree(_run_dir(), ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fast lane, ``pytest -m "not llm and not slow"``, never loads the model and starts no Milvus standalone:
-    mark every test that does."""
+    mark every test that does. The ``llm`` tests run on one xdist worker (one in-process load), and so do the
+    Milvus standalone tests."""
     for item in items:
-        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("llm") is None:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if MODEL_FIXTURES & fixtures and item.get_closest_marker("llm") is None:
             item.add_marker(pytest.mark.llm)
         # a Milvus standalone server takes minutes to start and keeps a core busy while it runs; Milvus Lite covers
         # the same code in the fast lane
-        if item.get_closest_marker("milvus_server") is not None and item.get_closest_marker("slow") is None:
-            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("milvus_server") is not None:
+            if item.get_closest_marker("slow") is None:
+                item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group(MILVUS_GROUP))
+        # an llm test may load the in-process model even through the server fixtures (they depend on
+        # local_model_path, and make_chat_model() finds the loaded model through the settings): one worker runs them
+        if item.get_closest_marker("llm") is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(IN_PROCESS_GROUP))
+        if getattr(config.option, "loadgroup", False):  # set on pytest-xdist's workers by --dist loadgroup
+            _group_suffix(item)
+
+
+def _group_suffix(item: pytest.Item) -> None:
+    """What ``--dist loadgroup`` does on a worker: the xdist_group's name after "@" in the node id, which the
+    controller schedules by. pytest-xdist writes ``item._nodeid``, which pytest >= 9.1 no longer reads (node ids are
+    ``_pytest.nodeid.NodeId`` objects in ``item._id``): without this every test of a group could land on either
+    worker. Does nothing where pytest-xdist's own suffix works."""
+    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")})
+    if not groups or "@" in item.nodeid or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 def _loaded_models() -> set[tuple[str, int]]:
@@ -128,20 +213,42 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     yield
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    _IN_TEST[0] = True
+    try:
+        yield
+    finally:
+        _IN_TEST[0] = False
+
+
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """Count in-process model loads, and fail a test without the ``llm`` marker that loaded one (a session knowledge
     base that contextualized, say): the fast lane promises no model."""
     new = sorted(_loaded_models() - item.stash.get(_LOADED_BEFORE, set()))
-    MODEL_LOADS.extend(f"{Path(path).name} n_ctx={n_ctx} in-process, by {item.nodeid}" for path, n_ctx in new)
+    for path, n_ctx in new:
+        record_model_load(f"{Path(path).name} n_ctx={n_ctx} in-process (pid {os.getpid()}), by {item.nodeid}")
     if new and item.get_closest_marker("llm") is None:
         pytest.fail(f"{item.nodeid} loaded the chat model {new} but is not marked llm")
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if MODEL_LOADS:
-        terminalreporter.write_sep("-", f"chat model loads in this pytest process: {len(MODEL_LOADS)}")
-        for line in MODEL_LOADS:
-            terminalreporter.write_line(line)
+@pytest.fixture
+def record_load() -> Callable[[str], None]:
+    """For a test whose own subprocess loads a chat model (the wheel's ``ctxrag demo``): add it to the run's list."""
+    return record_model_load
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The controller lists the run's chat model loads (all processes) and counts the processes its tests started."""
+    if not _is_controller(config):
+        return
+    loads_file = _loads_file()
+    loads = loads_file.read_text(encoding="utf-8").splitlines() if loads_file.is_file() else []
+    terminalreporter.write_sep("-", f"chat model loads in this test run: {len(loads)}")
+    for line in loads:
+        terminalreporter.write_line(line)
+    starts = sum(int(p.read_text(encoding="utf-8") or 0) for p in _run_dir().glob("process_starts.*"))
+    terminalreporter.write_line(f"processes started by the tests: {starts}")
 
 
 # --------------------------------------------------------------------------------------------- local LLM
@@ -186,13 +293,30 @@ def local_chat_model(local_model_path: Path):  # noqa: ANN201 - LocalLlamaChatMo
 
 
 @pytest.fixture(scope="session")
-def llama_server_url(local_model_path: Path) -> Iterator[str]:
-    """A real ``llama_cpp.server`` on 127.0.0.1 serving the local GGUF for the whole session."""
+def small_chat_model(small_model_path: Path):  # noqa: ANN201 - LocalLlamaChatModel
+    """The in-process 0.5B (loaded once, shared; the loop-guard test's 0.5B is the same load): temperature 0, n_ctx
+    4096, max_tokens 64. For tests of mechanics (round trips, streaming, plumbing), which it runs much faster than
+    the 1.5B; answer quality stays with ``local_chat_model``."""
+    from ctxrag.models.llamacpp import LocalLlamaChatModel
+
+    model = LocalLlamaChatModel(model_path=str(small_model_path), n_ctx=LOCAL_N_CTX, max_tokens=64, temperature=0.0,
+                                model_name="qwen2.5-coder-0.5b-instruct")
+    model.load()
+    return model
+
+
+@pytest.fixture(scope="session")
+def llama_server_url(local_model_path: Path) -> str:
+    """The run's one real ``llama_cpp.server`` on 127.0.0.1 serving the local GGUF, shared by every process of the
+    run (`ctxrag.testing.shared_server`); the controller stops it when the run ends."""
     if importlib.util.find_spec("uvicorn") is None or importlib.util.find_spec("sse_starlette") is None:
         pytest.skip("llama_cpp.server needs its extras: pip install 'llama-cpp-python[server]'")
-    with run_llama_server(local_model_path, n_ctx=int(os.environ.get("CTXRAG_TEST_LLM_N_CTX", "4096"))) as url:
-        MODEL_LOADS.append(f"{local_model_path.name} in llama_cpp.server at {url}")
-        yield url
+    url, started = shared_llama_server(_run_dir(), local_model_path,
+                                       n_ctx=int(os.environ.get("CTXRAG_TEST_LLM_N_CTX", "4096")),
+                                       owner_pid=int(_RUN[OWNER_ENV]))
+    if started:
+        record_model_load(f"{local_model_path.name} in llama_cpp.server at {url} (started by pid {os.getpid()})")
+    return url
 
 
 @pytest.fixture

@@ -113,8 +113,10 @@ def test_ctxrag_runs_from_another_folder(fresh_venv, tmp_path: Path) -> None:  #
 
 
 @pytest.mark.llm
-def test_ctxrag_demo_from_another_folder(fresh_venv, tmp_path: Path, local_model_path: Path) -> None:  # noqa: ANN001
-    """The whole demo through the installed wheel, one question, answered by the real local model."""
+def test_ctxrag_demo_from_another_folder(fresh_venv, tmp_path: Path, local_model_path: Path,  # noqa: ANN001
+                                        record_load) -> None:  # noqa: ANN001
+    """The whole demo through the installed wheel, one question, answered by the real local model (loaded in the
+    demo's own process, from the shared models cache: the one model load of the run outside its shared ones)."""
     python, _ = fresh_venv
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
@@ -124,6 +126,7 @@ def test_ctxrag_demo_from_another_folder(fresh_venv, tmp_path: Path, local_model
                           env={**_env(env_home), "CTXRAG_LLM__MAX_TOKENS": "48",
                                "CTXRAG_MODELS_CACHE": str(local_model_path.parent)},
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
+    record_load(f"{local_model_path.name} in-process in the installed wheel's `ctxrag demo`")
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "6 added" in demo.stdout and "Sources" in demo.stdout
     assert not (env_home / "models").exists()  # the model came from the shared cache, not assembled per home

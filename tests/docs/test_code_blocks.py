@@ -8,6 +8,7 @@ neither renders:
 
     <!-- docs-test: run -->                 the default: runs (the comment may say why it matters)
     <!-- docs-test: llm -->                 needs the real local model: runs only in the llm lane (-m llm)
+    <!-- docs-test: llm-local -->           the same, in its own process (it shows what only the in-process model does)
     <!-- docs-test: external (reason) -->   needs an external service, a data set, or has placeholders (<your-kb>)
     <!-- docs-test: service (reason) -->    starts a long-running server
     <!-- docs-test: skip (reason) -->       not to be run by a test (set-up, the test suite itself)
@@ -15,8 +16,11 @@ neither renders:
 ``bash`` blocks run as one script (``set -euo pipefail``) and ``python`` blocks in a fresh interpreter, both in a
 temporary folder that links the repository's top-level files (so ``examples/sample_corpus`` resolves), with the test's
 private ``CTXRAG_HOME`` and contexts off (the suite's default), ``ctxrag`` and ``python`` being this checkout's. An
-``llm`` bash block's commands use the test run's one ``llama_cpp.server`` (``llama_server_url``) rather than each
-loading the GGUF; an ``llm`` python block loads the in-process model it shows.
+``llm`` block, bash or python, talks to the test run's one ``llama_cpp.server`` (``llama_server_url``) through the
+settings (``CTXRAG_LLM__PROVIDER=openai``, ``CTXRAG_LLM__BASE_URL``, a short ``CTXRAG_LLM__MAX_TOKENS``) that
+``make_chat_model()`` and every ``ctxrag`` command read, rather than each loading the GGUF in its own process; the in-process path of ``make_chat_model()`` is
+tested in ``tests/models/test_chat.py``. An ``llm-local`` block loads the in-process model it shows (a tool-call round
+trip with an assistant message without content, which llama_cpp.server refuses).
 ``toml`` blocks are parsed and validated against ``Settings``; ``json`` blocks parsed. Blocks without a language,
 ``text`` and ``console`` are output, not code.
 """
@@ -29,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,11 +42,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*([\w-]+)\s*(?:\((.*)\))?\s*-->\s*$")
 FENCE_OPEN = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
-KINDS = {"run", "llm", "external", "service", "skip"}
+KINDS = {"run", "llm", "llm-local", "external", "service", "skip"}
 NEEDS_REASON = {"external", "service", "skip"}
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python", "py": "python", "toml": "toml",
             "json": "json"}
 PLACEHOLDER = re.compile(r"<(?:your|path|[a-z]+-)[\w-]*>|<[A-Z][A-Z_]+>")
+BLOCK_MAX_TOKENS = "64"
+"""The replies' length limit for llm blocks (``CTXRAG_LLM__MAX_TOKENS``; a block or a command that sets its own keeps
+it): a block passes when it runs, so its answers need not be whole, and each token costs time on two cores."""
 TIMEOUT_S = 3000
 """A hang guard, not a speed limit (a busy machine makes a block slow, not wrong): under pytest-timeout's hour, so the
 block's own commands are killed with its output shown."""
@@ -100,7 +108,7 @@ def _params() -> list:
     params = []
     for block in CODE_BLOCKS:
         marks = []
-        if block.kind == "llm":
+        if block.kind in ("llm", "llm-local"):
             marks.append(pytest.mark.llm)
         elif block.kind != "run":
             marks.append(pytest.mark.skip(reason=f"docs-test: {block.kind} ({block.reason})"))
@@ -120,7 +128,7 @@ def test_marker_is_known_and_says_why(block: Block) -> None:
     assert block.kind in KINDS, f"{block.id}: unknown docs-test kind {block.kind!r} (one of {sorted(KINDS)})"
     if block.kind in NEEDS_REASON:
         assert block.reason, f"{block.id}: 'docs-test: {block.kind}' needs a reason in brackets"
-    if block.kind in ("run", "llm") and block.lang in RUNNABLE:
+    if block.kind in ("run", "llm", "llm-local") and block.lang in RUNNABLE:
         found = PLACEHOLDER.findall(block.code)
         assert not found, f"{block.id}: placeholder(s) {found} in a block that runs; mark it external"
 
@@ -145,17 +153,18 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _shared_model_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    """For a bash block of the llm lane: every ``ctxrag`` command it runs talks to the test run's one
-    ``llama_cpp.server`` (the session ``llama_server_url``) instead of loading the GGUF in its own process."""
+    """For a block of the llm lane: every ``ctxrag`` command and ``make_chat_model()`` call it runs talks to the test
+    run's one ``llama_cpp.server`` (the session ``llama_server_url``) instead of loading the GGUF in its own process."""
     from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
 
     return {"CTXRAG_LLM__PROVIDER": "openai", "CTXRAG_LLM__MODEL": SERVER_MODEL_ALIAS,
             "CTXRAG_LLM__BASE_URL": request.getfixturevalue("llama_server_url"),
-            "CTXRAG_LLM__TIMEOUT": str(HANG_GUARD_S)}
+            "CTXRAG_LLM__TIMEOUT": str(HANG_GUARD_S), "CTXRAG_LLM__MAX_TOKENS": BLOCK_MAX_TOKENS}
 
 
 @pytest.mark.parametrize("block", _params())
-def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest,
+                    record_load: Callable[[str], None]) -> None:
     runner = RUNNABLE[block.lang]
     if runner == "json":
         json.loads(block.code)
@@ -168,9 +177,12 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
         return
     work, env = _workdir(tmp_path)
     script = tmp_path / ("block.sh" if runner == "bash" else "block.py")
+    if block.kind == "llm":
+        env.update(_shared_model_env(request))
+    elif block.kind == "llm-local":
+        env["CTXRAG_LLM__MODEL_PATH"] = str(request.getfixturevalue("local_model_path"))
+        record_load(f"{Path(env['CTXRAG_LLM__MODEL_PATH']).name} in-process in the {block.id} block's own interpreter")
     if runner == "bash":
-        if block.kind == "llm":  # a python block keeps the in-process model it shows (one load in its own process)
-            env.update(_shared_model_env(request))
         script.write_text("set -euo pipefail\n" + block.code, encoding="utf-8")
         argv = ["bash", str(script)]
     else:

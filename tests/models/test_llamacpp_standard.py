@@ -1,9 +1,11 @@
 """LangChain's standard chat-model suites (``langchain_tests``) for `LocalLlamaChatModel`.
 
 The unit suite checks construction, ``bind_tools`` and ``with_structured_output`` wiring without a model file. The
-integration suite runs the real default GGUF (Qwen2.5-Coder-1.5B): every test gets a copy of the session's
-``local_chat_model`` (one llama.cpp load for the whole class; copies share it), with a small ``max_tokens`` so the
-suite runs in minutes.
+integration suite checks mechanics (invoke, stream, batch, tool-call round trips, structured output, usage metadata),
+not answer quality, so it runs the real small GGUF (Qwen2.5-Coder-0.5B, much faster than the default 1.5B on two
+cores): every test gets a copy of the session's ``small_chat_model`` (one llama.cpp load for the whole
+class and the loop-guard test; copies share it), with a small ``max_tokens``. The 1.5B runs the same kinds of calls
+with answer checks in `tests/models/test_llamacpp.py`.
 
 Declared: tool calling with ``tool_choice``, structured output (default ``method="json_schema"``), JSON mode, usage
 metadata (streaming too); no image, audio or PDF inputs, no per-call model override (one GGUF per instance).
@@ -48,8 +50,8 @@ class TestLocalLlamaChatModelIntegration(ChatModelIntegrationTests):
         return LocalLlamaChatModel
 
     @pytest.fixture(autouse=True)
-    def _loaded(self, local_chat_model: LocalLlamaChatModel) -> None:
-        self.loaded = local_chat_model
+    def _loaded(self, small_chat_model: LocalLlamaChatModel) -> None:
+        self.loaded = small_chat_model
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
@@ -58,10 +60,10 @@ class TestLocalLlamaChatModelIntegration(ChatModelIntegrationTests):
         return {"model_path": self.loaded.model_path, "n_ctx": self.loaded.n_ctx, "max_tokens": SUITE_MAX_TOKENS}
 
     @pytest.fixture
-    def model(self, request: Any, local_chat_model: LocalLlamaChatModel) -> BaseChatModel:
+    def model(self, request: Any, small_chat_model: LocalLlamaChatModel) -> BaseChatModel:
         """A copy of the session's loaded model (shares its llama.cpp context), with the suite's parameters."""
         extra = getattr(request, "param", None) or {}
-        return local_chat_model.model_copy(update={"max_tokens": SUITE_MAX_TOKENS, **extra})
+        return small_chat_model.model_copy(update={"max_tokens": SUITE_MAX_TOKENS, **extra})
 
     @property
     def has_tool_calling(self) -> bool:
