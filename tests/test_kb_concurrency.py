@@ -26,6 +26,7 @@ from ctxrag.kb_maintenance import check
 from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 from ctxrag.testing.llm_server import HANG_GUARD_S
+from ctxrag.testing.processes import stop_process
 
 pytestmark = pytest.mark.slow  # real processes on one knowledge base: the full suite, not the fast lane
 
@@ -195,12 +196,7 @@ def _serve(home: Path, env: dict[str, str]) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
 
 

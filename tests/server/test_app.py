@@ -26,6 +26,7 @@ from server_helpers import (  # noqa: E402
 from ctxrag.errors import KnowledgeBaseNotFound, ModelError  # noqa: E402
 from ctxrag.server.app import create_app  # noqa: E402
 from ctxrag.testing.llm_server import HANG_GUARD_S  # noqa: E402
+from ctxrag.testing.processes import stop_process  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "tok-3f9a1c77e2"
@@ -246,12 +247,7 @@ def test_cli_serve(locker_kb, locker_home) -> None:  # noqa: ANN001
         docs = RemoteRunnable(f"http://127.0.0.1:{port}/search/", headers=auth, timeout=HANG_GUARD_S).invoke("locker Walnut")
         assert codes["Walnut"] in docs[0].page_content
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
     log = proc.stdout.read().decode() if proc.stdout else ""
     assert TOKEN not in log
 

@@ -31,6 +31,7 @@ from ctxrag.knowledge_base import KnowledgeBase  # noqa: E402
 from ctxrag.server.mcp_server import CtxragMCP, build_mcp_server, http_app  # noqa: E402
 from ctxrag.settings import LLMSettings, ServerSettings, Settings  # noqa: E402
 from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS, free_port  # noqa: E402
+from ctxrag.testing.processes import stop_process  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = {"search", "ask", "list_knowledge_bases", "list_documents", "get_document", "add_note", "ingest"}
@@ -201,12 +202,7 @@ def http_server(home: Path, roots: tuple[Path, Path]) -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, grace=30)
 
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.skipif(not HAVE_MILVUS_LITE, reason=SKIP_REASON),
 
 from kb_processes import KB, cli, process_env, write_word_files  # noqa: E402
 from ctxrag.testing.llm_server import HANG_GUARD_S  # noqa: E402
+from ctxrag.testing.processes import stop_process  # noqa: E402
 
 
 @contextmanager
@@ -45,12 +46,7 @@ def serve(home: Path, env: dict[str, str]) -> Iterator[str]:
                 time.sleep(0.3)
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def search(url: str, query: str) -> list[str]:

@@ -3,6 +3,7 @@
 - `ctxrag.testing.llm_server`: a real ``llama_cpp.server`` on 127.0.0.1 with the local GGUF (`run_llama_server`),
   a counting reverse proxy (`CountingProxy`), free ports and the shared model cache folder;
 - `ctxrag.testing.shared_server`: one such server per test run, shared by its processes (pytest-xdist workers);
+- `ctxrag.testing.processes`: stopping a started process (terminate, wait, kill);
 - `ctxrag.testing.bernoulli`: the four-passage Bernoulli/Euler multi-hop fixture with hand-written triplets.
 
 Nothing in the library imports this package.

@@ -26,6 +26,8 @@ from typing import Any
 
 import httpx
 
+from ctxrag.testing.processes import stop_process
+
 SERVER_MODEL_ALIAS = "qwen2.5-coder-1.5b-instruct"
 HANG_GUARD_S = 1200.0
 """Seconds after which a request to the test model counts as hung, not slow: about ten times the slowest request of
@@ -103,12 +105,7 @@ def run_llama_server(
             time.sleep(0.3)
         yield base_url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+        stop_process(proc, grace=15)
         if log_path is None:
             log.unlink(missing_ok=True)
 
