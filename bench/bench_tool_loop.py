@@ -145,7 +145,8 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace) -> None:
                            "tool calls per question", "median seconds"], rows=rows,
                   notes=["Right: every key fact (sample corpus) or one DRCD reference answer in the final answer.",
                          "Unreadable: a turn with invalid tool calls, or a final answer that still holds a call.",
-                         "The machine was shared with other work during the run: seconds are indicative only."])
+                         "The machine was shared with other work during the run: seconds are indicative only.",
+                         *args.note])
     by_set = []
     for arm, label in ARMS.items():
         for name in ("demo", "own", "drcd"):
@@ -172,6 +173,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/tool_loop.json"), help="records (resumable)")
     parser.add_argument("--home", type=Path, default=Path("/tmp/tool_loop_home"))
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--note", action="append", default=[], help="a note for the page (repeatable)")
     args = parser.parse_args()
     records = json.loads(args.out.read_text("utf-8")) if args.out.exists() else []
     if not args.report_only:
