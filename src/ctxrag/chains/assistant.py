@@ -201,7 +201,8 @@ class Assistant(Runnable[Any, dict]):
         lang = detect_language(x["question"])
         supported = {Route.RAG: True, Route.NO_KNOWLEDGE: False}.get(decision.route)
         yield {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
-               "standalone_question": question, "supported": supported, "relevance": x.get("relevance")}
+               "standalone_question": question, "supported": supported, "relevance": x.get("relevance"),
+               "answer": ""}  # always in the output, also when the model writes nothing
         if decision.route is Route.NO_KNOWLEDGE:
             yield from self._no_knowledge(x, question, lang, config)
             yield {"documents": [], "sources": [], "invalid_citations": [], "citations": []}
