@@ -29,7 +29,6 @@ from langchain_core.documents import Document
 from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError, warn_deprecated
 from ctxrag.ingest_report import IngestReport
-from ctxrag.loading import require_given_paths
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
@@ -234,7 +233,6 @@ class KnowledgeBase:
         `FileNotFoundError`) before anything is written, as LangChain's loaders do: a typo or a relative path read
         from another folder is the caller's mistake, not a file to report.
         """
-        paths = require_given_paths(paths)
         if contextualizer is None and precomputed_contexts is None:
             contextualizer = self._default_contextualizer(contextualize, progress)
         return self.pipeline().ingest_files(paths, contextualizer=contextualizer,
