@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ctxrag.testing.llm_server import HANG_GUARD_S
+from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
 from ctxrag.testing.shared_server import shared_llama_server, stop_shared_servers
 
 
@@ -73,3 +73,40 @@ def test_stop_ends_every_server_of_the_run_and_forgets_it(tmp_path: Path) -> Non
     with pytest.raises(ProcessLookupError):  # terminated and reaped
         os.kill(stand_in.pid, 0)
     assert not state.exists()
+
+
+def _stream(url: str, prompt: str, out: dict[str, tuple[str, str | None]]) -> None:
+    body = {"model": SERVER_MODEL_ALIAS, "stream": True, "max_tokens": 24, "temperature": 0,
+            "messages": [{"role": "user", "content": prompt}]}
+    try:
+        _read_stream(url, body, out, prompt)
+    except (httpx.HTTPError, ValueError, KeyError) as e:  # recorded: the assertion names what the client saw
+        out[prompt] = (f"error: {e!r}", None)
+
+
+def _read_stream(url: str, body: dict, out: dict[str, tuple[str, str | None]], prompt: str) -> None:
+    text, finish = "", None
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=HANG_GUARD_S) as resp:
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choice = json.loads(line[6:])["choices"][0]
+            text += choice.get("delta", {}).get("content") or ""
+            finish = choice.get("finish_reason") or finish
+    out[prompt] = (text, finish)
+
+
+def test_a_streaming_reply_is_not_cut_short_by_another_clients_request(llama_server_url: str) -> None:
+    """Two clients at once (as two xdist workers are): each gets a whole reply, the second waits for the first."""
+    import threading
+
+    out: dict[str, tuple[str, str | None]] = {}
+    prompts = ["Count from one to twenty in English words.", "Name ten colours, comma-separated."]
+    first = threading.Thread(target=_stream, args=(llama_server_url, prompts[0], out))
+    first.start()
+    time.sleep(1.0)  # the first reply is streaming (or queued behind another worker's request) when the second comes
+    _stream(llama_server_url, prompts[1], out)
+    first.join(HANG_GUARD_S)
+    for p in prompts:
+        text, finish = out[p]
+        assert finish in ("length", "stop") and text.strip(), (p, out[p])

@@ -73,7 +73,8 @@ def run_llama_server(
     The chat format comes from the GGUF's own template. The server keeps ``logits_all`` (its default), so chat
     completions answer ``logprobs``/``top_logprobs``. The process is terminated (then killed) on exit. Its output
     (verbose: each request's prefix-cache hits) goes to ``log_path``, kept after exit, else to a temporary file removed
-    at exit.
+    at exit. A request waits for the one before it to finish (``interrupt_requests`` off), so several clients may
+    share the server.
     """
     port = port or free_port()
     log = log_path or Path(tempfile.mkstemp(prefix="llama_server_", suffix=".log")[1])
@@ -84,6 +85,9 @@ def run_llama_server(
         "--host", "127.0.0.1",
         "--port", str(port),
         "--n_ctx", str(n_ctx),
+        # llama_cpp.server's default ends a streaming reply early ("[DONE]", no finish_reason) as soon as another
+        # request waits: with several clients (xdist workers, an agent's parallel calls) answers came back empty
+        "--interrupt_requests", "False",
     ]  # fmt: skip
     if n_threads:  # default: the server's own (half the logical CPUs), which copes with a busy machine
         cmd += ["--n_threads", str(n_threads)]
