@@ -7,15 +7,15 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from ctxrag.models.llamacpp_grammars import grammar
 from ctxrag.models.llamacpp_tools import (
     ANSWER_NOTE,
-    ArgumentsStream,
     ToolRequest,
     chat_dicts,
-    grammar,
     repeats_answered_calls,
     with_answer_note,
 )
+from ctxrag.models.tool_call_parsing import ArgumentsStream
 
 
 def add(a: int, b: int) -> int:

@@ -43,7 +43,6 @@ from pydantic import BaseModel, Field
 
 from ctxrag.errors import ModelError
 from ctxrag.models.llamacpp_tools import (
-    ArgumentsStream,
     ToolRequest,
     chat_dicts,
     repeats_answered_calls,
@@ -52,6 +51,7 @@ from ctxrag.models.llamacpp_tools import (
 )
 from ctxrag.models.loop_guard import DEFAULT_LIMITS, LoopLimits, StreamingLoopGuard, find_loop, trim_loop
 from ctxrag.models.structured import json_reply_parser, parsed_output
+from ctxrag.models.tool_call_parsing import ArgumentsStream
 
 LOOP_FINISH = "loop"
 """``finish_reason`` of a reply cut short by the loop guard (its repeating tail trimmed)."""

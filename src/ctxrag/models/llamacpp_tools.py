@@ -19,6 +19,8 @@ whatever chat template the GGUF carries. A small model shown the result often re
 of answering; a reply whose calls all repeat answered calls (`repeats_answered_calls`) is asked again with
 `ANSWER_NOTE` after the results (`with_answer_note`), so it answers from them. A new call stays allowed.
 
+The grammars are in `ctxrag.models.llamacpp_grammars`, reading calls out of a reply in `ctxrag.models.tool_call_parsing`.
+
 Example::
 
     from ctxrag.models.llamacpp_tools import ToolRequest
@@ -29,23 +31,18 @@ Example::
 """
 from __future__ import annotations
 
-import functools
 import json
-import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.messages.tool import ToolCall, tool_call
+from langchain_core.messages.tool import ToolCall
 
-from ctxrag.models.parsing import balanced_spans, extract_json
+from ctxrag.models.llamacpp_grammars import call_or_prose_grammar, grammar, prose_grammar
+from ctxrag.models.parsing import extract_json
+from ctxrag.models.tool_call_parsing import calls_from, parse_free_reply
 
-_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_IMITATED = re.compile(r"<(tools|function_call|tool)>\s*(.*?)\s*(?:</\1>|$)", re.DOTALL)
-"""Tags a small model writes a call in by imitating the tool description (``<tools>{...}</tools>``)."""
-_FENCED = re.compile(r"```[\w-]*\s*\n?(.*?)```", re.DOTALL)
 _FORCING = {"any", "required"}
 ANSWER_KEY = "answer"
 """The field of the final answer in a constrained turn after tool results (`ToolRequest.after_results`)."""
@@ -57,11 +54,6 @@ TOOLS_SYSTEM = (
     'XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
 )
 """Appended to the system message when tools are bound (Qwen2.5's own chat-template wording)."""
-
-
-def new_call_id() -> str:
-    """An id for a tool call the model made (llama.cpp does not make one)."""
-    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +182,7 @@ class ToolRequest:
         if not self.tools:
             return text, [], []
         if self.forced_names:
-            return "", *_calls_from([text], self.tools)
+            return "", *calls_from([text], self.tools)
         if self.turn == "decide":
             try:
                 data = extract_json(text)
@@ -198,53 +190,8 @@ class ToolRequest:
                 data = None
             if isinstance(data, dict) and isinstance(data.get(ANSWER_KEY), str):
                 return data[ANSWER_KEY].strip(), [], []
-            return "", *_calls_from([text], self.tools)
+            return "", *calls_from([text], self.tools)
         return parse_free_reply(text, self.tools)
-
-
-def parse_free_reply(text: str, tools: list[dict[str, Any]]) -> tuple[str, list[ToolCall], list[dict[str, Any]]]:
-    """``(content, tool_calls, invalid_tool_calls)`` of an unconstrained reply with ``tools`` bound, in every shape
-    a small model writes a call: ``<tool_call>`` blocks (Qwen's own), blocks in tags it imitates from the tool
-    description (``<tools>``, ``<function_call>``), fenced JSON anywhere in the reply (```` ```json {...}``` ````), a
-    reply that is just the JSON, or JSON inside prose; each as ``{"name", "arguments"}`` (or ``"parameters"``) or OpenAI's
-    ``{"type": "function", "function": {...}}``. The text around the calls stays the content. A fenced block that is
-    not a call of a bound tool (code in an answer) stays text; an imitated tag block that is not one (the model
-    echoing a signature) is an invalid call, so the turn is not mistaken for an answer.
-
-    >>> tools = [{"type": "function", "function": {"name": "search_kb", "parameters": {}}}]
-    >>> parse_free_reply('Let me look. ```json {"name": "search_kb", "arguments": {"q": "P1"}}```', tools)[1][0]["args"]
-    {'q': 'P1'}
-    """
-    blocks = _CALL_BLOCK.findall(text)
-    if blocks:
-        content = _CALL_BLOCK.sub("", text).strip()
-        return content, *_calls_from(blocks, tools)
-    imitated = [body for _, body in _IMITATED.findall(text)]
-    if imitated:
-        content = _IMITATED.sub("", text).strip()
-        return content, *_calls_from(imitated, tools)
-    fenced = [(m, *_calls_from([m.group(1)], tools)) for m in _FENCED.finditer(text)]
-    calls = [c for _, found, _ in fenced for c in found]
-    if calls:
-        content = text
-        for m, found, _ in fenced:
-            if found:
-                content = content.replace(m.group(0), "")
-        return content.strip(), calls, []
-    stripped = text.strip()
-    if stripped.startswith("{"):  # a bare JSON call without the tags
-        calls, invalid = _calls_from([stripped], tools)
-        if calls:
-            return "", calls, invalid
-    inline = [(span, _calls_from([span], tools)[0]) for span in balanced_spans(text) if '"name"' in span]
-    calls = [c for _, found in inline for c in found]
-    if calls:  # a call written inside prose ("you can use it: {"name": ...}")
-        content = text
-        for span, found in inline:
-            if found:
-                content = content.replace(span, "")
-        return content.strip(), calls, []
-    return text, [], []
 
 
 def _response_schema(response_format: Any) -> dict[str, Any] | None:
@@ -264,38 +211,6 @@ def _response_schema(response_format: Any) -> dict[str, Any] | None:
     if kind == "text":
         return None
     raise ValueError(f"response_format type {kind!r}: expected 'json_schema', 'json_object' or 'text'")
-
-
-def _calls_from(texts: Sequence[str], tools: list[dict[str, Any]]) -> tuple[list[ToolCall], list[dict[str, Any]]]:
-    names = {t["function"]["name"] for t in tools}
-    calls: list[ToolCall] = []
-    invalid: list[dict[str, Any]] = []
-    for raw in texts:
-        try:
-            data = extract_json(raw)
-        except ValueError as exc:
-            invalid.append({"type": "invalid_tool_call", "name": None, "args": raw, "id": new_call_id(),
-                            "error": str(exc)})
-            continue
-        for item in data if isinstance(data, list) else [data]:
-            if isinstance(item, dict) and isinstance(item.get("function"), dict):  # OpenAI's {"type", "function"}
-                item = item["function"]
-            name = item.get("name") if isinstance(item, dict) else None
-            args = item.get("arguments", item.get("parameters", {})) if isinstance(item, dict) else None
-            if isinstance(args, dict) and args.get("type") == "object" and "properties" in args:
-                args = None  # a signature echoed back (a JSON schema), not a call
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except ValueError:
-                    args = None
-            if name not in names or not isinstance(args, dict):
-                invalid.append({"type": "invalid_tool_call", "name": name if isinstance(name, str) else None,
-                                "args": json.dumps(item, ensure_ascii=False), "id": new_call_id(),
-                                "error": f"not a call of a bound tool {sorted(names)} with an arguments object"})
-                continue
-            calls.append(tool_call(name=name, args=args, id=new_call_id()))
-    return calls, invalid
 
 
 # -------------------------------------------------------------------------------------- messages -> llama.cpp dicts
@@ -398,115 +313,3 @@ def with_answer_note(dicts: list[dict[str, str]], note: str = ANSWER_NOTE) -> li
     return dicts
 
 
-# -------------------------------------------------------------------------------------- grammars
-
-
-@functools.lru_cache(maxsize=64)
-def _grammar_for(schema_json: str) -> Any:
-    from llama_cpp import LlamaGrammar
-
-    return LlamaGrammar.from_json_schema(schema_json, verbose=False)
-
-
-_PROSE_RULES = (
-    'root ::= "<tool_call>\\n" call "\\n</tool_call>" | ctxrag-prose\n'
-    "ctxrag-prose ::= [^<{`\\x20\\n] ctxrag-more*\n"
-    'ctxrag-more ::= [^<`] | "`" [^<`] | "``" [^<`]\n'
-)
-
-
-@functools.lru_cache(maxsize=64)
-def _call_or_prose(schema_json: str) -> Any:
-    from llama_cpp import LlamaGrammar
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    calls = re.sub(r"^root ::=", "call ::=", json_schema_to_gbnf(schema_json), flags=re.M)
-    return LlamaGrammar.from_string(calls + "\n" + _PROSE_RULES, verbose=False)
-
-
-@functools.lru_cache(maxsize=1)
-def prose_grammar() -> Any:
-    """An answer in prose that cannot open a tag, a JSON object or a code fence."""
-    from llama_cpp import LlamaGrammar
-
-    rules = _PROSE_RULES.split("\n", 1)[1]
-    return LlamaGrammar.from_string("root ::= ctxrag-prose\n" + rules, verbose=False)
-
-
-def call_or_prose_grammar(call_schema: dict[str, Any]) -> Any:
-    """A grammar for a turn after tool results: one ``<tool_call>{...}</tool_call>`` matching ``call_schema``, or
-    an answer in prose that cannot open a tag, a JSON object or a code fence (the shapes a small model imitates a
-    call in). The answer stays free text, as the model writes best; cached per schema."""
-    text = json.dumps(call_schema)
-    try:
-        return _call_or_prose(text)
-    except Exception as exc:  # noqa: BLE001 - llama.cpp raises bare exceptions for unsupported schema features
-        raise ValueError(f"llama.cpp cannot build a grammar for the tool calls {text[:300]}: {exc}") from exc
-
-
-def grammar(schema: dict[str, Any]) -> Any:
-    """The llama.cpp grammar for a JSON schema (``{}``: any JSON object); cached per schema.
-
-    Raises ValueError naming the schema when llama.cpp cannot turn it into a grammar.
-    """
-    text = json.dumps(schema or {"type": "object"})  # key order kept: it is the order the reply is written in
-    try:
-        return _grammar_for(text)
-    except Exception as exc:  # noqa: BLE001 - llama.cpp raises bare exceptions for unsupported schema features
-        raise ValueError(f"llama.cpp cannot build a grammar for the JSON schema {text[:300]}: {exc}") from exc
-
-
-class ArgumentsStream:
-    """Turns the streamed text of a forced call ``{"name": ..., "arguments": {...}}`` into tool-call chunks
-    (``AIMessageChunk.tool_call_chunks``): the arguments text as it grows, the name once it is complete. Chunks of one
-    call share index 0, so LangChain merges them into one call."""
-
-    _NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-    _ARGS = re.compile(r'"arguments"\s*:\s*')
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.name: str | None = None
-        self.id = new_call_id()
-        self._args_start: int | None = None
-        self._args_end: int | None = None
-        self._sent = 0
-        self._started = False
-
-    def _chunk(self, name: str | None = None, args: str = "") -> dict[str, Any]:
-        first = not self._started
-        self._started = True
-        return {"name": name, "args": args, "id": self.id if first else None, "index": 0, "type": "tool_call_chunk"}
-
-    def feed(self, delta: str) -> list[dict[str, Any]]:
-        """Tool-call chunks made available by ``delta``."""
-        self.text += delta
-        out: list[dict[str, Any]] = []
-        if self._args_start is None:
-            m = self._ARGS.search(self.text)
-            if m is not None and m.end() < len(self.text):  # the value has begun (raw_decode skips no blanks)
-                self._args_start = m.end()
-        if self._args_start is not None and self._args_end is None:
-            try:  # the arguments object is complete once it decodes
-                _, end = json.JSONDecoder().raw_decode(self.text, self._args_start)
-                self._args_end = end
-            except ValueError:
-                pass
-            upto = self._args_end if self._args_end is not None else len(self.text)
-            if upto > self._args_start + self._sent:
-                out.append(self._chunk(args=self.text[self._args_start + self._sent : upto]))
-                self._sent = upto - self._args_start
-        if self.name is None:  # outside the arguments, which may have a "name" of their own
-            if self._args_start is None:
-                outside = self.text
-            else:
-                outside = self.text[: self._args_start] + (self.text[self._args_end :] if self._args_end else "")
-            m = self._NAME.search(outside)
-            if m is not None:
-                self.name = json.loads(f'"{m.group(1)}"')
-                out.append(self._chunk(name=self.name))
-        return out
-
-    def finish(self) -> list[dict[str, Any]]:
-        """Whatever the stream left unsent (nothing when the call was complete)."""
-        return self.feed("")
