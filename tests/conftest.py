@@ -70,6 +70,9 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
         if name.startswith("CTXRAG_") and name not in _KEEP_ENV and not name.startswith("CTXRAG_TEST_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("CTXRAG_HOME", str(home))
+    # the CLI's answering commands load the model in their own process, as before: a test that starts a warm model
+    # process (tests/models/test_warm.py) stops it itself
+    monkeypatch.setenv("CTXRAG_LLM__WARM_IDLE_S", "0")
 
 
 @pytest.fixture(scope="session", autouse=True)

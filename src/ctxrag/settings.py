@@ -59,6 +59,9 @@ class LLMSettings(BaseModel):
     docs/benchmarks/answers.md). Ignored when `model_path` is set."""
     repeat_penalty: float = 1.1
     """llama.cpp repeat penalty of the local model (1.0 = off); with the loop guard it stops `[2][3] [2][3] ...` tails."""
+    warm_idle_s: float = Field(default=900.0, ge=0)
+    """`ctxrag ask`, `demo` and `chat` keep the local model loaded in a background process for this many seconds after
+    its last request, so the next command skips the load (`ctxrag.models.warm`); 0: load it in each command."""
 
 
 class EmbeddingSettings(BaseModel):

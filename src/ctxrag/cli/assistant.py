@@ -35,7 +35,7 @@ def chat(
     try:
         kbase = KnowledgeBase.open(kb_or_default(kb), get_settings(), create=False)
         selected = [kbase.get_document(d).doc_id for d in doc or []]
-        llm = make_chat_model(get_settings())
+        llm = make_chat_model(get_settings(), warm=True)
         bot = build_assistant_chain(kbase, llm, router=router, k=k, evidence=get_settings().answer_evidence)
         history: list[tuple[str, str]] = []
 

@@ -79,6 +79,7 @@ COMMANDS: tuple[CommandRow, ...] = (
     CommandRow("notes", "ctxrag.cli.notes", "notes_app"),
     CommandRow("article", "ctxrag.cli.article", "article_app"),
     CommandRow("chat", "ctxrag.cli.assistant", "chat"),
+    CommandRow("model", "ctxrag.cli.model", "model_app"),
     CommandRow("serve", "ctxrag.cli.serve", "serve"),  # checks its extra (uvicorn, langserve) when run, to say which
     CommandRow("mcp", "ctxrag.cli.mcp_serve", "mcp"),  # checks its extra (mcp) when run, to say which
     CommandRow("doctor", "ctxrag.cli.doctor", "doctor"),

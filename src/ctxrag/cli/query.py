@@ -68,7 +68,7 @@ def ask(
 
     def body() -> None:
         checked = check_text(question, "question")
-        llm = make_chat_model(get_settings())
+        llm = make_chat_model(get_settings(), warm=True)
         names = kb_names(kb)
         chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank)
         cfg = {"callbacks": callbacks()}
@@ -168,7 +168,7 @@ def demo(
                 typer.echo(f"  failed {printable(f.path)}: {printable(f.reason)}")
             if not kbase.list_documents():
                 raise CtxragError(f"no file of {folder} could be ingested; nothing to answer from")
-            llm = make_chat_model(s)
+            llm = make_chat_model(s, warm=True)
             typer.echo(f"answering with {describe_model(llm)}")
             chain = answer_chain([kbase], llm)
             for q in items:

@@ -42,11 +42,13 @@ def _llm_settings(settings: Settings, overrides: dict[str, Any]) -> LLMSettings:
         raise ConfigError(f"make_chat_model: bad option: {exc}") from exc
 
 
-def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseChatModel:
+def make_chat_model(settings: Settings | None = None, *, warm: bool = False, **overrides: Any) -> BaseChatModel:
     """The chat model that ``settings.llm`` describes; keyword ``overrides`` replace single ``llm`` fields.
 
     ``provider="local"``: the GGUF (``llm.model_path``, else the ``llm.local_model`` spec, default the 1.5B,
-    assembled from its data wheels), loaded once per process; ``"openai"``: ``ChatOpenAI`` on ``llm.base_url``; ``"none"``: raises ModelError (callers degrade).
+    assembled from its data wheels), loaded once per process; with ``warm=True`` (the CLI's answering commands) and
+    ``llm.warm_idle_s`` > 0, loaded once in a background process that later commands reuse (`WarmChatModel`);
+    ``"openai"``: ``ChatOpenAI`` on ``llm.base_url``; ``"none"``: raises ModelError (callers degrade).
     """
     settings = settings or get_settings()
     llm = _llm_settings(settings, overrides)
@@ -66,6 +68,12 @@ def make_chat_model(settings: Settings | None = None, **overrides: Any) -> BaseC
             spec = gguf.model_spec(llm.local_model)
             path = gguf.local_model_path(settings, spec=spec)  # looked up per call: tests stand in a fake
             name = spec.name
+        if warm and llm.warm_idle_s > 0:
+            from ctxrag.models.warm import WarmChatModel
+
+            return WarmChatModel(model_path=str(path), n_ctx=llm.n_ctx, n_threads=llm.n_threads,
+                                 temperature=llm.temperature, max_tokens=llm.max_tokens,
+                                 repeat_penalty=llm.repeat_penalty, model_name=name, idle_s=llm.warm_idle_s)
         return LocalLlamaChatModel(
             model_path=str(path),
             n_ctx=llm.n_ctx,

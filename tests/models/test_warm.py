@@ -1,0 +1,153 @@
+"""`ctxrag.models.warm`: one background model process, reused by later commands, replying as the in-process model.
+
+Real processes and a real model (the 0.5B: these tests are about the mechanics, not answer quality).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ctxrag.models.chat import make_chat_model
+from ctxrag.models.llamacpp import LocalLlamaChatModel
+from ctxrag.models.warm import WarmChatModel, stop_warm_models, warm_dir, warm_processes
+from ctxrag.testing.llm_server import HANG_GUARD_S
+
+N_CTX = 4096
+PROMPT = "Name three colours."
+START = ("import json, sys; from ctxrag.models.warm import ensure_warm_process; "
+         "s = ensure_warm_process(sys.argv[1], int(sys.argv[2]), None, 600.0); print(json.dumps(s['pid']))")
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + HANG_GUARD_S  # a hang guard, not a speed limit
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(scope="module")
+def warm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One home for the module, so its tests share one model process; stopped at the end."""
+    home = tmp_path_factory.mktemp("warm-home")
+    old = os.environ.get("CTXRAG_HOME")
+    os.environ["CTXRAG_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        from ctxrag.settings import get_settings
+
+        get_settings.cache_clear()
+        pids = stop_warm_models()
+        if old is None:
+            os.environ.pop("CTXRAG_HOME", None)
+        else:
+            os.environ["CTXRAG_HOME"] = old
+        assert all(_gone(p) for p in pids)
+
+
+@pytest.fixture
+def home(warm_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CTXRAG_HOME", str(warm_home))
+    from ctxrag.settings import get_settings
+
+    get_settings.cache_clear()
+    return warm_home
+
+
+def test_two_commands_starting_at_once_start_one_process_that_later_ones_reuse(
+        home: Path, small_model_path: Path, record_load: Callable[[str], None]) -> None:
+    env = {**os.environ, "CTXRAG_HOME": str(home)}
+    starts = [subprocess.Popen([sys.executable, "-c", START, str(small_model_path), str(N_CTX)], env=env,
+                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    pids = [json.loads(p.communicate()[0]) for p in starts]
+    assert [p.returncode for p in starts] == [0, 0]
+    record_load(f"{small_model_path.name} in the warm model process (pid {pids[0]}), tests/models/test_warm.py")
+    assert pids[0] == pids[1]
+    assert [p["pid"] for p in warm_processes()] == [pids[0]]
+    state = next(warm_dir().glob("*.json"))
+    assert state.stat().st_mode & 0o077 == 0  # the token is readable by its owner only
+
+
+def test_the_warm_reply_is_the_in_process_reply_whole_streamed_and_as_a_tool_call(home: Path,
+                                                                                  small_model_path: Path) -> None:
+    fields = {"model_path": str(small_model_path), "n_ctx": N_CTX, "max_tokens": 12}
+    warm, local = WarmChatModel(**fields), LocalLlamaChatModel(**fields)
+    whole = warm.invoke(PROMPT)
+    assert whole.content and whole.content == local.invoke(PROMPT).content
+    assert "".join(str(c.content) for c in warm.stream(PROMPT)) == whole.content
+    assert whole.response_metadata["finish_reason"] in ("stop", "length")
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    call = warm.bind_tools([add], tool_choice="add", max_tokens=40).invoke("What is 2 plus 3?")
+    assert [c["name"] for c in call.tool_calls] == ["add"] and set(call.tool_calls[0]["args"]) == {"a", "b"}
+    same = local.bind_tools([add], tool_choice="add", max_tokens=40).invoke("What is 2 plus 3?")
+    assert call.tool_calls[0]["args"] == same.tool_calls[0]["args"]
+    assert [p["pid"] for p in warm_processes()] == [warm_processes()[0]["pid"]]  # still the one process
+
+
+def test_a_request_without_the_token_is_refused(home: Path, small_model_path: Path) -> None:
+    WarmChatModel(model_path=str(small_model_path), n_ctx=N_CTX, max_tokens=2).invoke("hi")
+    url = warm_processes()[0]["url"]
+    assert httpx.get(f"{url}/health", timeout=10).status_code == 401
+    refused = httpx.post(f"{url}/generate", json={"messages": []}, headers={"Authorization": "Bearer guess"},
+                         timeout=10)
+    assert refused.status_code == 401
+
+
+def test_the_process_exits_by_itself_after_its_idle_time(tmp_path: Path, small_model_path: Path,
+                                                         record_load: Callable[[str], None]) -> None:
+    WarmChatModel(model_path=str(small_model_path), n_ctx=N_CTX, max_tokens=2, idle_s=1).invoke("hi")
+    [proc] = warm_processes()
+    record_load(f"{small_model_path.name} in a warm model process with idle_s=1 (pid {proc['pid']})")
+    assert _gone(int(proc["pid"]))
+    assert list(warm_dir().glob("*.json")) == []  # it removed its state file
+
+
+def test_ctxrag_ask_twice_in_a_row_uses_the_one_warm_process(home: Path, small_model_path: Path) -> None:
+    """Two real `ctxrag ask` processes: the second finds the model loaded (the same process answers) and answers
+    the same."""
+    from ctxrag import demo_corpus
+
+    env = {**os.environ, "CTXRAG_HOME": str(home), "CTXRAG_LLM__MODEL_PATH": str(small_model_path),
+           "CTXRAG_LLM__N_CTX": str(N_CTX), "CTXRAG_LLM__MAX_TOKENS": "24", "CTXRAG_LLM__WARM_IDLE_S": "600"}
+    run = [sys.executable, "-m", "ctxrag.cli.main"]
+    subprocess.run([*run, "ingest", str(demo_corpus()), "--kb", "demo", "--no-contextualize"], env=env, check=True,
+                   capture_output=True)
+    answers, pids = [], []
+    for _ in range(2):
+        out = subprocess.run([*run, "ask", "团队版包含多少存储空间？", "--kb", "demo", "--json"], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        answers.append(json.loads(out)["answer"])
+        pids.append([p["pid"] for p in warm_processes()])
+    assert answers[0] and answers[0] == answers[1]
+    assert len(pids[0]) == 1 and pids[0] == pids[1]  # the second command found the model loaded
+
+
+def test_the_cli_gets_a_warm_model_unless_it_is_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"not loaded here")
+    monkeypatch.setenv("CTXRAG_LLM__MODEL_PATH", str(gguf))
+    monkeypatch.delenv("CTXRAG_LLM__WARM_IDLE_S")  # the test run turns it off (conftest); the default is on
+    from ctxrag.settings import get_settings
+
+    get_settings.cache_clear()
+    assert type(make_chat_model(warm=True)) is WarmChatModel
+    assert type(make_chat_model()) is LocalLlamaChatModel  # the Python API loads in its own process
+    monkeypatch.setenv("CTXRAG_LLM__WARM_IDLE_S", "0")
+    get_settings.cache_clear()
+    assert type(make_chat_model(warm=True)) is LocalLlamaChatModel
