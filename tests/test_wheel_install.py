@@ -57,7 +57,8 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
 def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in {"PYTHONPATH", "VIRTUAL_ENV"} and (not k.startswith("CTXRAG_") or k == "CTXRAG_MODELS_CACHE")}
-    env.update(CTXRAG_HOME=str(home), CTXRAG_CONTEXTUALIZE="false")
+    # no warm model process outliving the test (tests/models/test_warm.py covers it)
+    env.update(CTXRAG_HOME=str(home), CTXRAG_CONTEXTUALIZE="false", CTXRAG_LLM__WARM_IDLE_S="0")
     return env
 
 
