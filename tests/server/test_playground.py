@@ -3,8 +3,6 @@ it loads, takes a query in its form, runs it, and shows the retrieved chunk; wit
 bearer header gets the same page."""
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,15 +14,14 @@ pytest.importorskip("playwright.sync_api", reason="playwright is not installed (
 from server_helpers import FactEchoChatModel, run_uvicorn, server_settings  # noqa: E402
 
 from ctxrag.server.app import create_app  # noqa: E402
+from ctxrag.testing.browser import CHROMIUM_ARGS, chromium_path  # noqa: E402
 
 TOKEN = "pg-token-81c2"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def _chromium() -> str:
-    path = os.environ.get("CTXRAG_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(path).is_file():
+    path = chromium_path()
+    if path is None:
         pytest.skip("Debian's chromium is not installed (apt-get install chromium; scripts/bootstrap.sh does it as root)")
     return path
 
