@@ -166,3 +166,16 @@ def test_the_wheel_resolves_from_scratch_without_downgrades(fresh_venv, tmp_path
         if name != "ctxrag" and Version(version) < Version(here):
             older[name] = f"{here} here -> {version}"
     assert not older, f"installing ctxrag[local,server] would downgrade: {older}"
+
+
+def test_the_installed_package_prints_the_llama_cpp_flags_without_a_checkout(fresh_venv: tuple[Path, Path],
+                                                                            tmp_path: Path) -> None:
+    """docs/install.md's wheel-only steps: the flags come from the installed package, equal to bootstrap's."""
+    python, _ = fresh_venv
+    checkout = subprocess.run([sys.executable, str(REPO / "src" / "ctxrag" / "models" / "llama_build.py")],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    for argv in ([str(python.parent / "ctxrag"), "doctor", "--llama-cmake-args"],
+                 [str(python), "-m", "ctxrag.models.llama_build"]):
+        out = subprocess.run(argv, cwd=tmp_path, env=_env(tmp_path / "home"), check=True, capture_output=True,
+                             text=True).stdout.strip()
+        assert out == checkout, argv

@@ -2,6 +2,7 @@
 
     ctxrag doctor            # one line per check; exit 1 when one fails
     ctxrag doctor --json
+    ctxrag doctor --llama-cmake-args      # only the safe CMAKE_ARGS for building llama.cpp on this CPU
 
 Checks the data folders, the embedded models (data wheels installed, assembled into the shared models cache) and the
 installed llama.cpp build (a build with AMX kernels crashes on AMX CPUs; see `ctxrag.models.llama_build`).
@@ -59,8 +60,17 @@ def run_checks() -> list[dict[str, Any]]:
     return out
 
 
-def doctor(json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON.")) -> None:
+def doctor(json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
+           llama_cmake_args: bool = typer.Option(
+               False, "--llama-cmake-args",
+               help="Only print the CMAKE_ARGS that build llama.cpp safely on this CPU (no AMX), for "
+                    "CMAKE_ARGS=\"$(ctxrag doctor --llama-cmake-args)\" pip install 'ctxrag[local]'.")) -> None:
     """Check the installation (models, llama.cpp build) and say how to fix what is wrong."""
+    if llama_cmake_args:
+        from ctxrag.models.llama_build import cpu_flags, safe_cmake_args
+
+        typer.echo(safe_cmake_args(cpu_flags()))
+        return
     findings = run_checks()
     if json_out:
         typer.echo(json.dumps(findings, ensure_ascii=False, indent=1))
