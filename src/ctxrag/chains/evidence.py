@@ -78,6 +78,8 @@ DEFAULT_MIN_COVERAGE = 0.2
 DEFAULT_MIN_WINDOW = 0.5
 """Default ``min_window``: a quote that fails the coverage still passes when one retrieved sentence holds this share
 of the question's content words."""
+DEFAULT_MIN_ANSWER = 0.8
+"""Default ``min_answer``: share of the model's short answer that the chunk's sentence it quoted must hold."""
 DEFAULT_MIN_JUDGE = 0.5
 """Default ``min_judge``: the model's P(yes) that the quote states the answer, where the judge runs."""
 JUDGE_MODES = ("never", "cross-language", "uncertain", "always")
@@ -90,11 +92,17 @@ _NOT_TEXT = re.compile(r"[\W_]+", re.UNICODE)
 _MIN_RUN = 4
 
 
+MAX_ANSWER_CHARS = 40
+"""Longest short answer the grammar lets the model write after its quote (a name, a number, a date, a phrase)."""
+
+
 class EvidenceQuote(BaseModel):
-    """The model's evidence: the number of the source that states the answer (0: none) and its sentence."""
+    """The model's evidence: the number of the source that states the answer (0: none), its sentence, and the short
+    answer as that sentence words it (empty in replies of the quote-only request)."""
 
     source: int = Field(ge=0, le=99)
     quote: str = Field(max_length=MAX_QUOTE_CHARS)
+    answer: str = Field(max_length=MAX_ANSWER_CHARS)
 
 
 @dataclass(frozen=True)
@@ -119,9 +127,15 @@ class Evidence:
     window: float | None = None
     """The best share of the question's content words one retrieved sentence holds (measured when the quote's own
     coverage fell short)."""
+    answer: str = ""
+    """The model's short answer, as it wrote it after the quote."""
+    answer_found: float | None = None
+    """Share of the short answer found in the chunk's sentence the verdict rests on (`answer_found`); None when the
+    answer test does not apply (no sentence found, or the question and the chunk are in different languages)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"supported": self.supported, "source": self.source, "quote": self.quote,
+        return {"supported": self.supported, "source": self.source, "quote": self.quote, "answer": self.answer,
+                "answer_found": None if self.answer_found is None else round(self.answer_found, 4),
                 "found": round(self.found, 4),
                 "coverage": None if self.coverage is None else round(self.coverage, 4),
                 "judge": None if self.judge is None else round(self.judge, 4),
@@ -175,6 +189,27 @@ def quote_found(quote: str, text: str) -> float:
     return _matched(quote, text)[0]
 
 
+def answer_found(answer: str, sentence: str) -> float:
+    """Share of the short ``answer`` that ``sentence`` holds, both folded by `_fold`: 1.0 when it holds all of it,
+    else the share in runs of at least two characters (a nearly copied answer scores high), 0.0 for an empty answer.
+    The test for an answer invented beside a real quote: the quote is real, the answer is not in it.
+
+    >>> answer_found("硫", "黃鐵礦由鐵和硫兩種元素所構成。")
+    1.0
+    >>> answer_found("碳", "黃鐵礦由鐵和硫兩種元素所構成。")
+    0.0
+    >>> answer_found("2.5 kilograms", "The QL-7 drone carries a payload of 2.5 kilograms.")
+    1.0
+    """
+    a, t = _fold(answer), _fold(sentence)
+    if not a:
+        return 0.0
+    if a in t:
+        return 1.0
+    blocks = SequenceMatcher(None, a, t, autojunk=False).get_matching_blocks()
+    return sum(b.size for b in blocks if b.size >= 2) / len(a)
+
+
 _SENTENCE_END = re.compile(r"[。！？!?；;\n]|\.(?=\s)")
 
 
@@ -204,8 +239,8 @@ def sentence_around(text: str, span: tuple[int, int]) -> str:
     return text[before[-1] if before else 0: after.end() if after else len(text)].strip()
 
 
-QUOTE_MAX_TOKENS = 160
-"""Tokens the quote's JSON may take (a cap of `MAX_QUOTE_CHARS` characters plus the keys)."""
+QUOTE_MAX_TOKENS = 224
+"""Tokens the quote's JSON may take (`MAX_QUOTE_CHARS` and `MAX_ANSWER_CHARS` characters plus the keys)."""
 
 
 def _room_for_the_quote(llm: BaseChatModel) -> BaseChatModel:
@@ -235,7 +270,8 @@ class EvidenceCheck:
 
     def __init__(self, llm: BaseChatModel, *, min_found: float = DEFAULT_MIN_FOUND,
                  min_coverage: float = DEFAULT_MIN_COVERAGE, min_window: float = DEFAULT_MIN_WINDOW,
-                 judge: str = "never", min_judge: float = DEFAULT_MIN_JUDGE) -> None:
+                 judge: str = "never", min_judge: float = DEFAULT_MIN_JUDGE,
+                 min_answer: float = DEFAULT_MIN_ANSWER, answer_across_languages: bool = False) -> None:
         if not 0.0 <= min_found <= 1.0:
             raise ValueError(f"min_found must be in [0, 1], got {min_found!r}")
         if not 0.0 <= min_coverage <= 1.0:
@@ -252,6 +288,10 @@ class EvidenceCheck:
             raise ValueError(f"min_judge must be in [0, 1], got {min_judge!r}")
         self.judge_mode = judge
         self.min_judge = min_judge
+        if not 0.0 <= min_answer <= 1.0:
+            raise ValueError(f"min_answer must be in [0, 1] (0 turns the answer test off), got {min_answer!r}")
+        self.min_answer = min_answer
+        self.answer_across_languages = answer_across_languages
         self._tokenize = make_tokenizer("mixed", stopwords=True)
 
     def _content_words(self, text: str) -> set[str]:
@@ -282,9 +322,10 @@ class EvidenceCheck:
         return sum(w in _fold(f"{quote} {_heading(doc)}") for w in asked) / len(asked)
 
     @staticmethod
-    def _best_sentence(asked: list[str], lang: str, docs: Sequence[Document]) -> tuple[float, int] | None:
-        """The best sentence coverage over ``docs`` in language ``lang`` and the chunk (numbered from 1) holding it."""
-        best: tuple[float, int] | None = None
+    def _best_sentence(asked: list[str], lang: str, docs: Sequence[Document]) -> tuple[float, int, str] | None:
+        """The best sentence coverage over ``docs`` in language ``lang``, the chunk (numbered from 1) holding it and
+        the sentence."""
+        best: tuple[float, int, str] | None = None
         for n, d in enumerate(docs, 1):
             if not asked or detect_language(d.page_content[:2000]) != lang:
                 continue
@@ -293,7 +334,7 @@ class EvidenceCheck:
                 text = _fold(f"{sentence} {around}")
                 share = sum(w in text for w in asked) / len(asked)
                 if best is None or share > best[0]:
-                    best = (share, n)
+                    best = (share, n, sentence)
         return best
 
     def messages(self, question: str, answer_messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -352,10 +393,20 @@ class EvidenceCheck:
                                key=lambda x: x[0][0], default=((0.0, None), 0))
         doc = docs[n - 1] if n else docs[0]
         asked, lang = self._asked(question), detect_language(question)
-        cov = self._coverage(asked, lang, sentence_around(doc.page_content, span) if span else quote, doc)
+        said = sentence_around(doc.page_content, span) if span else ""
+        cov = self._coverage(asked, lang, said or quote, doc)
+        ans = reply.answer.strip()
+        tested = self.min_answer > 0 and (cov is not None or self.answer_across_languages)
+        in_quote = answer_found(ans, said) if said else None
         if found >= self.min_found and (cov is None or cov >= self.min_coverage):
             covered = "another language" if cov is None else f"coverage {cov:.2f}"
-            return Evidence(True, n, quote, found, cov, f"[{n}] states it (found {found:.2f}, {covered})")
+            if tested and (in_quote or 0.0) < self.min_answer:
+                return Evidence(False, n, quote, found, cov, f"no retrieved chunk states the answer (the model's "
+                                f"answer {ans!r:.60} is not in the sentence it quoted from [{n}]: "
+                                f"{in_quote or 0.0:.2f}, min {self.min_answer:.2f})", answer=ans,
+                                answer_found=in_quote)
+            return Evidence(True, n, quote, found, cov, f"[{n}] states it (found {found:.2f}, {covered})",
+                            answer=ans, answer_found=in_quote)
         why = (f"the model's quote is not in them: found {found:.2f}, min {self.min_found:.2f}"
                if found < self.min_found else
                f"the quote from [{n}] is about something else: coverage {cov:.2f}, min {self.min_coverage:.2f}")
@@ -364,11 +415,19 @@ class EvidenceCheck:
         best = self._best_sentence(asked, lang, docs) if self.min_window <= 1.0 and cov is not None else None
         window = None if best is None else best[0]
         if best is not None and best[0] >= self.min_window:
+            held_answer = max(answer_found(ans, best[2]), in_quote or 0.0)
+            if tested and held_answer < self.min_answer:
+                return Evidence(False, best[1], quote, found, cov, f"no retrieved chunk states the answer (a sentence "
+                                f"of [{best[1]}] holds the question's words, {best[0]:.2f}, but not the model's "
+                                f"answer {ans!r:.60}: {held_answer:.2f}, min {self.min_answer:.2f}; {why})",
+                                window=window, answer=ans, answer_found=held_answer)
             return Evidence(True, best[1], quote, found, cov, f"a sentence of [{best[1]}] holds the question's words "
-                            f"({best[0]:.2f}, min {self.min_window:.2f}); {why}", window=window)
+                            f"({best[0]:.2f}, min {self.min_window:.2f}); {why}", window=window, answer=ans,
+                            answer_found=held_answer)
         held = "" if window is None else f"; best retrieved sentence {window:.2f}, min {self.min_window:.2f}"
         return Evidence(False, n if found >= self.min_found else 0, quote, found, cov,
-                        f"no retrieved chunk states the answer ({why}{held})", window=window)
+                        f"no retrieved chunk states the answer ({why}{held})", window=window, answer=ans,
+                        answer_found=in_quote)
 
     def check(self, question: str, docs: Sequence[Document], answer_messages: Sequence[BaseMessage],
               config: RunnableConfig | None = None) -> Evidence:

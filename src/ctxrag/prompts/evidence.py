@@ -12,16 +12,16 @@ from __future__ import annotations
 from ctxrag.text import detect_language, is_traditional_chinese
 
 EVIDENCE = {
-    "en": ("Question: {question}\n\nDo not answer yet. Find the sentence in the sources above that states the answer "
+    "en": ("Question: {question}\n\nBefore answering, find the sentence in the sources above that states the answer "
            "to this question. Reply with JSON: {{\"source\": the number of that source, \"quote\": that sentence "
-           "copied word for word}}. If no source states the answer to this exact question, reply "
-           "{{\"source\": 0, \"quote\": \"\"}}."),
-    "zh": ("问题：{question}\n\n先不要回答。在上面的资料中找出写明这个问题答案的那句话。用 JSON 回复："
-           "{{\"source\": 该资料的编号, \"quote\": 逐字抄写的那句话}}。如果没有任何资料写明这个问题的答案，回复 "
-           "{{\"source\": 0, \"quote\": \"\"}}。"),
-    "zh-hant": ("問題：{question}\n\n先不要回答。在上面的資料中找出寫明這個問題答案的那句話。用 JSON 回覆："
-                "{{\"source\": 該資料的編號, \"quote\": 逐字抄寫的那句話}}。如果沒有任何資料寫明這個問題的答案，回覆 "
-                "{{\"source\": 0, \"quote\": \"\"}}。"),
+           "copied word for word, \"answer\": the answer in a few words copied from that sentence}}. If no source "
+           "states the answer to this exact question, reply {{\"source\": 0, \"quote\": \"\", \"answer\": \"\"}}."),
+    "zh": ("问题：{question}\n\n回答之前，先在上面的资料中找出写明这个问题答案的那句话。用 JSON 回复："
+           "{{\"source\": 该资料的编号, \"quote\": 逐字抄写的那句话, \"answer\": 从那句话中抄出的简短答案}}。"
+           "如果没有任何资料写明这个问题的答案，回复 {{\"source\": 0, \"quote\": \"\", \"answer\": \"\"}}。"),
+    "zh-hant": ("問題：{question}\n\n回答之前，先在上面的資料中找出寫明這個問題答案的那句話。用 JSON 回覆："
+                "{{\"source\": 該資料的編號, \"quote\": 逐字抄寫的那句話, \"answer\": 從那句話中抄出的簡短答案}}。"
+                "如果沒有任何資料寫明這個問題的答案，回覆 {{\"source\": 0, \"quote\": \"\", \"answer\": \"\"}}。"),
 }
 
 
