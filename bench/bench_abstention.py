@@ -255,7 +255,7 @@ def requote(args: argparse.Namespace) -> None:
     retrievers = {name: make_multi_kb_retriever([KnowledgeBase.open(f"abst_{name}", settings, create=False)],
                                                 mode="hybrid", k=4, rerank="none", search_type="similarity")
                   for name in {r["kb"] for r in recs}}
-    check = EvidenceCheck(make_chat_model(settings))
+    check = EvidenceCheck(make_chat_model(settings), min_answer=0.8)  # the quote-and-answer request
     loosest = Rule(min(CROSSES), None)
     with args.replies.open("a", encoding="utf-8") as out:
         for i, r in enumerate(recs):

@@ -53,20 +53,20 @@ def test_answer_found_is_low_for_an_answer_the_sentence_does_not_hold() -> None:
 
 def test_a_real_quote_with_an_answer_it_does_not_hold_abstains() -> None:
     # the case: a real sentence of the right chunk, an invented answer beside it
-    verdict = _check().judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+    verdict = _check(min_answer=0.8).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
                              EvidenceQuote(source=3, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="碳"))
     assert not verdict.supported and verdict.found == 1.0 and verdict.answer_found == 0.0
     assert "not in the sentence it quoted" in verdict.reason
     scope = [Document("賽丁泉天文台共有12架望遠鏡，其中最大的口徑為1公尺。", metadata={"title": "賽丁泉天文台"})]
-    assert not _check().judge("在賽丁泉天文台中可以看到的望遠鏡有幾架？", scope,
+    assert not _check(min_answer=0.8).judge("在賽丁泉天文台中可以看到的望遠鏡有幾架？", scope,
                               EvidenceQuote(source=1, quote="賽丁泉天文台共有12架望遠鏡", answer="三架")).supported
-    assert _check().judge("在賽丁泉天文台中可以看到的望遠鏡有幾架？", scope,
+    assert _check(min_answer=0.8).judge("在賽丁泉天文台中可以看到的望遠鏡有幾架？", scope,
                           EvidenceQuote(source=1, quote="賽丁泉天文台共有12架望遠鏡", answer="12架")).supported
 
 
 def test_the_answer_may_lie_past_a_quote_cut_short_in_its_sentence() -> None:
     # the quote stops before the answer; the sentence it was cut from holds it
-    verdict = _check().judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+    verdict = _check(min_answer=0.8).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
                              EvidenceQuote(source=3, quote="黃鐵礦由鐵和", answer="硫"))
     assert verdict.supported and verdict.answer_found == 1.0
 
@@ -75,6 +75,20 @@ def test_min_answer_zero_turns_the_answer_test_off() -> None:
     verdict = _check(min_answer=0.0).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
                                            EvidenceQuote(source=3, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="碳"))
     assert verdict.supported
+
+
+def test_the_key_term_stage_abstains_without_asking_for_a_quote() -> None:
+    from ctxrag.chains.key_terms import KeyTerms
+
+    terms = KeyTerms.from_texts([d.page_content for d in DOCS] + ["日本的首都是東京。", "玉山是臺灣最高的山。"])
+    llm = StructuredFake.of()  # nothing scripted: a quote request would fail
+    check = EvidenceCheck(llm, key_terms=terms, min_key=0.3)
+    verdict = check.check("蒙古帝國的首都哈拉和林在哪裡？", DOCS, [SystemMessage("chunks")])
+    assert not verdict.supported and verdict.key is not None and verdict.key < 0.3 and llm.schemas == []
+    asked = StructuredFake.of({"source": 3, "quote": "黃鐵礦由鐵和硫兩種元素所構成"})
+    passed = EvidenceCheck(asked, key_terms=terms, min_key=0.3).check("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+                                                                     [SystemMessage("chunks")])
+    assert passed.supported and passed.key is not None and passed.key >= 0.3 and len(asked.schemas) == 1
 
 
 def test_no_quote_abstains() -> None:
@@ -131,16 +145,19 @@ def test_an_unreadable_reply_is_not_judged() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}, {"min_window": 2.0},
-                                 {"min_judge": 1.5}, {"min_answer": 1.2}])
+                                 {"min_judge": 1.5}, {"min_answer": 1.2}, {"min_key": 2.5}])
 def test_bad_thresholds_are_refused_naming_the_value(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=str(next(iter(bad.values())))):
         _check(**bad)
 
 
 def test_the_instruction_follows_the_question_language_and_script() -> None:
-    assert "回答之前" in evidence_instruction("黄铁矿由什么构成？")
+    assert "先不要回答" in evidence_instruction("黄铁矿由什么构成？")
     assert "資料" in evidence_instruction("黃鐵礦由鐵和哪一元素所構成？")
-    assert "Before answering" in evidence_instruction("How much does it weigh?")
+    assert "Do not answer yet" in evidence_instruction("How much does it weigh?")
+    assert "简短答案" in evidence_instruction("黄铁矿由什么构成？", with_answer=True)
+    assert "簡短答案" in evidence_instruction("黃鐵礦由鐵和哪一元素所構成？", with_answer=True)
+    assert '"answer"' in evidence_instruction("How much does it weigh?", with_answer=True)
 
 
 def test_the_request_keeps_the_answer_prompt_system_message() -> None:

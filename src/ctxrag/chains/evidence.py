@@ -63,6 +63,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
+from ctxrag.chains.key_terms import KeyTerms
 from ctxrag.chains.relevance import QUESTION_WORDS
 from ctxrag.compressors.llm_rerank import yes_probability
 from ctxrag.prompts.evidence import evidence_instruction, judge_instruction
@@ -78,8 +79,11 @@ DEFAULT_MIN_COVERAGE = 0.2
 DEFAULT_MIN_WINDOW = 0.5
 """Default ``min_window``: a quote that fails the coverage still passes when one retrieved sentence holds this share
 of the question's content words."""
-DEFAULT_MIN_ANSWER = 0.8
+DEFAULT_MIN_ANSWER = 0.0
 """Default ``min_answer``: share of the model's short answer that the chunk's sentence it quoted must hold."""
+DEFAULT_MIN_KEY = 0.3
+"""Default ``min_key``: rarity-weighted share of the question's terms one retrieved sentence must hold
+(`ctxrag.chains.key_terms`), checked before the quote is asked for."""
 DEFAULT_MIN_JUDGE = 0.5
 """Default ``min_judge``: the model's P(yes) that the quote states the answer, where the judge runs."""
 JUDGE_MODES = ("never", "cross-language", "uncertain", "always")
@@ -102,6 +106,12 @@ class EvidenceQuote(BaseModel):
 
     source: int = Field(ge=0, le=99)
     quote: str = Field(max_length=MAX_QUOTE_CHARS)
+    answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
+
+
+class EvidenceQuoteAnswer(EvidenceQuote):
+    """The quote-and-answer request's schema: the short answer is required, written after the quote."""
+
     answer: str = Field(max_length=MAX_ANSWER_CHARS)
 
 
@@ -129,6 +139,9 @@ class Evidence:
     coverage fell short)."""
     answer: str = ""
     """The model's short answer, as it wrote it after the quote."""
+    key: float | None = None
+    """Rarity-weighted share of the question's terms the best retrieved sentence holds (`KeyTerms`; None when not
+    measured)."""
     answer_found: float | None = None
     """Share of the short answer found in the chunk's sentence the verdict rests on (`answer_found`); None when the
     answer test does not apply (no sentence found, or the question and the chunk are in different languages)."""
@@ -136,6 +149,7 @@ class Evidence:
     def to_dict(self) -> dict[str, Any]:
         return {"supported": self.supported, "source": self.source, "quote": self.quote, "answer": self.answer,
                 "answer_found": None if self.answer_found is None else round(self.answer_found, 4),
+                "key": None if self.key is None else round(self.key, 4),
                 "found": round(self.found, 4),
                 "coverage": None if self.coverage is None else round(self.coverage, 4),
                 "judge": None if self.judge is None else round(self.judge, 4),
@@ -271,7 +285,8 @@ class EvidenceCheck:
     def __init__(self, llm: BaseChatModel, *, min_found: float = DEFAULT_MIN_FOUND,
                  min_coverage: float = DEFAULT_MIN_COVERAGE, min_window: float = DEFAULT_MIN_WINDOW,
                  judge: str = "never", min_judge: float = DEFAULT_MIN_JUDGE,
-                 min_answer: float = DEFAULT_MIN_ANSWER, answer_across_languages: bool = False) -> None:
+                 min_answer: float = DEFAULT_MIN_ANSWER, answer_across_languages: bool = False,
+                 key_terms: KeyTerms | None = None, min_key: float = DEFAULT_MIN_KEY) -> None:
         if not 0.0 <= min_found <= 1.0:
             raise ValueError(f"min_found must be in [0, 1], got {min_found!r}")
         if not 0.0 <= min_coverage <= 1.0:
@@ -292,6 +307,10 @@ class EvidenceCheck:
             raise ValueError(f"min_answer must be in [0, 1] (0 turns the answer test off), got {min_answer!r}")
         self.min_answer = min_answer
         self.answer_across_languages = answer_across_languages
+        if not 0.0 <= min_key <= 1.0:
+            raise ValueError(f"min_key must be in [0, 1] (0 turns the key-term test off), got {min_key!r}")
+        self.key_terms = key_terms
+        self.min_key = min_key
         self._tokenize = make_tokenizer("mixed", stopwords=True)
 
     def _content_words(self, text: str) -> set[str]:
@@ -342,12 +361,13 @@ class EvidenceCheck:
         instruction in the question's language and script."""
         system = next((m for m in answer_messages if isinstance(m, SystemMessage)), None)
         head: list[BaseMessage] = [system] if system is not None else []
-        return [*head, HumanMessage(evidence_instruction(question))]
+        return [*head, HumanMessage(evidence_instruction(question, with_answer=self.min_answer > 0))]
 
     def ask(self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None) -> EvidenceQuote | None:
         """The model's quote for the request ``messages``; None when its reply cannot be read."""
         try:
-            reply = _room_for_the_quote(self.llm).with_structured_output(EvidenceQuote).invoke(list(messages), config)
+            schema = EvidenceQuoteAnswer if self.min_answer > 0 else EvidenceQuote
+            reply = _room_for_the_quote(self.llm).with_structured_output(schema).invoke(list(messages), config)
         except NotImplementedError:  # a chat model class without structured output: nothing to judge with
             log.debug("evidence check: %s has no structured output; not judged", type(self.llm).__name__)
             return None
@@ -434,7 +454,12 @@ class EvidenceCheck:
         """Ask for the quote and judge it. ``answer_messages``: the answer prompt (its system message is reused)."""
         if not docs:
             return Evidence(False, 0, "", 0.0, None, "retrieval found nothing")
-        verdict = self.judge(question, docs, self.ask(self.messages(question, answer_messages), config))
+        key = self.key_terms.coverage(question, docs) if self.key_terms is not None and self.min_key > 0 else None
+        if key is not None and key < self.min_key:  # no model call: what the question names is not there
+            return Evidence(False, 0, "", 0.0, None, f"no retrieved sentence names what the question asks about "
+                            f"(key terms {key:.2f}, min {self.min_key:.2f})", key=key)
+        verdict = replace(self.judge(question, docs, self.ask(self.messages(question, answer_messages), config)),
+                          key=key)
         if not (verdict.judged and self._judges(verdict)):
             return verdict
         p = self.judge_probability(question, verdict.quote, config)
@@ -447,3 +472,14 @@ class EvidenceCheck:
         covered = "another language" if verdict.coverage is None else f"coverage {verdict.coverage:.2f}"
         return replace(verdict, supported=True, judge=p, reason=(
             f"[{verdict.source}] states it (found {verdict.found:.2f}, {covered}, the model's P(yes) {p:.2f})"))
+
+
+def default_evidence_check(llm: BaseChatModel, kb: Any = None) -> EvidenceCheck:
+    """The evidence check every answering route uses by default: the thresholds chosen on the abstention benchmark,
+    with the key-term stage over ``kb``'s BM25 frequencies (`KeyTerms.from_knowledge_base`; without ``kb``, or when
+    it has no BM25 index, that stage is skipped).
+
+    >>> default_evidence_check(None).key_terms is None  # doctest: +SKIP
+    True
+    """
+    return EvidenceCheck(llm, key_terms=None if kb is None else KeyTerms.from_knowledge_base(kb))

@@ -70,29 +70,20 @@ class KeyTerms:
 
     @classmethod
     def from_knowledge_base(cls, kb: Any) -> "KeyTerms | None":
-        """The frequencies of ``kb``'s BM25 index (every segment added up) and its tokenizer; None when it has no
-        BM25 index or none that can be read this way."""
-        try:
-            index = kb.keyword_index()
-            current = index.current() if hasattr(index, "current") else index
-        except Exception:  # noqa: BLE001 - a knowledge base without BM25: no key-term stage
+        """Frequencies read from ``kb``'s BM25 index (every segment added up) with its tokenizer, read again after
+        the index changes; None when it has no BM25 index that can be read this way."""
+        if _bm25_statistics(kb) is None:
             return None
-        parts = [p for p, _ in current.parts()] if hasattr(current, "parts") else [current]
-        bm25 = [getattr(p, "index", None) for p in parts]
-        if not bm25 or any(b is None or not hasattr(b, "document_frequencies") for b in bm25):
-            return None
-        df: Counter[str] = Counter()
-        for b in bm25:
-            counts = b.document_frequencies
-            for term, i in b.vocabulary.items():
-                if counts[i]:
-                    df[term] += int(counts[i])
-        return cls(bm25[0].tokenize_query, df, sum(len(b) for b in bm25))
+        return _KnowledgeBaseKeyTerms(kb)
+
+    def _statistics(self) -> tuple[Tokenizer, Mapping[str, int], int]:
+        return self._tokenize, self._df, self._n
 
     def weights(self, question: str) -> dict[str, float]:
         """The question's terms (question words left out) and their weights, ``log((N + 1) / (df + 0.5))``."""
-        terms = {t for t in self._tokenize(question) if t.strip() and t not in _QUESTION_TERMS}
-        return {t: math.log((self._n + 1) / (self._df.get(t, 0) + 0.5)) for t in terms}
+        tokenize, df, n = self._statistics()
+        terms = {t for t in tokenize(question) if t.strip() and t not in _QUESTION_TERMS}
+        return {t: math.log((n + 1) / (df.get(t, 0) + 0.5)) for t in terms}
 
     def coverage(self, question: str, docs: Sequence[Document]) -> float | None:
         """The best weighted share of the question's terms one sentence of ``docs`` holds (with its chunk's title),
@@ -103,9 +94,54 @@ class KeyTerms:
         same = [d for d in docs if detect_language(d.page_content[:2000]) == lang]
         if not same or total <= 0:
             return None
+        tokenize = self._statistics()[0]
         best = 0.0
         for d in same:
             for sentence in sentences_with_heading(d):
-                held = set(self._tokenize(sentence))
+                held = set(tokenize(sentence))
                 best = max(best, sum(w for t, w in weights.items() if t in held) / total)
         return best
+
+
+def _bm25_statistics(kb: Any) -> tuple[Any, Tokenizer, Counter[str], int] | None:
+    """``(the index read, its tokenizer, term -> chunks holding it, chunks)`` of ``kb``'s BM25 index; None without
+    one."""
+    try:
+        index = kb.keyword_index()
+        current = index.current() if hasattr(index, "current") else index
+    except Exception:  # noqa: BLE001 - a knowledge base without BM25: no key-term stage
+        return None
+    parts = [p for p, _ in current.parts()] if hasattr(current, "parts") else [current]
+    bm25 = [getattr(p, "index", None) for p in parts]
+    if not bm25 or any(b is None or not hasattr(b, "document_frequencies") for b in bm25):
+        return None
+    df: Counter[str] = Counter()
+    for b in bm25:
+        counts = b.document_frequencies
+        for term, i in b.vocabulary.items():
+            if counts[i]:
+                df[term] += int(counts[i])
+    return current, bm25[0].tokenize_query, df, sum(len(b) for b in bm25)
+
+
+class _KnowledgeBaseKeyTerms(KeyTerms):
+    """`KeyTerms` over a knowledge base's BM25 index, read again when a new generation is committed."""
+
+    def __init__(self, kb: Any) -> None:
+        self._kb = kb
+        self._read: Any = None
+        self._version: Any = None
+        super().__init__(str.split, {}, 0)
+
+    def _statistics(self) -> tuple[Tokenizer, Mapping[str, int], int]:
+        try:
+            index = self._kb.keyword_index()
+            current = index.current() if hasattr(index, "current") else index
+        except Exception:  # noqa: BLE001 - the index went away: keep the last frequencies read
+            current = self._read
+        if current is not self._read or getattr(current, "version", None) != self._version:
+            stats = _bm25_statistics(self._kb)
+            if stats is not None:
+                self._read, self._tokenize, self._df, self._n = stats
+                self._version = getattr(self._read, "version", None)
+        return self._tokenize, self._df, self._n
