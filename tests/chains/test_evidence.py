@@ -100,11 +100,13 @@ def test_no_quote_abstains() -> None:
 def test_a_quote_not_in_any_chunk_abstains_and_says_how_much_was_found() -> None:
     # the issue's case: "weighs" stitched between two pieces of the payload sentence
     verdict = _check(min_window=1.01).judge("How much does the QL-7 drone weigh?", DOCS,
-                                            EvidenceQuote(source=1, quote="The QL-7 drone weighs 2.5 kilograms.", answer="2.5 kilograms"))
+                                            EvidenceQuote(source=1, quote="The QL-7 drone weighs 2.5 kilograms.",
+                                                          answer="2.5 kilograms"))
     assert not verdict.supported
     assert "not in them" in verdict.reason and verdict.found < 0.8
     assert not _check().judge("Who invented the telephone?", DOCS,
-                              EvidenceQuote(source=1, quote="Bell invented the telephone in 1876.", answer="Bell")).supported
+                              EvidenceQuote(source=1, quote="Bell invented the telephone in 1876.",
+                                            answer="Bell")).supported
 
 
 def test_a_real_quote_about_something_else_abstains_on_coverage() -> None:
@@ -188,7 +190,8 @@ def test_the_chain_abstains_without_asking_for_an_answer_when_no_chunk_states_it
 
 
 def test_the_chain_answers_after_a_quote_it_finds() -> None:
-    llm = StructuredFake.of({"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms.", "answer": "2.5 kilograms"},
+    llm = StructuredFake.of({"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms.",
+                             "answer": "2.5 kilograms"},
                             "Its payload is 2.5 kilograms [1].")
     out = _chain(llm).invoke("What payload does the QL-7 drone carry?")
     assert out["supported"] is True and out["answer"] == "Its payload is 2.5 kilograms [1]."
@@ -222,6 +225,29 @@ def test_the_local_model_quotes_the_sentence_that_answers_and_nothing_for_an_abs
     ok = verdict("What payload does the QL-7 drone carry?")
     assert ok.supported and ok.source == 1, ok  # type: ignore[attr-defined]
     assert not verdict("Who wrote the novel Pride and Prejudice?").supported  # type: ignore[attr-defined]
+
+
+@pytest.mark.llm
+def test_the_local_model_through_the_default_stages_answers_the_answerable_and_abstains_on_an_absent_topic(
+        local_chat_model: object) -> None:
+    """Real model, real text: the key-term stage, then the quote and its short answer (checked in the quote)."""
+    from ctxrag.chains.key_terms import KeyTerms
+    from ctxrag.chains.rag import answer_messages
+
+    wiki = [Document("黃鐵礦是鐵的二硫化物，由鐵和硫兩種元素所構成，因其淺黃銅的顏色和明亮的金屬光澤，常被誤認為黃金。",
+                     metadata={"source": "pyrite.txt", "title": "黃鐵礦"}),
+            Document("日本的首都是東京，東京都是日本的政治、經濟與文化中心，人口約一千四百萬。",
+                     metadata={"source": "tokyo.txt", "title": "東京"})]
+    terms = KeyTerms.from_texts([d.page_content for d in wiki])
+    check = EvidenceCheck(local_chat_model, key_terms=terms, min_answer=0.8)  # type: ignore[arg-type]
+
+    def verdict(question: str) -> object:
+        return check.check(question, wiki, answer_messages({"question": question, "documents": wiki, "history": []}))
+
+    ok = verdict("黃鐵礦由鐵和哪一元素所構成？")
+    assert ok.supported and ok.source == 1 and ok.answer_found == 1.0, ok  # type: ignore[attr-defined]
+    absent = verdict("蒙古帝國的首都在哪裡？")
+    assert not absent.supported, absent  # type: ignore[attr-defined]
 
 
 def test_a_model_without_structured_output_leaves_the_verdict_to_the_gate() -> None:

@@ -6,6 +6,10 @@ The relevance gate (`ctxrag.chains.relevance`) tells "about this knowledge base"
 question whose answer is absent still retrieves chunks on its topic, and a small model answers from memory and cites
 them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, made checkable):
 
+0. **key terms** (no model call, `ctxrag.chains.key_terms`): the share of the question's terms, each weighted by its
+   rarity in the knowledge base (BM25 document frequencies), that the best retrieved sentence holds with its chunk's
+   title; below ``min_key`` the check abstains without asking for a quote (a question naming what the knowledge base
+   never mentions). On in `default_evidence_check`, which the ask chain and the assistant use.
 1. **quote**: the model replies, grammar-constrained, ``{"source": n, "quote": "..."}`` — the sentence of source
    ``n`` that states the answer, copied word for word, or ``{"source": 0, "quote": ""}`` when none does. The prompt
    keeps the answer prompt's system message (instructions and numbered chunks), so a llama.cpp model that answers next
@@ -25,12 +29,17 @@ them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, 
    benchmark it did not separate answerable from unanswerable questions at a false-abstention rate users accept);
    ``"cross-language"``: only where the word coverage cannot be measured; ``"uncertain"``: there, and for a quote that
    failed only the coverage (a yes lets it through); ``"always"``: for every found quote.
+5. **the answer in the quote** (``min_answer > 0``; off by default): the request also asks for the short answer
+   copied from the quoted sentence (``{"source", "quote", "answer"}``), and the share of that answer the chunk's
+   sentence holds (`answer_found`) must reach ``min_answer`` — a real sentence quoted beside an invented answer
+   fails. Measured on a pilot only (page ``abstention``); it also fails descriptive answers ("what does this
+   function do?"), which are not copied spans.
 
-The question is answerable when the model names a source and either ``found >= min_found`` and ``coverage >=
-min_coverage``, or ``window_coverage >= min_window``; and, where the judge runs, ``P(yes) >= min_judge``. The
-defaults were chosen on the calibration half of ``bench/bench_abstention.py`` (page ``abstention``). A reply that
-cannot be read as the JSON (a model or endpoint without structured output) is not judged: the gate's verdict stands
-and the reason says so.
+The question is answerable when the key terms pass, the model names a source and either ``found >= min_found`` and
+``coverage >= min_coverage``, or ``window_coverage >= min_window``; and, where they run, ``P(yes) >= min_judge`` and
+the answer test. The defaults were chosen on the calibration half of ``bench/bench_abstention.py`` (page
+``abstention``). A reply that cannot be read as the JSON (a model or endpoint without structured output) is not
+judged: the gate's verdict stands and the reason says so.
 
 What it cannot tell: a question about an attribute the chunks do not give of an entity they do name ("How much does
 the QL-7 drone weigh?" over a chunk giving its payload) shares the entity's words with them and passes the word
@@ -63,7 +72,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
-from ctxrag.chains.key_terms import KeyTerms
+from ctxrag.chains.key_terms import SENTENCE_END, KeyTerms, sentences_of
 from ctxrag.chains.relevance import QUESTION_WORDS
 from ctxrag.compressors.llm_rerank import yes_probability
 from ctxrag.prompts.evidence import evidence_instruction, judge_instruction
@@ -224,23 +233,6 @@ def answer_found(answer: str, sentence: str) -> float:
     return sum(b.size for b in blocks if b.size >= 2) / len(a)
 
 
-_SENTENCE_END = re.compile(r"[。！？!?；;\n]|\.(?=\s)")
-
-
-def sentences_of(text: str) -> list[str]:
-    """``text`` cut after each sentence end (`_SENTENCE_END`), blank pieces dropped.
-
-    >>> sentences_of("雪山在臺中。玉山最高。 Tea. Coffee")
-    ['雪山在臺中。', '玉山最高。', ' Tea.', ' Coffee']
-    """
-    out, start = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        out.append(text[start:m.end()])
-        start = m.end()
-    out.append(text[start:])
-    return [p for p in out if p.strip()]
-
-
 def sentence_around(text: str, span: tuple[int, int]) -> str:
     """The sentence(s) of ``text`` holding ``span``: from after the sentence end before it to the one after it.
 
@@ -248,8 +240,8 @@ def sentence_around(text: str, span: tuple[int, int]) -> str:
     '臺灣最高的山是玉山，海拔3952公尺。'
     """
     start, end = span
-    before = [m.end() for m in _SENTENCE_END.finditer(text, 0, start)]
-    after = _SENTENCE_END.search(text, max(start, end - 1))
+    before = [m.end() for m in SENTENCE_END.finditer(text, 0, start)]
+    after = SENTENCE_END.search(text, max(start, end - 1))
     return text[before[-1] if before else 0: after.end() if after else len(text)].strip()
 
 

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -36,10 +37,25 @@ Tokenizer = Callable[[str], list[str]]
 _QUESTION_TERMS = QUESTION_WORDS | frozenset("何 为何 何时 哪里 谁 时候 什么 多少 几 哪 吗 呢".split())
 
 
+SENTENCE_END = re.compile(r"[。！？!?；;\n]|\.(?=\s)")
+
+
+def sentences_of(text: str) -> list[str]:
+    """``text`` cut after each sentence end (`SENTENCE_END`), blank pieces dropped.
+
+    >>> sentences_of("雪山在臺中。玉山最高。 Tea. Coffee")
+    ['雪山在臺中。', '玉山最高。', ' Tea.', ' Coffee']
+    """
+    out, start = [], 0
+    for m in SENTENCE_END.finditer(text):
+        out.append(text[start:m.end()])
+        start = m.end()
+    out.append(text[start:])
+    return [p for p in out if p.strip()]
+
+
 def sentences_with_heading(doc: Document) -> Iterable[str]:
     """Each sentence of ``doc`` followed by the chunk's title and heading path (what the sentence is about)."""
-    from ctxrag.chains.evidence import sentences_of
-
     heading = " ".join(str(doc.metadata.get(k) or "") for k in ("title", "heading_path"))
     for sentence in sentences_of(doc.page_content) or [doc.page_content]:
         yield f"{sentence} {heading}"
