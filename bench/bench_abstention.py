@@ -642,7 +642,7 @@ def report(args: argparse.Namespace) -> None:
     lat = latency(args) if args.latency else _kept_latency() if args.keep_latency else []
     pilot = _pilot(recs, chosen)
     if lat:
-        notes.append("Latency (second table from the end): the answer alone, as a fresh question, against the quote "
+        notes.append("Latency (the last table): the answer alone, as a fresh question, against the quote "
                      "and then the answer, each demo question once, the local model in process; the answer after the "
                      "quote reuses the chunks the quote call read (llama.cpp keeps the common prompt prefix).")
     write_page_data(
