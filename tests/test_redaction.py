@@ -90,7 +90,7 @@ def test_debug_ask_never_prints_the_key_or_the_url_password(tmp_path: Path, cred
     _seed_kb(tmp_path, _env(home, "fake"))
     _EchoKey401.seen = []
     with _echo_server(creds) as url:
-        r = subprocess.run(_cli("--debug", "ask", "What does the seed file mention?", "--kb", KB),
+        r = subprocess.run(_cli("--debug", "ask", "What is in the seed file?", "--kb", KB),
                            env=_llm_env(home, url), capture_output=True, text=True, timeout=HANG_GUARD_S)
     _endpoint_saw(creds)
     assert r.returncode != 0 and "401" in r.stdout + r.stderr, r.stdout + r.stderr[-2000:]
@@ -106,12 +106,12 @@ def test_server_health_errors_streams_and_log_never_carry_the_key(tmp_path: Path
         with _serve(home, _llm_env(home, url)) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
             health = c.get("/health")
             _assert_clean(health.text, "/health")
-            ask = c.post("/ask/invoke", json={"input": {"question": "What does the seed file mention?"}})
+            ask = c.post("/ask/invoke", json={"input": {"question": "What is in the seed file?"}})
             assert ask.status_code == 503, ask.text
             _assert_clean(ask.text, "the /ask 503 detail")
-            streamed = c.post("/ask/stream_log", json={"input": {"question": "What does the seed file mention?"}})
+            streamed = c.post("/ask/stream_log", json={"input": {"question": "What is in the seed file?"}})
             _assert_clean(streamed.text, "/ask/stream_log")
-            chat = c.post("/chat/invoke", json={"input": {"question": "What does the seed file mention?"}})
+            chat = c.post("/chat/invoke", json={"input": {"question": "What is in the seed file?"}})
             _assert_clean(chat.text, "/chat")
         log = next(tmp_path.glob("serve-*.log")).read_text()
     _endpoint_saw(creds)

@@ -112,3 +112,16 @@ def test_server_output_schema_is_the_rag_answer(sample_kb) -> None:
     assert runnable.get_output_schema().model_json_schema()["title"] == "RagAnswer"
     out = runnable.invoke({"question": QUESTION})
     assert RagAnswer.from_output(out).sources[0]["n"] == 1
+
+
+def test_the_key_term_stage_abstains_before_any_model_call(sample_kb) -> None:
+    """A question naming what the corpus never mentions: the evidence check's key-term stage (the knowledge base's
+    BM25 frequencies) abstains without asking the model for a quote."""
+    llm = StructuredFake.of()  # no reply scripted: a model call would fail the test
+    out = build_ask_chain([sample_kb], llm, settings=sample_kb.settings, gate=False).invoke(
+        "蒙古帝国的首都哈拉和林在哪里？")
+    assert out["supported"] is False and llm.schemas == []
+    evidence = out["relevance"]["evidence"]
+    assert evidence["key"] is not None and evidence["key"] < 0.3 and "key terms" in out["relevance"]["reason"]
+    bot = Assistant(sample_kb, StructuredFake.of(), router=FixedRouter(), rewrite=False)
+    assert bot.evidence is not None and bot.evidence.key_terms is not None  # the assistant's route decides alike

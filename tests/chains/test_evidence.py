@@ -9,7 +9,7 @@ from langchain_core.documents import Document
 from langchain_core.messages import SystemMessage
 from langchain_core.runnables import Runnable, RunnableLambda
 
-from ctxrag.chains.evidence import EvidenceCheck, EvidenceQuote, quote_found
+from ctxrag.chains.evidence import EvidenceCheck, EvidenceQuote, answer_found, quote_found
 from ctxrag.chains.rag import build_rag_chain
 from ctxrag.chains.relevance import no_knowledge_notice
 from ctxrag.prompts.evidence import evidence_instruction
@@ -38,8 +38,61 @@ def test_quote_found_is_low_for_a_sentence_the_model_made_up() -> None:
     assert quote_found("黃鐵礦由鐵和碳所構成。", DOCS[2].page_content) < 0.8
 
 
+def test_answer_found_holds_a_copied_answer_across_script_spacing_and_case() -> None:
+    assert answer_found("硫", DOCS[2].page_content) == 1.0
+    assert answer_found("30分钟", DOCS[1].page_content) == 1.0  # Simplified answer, Traditional spaced sentence
+    assert answer_found("2.5 Kilograms", DOCS[0].page_content) == 1.0
+    assert answer_found("", DOCS[0].page_content) == 0.0
+
+
+def test_answer_found_is_low_for_an_answer_the_sentence_does_not_hold() -> None:
+    assert answer_found("碳", DOCS[2].page_content) == 0.0
+    assert answer_found("三架", "賽丁泉天文台共有12架望遠鏡，其中最大的口徑為1公尺。") == 0.0
+    assert answer_found("1943年11月", "以戰鬥機執行地面攻擊任務，在第一次世界大戰時就已經出現。") < 0.5
+
+
+def test_a_real_quote_with_an_answer_it_does_not_hold_abstains() -> None:
+    # the issue's case: a real sentence of the right chunk, an invented answer beside it
+    verdict = _check(min_answer=0.8).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+                             EvidenceQuote(source=3, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="碳"))
+    assert not verdict.supported and verdict.found == 1.0 and verdict.answer_found == 0.0
+    assert "not in the sentence it quoted" in verdict.reason
+    scope = [Document("賽丁泉天文台共有12架望遠鏡，其中最大的口徑為1公尺。", metadata={"title": "賽丁泉天文台"})]
+    assert not _check(min_answer=0.8).judge("在賽丁泉天文台中可以看到的望遠鏡有幾架？", scope,
+                              EvidenceQuote(source=1, quote="賽丁泉天文台共有12架望遠鏡", answer="三架")).supported
+    assert _check(min_answer=0.8).judge("在賽丁泉天文台中可以看到的望遠鏡有幾架？", scope,
+                          EvidenceQuote(source=1, quote="賽丁泉天文台共有12架望遠鏡", answer="12架")).supported
+
+
+def test_the_answer_may_lie_past_a_quote_cut_short_in_its_sentence() -> None:
+    # the quote stops before the answer; the sentence it was cut from holds it
+    verdict = _check(min_answer=0.8).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+                             EvidenceQuote(source=3, quote="黃鐵礦由鐵和", answer="硫"))
+    assert verdict.supported and verdict.answer_found == 1.0
+
+
+def test_min_answer_zero_turns_the_answer_test_off() -> None:
+    verdict = _check(min_answer=0.0).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+                                           EvidenceQuote(source=3, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="碳"))
+    assert verdict.supported
+
+
+def test_the_key_term_stage_abstains_without_asking_for_a_quote() -> None:
+    from ctxrag.chains.key_terms import KeyTerms
+
+    terms = KeyTerms.from_texts([d.page_content for d in DOCS] + ["日本的首都是東京。", "玉山是臺灣最高的山。"])
+    llm = StructuredFake.of()  # nothing scripted: a quote request would fail
+    check = EvidenceCheck(llm, key_terms=terms, min_key=0.3)
+    verdict = check.check("蒙古帝國的首都哈拉和林在哪裡？", DOCS, [SystemMessage("chunks")])
+    assert not verdict.supported and verdict.key is not None and verdict.key < 0.3 and llm.schemas == []
+    asked = StructuredFake.of({"source": 3, "quote": "黃鐵礦由鐵和硫兩種元素所構成"})
+    passed = EvidenceCheck(asked, key_terms=terms, min_key=0.3).check("黃鐵礦由鐵和哪一元素所構成？", DOCS,
+                                                                     [SystemMessage("chunks")])
+    assert passed.supported and passed.key is not None and passed.key >= 0.3 and len(asked.schemas) == 1
+
+
 def test_no_quote_abstains() -> None:
-    verdict = _check().judge("How much does the QL-7 drone weigh?", DOCS, EvidenceQuote(source=0, quote=""))
+    verdict = _check().judge("How much does the QL-7 drone weigh?", DOCS, EvidenceQuote(source=0, quote="", answer=""))
     assert not verdict.supported and verdict.source == 0
     assert "quoted none" in verdict.reason
 
@@ -47,18 +100,20 @@ def test_no_quote_abstains() -> None:
 def test_a_quote_not_in_any_chunk_abstains_and_says_how_much_was_found() -> None:
     # the issue's case: "weighs" stitched between two pieces of the payload sentence
     verdict = _check(min_window=1.01).judge("How much does the QL-7 drone weigh?", DOCS,
-                                            EvidenceQuote(source=1, quote="The QL-7 drone weighs 2.5 kilograms."))
+                                            EvidenceQuote(source=1, quote="The QL-7 drone weighs 2.5 kilograms.",
+                                                          answer="2.5 kilograms"))
     assert not verdict.supported
     assert "not in them" in verdict.reason and verdict.found < 0.8
     assert not _check().judge("Who invented the telephone?", DOCS,
-                              EvidenceQuote(source=1, quote="Bell invented the telephone in 1876.")).supported
+                              EvidenceQuote(source=1, quote="Bell invented the telephone in 1876.",
+                                            answer="Bell")).supported
 
 
 def test_a_real_quote_about_something_else_abstains_on_coverage() -> None:
     # the quote is in chunk 2, but it is about support times, not about pyrite
     others = [DOCS[0], DOCS[1]]  # no chunk about pyrite at all
     verdict = _check(min_coverage=0.5).judge("黃鐵礦由鐵和哪一元素所構成？", others,
-                                             EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
+                                             EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應", answer="30 分鐘"))
     assert not verdict.supported and verdict.coverage == 0.0 and verdict.window is not None and verdict.window < 0.5
     assert "about something else" in verdict.reason
 
@@ -66,23 +121,23 @@ def test_a_real_quote_about_something_else_abstains_on_coverage() -> None:
 def test_a_quote_of_the_wrong_sentence_passes_when_a_retrieved_sentence_holds_the_question() -> None:
     # the model quoted chunk 2, but chunk 3 has a sentence with the question's words: the quote was the wrong one
     verdict = _check(min_coverage=0.5, min_window=0.6).judge(
-        "黃鐵礦由鐵和哪一元素所構成？", DOCS, EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
+        "黃鐵礦由鐵和哪一元素所構成？", DOCS, EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應", answer="30 分鐘"))
     assert verdict.supported and verdict.window is not None and verdict.window >= 0.6
     off = _check(min_coverage=0.5, min_window=1.01).judge(
-        "黃鐵礦由鐵和哪一元素所構成？", DOCS, EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
+        "黃鐵礦由鐵和哪一元素所構成？", DOCS, EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應", answer="30 分鐘"))
     assert not off.supported
 
 
 def test_a_real_quote_on_the_question_is_supported_even_when_misnumbered() -> None:
     verdict = _check().judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
-                             EvidenceQuote(source=1, quote="黃鐵礦由鐵和硫兩種元素所構成"))
+                             EvidenceQuote(source=1, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="硫"))
     assert verdict.supported and verdict.source == 3 and verdict.found == 1.0
     assert verdict.coverage is not None and verdict.coverage >= 0.5
 
 
 def test_across_languages_the_word_coverage_is_not_measured() -> None:
     verdict = _check(min_coverage=0.9).judge("How fast are P1 incidents answered on the Professional plan?", DOCS,
-                                             EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應"))
+                                             EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應", answer="30 分鐘"))
     assert verdict.supported and verdict.coverage is None
 
 
@@ -92,7 +147,7 @@ def test_an_unreadable_reply_is_not_judged() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}, {"min_window": 2.0},
-                                 {"min_judge": 1.5}])
+                                 {"min_judge": 1.5}, {"min_answer": 1.2}, {"min_key": 2.5}])
 def test_bad_thresholds_are_refused_naming_the_value(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=str(next(iter(bad.values())))):
         _check(**bad)
@@ -102,6 +157,9 @@ def test_the_instruction_follows_the_question_language_and_script() -> None:
     assert "先不要回答" in evidence_instruction("黄铁矿由什么构成？")
     assert "資料" in evidence_instruction("黃鐵礦由鐵和哪一元素所構成？")
     assert "Do not answer yet" in evidence_instruction("How much does it weigh?")
+    assert "简短答案" in evidence_instruction("黄铁矿由什么构成？", with_answer=True)
+    assert "簡短答案" in evidence_instruction("黃鐵礦由鐵和哪一元素所構成？", with_answer=True)
+    assert '"answer"' in evidence_instruction("How much does it weigh?", with_answer=True)
 
 
 def test_the_request_keeps_the_answer_prompt_system_message() -> None:
@@ -122,7 +180,7 @@ def _chain(llm: StructuredFake, **kw: object) -> Runnable:
 
 
 def test_the_chain_abstains_without_asking_for_an_answer_when_no_chunk_states_it() -> None:
-    llm = StructuredFake.of({"source": 1, "quote": "The QL-7 drone weighs 2.5 kilograms."},
+    llm = StructuredFake.of({"source": 1, "quote": "The QL-7 drone weighs 2.5 kilograms.", "answer": "2.5 kilograms"},
                             "The QL-7 drone weighs 2.5 kilograms [1].")
     out = _chain(llm).invoke("How much does the QL-7 drone weigh?")
     assert out["supported"] is False and out["sources"] == []
@@ -132,7 +190,8 @@ def test_the_chain_abstains_without_asking_for_an_answer_when_no_chunk_states_it
 
 
 def test_the_chain_answers_after_a_quote_it_finds() -> None:
-    llm = StructuredFake.of({"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms."},
+    llm = StructuredFake.of({"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms.",
+                             "answer": "2.5 kilograms"},
                             "Its payload is 2.5 kilograms [1].")
     out = _chain(llm).invoke("What payload does the QL-7 drone carry?")
     assert out["supported"] is True and out["answer"] == "Its payload is 2.5 kilograms [1]."
@@ -141,7 +200,7 @@ def test_the_chain_answers_after_a_quote_it_finds() -> None:
 
 
 def test_the_chain_streams_the_abstention_too() -> None:
-    llm = StructuredFake.of({"source": 0, "quote": ""})
+    llm = StructuredFake.of({"source": 0, "quote": "", "answer": ""})
     chunks = list(_chain(llm).stream("黃鐵礦的硬度是多少？"))
     answer = "".join(c.get("answer", "") for c in chunks)
     assert answer.startswith("知識庫中沒有關於「")
@@ -168,6 +227,29 @@ def test_the_local_model_quotes_the_sentence_that_answers_and_nothing_for_an_abs
     assert not verdict("Who wrote the novel Pride and Prejudice?").supported  # type: ignore[attr-defined]
 
 
+@pytest.mark.llm
+def test_the_local_model_through_the_default_stages_answers_the_answerable_and_abstains_on_an_absent_topic(
+        local_chat_model: object) -> None:
+    """Real model, real text: the key-term stage, then the quote and its short answer (checked in the quote)."""
+    from ctxrag.chains.key_terms import KeyTerms
+    from ctxrag.chains.rag import answer_messages
+
+    wiki = [Document("黃鐵礦是鐵的二硫化物，由鐵和硫兩種元素所構成，因其淺黃銅的顏色和明亮的金屬光澤，常被誤認為黃金。",
+                     metadata={"source": "pyrite.txt", "title": "黃鐵礦"}),
+            Document("日本的首都是東京，東京都是日本的政治、經濟與文化中心，人口約一千四百萬。",
+                     metadata={"source": "tokyo.txt", "title": "東京"})]
+    terms = KeyTerms.from_texts([d.page_content for d in wiki])
+    check = EvidenceCheck(local_chat_model, key_terms=terms, min_answer=0.8)  # type: ignore[arg-type]
+
+    def verdict(question: str) -> object:
+        return check.check(question, wiki, answer_messages({"question": question, "documents": wiki, "history": []}))
+
+    ok = verdict("黃鐵礦由鐵和哪一元素所構成？")
+    assert ok.supported and ok.source == 1 and ok.answer_found == 1.0, ok  # type: ignore[attr-defined]
+    absent = verdict("蒙古帝國的首都在哪裡？")
+    assert not absent.supported, absent  # type: ignore[attr-defined]
+
+
 def test_a_model_without_structured_output_leaves_the_verdict_to_the_gate() -> None:
     from langchain_core.language_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
@@ -190,7 +272,7 @@ def _with_logprobs(p_yes: float) -> object:
 
 @pytest.mark.parametrize(("p_yes", "supported"), [(0.9, True), (0.2, False)])
 def test_across_languages_the_model_judges_the_quote_when_asked_to(p_yes: float, supported: bool) -> None:
-    llm = StructuredFake.of({"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應"})
+    llm = StructuredFake.of({"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應", "answer": "30 分鐘"})
     llm.messages = iter([*llm.messages, _with_logprobs(p_yes)])
     question = "How fast are P1 incidents answered on the Professional plan?"
     verdict = EvidenceCheck(llm, judge="cross-language").check(question, DOCS, [SystemMessage("chunks")])
@@ -199,11 +281,11 @@ def test_across_languages_the_model_judges_the_quote_when_asked_to(p_yes: float,
 
 
 def test_by_default_the_judge_does_not_run_and_always_asks_it_for_every_quote() -> None:
-    quote = {"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms."}
+    quote = {"source": 1, "quote": "The QL-7 drone carries a payload of 2.5 kilograms.", "answer": "2.5 kilograms"}
     question = "What payload does the QL-7 drone carry?"
     default = EvidenceCheck(StructuredFake.of(quote)).check(question, DOCS, [SystemMessage("chunks")])
     assert default.supported and default.judge is None
-    cross = EvidenceCheck(StructuredFake.of({"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應"})).check(
+    cross = EvidenceCheck(StructuredFake.of({"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應", "answer": "30 分鐘"})).check(
         "How fast are P1 incidents answered on the Professional plan?", DOCS, [SystemMessage("chunks")])
     assert cross.supported and cross.judge is None and cross.coverage is None
     llm = StructuredFake.of(quote)
@@ -213,7 +295,7 @@ def test_by_default_the_judge_does_not_run_and_always_asks_it_for_every_quote() 
 
 
 def test_when_uncertain_a_yes_lets_a_low_coverage_quote_through_and_a_no_keeps_it_out() -> None:
-    quote = {"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應"}
+    quote = {"source": 2, "quote": "專業版的 P1 故障在 30 分鐘內響應", "answer": "30 分鐘"}
     question = "黃鐵礦由鐵和哪一元素所構成？"  # the quote is about something else: coverage 0
     for p_yes, supported in ((0.9, True), (0.2, False)):
         llm = StructuredFake.of(quote)

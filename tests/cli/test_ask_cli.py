@@ -126,8 +126,9 @@ def test_ask_says_nothing_on_an_on_topic_question_no_chunk_answers(quoting: Quot
     out = _ask_json("Which TLS versions does the ctxrag server support?")  # about the server; no chunk says
     assert out["supported"] is False and out["sources"] == []
     assert out["answer"].startswith("The knowledge base has no material")
-    assert "quoted none" in out["relevance"]["reason"] and out["relevance"]["evidence"]["supported"] is False
-    assert len(quoting.prompts) == 1  # asked for the quote only, never for an answer
+    # "TLS" is in no chunk: the key-term stage (the knowledge base's BM25 frequencies) decides before any model call
+    assert "key terms" in out["relevance"]["reason"] and out["relevance"]["evidence"]["supported"] is False
+    assert out["relevance"]["evidence"]["key"] < 0.3 and quoting.prompts == []
 
 
 def test_the_evidence_setting_turns_the_check_off(quoting: Quoting, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,7 +38,8 @@ def test_ask_abstains_on_an_unrelated_question_and_answers_a_covered_one(locker_
 
 def test_ask_gate_off_by_setting(locker_kb, locker_home) -> None:  # noqa: ANN001
     kb, _ = locker_kb
-    settings = server_settings(locker_home).model_copy(update={"answer_gate": False})
+    # the evidence check off too: its key-term stage (no model call) would abstain on a painting the lockers never name
+    settings = server_settings(locker_home).model_copy(update={"answer_gate": False, "answer_evidence": False})
     with run_uvicorn(create_app(settings, kbs=[kb], llm=FactEchoChatModel())) as url:
         out = _ask(url, "Who painted the Mona Lisa?")
         assert out["supported"] is None and out["answer"] == "I do not know."

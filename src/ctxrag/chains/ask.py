@@ -25,7 +25,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable
 from pydantic import BaseModel, Field
 
-from ctxrag.chains.evidence import EvidenceCheck
+from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.enums import SearchMode
@@ -82,8 +82,10 @@ def build_ask_chain(
     """The chain `ctxrag ask` answers with over the open knowledge bases `kbs` (several are fused by RRF).
 
     ``gate``: None follows the ``answer_gate`` setting; True is a `RelevanceGate` over the first knowledge base's
-    embeddings; or a gate of your own, or False. ``evidence``: None follows ``answer_evidence``; True is an
-    `EvidenceCheck` over ``llm``. ``steps`` run on the complete answer (`ctxrag.chains.rag.AnswerStep`).
+    embeddings; or a gate of your own, or False. ``evidence``: None follows ``answer_evidence``; True is the
+    default `EvidenceCheck` over ``llm`` with the key-term stage over the first knowledge base's BM25 frequencies
+    (`ctxrag.chains.evidence.default_evidence_check`). ``steps`` run on the complete answer
+    (`ctxrag.chains.rag.AnswerStep`).
     """
     if not kbs:
         raise ValueError("build_ask_chain needs at least one knowledge base, got none")
@@ -91,5 +93,6 @@ def build_ask_chain(
     gate = s.answer_gate if gate is None else gate
     evidence = s.answer_evidence if evidence is None else evidence
     checker = RelevanceGate(kbs[0].embeddings) if gate is True else gate
+    evidence = default_evidence_check(llm, kbs[0]) if evidence is True else evidence
     retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k, rerank=rerank, search_type="similarity")
     return build_rag_chain(retriever, llm, gate=checker, evidence=evidence, steps=steps)

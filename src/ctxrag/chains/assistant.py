@@ -49,7 +49,7 @@ from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.citations import map_citations
-from ctxrag.chains.evidence import EvidenceCheck
+from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, support_verdict
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.chains.rewrite import QuestionRewriter
@@ -112,7 +112,8 @@ class Assistant(Runnable[Any, dict]):
         self.catalog_first_stage = catalog_first_stage
         self.relevance_margin = relevance_margin
         self.llm_relevance = llm_relevance
-        self.evidence = (EvidenceCheck(llm) if evidence is True and llm is not None else (evidence or None))
+        self.evidence = (default_evidence_check(llm, kb) if evidence is True and llm is not None
+                         else (evidence or None))
         self.prompts = {"zh": LayeredPrompt.default("zh"), "en": LayeredPrompt.default("en")}
         self.prompts.update(prompts or {})
         self.max_tokens = max_tokens

@@ -6,6 +6,10 @@ The relevance gate (`ctxrag.chains.relevance`) tells "about this knowledge base"
 question whose answer is absent still retrieves chunks on its topic, and a small model answers from memory and cites
 them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, made checkable):
 
+0. **key terms** (no model call, `ctxrag.chains.key_terms`): the share of the question's terms, each weighted by its
+   rarity in the knowledge base (BM25 document frequencies), that the best retrieved sentence holds with its chunk's
+   title; below ``min_key`` the check abstains without asking for a quote (a question naming what the knowledge base
+   never mentions). On in `default_evidence_check`, which the ask chain and the assistant use.
 1. **quote**: the model replies, grammar-constrained, ``{"source": n, "quote": "..."}`` — the sentence of source
    ``n`` that states the answer, copied word for word, or ``{"source": 0, "quote": ""}`` when none does. The prompt
    keeps the answer prompt's system message (instructions and numbered chunks), so a llama.cpp model that answers next
@@ -25,12 +29,17 @@ them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, 
    benchmark it did not separate answerable from unanswerable questions at a false-abstention rate users accept);
    ``"cross-language"``: only where the word coverage cannot be measured; ``"uncertain"``: there, and for a quote that
    failed only the coverage (a yes lets it through); ``"always"``: for every found quote.
+5. **the answer in the quote** (``min_answer > 0``; off by default): the request also asks for the short answer
+   copied from the quoted sentence (``{"source", "quote", "answer"}``), and the share of that answer the chunk's
+   sentence holds (`answer_found`) must reach ``min_answer`` — a real sentence quoted beside an invented answer
+   fails. Measured on a pilot only (page ``abstention``); it also fails descriptive answers ("what does this
+   function do?"), which are not copied spans.
 
-The question is answerable when the model names a source and either ``found >= min_found`` and ``coverage >=
-min_coverage``, or ``window_coverage >= min_window``; and, where the judge runs, ``P(yes) >= min_judge``. The
-defaults were chosen on the calibration half of ``bench/bench_abstention.py`` (page ``abstention``). A reply that
-cannot be read as the JSON (a model or endpoint without structured output) is not judged: the gate's verdict stands
-and the reason says so.
+The question is answerable when the key terms pass, the model names a source and either ``found >= min_found`` and
+``coverage >= min_coverage``, or ``window_coverage >= min_window``; and, where they run, ``P(yes) >= min_judge`` and
+the answer test. The defaults were chosen on the calibration half of ``bench/bench_abstention.py`` (page
+``abstention``). A reply that cannot be read as the JSON (a model or endpoint without structured output) is not
+judged: the gate's verdict stands and the reason says so.
 
 What it cannot tell: a question about an attribute the chunks do not give of an entity they do name ("How much does
 the QL-7 drone weigh?" over a chunk giving its payload) shares the entity's words with them and passes the word
@@ -63,6 +72,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
+from ctxrag.chains.key_terms import SENTENCE_END, KeyTerms, sentences_of
 from ctxrag.chains.relevance import QUESTION_WORDS
 from ctxrag.compressors.llm_rerank import yes_probability
 from ctxrag.prompts.evidence import evidence_instruction, judge_instruction
@@ -78,6 +88,11 @@ DEFAULT_MIN_COVERAGE = 0.2
 DEFAULT_MIN_WINDOW = 0.5
 """Default ``min_window``: a quote that fails the coverage still passes when one retrieved sentence holds this share
 of the question's content words."""
+DEFAULT_MIN_ANSWER = 0.0
+"""Default ``min_answer``: share of the model's short answer that the chunk's sentence it quoted must hold."""
+DEFAULT_MIN_KEY = 0.3
+"""Default ``min_key``: rarity-weighted share of the question's terms one retrieved sentence must hold
+(`ctxrag.chains.key_terms`), checked before the quote is asked for."""
 DEFAULT_MIN_JUDGE = 0.5
 """Default ``min_judge``: the model's P(yes) that the quote states the answer, where the judge runs."""
 JUDGE_MODES = ("never", "cross-language", "uncertain", "always")
@@ -90,11 +105,23 @@ _NOT_TEXT = re.compile(r"[\W_]+", re.UNICODE)
 _MIN_RUN = 4
 
 
+MAX_ANSWER_CHARS = 40
+"""Longest short answer the grammar lets the model write after its quote (a name, a number, a date, a phrase)."""
+
+
 class EvidenceQuote(BaseModel):
-    """The model's evidence: the number of the source that states the answer (0: none) and its sentence."""
+    """The model's evidence: the number of the source that states the answer (0: none), its sentence, and the short
+    answer as that sentence words it (empty in replies of the quote-only request)."""
 
     source: int = Field(ge=0, le=99)
     quote: str = Field(max_length=MAX_QUOTE_CHARS)
+    answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
+
+
+class EvidenceQuoteAnswer(EvidenceQuote):
+    """The quote-and-answer request's schema: the short answer is required, written after the quote."""
+
+    answer: str = Field(max_length=MAX_ANSWER_CHARS)
 
 
 @dataclass(frozen=True)
@@ -119,9 +146,19 @@ class Evidence:
     window: float | None = None
     """The best share of the question's content words one retrieved sentence holds (measured when the quote's own
     coverage fell short)."""
+    answer: str = ""
+    """The model's short answer, as it wrote it after the quote."""
+    key: float | None = None
+    """Rarity-weighted share of the question's terms the best retrieved sentence holds (`KeyTerms`; None when not
+    measured)."""
+    answer_found: float | None = None
+    """Share of the short answer found in the chunk's sentence the verdict rests on (`answer_found`); None when the
+    answer test does not apply (no sentence found, or the question and the chunk are in different languages)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"supported": self.supported, "source": self.source, "quote": self.quote,
+        return {"supported": self.supported, "source": self.source, "quote": self.quote, "answer": self.answer,
+                "answer_found": None if self.answer_found is None else round(self.answer_found, 4),
+                "key": None if self.key is None else round(self.key, 4),
                 "found": round(self.found, 4),
                 "coverage": None if self.coverage is None else round(self.coverage, 4),
                 "judge": None if self.judge is None else round(self.judge, 4),
@@ -175,21 +212,25 @@ def quote_found(quote: str, text: str) -> float:
     return _matched(quote, text)[0]
 
 
-_SENTENCE_END = re.compile(r"[。！？!?；;\n]|\.(?=\s)")
+def answer_found(answer: str, sentence: str) -> float:
+    """Share of the short ``answer`` that ``sentence`` holds, both folded by `_fold`: 1.0 when it holds all of it,
+    else the share in runs of at least two characters (a nearly copied answer scores high), 0.0 for an empty answer.
+    The test for an answer invented beside a real quote: the quote is real, the answer is not in it.
 
-
-def sentences_of(text: str) -> list[str]:
-    """``text`` cut after each sentence end (`_SENTENCE_END`), blank pieces dropped.
-
-    >>> sentences_of("雪山在臺中。玉山最高。 Tea. Coffee")
-    ['雪山在臺中。', '玉山最高。', ' Tea.', ' Coffee']
+    >>> answer_found("硫", "黃鐵礦由鐵和硫兩種元素所構成。")
+    1.0
+    >>> answer_found("碳", "黃鐵礦由鐵和硫兩種元素所構成。")
+    0.0
+    >>> answer_found("2.5 kilograms", "The QL-7 drone carries a payload of 2.5 kilograms.")
+    1.0
     """
-    out, start = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        out.append(text[start:m.end()])
-        start = m.end()
-    out.append(text[start:])
-    return [p for p in out if p.strip()]
+    a, t = _fold(answer), _fold(sentence)
+    if not a:
+        return 0.0
+    if a in t:
+        return 1.0
+    blocks = SequenceMatcher(None, a, t, autojunk=False).get_matching_blocks()
+    return sum(b.size for b in blocks if b.size >= 2) / len(a)
 
 
 def sentence_around(text: str, span: tuple[int, int]) -> str:
@@ -199,13 +240,13 @@ def sentence_around(text: str, span: tuple[int, int]) -> str:
     '臺灣最高的山是玉山，海拔3952公尺。'
     """
     start, end = span
-    before = [m.end() for m in _SENTENCE_END.finditer(text, 0, start)]
-    after = _SENTENCE_END.search(text, max(start, end - 1))
+    before = [m.end() for m in SENTENCE_END.finditer(text, 0, start)]
+    after = SENTENCE_END.search(text, max(start, end - 1))
     return text[before[-1] if before else 0: after.end() if after else len(text)].strip()
 
 
-QUOTE_MAX_TOKENS = 160
-"""Tokens the quote's JSON may take (a cap of `MAX_QUOTE_CHARS` characters plus the keys)."""
+QUOTE_MAX_TOKENS = 224
+"""Tokens the quote's JSON may take (`MAX_QUOTE_CHARS` and `MAX_ANSWER_CHARS` characters plus the keys)."""
 
 
 def _room_for_the_quote(llm: BaseChatModel) -> BaseChatModel:
@@ -235,7 +276,9 @@ class EvidenceCheck:
 
     def __init__(self, llm: BaseChatModel, *, min_found: float = DEFAULT_MIN_FOUND,
                  min_coverage: float = DEFAULT_MIN_COVERAGE, min_window: float = DEFAULT_MIN_WINDOW,
-                 judge: str = "never", min_judge: float = DEFAULT_MIN_JUDGE) -> None:
+                 judge: str = "never", min_judge: float = DEFAULT_MIN_JUDGE,
+                 min_answer: float = DEFAULT_MIN_ANSWER, answer_across_languages: bool = False,
+                 key_terms: KeyTerms | None = None, min_key: float = DEFAULT_MIN_KEY) -> None:
         if not 0.0 <= min_found <= 1.0:
             raise ValueError(f"min_found must be in [0, 1], got {min_found!r}")
         if not 0.0 <= min_coverage <= 1.0:
@@ -252,6 +295,14 @@ class EvidenceCheck:
             raise ValueError(f"min_judge must be in [0, 1], got {min_judge!r}")
         self.judge_mode = judge
         self.min_judge = min_judge
+        if not 0.0 <= min_answer <= 1.0:
+            raise ValueError(f"min_answer must be in [0, 1] (0 turns the answer test off), got {min_answer!r}")
+        self.min_answer = min_answer
+        self.answer_across_languages = answer_across_languages
+        if not 0.0 <= min_key <= 1.0:
+            raise ValueError(f"min_key must be in [0, 1] (0 turns the key-term test off), got {min_key!r}")
+        self.key_terms = key_terms
+        self.min_key = min_key
         self._tokenize = make_tokenizer("mixed", stopwords=True)
 
     def _content_words(self, text: str) -> set[str]:
@@ -282,9 +333,10 @@ class EvidenceCheck:
         return sum(w in _fold(f"{quote} {_heading(doc)}") for w in asked) / len(asked)
 
     @staticmethod
-    def _best_sentence(asked: list[str], lang: str, docs: Sequence[Document]) -> tuple[float, int] | None:
-        """The best sentence coverage over ``docs`` in language ``lang`` and the chunk (numbered from 1) holding it."""
-        best: tuple[float, int] | None = None
+    def _best_sentence(asked: list[str], lang: str, docs: Sequence[Document]) -> tuple[float, int, str] | None:
+        """The best sentence coverage over ``docs`` in language ``lang``, the chunk (numbered from 1) holding it and
+        the sentence."""
+        best: tuple[float, int, str] | None = None
         for n, d in enumerate(docs, 1):
             if not asked or detect_language(d.page_content[:2000]) != lang:
                 continue
@@ -293,7 +345,7 @@ class EvidenceCheck:
                 text = _fold(f"{sentence} {around}")
                 share = sum(w in text for w in asked) / len(asked)
                 if best is None or share > best[0]:
-                    best = (share, n)
+                    best = (share, n, sentence)
         return best
 
     def messages(self, question: str, answer_messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -301,12 +353,13 @@ class EvidenceCheck:
         instruction in the question's language and script."""
         system = next((m for m in answer_messages if isinstance(m, SystemMessage)), None)
         head: list[BaseMessage] = [system] if system is not None else []
-        return [*head, HumanMessage(evidence_instruction(question))]
+        return [*head, HumanMessage(evidence_instruction(question, with_answer=self.min_answer > 0))]
 
     def ask(self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None) -> EvidenceQuote | None:
         """The model's quote for the request ``messages``; None when its reply cannot be read."""
         try:
-            reply = _room_for_the_quote(self.llm).with_structured_output(EvidenceQuote).invoke(list(messages), config)
+            schema = EvidenceQuoteAnswer if self.min_answer > 0 else EvidenceQuote
+            reply = _room_for_the_quote(self.llm).with_structured_output(schema).invoke(list(messages), config)
         except NotImplementedError:  # a chat model class without structured output: nothing to judge with
             log.debug("evidence check: %s has no structured output; not judged", type(self.llm).__name__)
             return None
@@ -352,10 +405,20 @@ class EvidenceCheck:
                                key=lambda x: x[0][0], default=((0.0, None), 0))
         doc = docs[n - 1] if n else docs[0]
         asked, lang = self._asked(question), detect_language(question)
-        cov = self._coverage(asked, lang, sentence_around(doc.page_content, span) if span else quote, doc)
+        said = sentence_around(doc.page_content, span) if span else ""
+        cov = self._coverage(asked, lang, said or quote, doc)
+        ans = reply.answer.strip()
+        tested = self.min_answer > 0 and (cov is not None or self.answer_across_languages)
+        in_quote = answer_found(ans, said) if said else None
         if found >= self.min_found and (cov is None or cov >= self.min_coverage):
             covered = "another language" if cov is None else f"coverage {cov:.2f}"
-            return Evidence(True, n, quote, found, cov, f"[{n}] states it (found {found:.2f}, {covered})")
+            if tested and (in_quote or 0.0) < self.min_answer:
+                return Evidence(False, n, quote, found, cov, f"no retrieved chunk states the answer (the model's "
+                                f"answer {ans!r:.60} is not in the sentence it quoted from [{n}]: "
+                                f"{in_quote or 0.0:.2f}, min {self.min_answer:.2f})", answer=ans,
+                                answer_found=in_quote)
+            return Evidence(True, n, quote, found, cov, f"[{n}] states it (found {found:.2f}, {covered})",
+                            answer=ans, answer_found=in_quote)
         why = (f"the model's quote is not in them: found {found:.2f}, min {self.min_found:.2f}"
                if found < self.min_found else
                f"the quote from [{n}] is about something else: coverage {cov:.2f}, min {self.min_coverage:.2f}")
@@ -364,18 +427,31 @@ class EvidenceCheck:
         best = self._best_sentence(asked, lang, docs) if self.min_window <= 1.0 and cov is not None else None
         window = None if best is None else best[0]
         if best is not None and best[0] >= self.min_window:
+            held_answer = max(answer_found(ans, best[2]), in_quote or 0.0)
+            if tested and held_answer < self.min_answer:
+                return Evidence(False, best[1], quote, found, cov, f"no retrieved chunk states the answer (a sentence "
+                                f"of [{best[1]}] holds the question's words, {best[0]:.2f}, but not the model's "
+                                f"answer {ans!r:.60}: {held_answer:.2f}, min {self.min_answer:.2f}; {why})",
+                                window=window, answer=ans, answer_found=held_answer)
             return Evidence(True, best[1], quote, found, cov, f"a sentence of [{best[1]}] holds the question's words "
-                            f"({best[0]:.2f}, min {self.min_window:.2f}); {why}", window=window)
+                            f"({best[0]:.2f}, min {self.min_window:.2f}); {why}", window=window, answer=ans,
+                            answer_found=held_answer)
         held = "" if window is None else f"; best retrieved sentence {window:.2f}, min {self.min_window:.2f}"
         return Evidence(False, n if found >= self.min_found else 0, quote, found, cov,
-                        f"no retrieved chunk states the answer ({why}{held})", window=window)
+                        f"no retrieved chunk states the answer ({why}{held})", window=window, answer=ans,
+                        answer_found=in_quote)
 
     def check(self, question: str, docs: Sequence[Document], answer_messages: Sequence[BaseMessage],
               config: RunnableConfig | None = None) -> Evidence:
         """Ask for the quote and judge it. ``answer_messages``: the answer prompt (its system message is reused)."""
         if not docs:
             return Evidence(False, 0, "", 0.0, None, "retrieval found nothing")
-        verdict = self.judge(question, docs, self.ask(self.messages(question, answer_messages), config))
+        key = self.key_terms.coverage(question, docs) if self.key_terms is not None and self.min_key > 0 else None
+        if key is not None and key < self.min_key:  # no model call: what the question names is not there
+            return Evidence(False, 0, "", 0.0, None, f"no retrieved sentence names what the question asks about "
+                            f"(key terms {key:.2f}, min {self.min_key:.2f})", key=key)
+        verdict = replace(self.judge(question, docs, self.ask(self.messages(question, answer_messages), config)),
+                          key=key)
         if not (verdict.judged and self._judges(verdict)):
             return verdict
         p = self.judge_probability(question, verdict.quote, config)
@@ -388,3 +464,14 @@ class EvidenceCheck:
         covered = "another language" if verdict.coverage is None else f"coverage {verdict.coverage:.2f}"
         return replace(verdict, supported=True, judge=p, reason=(
             f"[{verdict.source}] states it (found {verdict.found:.2f}, {covered}, the model's P(yes) {p:.2f})"))
+
+
+def default_evidence_check(llm: BaseChatModel, kb: Any = None) -> EvidenceCheck:
+    """The evidence check every answering route uses by default: the thresholds chosen on the abstention benchmark,
+    with the key-term stage over ``kb``'s BM25 frequencies (`KeyTerms.from_knowledge_base`; without ``kb``, or when
+    it has no BM25 index, that stage is skipped).
+
+    >>> default_evidence_check(None).key_terms is None  # doctest: +SKIP
+    True
+    """
+    return EvidenceCheck(llm, key_terms=None if kb is None else KeyTerms.from_knowledge_base(kb))
