@@ -32,6 +32,8 @@ time, an mtime/size check afterwards), as every ``CTXRAG_HOME`` shares it. Tests
     small_chat_model     session  the same with the 0.5B, for tests of mechanics (LangChain's standard suite)
     llama_server_url     session  "http://127.0.0.1:PORT/v1" of a real llama_cpp.server with that model, behind the
                                   run's reply cache (tests/llm_replies, ``$CTXRAG_TEST_LLM_CACHE``)
+    server_chat_model    function ChatOpenAI on llama_server_url (temperature 0, max_tokens 64): answers, not the
+                                  in-process path
     counting_llm_url     function that URL behind a CountingProxy: a str with .count / .requests / .reset()
     llm_endpoint_env     function CTXRAG_LLM__* set so make_chat_model() returns ChatOpenAI on counting_llm_url
 """
@@ -113,7 +115,7 @@ def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest
 # --------------------------------------------------------------------------------------------- lanes
 
 MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_model", "small_chat_model",
-                            "llama_server_url", "counting_llm_url", "llm_endpoint_env"})
+                            "llama_server_url", "counting_llm_url", "llm_endpoint_env", "server_chat_model"})
 """Fixtures that load the real model: a test using one is an ``llm`` test whether or not it is marked."""
 
 
@@ -339,8 +341,19 @@ def llama_server_url(local_model_path: Path) -> str:
                                  n_ctx=int(os.environ.get("CTXRAG_TEST_LLM_N_CTX", "4096")),
                                  owner_pid=int(_RUN[OWNER_ENV]), cache_dir=REPLIES_DIR,
                                  cache_mode=CacheMode.from_str(_RUN.get(CACHE_ENV)), used_log=_used_log(),
-                                 loads_file=_loads_file())
+                                 loads_file=_loads_file(), aliases={str(REPLIES_DIR.parents[1]): "<repo>"})
     return url
+
+
+@pytest.fixture
+def server_chat_model(llama_server_url: str):  # noqa: ANN201 - ChatOpenAI
+    """The run's server as a LangChain chat model (``ChatOpenAI``, temperature 0, max_tokens 64, as
+    ``local_chat_model``): for a test about what the model answers rather than the in-process path, so its replies
+    are recorded and replayed (`ctxrag.testing.reply_cache`) and it adds no load."""
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(base_url=llama_server_url, api_key="unused", model=SERVER_MODEL_ALIAS, temperature=0.0,
+                      max_tokens=64, timeout=HANG_GUARD_S, max_retries=0)
 
 
 @pytest.fixture

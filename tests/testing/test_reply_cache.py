@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,6 +59,21 @@ def test_the_key_changes_when_any_request_field_changes() -> None:
     assert base not in changed and len(set(changed)) == len(changed)
     reordered = dict(reversed(list(BODY.items())))
     assert request_key(SHA, 4096, "/v1/chat/completions", reordered) == base  # field order is not a change
+
+
+def test_checkout_and_pytest_temporary_paths_key_as_placeholders() -> None:
+    def asking(path: str) -> dict:
+        return {**BODY, "messages": [{"role": "user", "content": f"Summarise {path}/notes.md"}]}
+
+    aliases = {"/work/clone-a": "<repo>"}
+    here = request_key(SHA, 4096, "/v1/chat/completions", asking("/work/clone-a/docs"), aliases)
+    assert request_key(SHA, 4096, "/v1/chat/completions", asking("/ci/build/docs"), {"/ci/build": "<repo>"}) == here
+    assert request_key(SHA, 4096, "/v1/chat/completions", asking("/work/clone-a/src"), aliases) != here
+    tmp = tempfile.gettempdir()
+    run_a = request_key(SHA, 4096, "/v1/chat/completions", asking(f"{tmp}/pytest-of-ann/pytest-7/popen-gw1/test_x0"))
+    run_b = request_key(SHA, 4096, "/v1/chat/completions", asking(f"{tmp}/pytest-of-ci/pytest-212/test_x0"))
+    other = request_key(SHA, 4096, "/v1/chat/completions", asking(f"{tmp}/pytest-of-ci/pytest-212/test_y0"))
+    assert run_a == run_b != other
 
 
 @pytest.mark.parametrize(("body", "expected"), [
@@ -116,6 +132,7 @@ class _Upstream:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status = int(body.get("status", 200))  # the status a test asks for
                 with upstream._lock:
                     upstream.calls += 1
                     n = upstream.calls
@@ -126,10 +143,13 @@ class _Upstream:
                     events += [] if cut_stream else ["data: [DONE]\r\n\r\n"]
                     payload = "".join(events).encode()
                     ctype = "text/event-stream; charset=utf-8"
+                elif body.get("reject"):  # what llama_cpp.server answers for a request its pydantic schema rejects
+                    payload = json.dumps({"error": {"message": f"1 validation error: n={n}"}}).encode()
+                    ctype = "application/json"
                 else:
                     payload = json.dumps({"n": n, "text": "颜色"}, ensure_ascii=False).encode()
                     ctype = "application/json"
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -170,6 +190,19 @@ def test_a_miss_is_recorded_and_a_hit_replays_it_byte_for_byte(upstream: _Upstre
     assert read_used([tmp_path / "used.log"]) == {"hit": {key}, "miss": {key}}
     entry = ReplyCache(tmp_path / "replies").get(key)
     assert entry is not None and entry["request"] == BODY and entry["body"].encode() == first.content
+
+
+def test_a_refusal_is_replayed_and_a_server_error_is_not_recorded(upstream: _Upstream, tmp_path: Path) -> None:
+    with _proxy(upstream, tmp_path) as proxy:
+        refusals = [httpx.post(f"{proxy.url}/chat/completions", json={**BODY, "status": 422}) for _ in range(2)]
+        errors = [httpx.post(f"{proxy.url}/chat/completions", json={**BODY, "status": 500}) for _ in range(2)]
+        rejected = [httpx.post(f"{proxy.url}/chat/completions", json={**BODY, "status": 500, "reject": True})
+                    for _ in range(2)]
+    assert [r.status_code for r in refusals] == [422, 422] and refusals[0].content == refusals[1].content
+    assert [r.status_code for r in errors] == [500, 500] and [r.json()["n"] for r in errors] == [2, 3]
+    # llama_cpp.server's HTTP 500 for a request its schema rejects is the request's own answer: replayed
+    assert [r.status_code for r in rejected] == [500, 500] and rejected[0].content == rejected[1].content
+    assert upstream.calls == 4 and len(ReplyCache(tmp_path / "replies").keys()) == 2
 
 
 def test_a_stream_is_replayed_as_the_same_events(upstream: _Upstream, tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ A ``POST .../chat/completions`` or ``.../completions`` whose reply is determined
 a fixed ``seed``) is keyed by the sha256 of (the GGUF's sha256, the server's ``n_ctx``, the path, the whole JSON body:
 messages or prompt, sampling parameters, grammar or response_format, max_tokens, logprobs, stream, tools...). A key
 the cache holds is answered from its file, byte for byte what the server sent (a streamed reply as the same SSE
-events); a key it lacks is decoded by the server and recorded, one small JSON file per key, written atomically.
+events); a key it lacks is decoded by the server and recorded, one small JSON file per key, written atomically
+(a refusal of the request too, see `_determined`; a passing server error is not recorded). Checkout and pytest
+temporary paths in a prompt are keyed as placeholders (`request_key`).
 Everything else (sampled requests, ``GET /models``, a request sent with ``Cache-Control: no-cache``) passes through.
 The upstream is a callable, so a run whose requests are all recorded never starts (never loads) the model.
 
@@ -34,7 +36,7 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -101,11 +103,22 @@ def is_deterministic(body: Any) -> bool:
     return isinstance(temperature, int | float) and not isinstance(temperature, bool) and temperature == 0
 
 
-def request_key(model_sha: str, n_ctx: int, path: str, body: dict[str, Any]) -> str:
+_PYTEST_TMP = re.compile(re.escape(tempfile.gettempdir()) + r"/pytest-of-[^/\"\\]+/pytest-\d+(?:/popen-gw\d+)?")
+
+
+def request_key(model_sha: str, n_ctx: int, path: str, body: dict[str, Any],
+                aliases: Mapping[str, str] | None = None) -> str:
     """The cache key of a request: sha256 of the model's sha256, ``n_ctx``, the endpoint path and the canonical JSON
-    body (keys sorted, so two clients that order fields differently share the entry)."""
+    body (keys sorted, so two clients that order fields differently share the entry).
+
+    Paths that differ between checkouts and runs are read as placeholders: each ``aliases`` key (a folder such as the
+    repository root) as its value, and pytest's per-run temporary folder (``.../pytest-of-USER/pytest-N[/popen-gwK]``)
+    as ``<pytest-tmp>``, so a prompt that quotes a file's path keys the same in CI's fresh clone."""
     canonical = json.dumps({"model_sha256": model_sha, "n_ctx": n_ctx, "path": path, "body": body},
                            sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for folder, placeholder in sorted((aliases or {}).items(), key=lambda kv: -len(kv[0])):
+        canonical = canonical.replace(folder, placeholder)
+    canonical = _PYTEST_TMP.sub("<pytest-tmp>", canonical)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -144,6 +157,14 @@ class ReplyCache:
         return {p.stem for p in self.folder.glob("*.json")}
 
 
+def _determined(status: int, content: bytes) -> bool:
+    """Whether a reply is as determined by its request as an answer: a success, a refusal (4xx), or the error
+    llama_cpp.server answers with HTTP 500 for a request its schema rejects (a client that then falls back, as
+    ``with_structured_output`` does from ``json_schema`` to ``json_object``, asks it every time). Other server errors
+    may be passing trouble: not recorded."""
+    return status < 500 or b"validation error" in content[:200]
+
+
 def _body_of(entry: dict[str, Any]) -> bytes:
     return ("".join(entry["events"]) if "events" in entry else entry["body"]).encode("utf-8")
 
@@ -158,10 +179,12 @@ class CachingProxy:
     """
 
     def __init__(self, upstream: Callable[[], str] | str, *, cache_dir: Path, model_sha256: str, n_ctx: int = 4096,
-                 mode: CacheMode = CacheMode.ON, used_log: Path | None = None, base_path: str = "/v1") -> None:
+                 mode: CacheMode = CacheMode.ON, used_log: Path | None = None, base_path: str = "/v1",
+                 aliases: Mapping[str, str] | None = None) -> None:
         self._upstream = upstream if callable(upstream) else (lambda: upstream)
         self.cache = ReplyCache(cache_dir)
         self.model_sha256, self.n_ctx, self.mode, self.used_log = model_sha256, n_ctx, mode, used_log
+        self.aliases = dict(aliases or {})
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self.hits = self.misses = self.passed = 0
@@ -201,7 +224,7 @@ class CachingProxy:
             self._count("passed", f"{handler.command} {path}")
             self._forward(handler, body, record=None)
             return
-        key = request_key(self.model_sha256, self.n_ctx, path, parsed)
+        key = request_key(self.model_sha256, self.n_ctx, path, parsed, self.aliases)
         with self._key_lock(key):  # an identical request at the same time waits, then replays this one's reply
             entry = None if self.mode is CacheMode.RECORD else self.cache.get(key)
             if entry is not None:
@@ -227,7 +250,7 @@ class CachingProxy:
                 if not ctype.startswith("text/event-stream"):
                     content = resp.read()
                     self._send(handler, resp.status_code, ctype, content, resp.headers)
-                    if record and resp.status_code == 200:
+                    if record and _determined(resp.status_code, content):
                         self._save(record, resp.status_code, ctype, content.decode("utf-8"), stream=False)
                     return
                 handler.send_response(resp.status_code)

@@ -51,13 +51,15 @@ def _key(model_path: Path, n_ctx: int) -> str:
 
 def shared_llama_server(run_dir: Path, model_path: str | Path, *, n_ctx: int = 4096, owner_pid: int,
                         cache_dir: Path | None = None, cache_mode: CacheMode = CacheMode.ON,
-                        used_log: Path | None = None, loads_file: Path | None = None) -> tuple[str, bool]:
+                        used_log: Path | None = None, loads_file: Path | None = None,
+                        aliases: dict[str, str] | None = None) -> tuple[str, bool]:
     """(base URL, whether this call started it) of the run's server for (``model_path``, ``n_ctx``), started now if
     no process of the run has.
 
     ``run_dir`` is a folder every process of the run sees; ``owner_pid`` the process whose end stops the server.
     ``cache_dir`` holds the recorded replies (``None``: nothing is cached, every request reaches the model);
-    ``cache_mode``, ``used_log`` as in `CachingProxy`; ``loads_file`` gets a line when the model is loaded.
+    ``cache_mode``, ``used_log``, ``aliases`` as in `CachingProxy`; ``loads_file`` gets a line when the model is
+    loaded.
     Raises ``RuntimeError`` with the supervisor's log tail when it does not start.
     """
     from filelock import FileLock
@@ -78,6 +80,8 @@ def shared_llama_server(run_dir: Path, model_path: str | Path, *, n_ctx: int = 4
         for flag, value in (("--cache-dir", cache_dir), ("--used-log", used_log), ("--loads-file", loads_file)):
             if value is not None:
                 cmd += [flag, str(value)]
+        for folder, placeholder in (aliases or {}).items():
+            cmd += ["--alias", f"{folder}={placeholder}"]
         with open(log.with_suffix(".supervisor.log"), "wb") as sup_log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=sup_log, stderr=subprocess.STDOUT,
                                     start_new_session=True)  # not in the caller's process group: it outlives the caller
@@ -146,6 +150,7 @@ def _supervise(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-mode", default=CacheMode.ON.value)
     ap.add_argument("--used-log", type=Path)
     ap.add_argument("--loads-file", type=Path)
+    ap.add_argument("--alias", action="append", default=[], help="FOLDER=PLACEHOLDER, for the cache keys")
     args = ap.parse_args(argv)
     mode = CacheMode.from_str(args.cache_mode) if args.cache_dir is not None else CacheMode.OFF
 
@@ -160,7 +165,8 @@ def _supervise(argv: list[str] | None = None) -> int:
             sha = model_sha256(args.model) if mode is not CacheMode.OFF else ""
             proxy = stack.enter_context(CachingProxy(server, cache_dir=args.cache_dir or args.state.parent,
                                                      model_sha256=sha, n_ctx=args.n_ctx, mode=mode,
-                                                     used_log=args.used_log))
+                                                     used_log=args.used_log,
+                                                     aliases=dict(a.rsplit("=", 1) for a in args.alias)))
             tmp = args.state.with_suffix(".tmp")
             tmp.write_text(json.dumps({"url": proxy.url, "pid": os.getpid(), "model": args.model,
                                        "n_ctx": args.n_ctx, "cache": mode.value}), encoding="utf-8")
