@@ -9,11 +9,14 @@ chat model loads and processes one run costs.
 A run is ``python -m pytest [-m <lane>] --durations=0 -q`` in the repository root (the addopts of pyproject.toml
 apply, pytest-xdist's ``-n`` included unless ``--workers`` overrides it); its row has the wall time, the CPU time of
 pytest and every process it started (see `run_pytest`), the pytest summary, the load average before and after, the
-chat model loads (the file the test fixtures write, ``$CTXRAG_TEST_MODEL_LOADS``) and the processes the tests started
-(conftest's count). From pytest's ``--durations`` of the whole-suite run come the seconds per lane (each test's
-setup, call and teardown, the lanes told apart by ``--collect-only``), per top-level test folder and the slowest
-tests, each with what it checks that no cheaper test does (`WHY`). ``--before-log`` reads the same tables from the
-log of an earlier run (the runs keep theirs in ``$TMPDIR/ctxrag-test-lanes``). Writes
+chat model loads (the file the test fixtures write, ``$CTXRAG_TEST_MODEL_LOADS``), the processes the tests started
+(conftest's count) and the model replies the reply cache replayed, decoded or passed through (its keys are kept in
+``$TMPDIR/ctxrag-test-lanes/llm_replies_used_*.txt`` for ``python -m ctxrag.testing.reply_cache prune``); the load
+column adds the mean 1-minute load sampled during the run. From pytest's ``--durations`` of the whole-suite run come
+the seconds per lane (each test's setup, call and teardown, the lanes told apart by ``--collect-only``), per
+top-level test folder and the slowest tests, each with what it checks that no cheaper test does (`WHY`).
+``--before-log`` reads the same tables from the log of an earlier run (the runs keep theirs in
+``$TMPDIR/ctxrag-test-lanes``). Writes
 ``docs/benchmarks/data/test_lanes.json`` through `bench/pagedata.py`, keeping the rows of its ``history`` table.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -38,9 +42,12 @@ _SUMMARY = re.compile(r"^=*\s*(\d+ (passed|failed).*?) in [\d.]+s", re.M)
 _DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S+)", re.M)
 _LOADS = re.compile(r"chat model loads in this test run: (\d+)")
 _STARTS = re.compile(r"processes started by the tests: (\d+)")
+_REPLIES = re.compile(r"model replies \(CTXRAG_TEST_LLM_CACHE=([\w-]+)\): (\d+) replayed, (\d+) decoded and recorded, "
+                      r"(\d+) passed through")
 TOP_TESTS = 30
 LOG_DIR = Path(tempfile.gettempdir()) / "ctxrag-test-lanes"
 HISTORY = "history: the whole suite and its lanes, run by run"
+REPLIES_COLUMN = "model replies: replayed / decoded / passed through (cache mode)"
 
 WHY = {
     "tests/models/test_llamacpp_standard.py": "LangChain's standard chat-model contract on the real in-process model "
@@ -108,19 +115,33 @@ def run_pytest(expression: str | None, workers: str | None, extra: list[str] | N
     name = re.sub(r"[^a-z0-9]+", "_", f"{expression or 'all'} n{workers}")
     log, loads = LOG_DIR / f"test_lanes_{name}.log", LOG_DIR / f"model_loads_{name}.txt"  # follow it with tail -f
     loads.unlink(missing_ok=True)
-    env = {**os.environ, "CTXRAG_TEST_MODEL_LOADS": str(loads), "PYTHONPATH": str(ROOT / "src")}
+    used = LOG_DIR / f"llm_replies_used_{name}.txt"  # for python -m ctxrag.testing.reply_cache prune --used
+    env = {**os.environ, "CTXRAG_TEST_MODEL_LOADS": str(loads), "PYTHONPATH": str(ROOT / "src"),
+           "CTXRAG_TEST_LLM_USED": str(used)}
+    samples, done = [], threading.Event()
+
+    def sample_load() -> None:  # the machine is shared: the mean 1-minute load while the run lasts
+        while not done.wait(30.0):
+            samples.append(os.getloadavg()[0])
+
+    sampler = threading.Thread(target=sample_load, daemon=True)
     before, cpu, start = os.getloadavg()[0], _children_cpu(), time.monotonic()
+    sampler.start()
     with open(log, "w", encoding="utf-8") as out:
         code = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True).returncode
     _reap()
     seconds, cpu = time.monotonic() - start, _children_cpu() - cpu
+    done.set()
     stdout = log.read_text(encoding="utf-8", errors="replace")
     found = _SUMMARY.findall(stdout)
     starts = _STARTS.findall(stdout)
+    replies = _REPLIES.findall(stdout)
+    mean = f", mean {sum(samples) / len(samples):.1f}" if samples else ""
     return {"seconds": seconds, "cpu": cpu, "summary": found[-1][0] if found else "no pytest summary", "code": code,
-            "out": stdout, "load": f"{before:.1f} / {os.getloadavg()[0]:.1f}",
+            "out": stdout, "load": f"{before:.1f} / {os.getloadavg()[0]:.1f}{mean}",
             "loads": loads.read_text(encoding="utf-8").splitlines() if loads.is_file() else [],
-            "starts": int(starts[-1]) if starts else None, "log": str(log)}
+            "starts": int(starts[-1]) if starts else None, "log": str(log),
+            "replies": "{1} / {2} / {3} ({0})".format(*replies[-1]) if replies else ""}
 
 
 def _test_id(node: str) -> str:
@@ -190,7 +211,8 @@ def main() -> int:
                                                        "run's log (pytest with --durations)")
     ap.add_argument("--record", action="append", default=[],
                     help="a history row transcribed from an earlier run's record, its cells separated by '|' "
-                         "(run|lane|workers|minutes|CPU minutes|summary|exit code|load|model loads|processes)")
+                         "(run|lane|workers|minutes|CPU minutes|summary|exit code|load|model loads|processes"
+                         "|model replies)")
     ap.add_argument("--records-only", action="store_true",
                     help="run nothing: rewrite the page with its history, the --record rows and --before-log")
     ap.add_argument("--note", action="append", default=[], help="a note for the page (repeatable)")
@@ -211,7 +233,7 @@ def main() -> int:
             run = run_pytest(LANES[lane], args.workers)
             row = [lane, f'-m "{LANES[lane]}"' if LANES[lane] else "(none)", workers, round(run["seconds"] / 60, 1),
                    round(run["cpu"] / 60, 1), run["summary"], run["code"], run["load"], len(run["loads"]),
-                   run["starts"]]
+                   run["starts"], run["replies"]]
             rows.append(row)
             history.append([label, lane, workers, *row[3:]])
             print(row, f"(log: {run['log']})", flush=True)
@@ -235,12 +257,14 @@ def main() -> int:
         tables += detail_tables(per_test(Path(path).read_text(encoding="utf-8", errors="replace")), "", before_label)
     run_table = Table(caption="each run: one pytest command" + where,
                       columns=["lane", "markers", "workers", "minutes", "CPU minutes", "pytest summary", "exit code",
-                               "load before / after", "chat model loads", "processes started by the tests"],
+                               "load before / after", "chat model loads", "processes started by the tests",
+                               REPLIES_COLUMN],
                       rows=rows)
     history_table = Table(caption=HISTORY, columns=["run", "lane", "workers", "minutes", "CPU minutes",
                                                     "pytest summary", "exit code", "load before / after",
-                                                    "chat model loads", "processes started by the tests"],
-                          rows=history)
+                                                    "chat model loads", "processes started by the tests",
+                                                    REPLIES_COLUMN],
+                          rows=[row + [""] * (11 - len(row)) for row in history])
     loads_table = Table(caption="the chat model loads of each run (conftest's list)", columns=["lane", "load"],
                         rows=loads_rows)
     if not args.no_page:

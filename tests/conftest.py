@@ -11,8 +11,13 @@ whole run, ``$CTXRAG_TEST_MODEL_LOADS`` when set) and the number of processes th
 One run, several processes: the run's controller (the only pytest process, or pytest-xdist's controller) makes a run
 folder (``$CTXRAG_TEST_RUN_DIR``) that its workers inherit; the one ``llama_cpp.server`` of the run lives there
 (`ctxrag.testing.shared_server`), started by the first worker that needs it and stopped by the controller at the
-end. The ``llm`` tests share one xdist group (``llm-in-process``: one worker, one in-process load); tests of a
-Milvus standalone share another (one embedded etcd per machine).
+end. The server sits behind the run's reply cache (`ctxrag.testing.reply_cache`): deterministic requests
+(temperature 0 or a fixed seed) are answered from ``tests/llm_replies`` when recorded, decoded and recorded when
+not (``CTXRAG_TEST_LLM_CACHE``: ``on``, ``record``, ``replay-only``, ``off``); the model loads only on the first
+request it must decode; the summary counts replays and decodes, and ``CTXRAG_TEST_LLM_USED=<file>`` keeps the used
+keys for ``python -m ctxrag.testing.reply_cache prune --used <file> tests/llm_replies``. The ``llm`` tests share
+one xdist group (``llm-in-process``: one worker, one in-process load); tests of a Milvus standalone share another
+(one embedded etcd per machine).
 
 Local LLM: the default GGUF (Qwen2.5-Coder-1.5B, ``ctxrag.models.gguf.DEFAULT_LOCAL_MODEL``) is assembled ONCE into
 the product's shared models cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models`` (1.1 GB, seconds the first
@@ -25,7 +30,10 @@ time, an mtime/size check afterwards), as every ``CTXRAG_HOME`` shares it. Tests
     small_model_path     session  Path of the verified 0.5B GGUF, for a test that needs the small model itself
     local_chat_model     session  LocalLlamaChatModel (in-process, n_ctx 4096, temperature 0, max_tokens 64)
     small_chat_model     session  the same with the 0.5B, for tests of mechanics (LangChain's standard suite)
-    llama_server_url     session  "http://127.0.0.1:PORT/v1" of a real llama_cpp.server with that model
+    llama_server_url     session  "http://127.0.0.1:PORT/v1" of a real llama_cpp.server with that model, behind the
+                                  run's reply cache (tests/llm_replies, ``$CTXRAG_TEST_LLM_CACHE``)
+    server_chat_model    function ChatOpenAI on llama_server_url (temperature 0, max_tokens 64): answers, not the
+                                  in-process path
     counting_llm_url     function that URL behind a CountingProxy: a str with .count / .requests / .reset()
     llm_endpoint_env     function CTXRAG_LLM__* set so make_chat_model() returns ChatOpenAI on counting_llm_url
 """
@@ -48,6 +56,7 @@ from ctxrag.testing.llm_server import (
     CountingURL,
     models_cache_dir,
 )
+from ctxrag.testing.reply_cache import CACHE_ENV, CacheMode
 from ctxrag.testing.shared_server import shared_llama_server, stop_shared_servers
 
 # variables of the test infrastructure itself, kept when the rest of CTXRAG_* is cleared
@@ -109,13 +118,16 @@ def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest
 # --------------------------------------------------------------------------------------------- lanes
 
 MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_model", "small_chat_model",
-                            "llama_server_url", "counting_llm_url", "llm_endpoint_env"})
+                            "llama_server_url", "counting_llm_url", "llm_endpoint_env", "server_chat_model"})
 """Fixtures that load the real model: a test using one is an ``llm`` test whether or not it is marked."""
 
 
 IN_PROCESS_GROUP = "llm-in-process"
 MILVUS_GROUP = "milvus-standalone"
 RUN_DIR_ENV, OWNER_ENV, LOADS_ENV = "CTXRAG_TEST_RUN_DIR", "CTXRAG_TEST_RUN_OWNER", "CTXRAG_TEST_MODEL_LOADS"
+USED_ENV = "CTXRAG_TEST_LLM_USED"
+REPLIES_DIR = Path(__file__).resolve().parent / "llm_replies"
+"""The recorded replies of the run's model server (`ctxrag.testing.reply_cache`), committed with the tests."""
 _LOADED_BEFORE = pytest.StashKey[set]()
 _PROCESS_STARTS = [0]
 _IN_TEST = [False]
@@ -129,6 +141,10 @@ def _run_dir() -> Path:
 
 def _loads_file() -> Path:
     return Path(_RUN.get(LOADS_ENV) or _run_dir() / "model_loads.log")
+
+
+def _used_log() -> Path:
+    return _run_dir() / "llm_replies.used"
 
 
 def record_model_load(line: str) -> None:
@@ -152,7 +168,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if _is_controller(config):
         os.environ[RUN_DIR_ENV] = tempfile.mkdtemp(prefix="ctxrag-test-run-")
         os.environ[OWNER_ENV] = str(os.getpid())
-    _RUN.update({k: os.environ[k] for k in (RUN_DIR_ENV, OWNER_ENV, LOADS_ENV) if os.environ.get(k)})
+    _RUN.update({k: os.environ[k] for k in (RUN_DIR_ENV, OWNER_ENV, LOADS_ENV, CACHE_ENV, USED_ENV)
+                 if os.environ.get(k)})
+    CacheMode.from_str(_RUN.get(CACHE_ENV))  # a wrong value fails the run at once, naming it
     sys.addaudithook(_count_process_starts)
 
 
@@ -252,6 +270,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         terminalreporter.write_line(line)
     starts = sum(int(p.read_text(encoding="utf-8") or 0) for p in _run_dir().glob("process_starts.*"))
     terminalreporter.write_line(f"processes started by the tests: {starts}")
+    used = _used_log().read_text(encoding="utf-8").splitlines() if _used_log().is_file() else []
+    kinds = [line.split(" ", 1)[0] for line in used]
+    terminalreporter.write_line(
+        f"model replies ({CACHE_ENV}={CacheMode.from_str(_RUN.get(CACHE_ENV)).value}): {kinds.count('hit')} replayed, "
+        f"{kinds.count('miss')} decoded and recorded, {kinds.count('pass')} passed through (sampled or not cacheable)")
+    if _RUN.get(USED_ENV):  # for `python -m ctxrag.testing.reply_cache prune --used ... tests/llm_replies`
+        Path(_RUN[USED_ENV]).write_text("".join(f"{line}\n" for line in used), encoding="utf-8")
+        terminalreporter.write_line(f"the replies this run used: {_RUN[USED_ENV]}")
 
 
 # --------------------------------------------------------------------------------------------- local LLM
@@ -314,12 +340,23 @@ def llama_server_url(local_model_path: Path) -> str:
     run (`ctxrag.testing.shared_server`); the controller stops it when the run ends."""
     if importlib.util.find_spec("uvicorn") is None or importlib.util.find_spec("sse_starlette") is None:
         pytest.skip("llama_cpp.server needs its extras: pip install 'llama-cpp-python[server]'")
-    url, started = shared_llama_server(_run_dir(), local_model_path,
-                                       n_ctx=int(os.environ.get("CTXRAG_TEST_LLM_N_CTX", "4096")),
-                                       owner_pid=int(_RUN[OWNER_ENV]))
-    if started:
-        record_model_load(f"{local_model_path.name} in llama_cpp.server at {url} (started by pid {os.getpid()})")
+    url, _ = shared_llama_server(_run_dir(), local_model_path,
+                                 n_ctx=int(os.environ.get("CTXRAG_TEST_LLM_N_CTX", "4096")),
+                                 owner_pid=int(_RUN[OWNER_ENV]), cache_dir=REPLIES_DIR,
+                                 cache_mode=CacheMode.from_str(_RUN.get(CACHE_ENV)), used_log=_used_log(),
+                                 loads_file=_loads_file(), aliases={str(REPLIES_DIR.parents[1]): "<repo>"})
     return url
+
+
+@pytest.fixture
+def server_chat_model(llama_server_url: str):  # noqa: ANN201 - ChatOpenAI
+    """The run's server as a LangChain chat model (``ChatOpenAI``, temperature 0, max_tokens 64, as
+    ``local_chat_model``): for a test about what the model answers rather than the in-process path, so its replies
+    are recorded and replayed (`ctxrag.testing.reply_cache`) and it adds no load."""
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(base_url=llama_server_url, api_key="unused", model=SERVER_MODEL_ALIAS, temperature=0.0,
+                      max_tokens=64, timeout=HANG_GUARD_S, max_retries=0)
 
 
 @pytest.fixture

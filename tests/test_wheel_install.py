@@ -115,21 +115,31 @@ def test_ctxrag_runs_from_another_folder(fresh_venv, tmp_path: Path) -> None:  #
 
 @pytest.mark.llm
 def test_ctxrag_demo_from_another_folder(fresh_venv, tmp_path: Path, local_model_path: Path,  # noqa: ANN001
-                                        record_load) -> None:  # noqa: ANN001
-    """The whole demo through the installed wheel, one question, answered by the real local model (loaded in the
-    demo's own process, from the shared models cache: the one model load of the run outside its shared ones)."""
+                                        llama_server_url: str) -> None:
+    """The whole demo through the installed wheel, one question, answered by the real 1.5B through the run's
+    ``llama_cpp.server`` (its replies recorded and replayed; loading the GGUF in the demo's own process is the
+    in-process path the source tree's tests cover); and the wheel's own model lookup finds that GGUF in the shared
+    models cache without assembling a copy in the home."""
     python, _ = fresh_venv
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     (cwd / "one.json").write_text(json.dumps(["星河知识库的默认端口是多少？"], ensure_ascii=False), encoding="utf-8")
     env_home = tmp_path / "home"
+    env = {**_env(env_home), "CTXRAG_MODELS_CACHE": str(local_model_path.parent)}
+    found = subprocess.run([str(python), "-c", "from ctxrag.models.gguf import local_model_path; "
+                            "print(local_model_path(progress=False))"], cwd=cwd, env=env, capture_output=True,
+                           text=True, timeout=HANG_GUARD_S)
+    assert found.returncode == 0 and found.stdout.strip() == str(local_model_path), found.stdout + found.stderr
+    from ctxrag.testing.llm_server import SERVER_MODEL_ALIAS
+
+    served = {"CTXRAG_LLM__PROVIDER": "openai", "CTXRAG_LLM__BASE_URL": llama_server_url,
+              "CTXRAG_LLM__MODEL": SERVER_MODEL_ALIAS, "CTXRAG_LLM__TIMEOUT": str(HANG_GUARD_S),
+              "CTXRAG_LLM__MAX_TOKENS": "48"}
     demo = subprocess.run([str(python.parent / "ctxrag"), "demo", "--questions", "one.json"], cwd=cwd,
-                          env={**_env(env_home), "CTXRAG_LLM__MAX_TOKENS": "48",
-                               "CTXRAG_MODELS_CACHE": str(local_model_path.parent)},
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
-    record_load(f"{local_model_path.name} in-process in the installed wheel's `ctxrag demo`")
+                          env={**env, **served}, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "6 added" in demo.stdout and "Sources" in demo.stdout
+    assert SERVER_MODEL_ALIAS in demo.stdout  # "answering with" the served model
     assert not (env_home / "models").exists()  # the model came from the shared cache, not assembled per home
 
 

@@ -8,7 +8,7 @@ neither renders:
 
     <!-- docs-test: run -->                 the default: runs (the comment may say why it matters)
     <!-- docs-test: llm -->                 needs the real local model: runs only in the llm lane (-m llm)
-    <!-- docs-test: llm-local -->           the same, in its own process (it shows what only the in-process model does)
+    <!-- docs-test: llm-local -->           the same, with the in-process model (it shows what only that model does)
     <!-- docs-test: external (reason) -->   needs an external service, a data set, or has placeholders (<your-kb>)
     <!-- docs-test: service (reason) -->    starts a long-running server
     <!-- docs-test: skip (reason) -->       not to be run by a test (set-up, the test suite itself)
@@ -19,8 +19,10 @@ private ``CTXRAG_HOME`` and contexts off (the suite's default), ``ctxrag`` and `
 ``llm`` block, bash or python, talks to the test run's one ``llama_cpp.server`` (``llama_server_url``) through the
 settings (``CTXRAG_LLM__PROVIDER=openai``, ``CTXRAG_LLM__BASE_URL``, a short ``CTXRAG_LLM__MAX_TOKENS``) that
 ``make_chat_model()`` and every ``ctxrag`` command read, rather than each loading the GGUF in its own process; the in-process path of ``make_chat_model()`` is
-tested in ``tests/models/test_chat.py``. An ``llm-local`` block loads the in-process model it shows (a tool-call round
-trip with an assistant message without content, which llama_cpp.server refuses).
+tested in ``tests/models/test_chat.py``. An ``llm-local`` block shows the in-process model (a tool-call round trip
+with an assistant message without content, which llama_cpp.server refuses): a python one runs in the test's own
+interpreter (its output captured, in the temporary folder), where ``make_chat_model()`` finds the run's one
+in-process load (``local_chat_model``) instead of loading the GGUF again; a bash one runs in its own process.
 ``toml`` blocks are parsed and validated against ``Settings``; ``json`` blocks parsed. Blocks without a language,
 ``text`` and ``console`` are output, not code.
 """
@@ -179,6 +181,9 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
     script = tmp_path / ("block.sh" if runner == "bash" else "block.py")
     if block.kind == "llm":
         env.update(_shared_model_env(request))
+    elif block.kind == "llm-local" and runner == "python":
+        _run_in_this_interpreter(block, work, request)
+        return
     elif block.kind == "llm-local":
         env["CTXRAG_LLM__MODEL_PATH"] = str(request.getfixturevalue("local_model_path"))
         record_load(f"{Path(env['CTXRAG_LLM__MODEL_PATH']).name} in-process in the {block.id} block's own interpreter")
@@ -199,6 +204,25 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
         pytest.fail(f"{block.id} ({runner}) ran past {TIMEOUT_S} s\n--- stdout\n{stdout[-3000:]}")
     assert proc.returncode == 0, (f"{block.id} ({runner}) exited {proc.returncode}\n--- code\n{block.code}"
                                   f"--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-5000:]}")
+
+
+def _run_in_this_interpreter(block: Block, work: Path, request: pytest.FixtureRequest) -> None:
+    """Run a python ``llm-local`` block as a script (``__name__ == "__main__"``) in this process, in ``work``, with
+    the in-process model this process already holds (``local_chat_model``: the settings of an ``llm`` test point
+    ``make_chat_model()`` at the same file and n_ctx, so it reuses that load; conftest counts any other)."""
+    import contextlib
+    import io
+
+    request.getfixturevalue("local_chat_model")
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.chdir(work)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(block.code, block.id, "exec"), {"__name__": "__main__"})  # noqa: S102 - the docs' own code
+    except Exception as exc:  # noqa: BLE001 - the block's failure, shown with its code and output
+        raise AssertionError(f"{block.id} (python, in-process) raised {exc!r}\n--- code\n{block.code}"
+                             f"--- stdout\n{out.getvalue()[-3000:]}") from exc
 
 
 def test_collector_reads_markers(tmp_path: Path) -> None:

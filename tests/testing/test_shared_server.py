@@ -1,7 +1,7 @@
 """`ctxrag.testing.shared_server`: one real ``llama_cpp.server`` per test run, shared by its processes.
 
-The run's own server (``llama_server_url``) is found again, not started twice; a server of its own (the 0.5B, no
-decoding) is stopped by `stop_shared_servers` and, when the run's owner process dies, by its supervisor alone.
+The run's own server (``llama_server_url``) is found again, not started twice; a supervisor of its own (replay-only,
+so its model never loads) is stopped by `stop_shared_servers` and, when the run's owner process dies, by itself.
 """
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
+from ctxrag.testing.reply_cache import STATS_PATH, CacheMode
 from ctxrag.testing.shared_server import shared_llama_server, stop_shared_servers
 
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/models", timeout=5.0).status_code == 200
+        return httpx.get(f"{url}{STATS_PATH}", timeout=5.0).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -46,14 +46,20 @@ def test_the_runs_server_is_found_again_not_started_twice(llama_server_url: str,
     assert [s["url"] for s in states if s["url"] == url] == [url]
 
 
-def test_a_server_stops_by_itself_when_the_runs_owner_dies(tmp_path: Path, small_model_path: Path,
-                                                           record_load: Callable[[str], None]) -> None:
+def test_a_server_stops_by_itself_when_the_runs_owner_dies(tmp_path: Path, small_model_path: Path) -> None:
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    loads = tmp_path / "loads.log"
     try:
-        url, started = shared_llama_server(tmp_path / "run", small_model_path, n_ctx=512, owner_pid=owner.pid)
-        record_load(f"{small_model_path.name} in llama_cpp.server at {url} (this test's own, no decoding)")
+        url, started = shared_llama_server(tmp_path / "run", small_model_path, n_ctx=512, owner_pid=owner.pid,
+                                           cache_dir=tmp_path / "replies", cache_mode=CacheMode.REPLAY_ONLY,
+                                           loads_file=loads)
         assert started and _answers(url)
         assert shared_llama_server(tmp_path / "run", small_model_path, n_ctx=512, owner_pid=owner.pid) == (url, False)
+        body = {"model": SERVER_MODEL_ALIAS, "temperature": 0, "max_tokens": 4, "messages": [{"role": "user",
+                                                                                             "content": "hi"}]}
+        refused = httpx.post(f"{url}/chat/completions", json=body, timeout=HANG_GUARD_S)
+        assert refused.status_code == 503 and "no recorded reply" in refused.text  # replay-only: nothing decodes
+        assert not loads.exists()  # so the model was never loaded
     finally:
         owner.kill()
         owner.wait()
@@ -76,6 +82,7 @@ def test_stop_ends_every_server_of_the_run_and_forgets_it(tmp_path: Path) -> Non
 
 
 def _stream(url: str, prompt: str, out: dict[str, tuple[str, str | None]]) -> None:
+    """Stream a reply the real server decodes now (``no-cache``: the run's reply cache passes it through)."""
     body = {"model": SERVER_MODEL_ALIAS, "stream": True, "max_tokens": 24, "temperature": 0,
             "messages": [{"role": "user", "content": prompt}]}
     try:
@@ -86,7 +93,8 @@ def _stream(url: str, prompt: str, out: dict[str, tuple[str, str | None]]) -> No
 
 def _read_stream(url: str, body: dict, out: dict[str, tuple[str, str | None]], prompt: str) -> None:
     text, finish = "", None
-    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=HANG_GUARD_S) as resp:
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=HANG_GUARD_S,
+                      headers={"Cache-Control": "no-cache"}) as resp:
         for line in resp.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
