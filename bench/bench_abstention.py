@@ -162,7 +162,7 @@ def collect(args: argparse.Namespace) -> None:
     from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.chains.rag import answer_messages, build_rag_chain
     from ctxrag.chains.relevance import RelevanceGate
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
     from ctxrag.retrievers.factory import make_multi_kb_retriever
     from ctxrag.settings import Settings
@@ -360,7 +360,7 @@ def latency(args: argparse.Namespace) -> list[list[Any]]:
 
     from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.chains.rag import answer_messages
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
     from ctxrag.settings import Settings
 

@@ -11,7 +11,7 @@ import pytest
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.indexing.pipeline import IngestPipeline
 from ctxrag.ingest_report import FileOutcome
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.loading import LoadedDocument
 from ctxrag.settings import ChunkingSettings, Settings
 from ctxrag.stores.base import IndexedChunk

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_select, relevance_score
 from ctxrag.settings import Settings
@@ -315,7 +315,7 @@ def test_switching_backends_on_an_existing_kb(tmp_path: Path, corpus: Path, embe
 
 _KILL_SCRIPT = """
 import os, signal, sys
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.stores.snapshots import IndexSnapshots
 home, backend, more, uri = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]

@@ -1,4 +1,4 @@
-"""A named knowledge base: SQLite document store plus per-chunk indexes (dense FAISS, BM25, ...) kept in step.
+"""The local knowledge-base backend (``settings.store="local"``): SQLite document store plus per-chunk indexes (dense FAISS, BM25, ...) kept in step.
 
 A facade that wires the parts: the ingest pipeline (`ctxrag.indexing.pipeline`: load -> split -> contextualize ->
 embed once -> extract graph triplets -> index), the index kinds (`ctxrag.stores.registry`), and the index generations (`ctxrag.stores.snapshots`
@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import os
-import re
 import threading
 import uuid
 from contextlib import AbstractContextManager
@@ -26,10 +25,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from langchain_core.documents import Document
 
-from ctxrag.enums import SearchMode
-from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError, warn_deprecated
+from ctxrag.errors import DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError, warn_deprecated
 from ctxrag.ingest_report import IngestReport
-from ctxrag.retrievers.modes import DEFAULT_MODE
+from ctxrag.kb.base import BaseKnowledgeBase
+from ctxrag.kb.registry import backend, validate_kb_name
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
@@ -45,30 +44,20 @@ from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
     from langchain_core.embeddings import Embeddings  # the embedding stack loads on first embed, not on import
     from langchain_core.tools import BaseTool
-    from langchain_core.retrievers import BaseRetriever  # langsmith's tracing comes with it: imported by as_retriever
     from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.indexing.contexts.strategies import ChunkContextualizer
     from ctxrag.stores.graph import GraphIndex
-    from ctxrag.vectorstore import KnowledgeBaseVectorStore
+    from ctxrag.kb.protocol import KnowledgeBaseProtocol
+    from ctxrag.stores.consistency import CheckReport, RepairReport
 
-_NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
 TRASH_PREFIX = ".deleted-"
 """A deleted knowledge base's folder is renamed to ``.deleted-NAME-XXXX`` (not a valid name: never listed) and removed."""
 
 
-def validate_kb_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in {".", ".."}:
-        raise ConfigError(
-            f"invalid knowledge base name {name!r}: use 1-64 letters, digits, CJK, '_', '-', '.', starting with a letter or digit"
-        )
-    return name
-
-
-class KnowledgeBase:
+class KnowledgeBase(BaseKnowledgeBase):
     """A named knowledge base under ``$CTXRAG_HOME/kb/NAME``. Use `KnowledgeBase.open`.
 
     Any number of processes may read and write it at once (see docs/reliability.md): writers take an inter-process
@@ -100,42 +89,43 @@ class KnowledgeBase:
     @classmethod
     def open(
         cls, name: str, settings: Settings | None = None, *, create: bool = True, embeddings: Embeddings | None = None
-    ) -> "KnowledgeBase":
-        """Open (and by default create) the knowledge base `name`. Indexes are loaded on first use."""
+    ) -> KnowledgeBaseProtocol:
+        """Open (and by default create) the knowledge base `name` in the store ``settings.store`` names
+        (`ctxrag.kb.registry`): this class for ``local``, `MilvusKnowledgeBase` for ``milvus``. Indexes are loaded
+        on first use."""
         s = settings or get_settings()
         validate_kb_name(name)
-        if s.store == "milvus":  # the whole knowledge base in Milvus (docs/scale.md)
-            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
-
-            return MilvusKnowledgeBase.open(name, s, create=create, embeddings=embeddings)  # type: ignore[return-value]
+        chosen = backend(s.store)
+        if not issubclass(cls, chosen):
+            return chosen.open(name, s, create=create, embeddings=embeddings)
         root = s.kb_root / name
         if not (root / "kb.sqlite").exists() and not create and not (root / "indexes").is_dir():
             raise KnowledgeBaseNotFound(name, s.kb_root)
         return cls(name, root, s, embeddings, create=create)
 
-    @staticmethod
-    def list_names(settings: Settings | None = None) -> list[str]:
+    @classmethod
+    def list_names(cls, settings: Settings | None = None) -> list[str]:
+        """The knowledge bases in the store ``settings.store`` names, sorted."""
         s = settings or get_settings()
-        if s.store == "milvus":
-            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
-
-            return MilvusKnowledgeBase.list_names(s)
+        chosen = backend(s.store)
+        if not issubclass(cls, chosen):
+            return chosen.list_names(s)
         if not s.kb_root.is_dir():
             return []
         return sorted(p.name for p in s.kb_root.iterdir() if (p / "kb.sqlite").exists())
 
-    @staticmethod
-    def delete_kb(name: str, settings: Settings | None = None) -> None:
-        """Delete the knowledge base `name`: under its write lock (waits for a writer's current commit, like any
-        writer; a writer's next commit then fails with `KnowledgeBaseDeleted` instead of creating a new store), the
-        folder is renamed away in one step, then removed. Readers see the whole knowledge base or none of it, and
-        get `KnowledgeBaseDeleted` (not a raw ``FileNotFoundError``) on their next access."""
+    @classmethod
+    def delete_kb(cls, name: str, settings: Settings | None = None) -> None:
+        """Delete the knowledge base `name` (in the store ``settings.store`` names). Locally: under its write lock
+        (waits for a writer's current commit, like any writer; a writer's next commit then fails with
+        `KnowledgeBaseDeleted` instead of creating a new store), the folder is renamed away in one step, then
+        removed. Readers see the whole knowledge base or none of it, and get `KnowledgeBaseDeleted` (not a raw
+        ``FileNotFoundError``) on their next access."""
         s = settings or get_settings()
         root = s.kb_root / validate_kb_name(name)
-        if s.store == "milvus":
-            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
-
-            return MilvusKnowledgeBase.delete_kb(name, s)
+        chosen = backend(s.store)
+        if not issubclass(cls, chosen):
+            return chosen.delete_kb(name, s)
         if not (root / "kb.sqlite").exists():
             raise KnowledgeBaseNotFound(name, s.kb_root)
         trash = s.kb_root / f"{TRASH_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
@@ -149,26 +139,6 @@ class KnowledgeBase:
     def close(self) -> None:
         self.snapshots.close()
         self.store.close()
-
-    def __enter__(self) -> "KnowledgeBase":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def embeddings(self) -> Embeddings:
-        if self._embeddings is None:
-            from ctxrag.models.embeddings import make_embeddings
-
-            self._embeddings = make_embeddings(self.settings)
-        return self._embeddings
-
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        """Passage vectors for indexing (the one embed function the pipeline and the stores are given)."""
-        from ctxrag.models.embeddings import embed_array
-
-        return embed_array(self.embeddings, texts)
 
     def index_setup(self) -> IndexSetup:
         """What opening this knowledge base's indexes needs (`ctxrag.stores.registry`)."""
@@ -330,8 +300,9 @@ class KnowledgeBase:
     def graph_index(self) -> GraphIndex | None:
         """The graph index (`ctxrag.stores.graph.GraphIndex`) of the current generation, None when graph RAG is off
         (the merged view of its segments, `ctxrag.stores.graph.segmented`)."""
-        graph = self.indexes.get("graph")
-        return getattr(graph, "view", graph)  # type: ignore[return-value]
+        graph: Any = self.indexes.get("graph")  # a segmented graph index, or None
+        view: GraphIndex | None = getattr(graph, "view", graph)
+        return view
 
     def set_summaries(self, summaries: dict[str, str]) -> None:
         """Store model-written document summaries (doc id -> summary) in one transaction."""
@@ -346,31 +317,13 @@ class KnowledgeBase:
                 raise
 
     # -- search -----------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
-               filter: MetadataFilter | None = None) -> list[Document]:
-        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
-        ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
-        return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
-
-    def as_retriever(self, mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> BaseRetriever:
-        """A LangChain retriever over this knowledge base; see `ctxrag.retrievers.factory.make_retriever`."""
-        from ctxrag.retrievers.factory import make_retriever
-
-        return make_retriever(self, mode=mode, k=k, **kwargs)
-
     def as_tool(self, **kwargs: Any) -> BaseTool:
         """This knowledge base's search as a LangChain tool for agents; see `ctxrag.tools.make_search_tool`."""
         from ctxrag.tools import make_search_tool
 
         return make_search_tool([self], **kwargs)
 
-    # -- LangChain VectorStore face (ctxrag.vectorstore, a layer below: it sees this class as a VectorStoreTarget) --
-    def as_vectorstore(self) -> KnowledgeBaseVectorStore:
-        """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
-        from ctxrag.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
-
-        return KnowledgeBaseVectorStore(self)
-
+    # -- LangChain VectorStore face (`ctxrag.kb.vectorstore`: it sees this class as a `VectorStoreTarget`) ----------
     def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
         """Store documents that come already chunked (no splitting, no context), replacing any with the same doc id,
         in one write session and one index generation."""
@@ -387,7 +340,20 @@ class KnowledgeBase:
             self.snapshots.commit(session)
         return deleted
 
-    # -- maintenance: what `ctxrag.kb_maintenance` (kb check / kb repair) uses, its `MaintenanceTarget` -------------
+    # -- maintenance: ``kb check`` / ``kb repair`` (`ctxrag.kb.maintenance`, which sees this class as its
+    # `MaintenanceTarget`: the methods below) ---------------------------------------------------------------------
+    def check(self) -> CheckReport:
+        """Each index of the current generation against the document store (`ctxrag.kb.maintenance.check`)."""
+        from ctxrag.kb.maintenance import check
+
+        return check(self)
+
+    def repair(self) -> RepairReport:
+        """Rebuild what is missing or damaged from the stored chunks (`ctxrag.kb.maintenance.repair`)."""
+        from ctxrag.kb.maintenance import repair
+
+        return repair(self)
+
     def stored_chunk_ids(self) -> set[str]:
         """Every chunk id in the document store."""
         return self.store.chunk_ids()

@@ -10,7 +10,7 @@ from langchain_core.documents import Document
 from typer.testing import CliRunner
 
 from ctxrag.cli.main import app
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import get_settings
 
 DOCS = {
@@ -82,7 +82,7 @@ def test_contextualize_argument_overrides_the_setting(corpus: Path, monkeypatch:
 def test_one_default_search_mode_everywhere(corpus: Path) -> None:
     from ctxrag.cli.query import ask, search
     from ctxrag.cli.serve import serve
-    from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+    from ctxrag.kb.milvus import MilvusKnowledgeBase
     from ctxrag.retrievers.factory import make_multi_kb_retriever, make_retriever
     from ctxrag.retrievers.modes import DEFAULT_MODE
     from ctxrag.server.app import create_app

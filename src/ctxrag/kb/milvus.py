@@ -12,7 +12,8 @@ local store.
 Example::
 
     from ctxrag import KnowledgeBase
-    from ctxrag.settings import Settings
+    from ctxrag.kb.base import BaseKnowledgeBase
+from ctxrag.settings import Settings
     kb = KnowledgeBase.open("wiki", Settings(store="milvus", milvus_uri="http://milvus.internal:19530"))
     kb.ingest(["docs/"])
     kb.search("存储空间多大", k=3, mode="hybrid")
@@ -31,13 +32,11 @@ from langchain_core.embeddings import Embeddings
 from tqdm.auto import tqdm
 
 from ctxrag import schema
-from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, LoadError, warn_deprecated
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
-from ctxrag.models.embeddings import embed_array, make_embeddings
-from ctxrag.retrievers.modes import DEFAULT_MODE
+from ctxrag.kb.base import BaseKnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
@@ -50,7 +49,6 @@ from ctxrag.stores.milvus_resident.expressions import FilteredIds
 from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxrag.vectorstore import KnowledgeBaseVectorStore
     from ctxrag.indexing.bulk_import import PrecomputedDocument
 
 LITE_FILE = "milvus-kb.db"
@@ -66,7 +64,7 @@ def _token(settings: Settings) -> str | None:
     return token.get_secret_value() if token is not None else None
 
 
-class MilvusKnowledgeBase:
+class MilvusKnowledgeBase(BaseKnowledgeBase):
     """A named knowledge base in Milvus (see the module docstring); open it with ``KnowledgeBase.open`` and
     ``Settings(store="milvus")``."""
 
@@ -136,25 +134,10 @@ class MilvusKnowledgeBase:
     def close(self) -> None:
         self.store.close()
 
-    def __enter__(self) -> "MilvusKnowledgeBase":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"MilvusKnowledgeBase({self.name!r}, {self.store!r})"
 
-    # -- the read side (a `KnowledgeSource`) ----------------------------------------------------------------------
-    @property
-    def embeddings(self) -> Embeddings:
-        if self._embeddings is None:
-            self._embeddings = make_embeddings(self.settings)
-        return self._embeddings
-
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        return embed_array(self.embeddings, texts)
-
+    # -- the read side (a `KnowledgeSource`; ``embeddings`` from `LazyEmbeddings`) -------------------------------
     @property
     def chunks(self) -> MilvusChunkLookup:
         return self._chunks
@@ -211,23 +194,6 @@ class MilvusKnowledgeBase:
         """Deprecated: ``kb.chunks.allowed_chunk_ids``."""
         warn_deprecated("kb.allowed_chunk_ids", "kb.chunks.allowed_chunk_ids")
         return self._chunks.allowed_chunk_ids(filter)
-
-    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
-               filter: MetadataFilter | None = None) -> list[Document]:
-        """Top-k chunks for `query`; the default mode is ``hybrid``, as for the local knowledge base."""
-        return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
-
-    def as_retriever(self, mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> Any:
-        """A LangChain retriever; see `ctxrag.retrievers.factory.make_retriever`."""
-        from ctxrag.retrievers.factory import make_retriever
-
-        return make_retriever(self, mode=mode, k=k, **kwargs)
-
-    def as_vectorstore(self) -> KnowledgeBaseVectorStore:
-        """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
-        from ctxrag.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
-
-        return KnowledgeBaseVectorStore(self)
 
     # -- documents ----------------------------------------------------------------------------------------------
     def list_documents(self) -> list[DocumentRecord]:
@@ -360,7 +326,8 @@ class MilvusKnowledgeBase:
             by_doc.setdefault(r["doc_id"], []).append(r)
         report = CheckReport(self.name, 0, sum(len(v) for v in by_doc.values()))
         pending = sorted(d for d, r in rows.items() if r["status"] != cols.STATUS_OK)
-        broken, orphans = [], []
+        broken: list[str] = []
+        orphans: list[str] = []
         for doc_id, row in rows.items():
             got = by_doc.get(doc_id, [])
             if row["status"] == cols.STATUS_OK and (len(got) != int(row["n_chunks"]) or
