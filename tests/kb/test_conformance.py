@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ctxrag.errors import DocumentNotFound, KnowledgeBaseNotFound
@@ -19,6 +20,7 @@ from ctxrag.notes import NoteBook
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 
+from kb_processes import write_corpus
 from milvus_lite_server import HAVE_MILVUS_LITE, SKIP_REASON
 
 STORES = [pytest.param("local", id="local"),
@@ -44,11 +46,7 @@ def settings(tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    d = tmp_path / "corpus"
-    d.mkdir()
-    for name, text in DOCS.items():
-        (d / name).write_text(text, encoding="utf-8")
-    return d
+    return write_corpus(tmp_path / "corpus", DOCS)
 
 
 @pytest.fixture
@@ -184,3 +182,37 @@ def test_the_vectorstore_face_adds_and_finds_by_id(kb: KnowledgeBaseProtocol) ->
     assert store.delete(["basalt"])
     assert "basalt" not in [h.id for h in store.similarity_search("Basalt tiles", k=5)]
 
+
+
+class CountingEmbed:
+    """Passage vectors that record each call's size (a vector per text, naming its position)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(len(texts))
+        out = np.zeros((len(texts), 8), dtype=np.float32)
+        out[:, 0] = np.arange(1, len(texts) + 1)
+        return out
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_ingest_embeds_chunks_of_several_documents_per_call_and_reports_alike(settings: Settings) -> None:
+    """Both backends write through the one pipeline (`ctxrag.indexing.pipeline`): batched embedding across
+    documents, the same outcomes, and the commit batches of `commit_every`."""
+    settings = settings.model_copy(update={"embeddings": EmbeddingSettings(provider="fake", batch_size=4)})
+    with open_kb("batched", settings) as kb:
+        embed = CountingEmbed()
+        kb._embed = embed  # type: ignore[method-assign]  # the one embed function the pipeline is given
+        report = kb.add_texts([{"text": f"document number {i} about pumps", "source": f"mem://{i}"}
+                               for i in range(10)] + [{"text": "   ", "source": "mem://blank"}])
+        assert embed.calls == [4, 4, 2]  # ten one-chunk documents: three calls, not ten
+        assert [f.status for f in report.files] == ["added"] * 10 + ["failed"]
+        assert report.files[-1].reason == "empty text"
+        again = kb.add_texts([{"text": "document number 3 about pumps, changed", "source": "mem://3"},
+                              {"text": "document number 4 about pumps", "source": "mem://4"}])
+        assert [(f.status, f.reason) for f in again.files] == [("updated", "content changed"),
+                                                               ("skipped", "unchanged (same content hash)")]
+        assert embed.calls == [4, 4, 2, 1]
+        assert len(kb.list_documents()) == 10

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from ctxrag.cli.main import app
 from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import get_settings
+from kb_processes import write_corpus
 
 DOCS = {
     "falcon.md": "# Falcon-7 pump\n\n## Flow\nThe Falcon-7 pump moves 40 litres per minute at 2 bar.\n\n"
@@ -22,11 +23,7 @@ DOCS = {
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for name, text in DOCS.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return folder
+    return write_corpus(tmp_path / "corpus", DOCS)
 
 
 def _contexts(name: str) -> dict[tuple[str, int], str | None]:

@@ -15,6 +15,7 @@ from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_select, relevance_score
 from ctxrag.settings import Settings
 
+from kb_processes import write_corpus
 from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
@@ -70,11 +71,7 @@ def embeddings(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    d = tmp_path / "corpus"
-    d.mkdir()
-    for name, text in DOCS.items():
-        (d / name).write_text(text, encoding="utf-8")
-    return d
+    return write_corpus(tmp_path / "corpus", DOCS)
 
 
 def _open(tmp_path: Path, backend: str, embeddings) -> KnowledgeBase:  # noqa: ANN001

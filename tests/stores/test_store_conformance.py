@@ -21,7 +21,7 @@ from ctxrag.models.embeddings import make_embeddings
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex
 
-from kb_processes import KB, WORDS, cli, process_env, write_word_files
+from kb_processes import KB, WORDS, cli, process_env, write_corpus, write_word_files
 from milvus_lite_server import HAVE_MILVUS_LITE, SKIP_REASON as LITE_SKIP, start_milvus_lite_server
 from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
 from ctxrag.testing.llm_server import HANG_GUARD_S
@@ -62,11 +62,7 @@ def _settings(home: Path, where: str, uri: str | None = None, **kw) -> Settings:
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    d = tmp_path / "corpus"
-    d.mkdir()
-    for name, text in DOCS.items():
-        (d / name).write_text(text, encoding="utf-8")
-    return d
+    return write_corpus(tmp_path / "corpus", DOCS)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """What both knowledge-base backends share, as langchain-core's ``VectorStore`` shares its defaults: the abstract read
-and write side each backend implements, and the members written once on top of it (the embedding model made on
-first use, ``search``, ``as_retriever``, ``as_vectorstore``, the context manager).
+and write side each backend implements (with its ingest sink), and the members written once on top of it (the
+embedding model made on first use, the ingest pipeline and its entry points, ``search``, ``as_retriever``,
+``as_vectorstore``, the context manager).
 
 Example::
 
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ctxrag.enums import SearchMode
+from ctxrag.ingest_report import IngestReport
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
@@ -31,6 +34,10 @@ if TYPE_CHECKING:  # pragma: no cover - the embedding stack and langchain's retr
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
 
+    from ctxrag.indexing.bulk_import import PrecomputedDocument
+    from ctxrag.indexing.contexts.strategies import ChunkContextualizer
+    from ctxrag.indexing.pipeline import IngestPipeline
+    from ctxrag.indexing.sinks import IngestSink
     from ctxrag.kb.vectorstore import KnowledgeBaseVectorStore
     from ctxrag.stores.graph import GraphIndex
 
@@ -76,8 +83,8 @@ class BaseKnowledgeBase(ABC):
         """Store model-written document summaries (doc id -> summary)."""
 
     @abstractmethod
-    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
-        """Store already-chunked documents, replacing the same doc ids."""
+    def ingest_sink(self) -> IngestSink:
+        """Where the ingest pipeline writes (`ctxrag.indexing.sinks`)."""
 
     @abstractmethod
     def delete_documents(self, doc_ids: list[str]) -> list[str]:
@@ -106,6 +113,74 @@ class BaseKnowledgeBase(ABC):
 
         return embed_array(self.embeddings, texts)
 
+    # -- ingest: one pipeline for every backend (`ctxrag.indexing.pipeline`) ----------------------------------------
+    def pipeline(self) -> IngestPipeline:
+        """The ingest pipeline writing into this knowledge base's sink (with its current settings)."""
+        from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening stays fast
+        from ctxrag.indexing.triplets import triplet_stage
+
+        return IngestPipeline(self.name, self.settings, self.ingest_sink(), self._embed,
+                              extract_triplets=triplet_stage(self.settings))
+
+    def ingest(
+        self,
+        paths: Iterable[str | Path],
+        *,
+        contextualize: bool | None = None,
+        contextualizer: ChunkContextualizer | None = None,
+        precomputed_contexts: dict[str, str] | None = None,
+        progress: bool = True,
+        commit_every: int = 20,
+    ) -> IngestReport:
+        """Load, split, (contextualize,) embed and store files and folders, writing every `commit_every` documents.
+
+        Contexts follow the same rule as ``ctxrag ingest``: `contextualize` (default: ``settings.contextualize``,
+        ``CTXRAG_CONTEXTUALIZE``, on) gives chunks a context written as ``settings.context_strategy`` says; a given
+        `contextualizer` or `precomputed_contexts` is used instead. A changed file replaces its chunks; an unchanged
+        one is skipped by content hash; a bad file is reported in the returned `IngestReport` (never raised) and the
+        others are still ingested. A path you give that does not exist raises `ctxrag.errors.PathNotFound` (a
+        `FileNotFoundError`) before anything is written, as LangChain's loaders do: a typo or a relative path read
+        from another folder is the caller's mistake, not a file to report.
+        """
+        if contextualizer is None and precomputed_contexts is None:
+            contextualizer = self._default_contextualizer(contextualize, progress)
+        return self.pipeline().ingest_files(paths, contextualizer=contextualizer,
+                                            precomputed_contexts=precomputed_contexts, progress=progress,
+                                            commit_every=commit_every)
+
+    def _default_contextualizer(self, contextualize: bool | None, progress: bool) -> ChunkContextualizer | None:
+        """The settings' contextualizer when contexts are on (`contextualize`, else ``settings.contextualize``)."""
+        if not (self.settings.contextualize if contextualize is None else contextualize):
+            return None
+        from ctxrag.indexing.contexts.strategies import make_contextualizer
+
+        return make_contextualizer(self.settings.context_strategy, settings=self.settings, show_progress=progress)
+
+    def add_texts(
+        self,
+        items: Iterable[Any],
+        *,
+        contextualizer: ChunkContextualizer | None = None,
+        precomputed_contexts: dict[str, str] | None = None,
+        progress: bool = False,
+    ) -> IngestReport:
+        """Ingest texts that are not files (notes, records from an API): each item is a `LoadedDocument` or a dict
+        with ``text``, ``source`` (a unique URI such as ``note://42``), optional ``title`` and ``metadata``."""
+        return self.pipeline().add_texts(items, contextualizer=contextualizer,
+                                         precomputed_contexts=precomputed_contexts, progress=progress)
+
+    def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
+        """Add documents whose chunks come with their vectors (`ctxrag.indexing.bulk_import`): no embedding model
+        runs. A source already stored is replaced; an identical one is skipped; how much is one write is the sink's
+        (`ingest_sink`)."""
+        return self.pipeline().import_precomputed(batches)
+
+    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
+        """Store documents that come already chunked (no splitting, no context), replacing any with the same doc id
+        (locally in one write session and one index generation)."""
+        self.pipeline().upsert_chunked(documents)
+
+    # -- search ---------------------------------------------------------------------------------------------------
     def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
                filter: MetadataFilter | None = None) -> list[Document]:
         """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is

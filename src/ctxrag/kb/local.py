@@ -21,18 +21,17 @@ import threading
 import uuid
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from langchain_core.documents import Document
 
 from ctxrag.errors import DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError, warn_deprecated
-from ctxrag.ingest_report import IngestReport
 from ctxrag.kb.base import BaseKnowledgeBase
 from ctxrag.kb.registry import backend, validate_kb_name
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
-from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.stores.docstore import DocStore, DocumentRecord
 from ctxrag.stores.document_keys import require_document
 from ctxrag.stores.filters import MetadataFilter
 from ctxrag.fileio import remove_tree
@@ -46,9 +45,7 @@ from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, Key
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.embeddings import Embeddings  # the embedding stack loads on first embed, not on import
     from langchain_core.tools import BaseTool
-    from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
-    from ctxrag.indexing.bulk_import import PrecomputedDocument
-    from ctxrag.indexing.contexts.strategies import ChunkContextualizer
+    from ctxrag.indexing.sinks import GenerationSink
     from ctxrag.stores.graph import GraphIndex
     from ctxrag.kb.protocol import KnowledgeBaseProtocol
     from ctxrag.stores.consistency import CheckReport, RepairReport
@@ -174,69 +171,14 @@ class KnowledgeBase(BaseKnowledgeBase):
     def generation(self) -> int:
         return int(self.store.get_meta("generation") or 0)
 
-    # -- ingest (see ctxrag.indexing.pipeline) ----------------------------------------------------------------
-    def pipeline(self) -> IngestPipeline:
-        """The ingest pipeline writing into this knowledge base (with its current settings)."""
-        from ctxrag.indexing.pipeline import IngestPipeline
-        from ctxrag.indexing.triplets import triplet_stage
+    # -- ingest (`BaseKnowledgeBase.ingest`: `ctxrag.indexing.pipeline` writing to this sink) -------------------
+    def ingest_sink(self) -> GenerationSink:
+        """The document store and index generations as the pipeline's sink (`ctxrag.indexing.sinks`): each batch
+        applied under the write lock and committed as the next generation; `import_precomputed` all or nothing
+        (every batch in one write session and one generation; a bad record or any failure rolls everything back)."""
+        from ctxrag.indexing.sinks import GenerationSink  # imported when first writing: opening and searching stay fast
 
-        return IngestPipeline(self.name, self.settings, self.store, self.snapshots, self._embed,
-                              extract_triplets=triplet_stage(self.settings))
-
-    def ingest(
-        self,
-        paths: Iterable[str | Path],
-        *,
-        contextualize: bool | None = None,
-        contextualizer: ChunkContextualizer | None = None,
-        precomputed_contexts: dict[str, str] | None = None,
-        progress: bool = True,
-        commit_every: int = 20,
-    ) -> IngestReport:
-        """Load, split, (contextualize,) embed and index files and folders.
-
-        Contexts follow the same rule as ``ctxrag ingest``: `contextualize` (default: ``settings.contextualize``,
-        ``CTXRAG_CONTEXTUALIZE``, on) gives chunks a context written as ``settings.context_strategy`` says; a given
-        `contextualizer` or `precomputed_contexts` is used instead. A changed file replaces its chunks; an unchanged
-        one is skipped by content hash; a bad file is reported in the returned `IngestReport` (never raised) and the
-        others are still ingested. A path you give that does not exist raises `ctxrag.errors.PathNotFound` (a
-        `FileNotFoundError`) before anything is written, as LangChain's loaders do: a typo or a relative path read
-        from another folder is the caller's mistake, not a file to report.
-        """
-        if contextualizer is None and precomputed_contexts is None:
-            contextualizer = self._default_contextualizer(contextualize, progress)
-        return self.pipeline().ingest_files(paths, contextualizer=contextualizer,
-                                            precomputed_contexts=precomputed_contexts, progress=progress,
-                                            commit_every=commit_every)
-
-    def _default_contextualizer(self, contextualize: bool | None, progress: bool) -> Any:
-        """The settings' contextualizer when contexts are on (`contextualize`, else ``settings.contextualize``)."""
-        if not (self.settings.contextualize if contextualize is None else contextualize):
-            return None
-        from ctxrag.indexing.contexts.strategies import make_contextualizer
-
-        return make_contextualizer(self.settings.context_strategy, settings=self.settings, show_progress=progress)
-
-    def add_texts(
-        self,
-        items: Iterable[Any],
-        *,
-        contextualizer: ChunkContextualizer | None = None,
-        precomputed_contexts: dict[str, str] | None = None,
-        progress: bool = False,
-    ) -> IngestReport:
-        """Ingest texts that are not files (notes, records from an API): each item is a `LoadedDocument` or a dict
-        with ``text``, ``source`` (a unique URI such as ``note://42``), optional ``title`` and ``metadata``."""
-        return self.pipeline().add_texts(items, contextualizer=contextualizer,
-                                         precomputed_contexts=precomputed_contexts, progress=progress)
-
-    def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
-        """Add documents whose chunks come with their vectors (`ctxrag.indexing.bulk_import`): no embedding model runs.
-
-        All or nothing: every batch is written in one write session and committed as one new index generation; a bad
-        record (the reader raises) or any failure rolls everything back. A source already stored is replaced; an
-        identical one is skipped."""
-        return self.pipeline().import_precomputed(batches)
+        return GenerationSink(self.name, self.store, self.snapshots)
 
     # -- documents --------------------------------------------------------------------
     def list_documents(self) -> list[DocumentRecord]:
@@ -324,11 +266,6 @@ class KnowledgeBase(BaseKnowledgeBase):
         return make_search_tool([self], **kwargs)
 
     # -- LangChain VectorStore face (`ctxrag.kb.vectorstore`: it sees this class as a `VectorStoreTarget`) ----------
-    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
-        """Store documents that come already chunked (no splitting, no context), replacing any with the same doc id,
-        in one write session and one index generation."""
-        self.pipeline().upsert_chunked(documents)
-
     def delete_documents(self, doc_ids: list[str]) -> list[str]:
         """Delete documents by id from the store and every index in one commit; unknown ids are ignored.
         Returns the ids that were deleted."""
