@@ -165,7 +165,7 @@ def collect(args: argparse.Namespace) -> None:
     from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.chains.rag import answer_messages, build_rag_chain
     from ctxrag.chains.relevance import RelevanceGate
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
     from ctxrag.retrievers.factory import make_multi_kb_retriever
     from ctxrag.settings import Settings
@@ -245,7 +245,7 @@ def requote(args: argparse.Namespace) -> None:
     through under the loosest rule, on the same retrieved chunks; replies go to ``--replies`` (resumable)."""
     from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.chains.rag import answer_messages
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
     from ctxrag.retrievers.factory import make_multi_kb_retriever
     from ctxrag.settings import Settings
@@ -421,7 +421,7 @@ def latency(args: argparse.Namespace) -> list[list[Any]]:
 
     from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.chains.rag import answer_messages
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
     from ctxrag.settings import Settings
 
@@ -511,7 +511,7 @@ def _load(args: argparse.Namespace) -> list[dict[str, Any]]:
 def _key_terms(args: argparse.Namespace, recs: list[dict[str, Any]]) -> None:
     """Each record's key-term coverage (`KeyTerms` over its knowledge base's BM25 frequencies), as ``rec["key"]``."""
     from ctxrag.chains.key_terms import KeyTerms
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import Settings
 
     settings = Settings(home=args.home)

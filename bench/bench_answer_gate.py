@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from pagedata import SHARED_DATA, Table, write_page_data  # noqa: E402
 
 from ctxrag.chains.relevance import RelevanceGate  # noqa: E402
-from ctxrag.knowledge_base import KnowledgeBase  # noqa: E402
+from ctxrag.kb import KnowledgeBase  # noqa: E402
 from ctxrag.models.embeddings import embed_array  # noqa: E402
 from ctxrag.resource_paths import offtopic_corpus  # noqa: E402
 from ctxrag.settings import Settings  # noqa: E402

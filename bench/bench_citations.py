@@ -60,7 +60,7 @@ def generate(args: argparse.Namespace) -> None:
     os.environ["CTXRAG_HOME"] = str(args.home)  # the CLI's assembly reads the process settings
     from ctxrag.chains.rag import build_rag_chain
     from ctxrag.cli.query import answer_chain, demo_ingest
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
     from ctxrag.resource_paths import demo_corpus
     from ctxrag.retrievers.bm25 import BM25Retriever

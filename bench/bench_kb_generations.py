@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 
 

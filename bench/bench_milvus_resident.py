@@ -37,7 +37,7 @@ import numpy as np
 
 from ctxrag import schema
 from ctxrag.evaluation.datasets import load_squad
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb import KnowledgeBase
 from ctxrag.models.embeddings import embed_array
 from ctxrag.settings import LLMSettings, Settings
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord

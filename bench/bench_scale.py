@@ -205,7 +205,7 @@ def worker(home: Path, kb_name: str, queries_path: Path, extra_path: Path) -> di
     from langchain_core.embeddings import Embeddings
 
     from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.settings import Settings
 
     queries = json.loads(queries_path.read_text(encoding="utf-8"))
@@ -310,7 +310,7 @@ def segment_worker(home: Path, kb_name: str, queries_path: Path, extra_path: Pat
     from langchain_core.embeddings import Embeddings
 
     from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.settings import Settings
 
     queries = json.loads(queries_path.read_text(encoding="utf-8"))

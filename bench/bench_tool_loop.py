@@ -60,7 +60,7 @@ def _tools(home: Path) -> dict[str, Any]:
     from langchain_core.tools import tool
 
     from ctxrag.cli.query import demo_ingest
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.resource_paths import demo_corpus
     from ctxrag.retrievers.bm25 import BM25Retriever
     from ctxrag.settings import Settings

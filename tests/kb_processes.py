@@ -1,5 +1,6 @@
 """Helpers for tests that run ctxrag as real processes on one shared knowledge base (the store conformance suite,
-the Milvus scale-out test): the word corpus, the `ctxrag` command line and its environment."""
+the Milvus scale-out test): the word corpus, the `ctxrag` command line and its environment; and `write_corpus`, a
+folder of named texts, which the knowledge-base suites share."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,14 @@ WORDS = ("pineapple violin glacier lantern walrus cathedral saxophone meteor cac
          "quicksand rhubarb scarecrow trombone umbrella vineyard waterfall xylophone yogurt zeppelin avalanche bagpipe "
          "chimney dolphin elevator flamingo gondola hammock iceberg jasmine kayak lemonade marathon nightingale "
          "origami pyramid quiver raccoon sombrero tornado unicorn vulture windmill yacht zucchini").split()
+
+
+def write_corpus(folder: Path, docs: dict[str, str]) -> Path:
+    """`folder` (created) holding one file per name in `docs` with its text; returns `folder`."""
+    folder.mkdir(parents=True)
+    for name, text in docs.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
 
 
 def write_word_files(root: Path, n_procs: int = 3, per_proc: int = 20) -> tuple[list[Path], dict[str, str]]:

@@ -11,7 +11,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
 from ctxrag.catalog import DocumentCatalog, extractive_summary
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 
 EN = "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo. It is quiet.\n"

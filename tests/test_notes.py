@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ctxrag.errors import ConfigError, DocumentNotFound
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.notes import NoteBook, note_id_of
 from ctxrag.settings import Settings
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from ctxrag.redact import redact, remember
-from test_kb_concurrency import KB, _cli, _env, _seed_kb, _serve
+from kb.test_kb_concurrency import KB, _cli, _env, _seed_kb, _serve
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 KEY = "sk-test-Zq8LkVv2MfPq0rW3"

@@ -14,7 +14,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import LLMSettings, Settings
 from ctxrag.tools import AskQuestion, KnowledgeTools, SearchArgs, SearchQuery, make_ask_tool, make_search_tool
 

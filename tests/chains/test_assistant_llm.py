@@ -12,7 +12,7 @@ import pytest
 from ctxrag.chains.article import ArticleWriter
 from ctxrag.chains.assistant import Assistant
 from ctxrag.chains.summarize import DocumentSummarizer
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.notes import NoteBook
 from ctxrag.settings import Settings
 

@@ -65,7 +65,7 @@ def test_across_languages_it_is_not_measured(terms: KeyTerms) -> None:
 
 
 def test_the_frequencies_of_a_real_knowledge_base(tmp_path: Path) -> None:
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import Settings
 
     kb = KnowledgeBase.open("terms", Settings(home=tmp_path), create=True)

@@ -12,7 +12,7 @@ from langchain_core.runnables import RunnableLambda
 
 from ctxrag.chains.citations import cited_numbers, map_citations
 from ctxrag.chains.rag import build_rag_chain
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 
 FACTS = {

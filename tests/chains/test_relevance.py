@@ -13,7 +13,7 @@ from langchain_core.runnables import RunnableLambda
 
 from ctxrag.chains.rag import build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.text import is_traditional_chinese
 

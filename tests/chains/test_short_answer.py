@@ -13,7 +13,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 
 from ctxrag.chains.rag import build_rag_chain
 from ctxrag.chains.short_answer import ExtractiveAnswer
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 
 FACTS = {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from test_kb_concurrency import _cli, _env
+from kb.test_kb_concurrency import _cli, _env
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 

@@ -134,7 +134,7 @@ def test_kb_summarize_writes_catalog_summaries_once(scripted: Scripted) -> None:
     assert "wrote 2 summaries" in res.output and len(scripted.prompts) == calls + 2
     # the router's catalog reads them from the knowledge base
     from ctxrag.catalog import DocumentCatalog
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
 
     catalog = DocumentCatalog(KnowledgeBase.open("support", create=False))
     assert all(catalog.has_written_summary(e.doc_id) for e in catalog.entries())

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from ctxrag.cli.main import app
 from ctxrag.cli.query import read_questions
 from ctxrag.errors import CtxragError
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.resource_paths import demo_questions
 from ctxrag.testing.llm_server import free_port
 

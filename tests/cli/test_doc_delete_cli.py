@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kb_processes import run_cli
-from test_kb_concurrency import _env
+from kb.test_kb_concurrency import _env
 
 PROCESS = pytest.mark.parametrize("process", [False, pytest.param(True, marks=pytest.mark.slow)],
                                   ids=["in-process", "process"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb_processes import run_cli
-from test_kb_concurrency import _env
+from kb.test_kb_concurrency import _env
 
 pytest.importorskip("pyarrow", reason="Parquet import needs pyarrow")
 

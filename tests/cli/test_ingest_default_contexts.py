@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ctxrag.cli.main import app
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 
 DOC = """# Falcon-7 pump
 

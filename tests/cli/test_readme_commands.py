@@ -7,7 +7,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ctxrag.cli.main import app
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 
 
 def test_help_texts_show_brackets() -> None:

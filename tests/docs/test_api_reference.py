@@ -9,7 +9,7 @@ from pathlib import Path
 import ctxrag
 
 API = Path(__file__).resolve().parents[2] / "docs" / "api.md"
-COMPONENTS = ["ctxrag.vectorstore.KnowledgeBaseVectorStore", "ctxrag.models.llamacpp.LocalLlamaChatModel",
+COMPONENTS = ["ctxrag.kb.vectorstore.KnowledgeBaseVectorStore", "ctxrag.models.llamacpp.LocalLlamaChatModel",
               "ctxrag.chains.relevance.RelevanceGate", "ctxrag.chains.evidence.EvidenceCheck",
               "ctxrag.chains.short_answer.ExtractiveAnswer", "ctxrag.chains.assistant.Assistant"]
 

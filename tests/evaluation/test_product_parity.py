@@ -130,7 +130,7 @@ def test_graph_benchmark_ranks_as_the_product(tmp_path: Path, monkeypatch: pytes
                                               shared_embeddings: Any) -> None:
     """Graph RAG: the knowledge base extracts the Bernoulli triplets at ingest (a scripted chat model), the benchmark
     reads the same triplets from a HippoRAG OpenIE file; both rank by Personalized PageRank with dense seeds."""
-    from test_kb_graph import ScriptedExtractor
+    from kb.test_kb_graph import ScriptedExtractor
 
     from ctxrag.settings import Settings
     from ctxrag.testing.bernoulli import PASSAGES, QUESTION, TRIPLETS

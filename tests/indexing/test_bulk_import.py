@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ctxrag.indexing.bulk_import import BulkImportError, kb_dimension, read_precomputed
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 
 DIM = 8

@@ -11,7 +11,7 @@ import pytest
 from ctxrag.indexing.chunking import chunk_records, make_splitter
 from ctxrag.indexing.pipeline import IngestPipeline
 from ctxrag.ingest_report import FileOutcome
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.loading import LoadedDocument
 from ctxrag.settings import ChunkingSettings, Settings
 from ctxrag.stores.base import IndexedChunk
@@ -46,7 +46,7 @@ def test_triplets_are_extracted_before_the_write_lock(kb: KnowledgeBase) -> None
         for c in chunks:
             c.metadata["triplets"] = TRIPLETS[c.metadata["source"].removeprefix("wiki://")]
 
-    pipeline = IngestPipeline(kb.name, kb.settings, kb.store, kb.snapshots, kb._embed, extract_triplets=extract)
+    pipeline = IngestPipeline(kb.name, kb.settings, kb.ingest_sink(), kb._embed, extract_triplets=extract)
     report = pipeline.add_texts([{"text": t, "source": f"wiki://{k}"} for k, t in PASSAGES.items()])
     assert len(report.added) == len(PASSAGES) and locked_while_extracting == [False] * len(PASSAGES)
     assert len(kb.indexes["graph"]) == len(PASSAGES)  # the graph index took the triplets: it has no chat model
@@ -61,7 +61,7 @@ def test_unchanged_document_is_skipped_before_splitting_or_embedding(kb: Knowled
     def no_model(texts: list[str]):  # noqa: ANN202
         raise AssertionError("an unchanged document must not be embedded again")
 
-    pipeline = IngestPipeline(kb.name, kb.settings, kb.store, kb.snapshots, no_model)
+    pipeline = IngestPipeline(kb.name, kb.settings, kb.ingest_sink(), no_model)
     outcome = pipeline.prepare(doc, None, None)
     assert isinstance(outcome, FileOutcome) and outcome.status == "skipped"
 
@@ -88,14 +88,14 @@ def test_one_embedding_call_covers_chunks_of_several_documents(tmp_path: Path) -
     kb = KnowledgeBase.open("batch", settings)
     try:
         embed = CountingEmbed()
-        pipeline = IngestPipeline(kb.name, kb.settings, kb.store, kb.snapshots, embed)
+        pipeline = IngestPipeline(kb.name, kb.settings, kb.ingest_sink(), embed)
         docs = [{"text": f"document number {i} about pumps", "source": f"mem://{i}"} for i in range(10)]
         indexed: list[IndexedChunk] = []
         original_apply = pipeline.apply
 
-        def apply(batch, report, store=None):  # noqa: ANN001, ANN202 - records what reaches the index
+        def apply(batch, report):  # noqa: ANN001, ANN202 - records what reaches the index
             indexed.extend(c for p in batch if hasattr(p, "indexed") for c in p.indexed)
-            return original_apply(batch, report, store)
+            return original_apply(batch, report)
 
         pipeline.apply = apply  # type: ignore[method-assign]
         report = pipeline.add_texts(docs)
@@ -116,7 +116,7 @@ def test_commits_every_commit_every_documents_with_batched_embedding(tmp_path: P
         for i in range(7):
             (tmp_path / "docs" / f"{i}.txt").write_text(f"file {i} on valves", encoding="utf-8")
         embed = CountingEmbed()
-        pipeline = IngestPipeline(kb.name, kb.settings, kb.store, kb.snapshots, embed)
+        pipeline = IngestPipeline(kb.name, kb.settings, kb.ingest_sink(), embed)
         commits: list[int] = []
         original_commit = kb.snapshots.commit
         kb.snapshots.commit = lambda s: (commits.append(1), original_commit(s))[1]  # type: ignore[method-assign]

@@ -11,7 +11,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from ctxrag.chains.rag import build_rag_chain
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.models.llamacpp import LOOP_FINISH, LocalLlamaChatModel
 from ctxrag.models.loop_guard import find_loop
 from ctxrag.settings import Settings

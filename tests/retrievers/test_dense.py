@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from langchain_core.embeddings import Embeddings
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.retrievers.dense import cosine_to_distance, cosine_to_relevance, mmr_select, relevance_score
 from ctxrag.retrievers.factory import dense_retriever
 from ctxrag.settings import Settings

@@ -10,7 +10,7 @@ pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install '
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'ctxrag[milvus]')")
 
 from ctxrag.errors import ConfigError  # noqa: E402
-from ctxrag.knowledge_base import KnowledgeBase  # noqa: E402
+from ctxrag.kb.local import KnowledgeBase  # noqa: E402
 from ctxrag.models.embeddings import embed_array, make_embeddings  # noqa: E402
 from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever  # noqa: E402
 from ctxrag.settings import Settings  # noqa: E402

@@ -15,7 +15,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from ctxrag.enums import SearchMode
 from ctxrag.errors import ConfigError
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.models.embeddings import make_embeddings
 from ctxrag.retrievers.headings import heading_text
 from ctxrag.retrievers.modes import DEFAULT_MODE, MODES, mode_help, mode_row

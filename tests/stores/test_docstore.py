@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxrag import kb_maintenance
+from ctxrag.kb import maintenance as kb_maintenance
 from ctxrag.errors import DiskFullError, is_disk_full
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.stores.docstore import DocStore
 from ctxrag.stores.generations import GenerationStore

@@ -165,7 +165,7 @@ def test_auto_switches_to_hnsw_at_the_threshold(data) -> None:  # noqa: ANN001
 
 
 def test_knowledge_base_uses_the_configured_kind_and_keeps_it(tmp_path: Path) -> None:
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import Settings
 
     s = Settings(home=tmp_path / "h", embeddings={"provider": "fake", "dimensions": 16},

@@ -123,7 +123,7 @@ def test_sparse_rows_placeholder_for_empty_rows() -> None:
 def test_knowledge_bases_share_one_milvus_file_and_delete_drops_the_collection(tmp_path: Path) -> None:
     """``milvus_uri`` set: every knowledge base gets its own collection in that Milvus Lite file (as on a server);
     deleting a knowledge base drops its collection."""
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import Settings
     from ctxrag.stores.milvus import MilvusIndex
 
@@ -181,7 +181,7 @@ def milvus_server(tmp_path: Path):  # noqa: ANN201
 
 
 def test_server_uri_reaches_a_running_milvus(tmp_path: Path, milvus_server: str) -> None:
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever
     from ctxrag.settings import Settings
 
@@ -260,7 +260,7 @@ def test_standalone_server_index_contract(server_index: MilvusIndex) -> None:
 @pytest.mark.milvus_server
 def test_standalone_server_knowledge_base_hybrid_uses_our_bm25_and_bulk_import(tmp_path: Path, milvus_standalone: str) -> None:
     from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import Settings
 
     s = Settings(home=tmp_path / "h", dense_backend="milvus", milvus_uri=milvus_standalone)  # milvus_sparse: default on

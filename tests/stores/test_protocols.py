@@ -9,7 +9,7 @@ import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from ctxrag.errors import ConfigError
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.bm25 import BM25ChunkIndex

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
@@ -24,7 +24,7 @@ BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(importlib.util.find_spec(m)
 _HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     kb = KnowledgeBase.open("solo", create=False)
     len(kb.dense_index())  # opens the backend
     Path(sys.argv[1]).write_text("x")

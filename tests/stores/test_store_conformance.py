@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 
 from ctxrag.errors import AmbiguousDocument, DocumentNotFound, KnowledgeBaseNotFound
-from ctxrag.kb_maintenance import check, repair
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.models.embeddings import make_embeddings
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex
 
-from kb_processes import KB, WORDS, cli, process_env, write_word_files
+from kb_processes import KB, WORDS, cli, process_env, write_corpus, write_word_files
 from milvus_lite_server import HAVE_MILVUS_LITE, SKIP_REASON as LITE_SKIP, start_milvus_lite_server
 from milvus_standalone import HAVE_MILVUS_STANDALONE, SKIP_REASON
 from ctxrag.testing.llm_server import HANG_GUARD_S
@@ -63,11 +62,7 @@ def _settings(home: Path, where: str, uri: str | None = None, **kw) -> Settings:
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    d = tmp_path / "corpus"
-    d.mkdir()
-    for name, text in DOCS.items():
-        (d / name).write_text(text, encoding="utf-8")
-    return d
+    return write_corpus(tmp_path / "corpus", DOCS)
 
 
 @pytest.fixture
@@ -200,7 +195,7 @@ def test_reopen_sees_everything_and_delete_kb_removes_it(settings: Settings, kb:
     try:
         assert {m: _names(again.search("Falcon-7 pump flow", k=2, mode=m)) for m in _modes(again)} == before
         assert KB in KnowledgeBase.list_names(settings)
-        assert check(again).clean
+        assert again.check().clean
     finally:
         again.close()
     KnowledgeBase.delete_kb(KB, settings)
@@ -233,7 +228,7 @@ def assert_all_found(settings: Settings, expected: dict[str, str]) -> None:
             text = kb.chunks.get_chunks([f"{kb.get_document(f'{stem}.md').doc_id}:0"])[0].page_content
             hits = kb.search(text, k=1, mode="dense")  # fake vectors hash the text: its own text finds it
             assert hits and Path(hits[0].metadata["source"]).stem == stem, f"dense lost {stem} ({word})"
-        assert check(kb).clean, check(kb).lines()
+        assert kb.check().clean, kb.check().lines()
     finally:
         kb.close()
 
@@ -253,7 +248,7 @@ def test_three_concurrent_ingesting_processes_lose_nothing(tmp_path: Path, where
 
 _KILLED_WRITER = """
 import os, signal, sys
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import get_settings
 from ctxrag.stores.milvus_resident.store import MilvusResidentStore
 from ctxrag.stores.snapshots import IndexSnapshots
@@ -285,9 +280,9 @@ def test_a_writer_killed_mid_write_heals(tmp_path: Path, where: str) -> None:
         kb = KnowledgeBase.open(KB, settings, create=False)
         try:
             assert kb.search("pineapple", k=1, mode="bm25") or kb.search("orangutan", k=1, mode="bm25")
-            if not check(kb).clean:  # Milvus: the killed write is left to `kb repair` (it may be alive elsewhere)
-                repair(kb)
-            assert check(kb).clean, check(kb).lines()
+            if not kb.check().clean:  # Milvus: the killed write is left to `kb repair` (it may be alive elsewhere)
+                kb.repair()
+            assert kb.check().clean, kb.check().lines()
         finally:
             kb.close()
         subprocess.run(cli("ingest", str(tmp_path / "corpus"), "--kb", KB), env=env, check=True, capture_output=True,

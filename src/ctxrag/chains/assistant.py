@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Sequence
 
 from langchain_core.documents import Document
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator, RunnableLambda
@@ -59,6 +59,9 @@ from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.retrievers.factory import make_retriever
 from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
+
+if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ class Assistant(Runnable[Any, dict]):
     def __init__(
         self,
         kb: KnowledgeSource,
-        llm: Any,
+        llm: BaseChatModel | None,
         *,
         router: Router | None = None,
         catalog: DocumentCatalog | None = None,
@@ -294,7 +297,7 @@ class Assistant(Runnable[Any, dict]):
 
 
 def build_assistant_chain(
-    kb: KnowledgeSource, llm: Any, router: Router | str | None = None, **kwargs: Any
+    kb: KnowledgeSource, llm: BaseChatModel | None, router: Router | str | None = None, **kwargs: Any
 ) -> Assistant:
     """An `Assistant`; `router` may be a router object or ``"fast"`` / ``"llm"``."""
     if isinstance(router, str):

@@ -29,7 +29,7 @@ def chat(
 ) -> None:
     """Ask anything: the assistant decides whether to use the knowledge base, and says when it has nothing."""
     from ctxrag.chains.assistant import build_assistant_chain
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
 
     try:

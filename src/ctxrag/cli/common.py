@@ -9,13 +9,16 @@ Example::
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from ctxrag.enums import SearchMode
 from ctxrag.errors import CtxragError, is_disk_full
 from ctxrag.settings import get_settings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.kb import KnowledgeBaseProtocol
 
 STATE: dict[str, Any] = {"debug": False}
 
@@ -43,15 +46,16 @@ def callbacks() -> list:
     return [DebugLogHandler()]
 
 
-def open_kb(name: str, create: bool = False) -> Any:
-    from ctxrag.knowledge_base import KnowledgeBase
+def open_kb(name: str, create: bool = False) -> KnowledgeBaseProtocol:
+    """The knowledge base `name`, in the store the settings name (`ctxrag.kb.registry`)."""
+    from ctxrag.kb import open_kb as open_named
 
-    return KnowledgeBase.open(name, get_settings(), create=create)
+    return open_named(name, get_settings(), create=create)
 
 
 def kb_or_default(kb: Optional[str]) -> str:
     """`--kb` as given (an empty one is an error, not the default), or the default knowledge base."""
-    from ctxrag.knowledge_base import validate_kb_name
+    from ctxrag.kb import validate_kb_name
 
     return get_settings().default_kb if kb is None else validate_kb_name(kb)
 
@@ -101,7 +105,7 @@ def retriever_for(kbs: list[str], mode: SearchMode, k: int, rerank: str, search_
     return make_multi_kb_retriever(open_kbs(kbs), mode=mode, k=k, rerank=rerank, search_type=search_type)
 
 
-def open_kbs(kbs: list[str]) -> list[Any]:
+def open_kbs(kbs: list[str]) -> list[KnowledgeBaseProtocol]:
     """The named knowledge bases, the shared default one created (empty) on first use; any other name must exist."""
     default = get_settings().default_kb
     return [open_kb(n, create=n == default) for n in kbs]

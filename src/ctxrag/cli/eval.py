@@ -205,7 +205,7 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
     from ctxrag.chains.rag import build_rag_chain
     from ctxrag.evaluation.answers import AnswerJudge, answer_step, load_key_fact_questions, run_key_fact_eval
     from ctxrag.evaluation.experiments import builtin
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
 
     if len(paths) != 1 or not paths[0].is_dir():
         raise CtxragError(f"--format keyfacts takes one folder of documents, got {[str(p) for p in paths]}")

@@ -27,7 +27,7 @@ def ingest(
 ) -> None:
     """Add or update files in a knowledge base; unchanged files are skipped."""
     def body() -> None:
-        from ctxrag.knowledge_base import KnowledgeBase
+        from ctxrag.kb import KnowledgeBase
 
         s = get_settings()
         name = kb_or_default(kb)

@@ -19,7 +19,7 @@ doc_app = typer.Typer(help="List and delete documents of a knowledge base.", no_
 @kb_app.command("list")
 def kb_list() -> None:
     """Knowledge bases with their sizes."""
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
 
     def body() -> None:
         names = KnowledgeBase.list_names(get_settings())
@@ -50,10 +50,9 @@ def kb_show(name: str = typer.Argument(...)) -> None:
 @kb_app.command("check")
 def kb_check(name: str = typer.Argument(...), json_out: bool = typer.Option(False, "--json")) -> None:
     """Compare the document store with every index by chunk id; list each difference; exit 1 unless clean."""
-    from ctxrag.kb_maintenance import check
 
     def body() -> None:
-        report = check(open_kb(name))
+        report = open_kb(name).check()
         if json_out:
             typer.echo(json.dumps({"kb": report.kb, "generation": report.generation, "chunks": report.chunks,
                                    "clean": report.clean, "counts": report.counts,
@@ -69,12 +68,11 @@ def kb_check(name: str = typer.Argument(...), json_out: bool = typer.Option(Fals
 @kb_app.command("repair")
 def kb_repair(name: str = typer.Argument(...)) -> None:
     """Rebuild missing or damaged indexes from the stored chunk texts and commit them as a new generation."""
-    from ctxrag.kb_maintenance import check, repair
 
     def body() -> None:
         kbase = open_kb(name)
-        typer.echo("\n".join(repair(kbase).lines()))
-        after = check(kbase)
+        typer.echo("\n".join(kbase.repair().lines()))
+        after = kbase.check()
         if not after.clean:
             typer.echo("\n".join(after.lines()), err=True)
             raise typer.Exit(1)
@@ -119,7 +117,7 @@ def kb_summarize(
 @kb_app.command("delete")
 def kb_delete(name: str = typer.Argument(...), yes: bool = typer.Option(False, "--yes", "-y")) -> None:
     """Delete a knowledge base and everything in it."""
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
 
     def body() -> None:
         if not yes and not typer.confirm(f"delete knowledge base {name!r} and all its documents?"):

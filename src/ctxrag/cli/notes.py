@@ -20,7 +20,7 @@ notes_app = typer.Typer(help="Keep notes (retrievable like documents) and turn t
 
 
 def _book(kb: Optional[str]) -> Any:
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb import KnowledgeBase
     from ctxrag.notes import NoteBook
     return NoteBook(KnowledgeBase.open(kb_or_default(kb), get_settings(), create=True))
 

@@ -149,7 +149,7 @@ def demo(
 
     Works from any folder: the corpus and questions ship inside the package. When the demo fails, the knowledge base
     it created is removed again."""
-    from ctxrag.knowledge_base import KnowledgeBase, validate_kb_name
+    from ctxrag.kb import KnowledgeBase, validate_kb_name
     from ctxrag.models.chat import make_chat_model
     from ctxrag.resource_paths import demo_corpus, demo_questions
 

@@ -27,7 +27,7 @@ from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.rewrite import QuestionRewriter
 from ctxrag.chains.router import SCENARIOS, Route, make_router
 from ctxrag.errors import ConfigError
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb import open_kb
 from ctxrag.resource_paths import default_routing_set, offtopic_corpus
 
 KB_NAMES = {"sample": "routing-sample", "offtopic": "routing-offtopic"}
@@ -60,7 +60,7 @@ def build_routing_kbs(corpus: str | Path, settings: Any = None) -> dict[str, Any
         raise ConfigError(f"sample corpus folder {corpus} does not exist (run from the repository root or pass --corpus)")
     kbs = {}
     for key, folder in (("sample", corpus), ("offtopic", offtopic_corpus())):
-        kb = KnowledgeBase.open(KB_NAMES[key], settings)
+        kb = open_kb(KB_NAMES[key], settings)
         report = kb.ingest([folder], contextualize=False, progress=False)  # as measured: no contexts
         if report.failed:
             raise ConfigError(f"ingesting {folder} failed: {[(f.path, f.reason) for f in report.failed]}")

@@ -1,11 +1,11 @@
-"""The ingest pipeline of one knowledge base: load -> split -> contextualize -> extract graph triplets (when the graph
-index is on) -> embed once -> index -> commit.
+"""The ingest pipeline of one knowledge base, whatever its backend: load -> split -> contextualize -> extract graph
+triplets (when the graph index is on) -> embed once -> write to the knowledge base's sink.
 
 The slow stages (loading, splitting, contextualizing, triplet extraction) run per document with no lock held
 (`IngestPipeline.prepare`); embedding runs over the chunks of several documents at once (one model batch, so a folder
-of one-line files does not pay one model call per file); every `commit_every` prepared documents are then applied
-under the inter-process write lock on top of the generation current *now* (`ctxrag.indexing.prepared.apply_prepared`)
-and committed as the next index generation (`ctxrag.stores.snapshots`).
+of one-line files does not pay one model call per file); every `commit_every` prepared documents are then written to
+the sink (`ctxrag.indexing.sinks`): on a local knowledge base applied under the inter-process write lock on top of the
+generation current *now* and committed as the next index generation, in Milvus replaced document by document.
 A bad file fails alone, as a ``failed`` outcome in the `IngestReport`; the others are still ingested.
 
 Example::
@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from ctxrag import schema
-from ctxrag.errors import KnowledgeBaseDeleted, LoadError
+from ctxrag.errors import LoadError
 from ctxrag.indexing.chunking import chunk_records, make_splitter
-from ctxrag.indexing.prepared import PreparedDocument, apply_prepared, reindex_reason
+from ctxrag.indexing.prepared import PreparedDocument
+from ctxrag.indexing.sinks import IngestSink
 from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
-from ctxrag.stores.embedding import EmbedFn, attach_vectors, embed_chunks, to_indexed
-from ctxrag.stores.snapshots import IndexSnapshots, missing_from
+from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.embedding import EmbedFn, attach_vectors, embed_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument
@@ -45,20 +45,19 @@ Prepared = FileOutcome | PreparedDocument
 
 
 class IngestPipeline:
-    """Writes documents into the store and indexes of one knowledge base (see the module docstring).
+    """Writes documents into one knowledge base through its `sink` (see the module docstring).
 
-    `store` is the knowledge base's reading connection (to skip unchanged documents early), `snapshots` its index
-    generations (write sessions and commits), `embed` its passage embedder, `extract_triplets` (when the graph
-    index is on) puts each chunk's graph triplets into its metadata (`ctxrag.indexing.triplets.triplet_stage`)."""
+    `sink` stores prepared documents and says which need no preparing (`ctxrag.indexing.sinks`), `embed` is the
+    knowledge base's passage embedder, `extract_triplets` (when the graph index is on) puts each chunk's graph
+    triplets into its metadata (`ctxrag.indexing.triplets.triplet_stage`)."""
 
     def __init__(
-        self, kb_name: str, settings: Settings, store: DocStore, snapshots: IndexSnapshots, embed: EmbedFn,
+        self, kb_name: str, settings: Settings, sink: IngestSink, embed: EmbedFn,
         extract_triplets: Callable[[list[IndexedChunk]], None] | None = None,
     ) -> None:
         self.kb_name = kb_name
         self.settings = settings
-        self.store = store
-        self.snapshots = snapshots
+        self.sink = sink
         self.embed = embed
         self.extract_triplets = extract_triplets
         self.embed_batch = settings.embeddings.batch_size
@@ -102,44 +101,18 @@ class IngestPipeline:
         return report
 
     def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
-        """Chunks that come with their vectors, all batches in one write session and one generation (all or
-        nothing); an identical source is skipped, a changed one replaced."""
-        report = IngestReport()
-        with self.snapshots.session() as session:
-            for batch in batches:
-                indexed: list[IndexedChunk] = []
-                documents: list[tuple[DocumentRecord, list[ChunkRecord]]] = []
-                for item in batch:
-                    doc = item.document
-                    if any(d.doc_id == doc.doc_id for d, _ in documents):  # a repeat sees the earlier one stored
-                        session.replace(documents, indexed)
-                        indexed, documents = [], []
-                    old = session.store.get_document(doc.doc_id)
-                    if old is not None and old.content_hash == doc.content_hash:
-                        report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)",
-                                                        doc.doc_id, old.n_chunks))
-                        continue
-                    for record, vector in zip(item.chunks, item.vectors):
-                        chunk = to_indexed(record)
-                        chunk.vector = vector
-                        indexed.append(chunk)
-                    documents.append((doc, item.chunks))
-                    report.files.append(FileOutcome(doc.source, "updated" if old else "added", "", doc.doc_id,
-                                                    len(item.chunks)))
-                session.replace(documents, indexed)
-            if report.added or report.updated:
-                self.snapshots.commit(session)
-        return report
+        """Chunks that come with their vectors, stored as the sink stores them (a local knowledge base: all batches
+        in one write session and one generation, all or nothing); an identical source is skipped, a changed one
+        replaced."""
+        return self.sink.import_precomputed(batches)
 
     def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
         """Documents that come already chunked (no splitting, no context), embedded outside the lock, replacing any
-        with the same doc id, in one write session and one generation."""
+        with the same doc id (a local knowledge base: in one write session and one generation)."""
         if not documents:
             return
         indexed = embed_chunks([r for _, records in documents for r in records], self.embed)
-        with self.snapshots.session() as session:
-            session.replace(documents, indexed)
-            self.snapshots.commit(session)
+        self.sink.write_chunked(documents, indexed)
 
     # -- stages -----------------------------------------------------------------------
     def run(
@@ -147,12 +120,12 @@ class IngestPipeline:
         desc: str, unit: str, progress: bool, commit_every: int = 1_000_000,
     ) -> None:
         """Prepare items one by one outside the write lock (a `LoadError` fails that item only), embed the chunks of
-        several prepared documents together (`embed_batch`), then apply and commit them under the lock every
-        `commit_every` changes; outcomes keep the order of `items`."""
+        several prepared documents together (`embed_batch`), then write them to the sink every `commit_every`
+        changes; outcomes keep the order of `items`."""
         batch: list[Prepared] = []
         waiting = _EmbedBatch(self.embed, self.embed_batch)
         pending = 0
-        store = self.store.identity  # every batch must land in the knowledge base this run started writing to
+        self.sink.start()  # every batch must land in the knowledge base this run started writing to
         bar = tqdm(items, desc=desc, unit=unit, disable=not progress)
         for item in bar:
             try:
@@ -165,38 +138,19 @@ class IngestPipeline:
                 pending += 1
                 if pending >= commit_every:
                     waiting.flush()
-                    self.apply(batch, report, store)
+                    self.apply(batch, report)
                     batch, pending = [], 0
             if progress:
                 bar.set_postfix_str(waiting.rate(), refresh=False)
         waiting.flush()
-        self.apply(batch, report, store)
+        self.apply(batch, report)
 
-    def apply(self, batch: list[Prepared], report: IngestReport, store: tuple[int, int] | None = None) -> None:
-        """Under the write lock: re-check each prepared document against the current store (another writer may
-        have stored it meanwhile), replace its chunks in every index and the store, and commit one generation.
-        `store` is the identity of the store the run started on: `KnowledgeBaseDeleted` when that one is gone."""
-        if not any(isinstance(x, PreparedDocument) for x in batch):
-            report.files.extend(x for x in batch if isinstance(x, FileOutcome))
-            return
-        outcomes: list[FileOutcome] = []
-        with self.snapshots.session() as session:
-            if store is not None and session.store.identity != store:
-                raise KnowledgeBaseDeleted(self.kb_name, f"and created again while this run was writing to it; "
-                                                         f"{len(report.added) + len(report.updated)} documents it "
-                                                         "committed before were deleted with it, nothing more was "
-                                                         "written")
-            changed = 0
-            for item in batch:
-                if isinstance(item, FileOutcome):
-                    outcomes.append(item)
-                    continue
-                outcome = apply_prepared(session, item)
-                changed += outcome.status in ("added", "updated")
-                outcomes.append(outcome)
-            if changed:
-                self.snapshots.commit(session)
-        report.files.extend(outcomes)
+    def apply(self, batch: list[Prepared], report: IngestReport) -> None:
+        """Write the prepared documents of `batch` to the sink (each re-checked against what is stored now) and add
+        every outcome to `report`, in the order of `batch`."""
+        docs = [x for x in batch if isinstance(x, PreparedDocument)]
+        written = iter(self.sink.write(docs, len(report.added) + len(report.updated)) if docs else [])
+        report.files.extend(x if isinstance(x, FileOutcome) else next(written) for x in batch)
 
     def prepare(self, loaded: LoadedDocument, contextualizer: ChunkContextualizer | None,
                 precomputed: dict[str, str] | None) -> Prepared:
@@ -206,13 +160,9 @@ class IngestPipeline:
         source = loaded.source
         doc_id = schema.make_doc_id(self.kb_name, source)
         chash = schema.content_hash(loaded.text)
-        old = self.store.get_document(doc_id)
-        reason = ""
-        if old is not None and old.content_hash == chash:
-            missing = missing_from(self.snapshots.current(), [c.chunk_id for c in self.store.chunks_of(doc_id)])
-            if not missing:
-                return FileOutcome(source, "skipped", "unchanged (same content hash)", doc_id, old.n_chunks)
-            reason = reindex_reason(missing)
+        reason = self.sink.unchanged(source, doc_id, chash)
+        if isinstance(reason, FileOutcome):
+            return reason
         meta = dict(loaded.metadata)
         records = chunk_records(self.kb_name, doc_id, source, loaded.title, loaded.text, meta,
                                 splitter=make_splitter(self.settings.chunking), contextualizer=contextualizer,

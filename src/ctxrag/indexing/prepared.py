@@ -39,6 +39,22 @@ class PreparedDocument:
     warnings: list[str] = field(default_factory=list)
     """What loading skipped (e.g. malformed JSONL lines), reported with the outcome."""
 
+    def document(self) -> DocumentRecord:
+        """The document row to store."""
+        return DocumentRecord(self.doc_id, self.source, self.title, self.content_hash, self.text, len(self.records),
+                              self.metadata)
+
+    def written(self, replaced: bool) -> FileOutcome:
+        """The outcome once stored: ``updated`` when it `replaced` a stored version, else ``added``, with why it was
+        (re-)indexed and what loading skipped."""
+        notes = [self.reason or ("content changed" if replaced else "")] + self.warnings
+        return FileOutcome(self.source, "updated" if replaced else "added", "; ".join(n for n in notes if n),
+                           self.doc_id, len(self.records))
+
+
+UNCHANGED = "unchanged (same content hash)"
+"""The detail of a ``skipped`` outcome, on every backend."""
+
 
 def reindex_reason(missing: list[str]) -> str:
     return f"re-indexed: was missing from index {', '.join(missing)}"
@@ -51,10 +67,7 @@ def apply_prepared(session: WriteSession, p: PreparedDocument) -> FileOutcome:
     if old is not None and old.content_hash == p.content_hash:
         missing = missing_from(session.indexes, old_ids)
         if not missing:
-            return FileOutcome(p.source, "skipped", "unchanged (same content hash)", p.doc_id, old.n_chunks)
+            return FileOutcome(p.source, "skipped", UNCHANGED, p.doc_id, old.n_chunks)
         p.reason = reindex_reason(missing)
-    document = DocumentRecord(p.doc_id, p.source, p.title, p.content_hash, p.text, len(p.records), p.metadata)
-    session.replace([(document, p.records)], p.indexed)
-    status = "updated" if old is not None else "added"
-    notes = [p.reason or ("content changed" if old else "")] + p.warnings
-    return FileOutcome(p.source, status, "; ".join(n for n in notes if n), p.doc_id, len(p.records))
+    session.replace([(p.document(), p.records)], p.indexed)
+    return p.written(replaced=old is not None)

@@ -42,7 +42,7 @@ IndexKind = Literal["dense", "bm25", "graph"]
 
 DEFAULT_MODE = SearchMode.HYBRID
 """The mode every face searches with when none is given: `KnowledgeBase.search`, `as_retriever`, the CLI, the
-server (tests/test_kb_faces.py checks them all)."""
+server (tests/kb/test_kb_faces.py checks them all)."""
 
 
 @dataclass(frozen=True)

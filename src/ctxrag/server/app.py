@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -36,7 +36,7 @@ from ctxrag.enums import SearchMode
 from ctxrag.errors import (ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseLocked, KnowledgeBaseNotFound,
                            ModelError)
 from ctxrag import __version__
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb import open_kb
 from ctxrag.models import chat
 from ctxrag.models.chat import as_model_error, describe_endpoint, model_failure_types
 from ctxrag.redact import install_log_redaction, redact, redact_value, remember_settings
@@ -54,6 +54,11 @@ from ctxrag.server.middleware import (
 )
 from ctxrag.server.runnables import EXPOSE_PATHS_KEY, hide_paths_in_text
 from ctxrag.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.language_models import BaseChatModel
+
+    from ctxrag.kb import KnowledgeBaseProtocol
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +128,15 @@ def create_app(
     settings: Settings | None = None,
     *,
     kb_names: Sequence[str] | None = None,
-    llm: Any = None,
-    kbs: Sequence[Any] | None = None,
+    llm: BaseChatModel | None = None,
+    kbs: Sequence[KnowledgeBaseProtocol] | None = None,
     mode: SearchMode | str = DEFAULT_MODE,
     k: int = 4,
 ) -> FastAPI:
     """The FastAPI app (see the module docstring).
 
     `mode` (`ctxrag.retrievers.modes`) is checked here, before any route is built. `kb_names` (default:
-    ``settings.default_kb``) must exist; `kbs` passes opened `KnowledgeBase` objects instead.
+    ``settings.default_kb``) must exist; `kbs` passes opened knowledge bases (`KnowledgeBaseProtocol`) instead.
     `llm` defaults to `make_chat_model(settings)`; when no chat model can be made, ``/ask`` and ``/chat`` are left
     out and ``/health`` says why. Auth and the body limit come from ``settings.server``.
     """
@@ -144,7 +149,7 @@ def create_app(
         names = list(kb_names or [s.default_kb])
         if not names:
             raise ConfigError("create_app: no knowledge base given")
-        kbs = [KnowledgeBase.open(n, s, create=False) for n in names]
+        kbs = [open_kb(n, s, create=False) for n in names]
     kbs = list(kbs)
     if not kbs:
         raise ConfigError("create_app: no knowledge base given")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Sequence
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -35,7 +35,6 @@ from pydantic import BaseModel, Field
 from ctxrag import __version__
 from ctxrag.chains.ask import RagAnswer
 from ctxrag.errors import CtxragError
-from ctxrag.knowledge_base import KnowledgeBase
 from ctxrag.notes import NoteBook
 from ctxrag.redact import redact
 from ctxrag.server.middleware import (BearerAuthMiddleware, LocalRequestGuardMiddleware, check_auth_token,
@@ -43,6 +42,9 @@ from ctxrag.server.middleware import (BearerAuthMiddleware, LocalRequestGuardMid
 from ctxrag.server.runnables import NotesOutput, hide_paths, hide_paths_in_text
 from ctxrag.settings import Settings, get_settings
 from ctxrag.tools import AskArgs, ChatModelSource, KnowledgeTools, SearchArgs, SearchResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.kb import KnowledgeBaseProtocol
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +146,7 @@ def _signature(args_model: type[BaseModel], returns: Any) -> tuple[inspect.Signa
 class CtxragMCP:
     """The tools, resources and path policy of the MCP server over open knowledge bases (see the module docstring)."""
 
-    def __init__(self, kbs: Sequence[Any], llm: ChatModelSource = None, *, settings: Settings | None = None,
+    def __init__(self, kbs: Sequence[KnowledgeBaseProtocol], llm: ChatModelSource = None, *, settings: Settings | None = None,
                  roots: Sequence[str | Path] = (), mode: str = "hybrid", k: int = 5, ask_k: int = 4) -> None:
         self.settings = settings or get_settings()
         self.tools = KnowledgeTools(kbs, llm, mode=mode, k=k, ask_k=ask_k, settings=self.settings)
@@ -174,7 +176,7 @@ class CtxragMCP:
             msg = hide_paths_in_text(msg)
         return ToolError(f"{type(exc).__name__}: {msg[:2000]}")
 
-    def _kb(self, name: str | None) -> KnowledgeBase:
+    def _kb(self, name: str | None) -> KnowledgeBaseProtocol:
         return self.tools.select(name)[0]
 
     # -- tools ----------------------------------------------------------------------------------------------------------
@@ -293,7 +295,7 @@ class CtxragMCP:
         return call
 
 
-def build_mcp_server(kbs: Sequence[Any], llm: ChatModelSource = None, *, settings: Settings | None = None,
+def build_mcp_server(kbs: Sequence[KnowledgeBaseProtocol], llm: ChatModelSource = None, *, settings: Settings | None = None,
                      roots: Sequence[str | Path] = (), mode: str = "hybrid", k: int = 5, ask_k: int = 4) -> MCPServer:
     """An `MCPServer` over the open knowledge bases `kbs` (see the module docstring); `llm` as in
     `ctxrag.tools.KnowledgeTools` (made on the first ``ask``)."""

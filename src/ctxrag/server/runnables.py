@@ -20,7 +20,7 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
-from typing import Any, AsyncIterator, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Literal, Sequence
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
@@ -35,8 +35,10 @@ from ctxrag.errors import DocumentNotFound
 from ctxrag.notes import NoteBook
 from ctxrag.retrievers.factory import make_multi_kb_retriever
 from ctxrag.retrievers.modes import DEFAULT_MODE
-from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import check_query
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.kb import KnowledgeBaseProtocol
 
 DEFAULT_MAX_QUERY_CHARS = 4000
 """The query length limit when none is given (``Settings.max_query_chars`` in the server)."""
@@ -186,7 +188,7 @@ def _path_filter() -> Runnable:
     return RunnableGenerator(transform, atransform, name="source_paths")
 
 
-def search_runnable(kbs: Sequence[Any], *, mode: SearchMode | str = DEFAULT_MODE, k: int = 5,
+def search_runnable(kbs: Sequence[KnowledgeBaseProtocol], *, mode: SearchMode | str = DEFAULT_MODE, k: int = 5,
                     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """Query string -> ranked chunks (`Document` with ``score`` metadata) over the knowledge bases `kbs`."""
 
@@ -200,7 +202,7 @@ def search_runnable(kbs: Sequence[Any], *, mode: SearchMode | str = DEFAULT_MODE
     return chain.with_types(input_type=str, output_type=list[Document]).with_config(run_name="ctxrag_search")
 
 
-def ask_runnable(kbs: Sequence[KnowledgeSource], llm: BaseChatModel, *, mode: SearchMode | str = DEFAULT_MODE,
+def ask_runnable(kbs: Sequence[KnowledgeBaseProtocol], llm: BaseChatModel, *, mode: SearchMode | str = DEFAULT_MODE,
                  k: int = 4, rerank: str = "none", max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True,
                  evidence: bool = True) -> Runnable:
     """`ctxrag.chains.ask.build_ask_chain` over the knowledge bases `kbs`, typed for serving: the question checked
@@ -262,7 +264,7 @@ def streaming_adapter(runnable: Runnable, *, name: str) -> Runnable:
     return RunnableLambda(stream, afunc=astream, name=name)
 
 
-def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast",
+def chat_runnable(kb: KnowledgeBaseProtocol, llm: BaseChatModel, *, k: int = 4, router: str = "fast",
                   max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, evidence: bool = True) -> Runnable:
     """The routing assistant (`ctxrag.chains.assistant.Assistant`) over `kb`, streaming sync and async, typed.
 
@@ -273,7 +275,7 @@ def chat_runnable(kb: Any, llm: Any, *, k: int = 4, router: str = "fast",
     def check_selected(inp: Any) -> Any:
         selected = inp.get("selected_doc_ids") if isinstance(inp, dict) else None
         if isinstance(selected, list):
-            unknown = [d for d in selected if isinstance(d, str) and kb.store.get_document(d) is None]
+            unknown = [d for d in selected if isinstance(d, str) and kb.documents.get_document(d) is None]
             if unknown:
                 raise DocumentNotFound(f"unknown selected_doc_ids {unknown} in knowledge base {kb.name!r} "
                                        f"(see `ctxrag doc list --kb {kb.name}`)")
@@ -288,7 +290,7 @@ WRITER_THREADS = 1
 """Threads of the executor that runs note adds (writes wait there for the knowledge base's write lock)."""
 
 
-def notes_runnable(kb: Any, *, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
+def notes_runnable(kb: KnowledgeBaseProtocol, *, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
     """Add, search and list notes of `kb` (see `NotesInput`); returns `NotesOutput` as a dict.
 
     Served asynchronously, an ``add`` runs on its own small executor: while another process holds the write lock,

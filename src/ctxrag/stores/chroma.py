@@ -16,6 +16,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 import warnings
 import weakref
 from pathlib import Path
@@ -144,7 +145,7 @@ class ChromaIndex:
         return np.stack([by_id[c] for c in chunk_ids])
 
     def search(
-        self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
+        self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None = None
     ) -> list[tuple[str, float]]:
         """Top-k (chunk id, cosine) for a unit query vector; `allowed_chunk_ids` restricts the candidates."""
         if k <= 0:

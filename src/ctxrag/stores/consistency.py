@@ -36,7 +36,7 @@ def compare_ids(name: str, store_ids: set[str], index_ids: set[str]) -> IndexDif
 
 @dataclass
 class CheckReport:
-    """What ``ctxrag kb check`` reports (`ctxrag.kb_maintenance.check` for a local knowledge base,
+    """What ``ctxrag kb check`` reports (`ctxrag.kb.maintenance.check` for a local knowledge base,
     `MilvusKnowledgeBase.check` for one in Milvus): per index, its chunk count and differences from the document
     store."""
 

@@ -14,6 +14,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -74,7 +75,7 @@ class CurrentDenseIndex(_CurrentIndex):
         return cast(DenseIndex, super().current())
 
     def search(
-        self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
+        self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None = None
     ) -> list[tuple[str, float]]:
         return self.current().search(vector, k, allowed_chunk_ids=allowed_chunk_ids)
 

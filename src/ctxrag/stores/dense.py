@@ -18,6 +18,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 import copy
 import json
 import math
@@ -241,13 +242,13 @@ class FaissIndex:
         return found
 
     def search(
-        self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
+        self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None = None
     ) -> list[tuple[str, float]]:
         """Top-k (chunk id, cosine) for a unit query vector; `allowed_chunk_ids` restricts the candidates."""
         with _one_thread():
             return self._search(vector, k, allowed_chunk_ids)
 
-    def _search(self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None) -> list[tuple[str, float]]:
+    def _search(self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None) -> list[tuple[str, float]]:
         import faiss
 
         if k <= 0:

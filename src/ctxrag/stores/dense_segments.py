@@ -16,6 +16,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from collections import defaultdict
 from typing import cast
 
@@ -54,7 +55,7 @@ class SegmentedDenseIndex(SegmentedIndex):
         return str(getattr(max(parts, key=len), "kind", "flat")) if parts else "flat"
 
     def search(
-        self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
+        self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None = None
     ) -> list[tuple[str, float]]:
         """Top-k (chunk id, cosine) over every segment; `allowed_chunk_ids` restricts the candidates."""
         if k <= 0:

@@ -21,6 +21,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 import hashlib
 import logging
 import re
@@ -298,11 +299,11 @@ class MilvusIndex:
             raise KeyError(f"chunk ids not in the Milvus collection {self.collection!r}: {unknown[:5]}")
         return np.stack([by_id[c] for c in chunk_ids])
 
-    def _filter(self, allowed_chunk_ids: set[str] | None) -> str:
+    def _filter(self, allowed_chunk_ids: AbstractSet[str] | None) -> str:
         return "" if allowed_chunk_ids is None else ids_expression(allowed_chunk_ids)
 
     def search(
-        self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
+        self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None = None
     ) -> list[tuple[str, float]]:
         """Top-k (chunk id, cosine) for a unit query vector; `allowed_chunk_ids` restricts the candidates."""
         if k <= 0:
@@ -318,7 +319,7 @@ class MilvusIndex:
         )
         return [(h["entity"].get("chunk_id", h.get("id")), float(h["distance"])) for h in res[0]]
 
-    def _sparse_query_can_match(self, k: int, allowed_chunk_ids: set[str] | None) -> bool:
+    def _sparse_query_can_match(self, k: int, allowed_chunk_ids: AbstractSet[str] | None) -> bool:
         """Validate a sparse/hybrid query; False when nothing can match (empty collection or empty allow-list)."""
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
@@ -327,7 +328,7 @@ class MilvusIndex:
         return self._ready and (allowed_chunk_ids is None or bool(allowed_chunk_ids))
 
     def sparse_search(
-        self, sparse: dict[int, float], k: int, allowed_chunk_ids: set[str] | None = None
+        self, sparse: dict[int, float], k: int, allowed_chunk_ids: AbstractSet[str] | None = None
     ) -> list[tuple[str, float]]:
         """Top-k (chunk id, inner product) over the sparse vectors alone."""
         if not self._sparse_query_can_match(k, allowed_chunk_ids):
@@ -339,7 +340,7 @@ class MilvusIndex:
         return [(h["entity"].get("chunk_id", h.get("id")), float(h["distance"])) for h in res[0]]
 
     def hybrid_search(
-        self, vector: np.ndarray, sparse: dict[int, float], k: int, allowed_chunk_ids: set[str] | None = None,
+        self, vector: np.ndarray, sparse: dict[int, float], k: int, allowed_chunk_ids: AbstractSet[str] | None = None,
         *, pool: int | None = None, rrf_k: int = 60,
     ) -> list[tuple[str, float]]:
         """Dense + sparse search fused with RRF inside Milvus: top-k (chunk id, RRF score).

@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -59,7 +60,7 @@ class DenseIndex(Protocol):
         """Remove chunks; unknown ids are ignored."""
 
     def search(
-        self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None
+        self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None = None
     ) -> list[tuple[str, float]]:
         """Top-k ``(chunk_id, cosine)`` for a unit query vector, only among `allowed_chunk_ids` when given."""
 
@@ -132,7 +133,7 @@ class ChunkLookup(Protocol):
     def get_chunks(self, chunk_ids: Sequence[str], scores: ChunkScores | None = None) -> list[Document]:
         """Documents for these chunk ids, in the given order (unknown ids skipped), `scores` merged into metadata."""
 
-    def allowed_chunk_ids(self, filter: MetadataFilter | None) -> set[str] | None:
+    def allowed_chunk_ids(self, filter: MetadataFilter | None) -> AbstractSet[str] | None:
         """Chunk ids whose metadata match `filter`; None when `filter` is None (everything allowed)."""
 
 

@@ -201,7 +201,7 @@ def test_context_report_total() -> None:
 
 
 def test_kb_ingest_with_document_strategy_indexes_the_context(ctxrag_home: Path, tmp_path: Path) -> None:
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import EmbeddingSettings, Settings
 
     s = Settings(embeddings=EmbeddingSettings(provider="fake"))

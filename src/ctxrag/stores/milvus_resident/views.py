@@ -6,7 +6,7 @@ same dense, BM25 and hybrid retrievers over a Milvus-resident knowledge base as 
 - `MilvusDenseIndex` (`DenseIndex`) and `MilvusKeywordIndex` (`KeywordIndex`): searches with that expression, so a
   filter is applied inside Milvus before the top-k cut, as the local indexes apply theirs.
 
-Writes go through the knowledge base (`ctxrag.milvus_knowledge_base`), which replaces whole documents; the indexes'
+Writes go through the knowledge base (`ctxrag.kb.milvus`), which replaces whole documents; the indexes'
 ``add``/``delete`` are the `ChunkIndex` contract for callers that hold chunks with vectors (``kb repair``).
 
 Example::
@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ class MilvusDenseIndex:
     def dim(self) -> int | None:
         return self.store.dim
 
-    def search(self, vector: np.ndarray, k: int, allowed_chunk_ids: set[str] | None = None) -> list[tuple[str, float]]:
+    def search(self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None = None) -> list[tuple[str, float]]:
         return self.store.dense_search(vector, k, allowed_expression(allowed_chunk_ids))
 
     def vectors(self, chunk_ids: list[str]) -> np.ndarray:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, PathNotFound
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
@@ -123,7 +123,7 @@ _KILL_SCRIPT = textwrap.dedent(
     """
     import os, sys, signal
     from pathlib import Path
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import Settings
     home, corpus, where = sys.argv[1], sys.argv[2], sys.argv[3]
     # two chunks per embedding call, so the six files take three calls and the third one is half-way

@@ -12,7 +12,7 @@ from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
 from ctxrag.indexing import Contextualizer
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.testing.llm_server import HANG_GUARD_S
 

@@ -32,6 +32,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 import json
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -126,7 +127,7 @@ class KnowledgeBaseVectorStore(VectorStore):
         return out
 
     def add_texts(
-        self, texts: Iterable[str], metadatas: list[dict] | None = None, *, ids: list[str] | None = None,
+        self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None = None, *, ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
         """Add texts with optional metadatas and ids; returns the ids."""
@@ -179,7 +180,7 @@ class KnowledgeBaseVectorStore(VectorStore):
         return [self._to_user(found[i]) for i in ids if i in found]
 
     # -- searching ----------------------------------------------------------------------------------------------
-    def _allowed(self, filter: MetadataFilter | None) -> set[str] | None:
+    def _allowed(self, filter: MetadataFilter | None) -> AbstractSet[str] | None:
         check_filter(filter)
         if filter is None:
             return None
@@ -197,7 +198,8 @@ class KnowledgeBaseVectorStore(VectorStore):
         return self.kb.dense_index().search(np.asarray(vector, dtype=np.float32), k, allowed_chunk_ids=self._allowed(filter))
 
     def _query_vector(self, query: str) -> np.ndarray:
-        return embed_array(self.embeddings, [query], is_query=True)[0]
+        vector: np.ndarray = embed_array(self.embeddings, [query], is_query=True)[0]
+        return vector
 
     def _with_scores(self, hits: list[tuple[str, float]]) -> list[tuple[Document, float]]:
         """``(document, distance)`` for cosine hits, closest first (see the module docstring)."""
@@ -259,7 +261,7 @@ class KnowledgeBaseVectorStore(VectorStore):
     # -- construction -------------------------------------------------------------------------------------------
     @classmethod
     def from_texts(
-        cls, texts: list[str], embedding: Embeddings, metadatas: list[dict] | None = None, *,
+        cls, texts: list[str], embedding: Embeddings, metadatas: list[dict[str, Any]] | None = None, *,
         ids: list[str] | None = None, kb: VectorStoreTarget | None = None, **kwargs: Any,
     ) -> KnowledgeBaseVectorStore:
         """A store over `kb` holding `texts` (`embedding` must be the model `kb` was opened with)."""

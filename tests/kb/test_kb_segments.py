@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 import ctxrag.stores.registry as registry
 from ctxrag.cli.main import app
-from ctxrag.kb_maintenance import check
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.maintenance import check
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 from ctxrag.stores.bm25 import BM25Index
 from ctxrag.stores.bm25.doc_keys import ID_ARRAYS
@@ -198,7 +198,7 @@ def test_bm25_segments_of_format_version_1_open_and_take_new_commits(tmp_path: P
 _MERGE_KILL = textwrap.dedent(
     """
     import os, signal, sys
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import EmbeddingSettings, Settings
     from ctxrag.stores.bm25.segmented import SegmentedKeywordIndex
     orig = SegmentedKeywordIndex.merged

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kb_processes import cli, process_env
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 from ctxrag.stores.segments import referenced_segments
 from ctxrag.testing.llm_server import HANG_GUARD_S
@@ -27,7 +27,7 @@ WORDS = ["amberquartz", "bluefjord", "copperlynx", "dustyorchid", "emberflint", 
 _READER = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     home, stop, ready = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     words = sys.argv[4].split(",")
     kb = KnowledgeBase.open("conf", create=False)

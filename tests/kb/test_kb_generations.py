@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 
 

@@ -4,23 +4,23 @@ present), committed as a new generation.
 
 Maintenance sees a local knowledge base only through `MaintenanceTarget` (declared methods of `KnowledgeBase`), and
 repairs through a write session (`WriteSession.reindex`, the index write that ``replace`` and ``delete`` go through
-too). A Milvus-resident knowledge base checks and repairs its own two collections (`SelfMaintained`).
+too). ``kb.check()`` and ``kb.repair()`` (`KnowledgeBaseProtocol`) call these on a local knowledge base; a
+Milvus-resident one checks and repairs its own two collections.
 
 Example::
 
     from ctxrag import KnowledgeBase
-    from ctxrag.kb_maintenance import check, repair
     kb = KnowledgeBase.open("demo", create=False)
-    report = check(kb)
+    report = kb.check()                  # ctxrag.kb.maintenance.check(kb) on a local knowledge base
     if not report.clean:
-        print("\\n".join(repair(kb).lines()))
+        print("\\n".join(kb.repair().lines()))
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol, Union, runtime_checkable
+from typing import Protocol, cast
 
 from ctxrag.errors import IndexCorruptError
 from ctxrag.settings import Settings
@@ -68,23 +68,9 @@ class MaintenanceTarget(Protocol):
         """Commit the session as the next generation."""
 
 
-@runtime_checkable
-class SelfMaintained(Protocol):
-    """A knowledge base that checks and repairs its own storage (`MilvusKnowledgeBase`)."""
-
-    def check(self) -> CheckReport: ...
-
-    def repair(self) -> RepairReport: ...
-
-
-KnowledgeBaseLike = Union[MaintenanceTarget, SelfMaintained]
-
-
-def check(kb: KnowledgeBaseLike) -> CheckReport:
+def check(kb: MaintenanceTarget) -> CheckReport:
     """Each index of the current generation (and the live Chroma/Milvus store, unreconciled) against the document
     store; an index that cannot be loaded is reported with its error."""
-    if isinstance(kb, SelfMaintained):  # a Milvus-resident knowledge base checks its own two collections
-        return kb.check()
     gen = kb.generation
     store_ids = kb.stored_chunk_ids()
     report = CheckReport(kb.name, gen, len(store_ids))
@@ -114,12 +100,10 @@ def check(kb: KnowledgeBaseLike) -> CheckReport:
     return report
 
 
-def repair(kb: KnowledgeBaseLike) -> RepairReport:
+def repair(kb: MaintenanceTarget) -> RepairReport:
     """Under the write lock: load each index of the current generation; rebuild one that is missing or damaged
     from the stored chunks, remove chunks the store lacks and add the ones it misses; commit a new generation if
     anything changed. A damaged ``kb.sqlite`` cannot be repaired from the indexes (`StoreCorruptError`)."""
-    if isinstance(kb, SelfMaintained):
-        return kb.repair()
     report = RepairReport(kb.name)
     with kb.repair_session() as session:
         gen = session.generation
@@ -132,7 +116,7 @@ def repair(kb: KnowledgeBaseLike) -> RepairReport:
                 fixed = reconcile(raw, session.store.iter_chunks(), embed, kb_name=kb.name)
                 report.actions[name] = (f"reconciled: removed {len(fixed.removed)} chunks not stored, re-added "
                                         f"{len(fixed.added)}" if fixed.changed else "ok")
-                session.reindex(name, raw)
+                session.reindex(name, cast(ChunkIndex, raw))  # a Chroma / Milvus index is one
                 continue
             index = None
             why = "not saved in the current generation"

@@ -5,21 +5,22 @@ processes on any machines share it: an ingest through one is found by a search t
 The same product as the local knowledge base: `as_retriever(mode=dense|bm25|hybrid)` goes through
 `ctxrag.retrievers.factory` with this knowledge base's `ChunkLookup`, `DenseIndex` and `KeywordIndex`
 (`ctxrag.stores.milvus_resident.views`), so filters and per-call ``k`` work as they do locally and hybrid is fused
-by ctxrag's fusion with the same per-language presets. Ingest loads, splits, contextualizes and embeds as the local
-pipeline does, then replaces each document in Milvus (`MilvusResidentStore.write_document`). Graph RAG needs the
-local store.
+by ctxrag's fusion with the same per-language presets. Ingest is the local one's pipeline (`ctxrag.indexing.pipeline`:
+load, split, contexts, embedding in batches across documents, the same reports); its sink, `MilvusSink`, replaces
+each document in Milvus (`MilvusResidentStore.write_document`) every ``commit_every`` prepared documents. Graph RAG
+needs the local store.
 
 Example::
 
     from ctxrag import KnowledgeBase
-    from ctxrag.settings import Settings
+    from ctxrag.kb.base import BaseKnowledgeBase
+from ctxrag.settings import Settings
     kb = KnowledgeBase.open("wiki", Settings(store="milvus", milvus_uri="http://milvus.internal:19530"))
     kb.ingest(["docs/"])
     kb.search("存储空间多大", k=3, mode="hybrid")
 """
 from __future__ import annotations
 
-import functools
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,17 +29,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from tqdm.auto import tqdm
 
-from ctxrag import schema
-from ctxrag.enums import SearchMode
-from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, LoadError, warn_deprecated
-from ctxrag.indexing.chunking import chunk_records, make_splitter
+from ctxrag.errors import ConfigError, CtxragError, DocumentNotFound, KnowledgeBaseNotFound, warn_deprecated
+from ctxrag.indexing.prepared import UNCHANGED, PreparedDocument
 from ctxrag.ingest_report import FileOutcome, IngestReport
-from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
-from ctxrag.models.embeddings import embed_array, make_embeddings
-from ctxrag.retrievers.modes import DEFAULT_MODE
+from ctxrag.kb.base import BaseKnowledgeBase
 from ctxrag.settings import Settings
+from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
 from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.document_keys import require_document
@@ -50,7 +47,6 @@ from ctxrag.stores.milvus_resident.expressions import FilteredIds
 from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxrag.vectorstore import KnowledgeBaseVectorStore
     from ctxrag.indexing.bulk_import import PrecomputedDocument
 
 LITE_FILE = "milvus-kb.db"
@@ -66,7 +62,7 @@ def _token(settings: Settings) -> str | None:
     return token.get_secret_value() if token is not None else None
 
 
-class MilvusKnowledgeBase:
+class MilvusKnowledgeBase(BaseKnowledgeBase):
     """A named knowledge base in Milvus (see the module docstring); open it with ``KnowledgeBase.open`` and
     ``Settings(store="milvus")``."""
 
@@ -136,25 +132,10 @@ class MilvusKnowledgeBase:
     def close(self) -> None:
         self.store.close()
 
-    def __enter__(self) -> "MilvusKnowledgeBase":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"MilvusKnowledgeBase({self.name!r}, {self.store!r})"
 
-    # -- the read side (a `KnowledgeSource`) ----------------------------------------------------------------------
-    @property
-    def embeddings(self) -> Embeddings:
-        if self._embeddings is None:
-            self._embeddings = make_embeddings(self.settings)
-        return self._embeddings
-
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        return embed_array(self.embeddings, texts)
-
+    # -- the read side (a `KnowledgeSource`; ``embeddings`` from `LazyEmbeddings`) -------------------------------
     @property
     def chunks(self) -> MilvusChunkLookup:
         return self._chunks
@@ -212,23 +193,6 @@ class MilvusKnowledgeBase:
         warn_deprecated("kb.allowed_chunk_ids", "kb.chunks.allowed_chunk_ids")
         return self._chunks.allowed_chunk_ids(filter)
 
-    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
-               filter: MetadataFilter | None = None) -> list[Document]:
-        """Top-k chunks for `query`; the default mode is ``hybrid``, as for the local knowledge base."""
-        return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
-
-    def as_retriever(self, mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> Any:
-        """A LangChain retriever; see `ctxrag.retrievers.factory.make_retriever`."""
-        from ctxrag.retrievers.factory import make_retriever
-
-        return make_retriever(self, mode=mode, k=k, **kwargs)
-
-    def as_vectorstore(self) -> KnowledgeBaseVectorStore:
-        """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
-        from ctxrag.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
-
-        return KnowledgeBaseVectorStore(self)
-
     # -- documents ----------------------------------------------------------------------------------------------
     def list_documents(self) -> list[DocumentRecord]:
         return self.store.list_documents()
@@ -257,90 +221,12 @@ class MilvusKnowledgeBase:
         return {"name": self.name, "path": self.store.where, "store": "milvus", "documents": docs, "chunks": chunks,
                 "generation": 0, "indexes": {k: chunks for k in self.indexes}}
 
-    # -- writes -------------------------------------------------------------------------------------------------
-    def ingest(self, paths: Iterable[str | Path], *, contextualize: bool | None = None, contextualizer: Any = None,
-               precomputed_contexts: dict[str, str] | None = None, progress: bool = True,
-               commit_every: int = 20) -> IngestReport:
-        """Load, split, (contextualize,) embed and store files and folders; an unchanged file (same content hash)
-        is skipped, a changed one replaced, a bad one reported (never raised). Contexts follow the local store's
-        rule (`contextualize`, default ``settings.contextualize``). `commit_every` is accepted for the local
-        signature: here every document is visible as soon as it is written. A given path that does not exist
-        raises `PathNotFound` before anything is written."""
-        paths = require_given_paths(paths)
-        if contextualizer is None and precomputed_contexts is None and \
-                (self.settings.contextualize if contextualize is None else contextualize):
-            from ctxrag.indexing.contexts.strategies import make_contextualizer
-
-            contextualizer = make_contextualizer(self.settings.context_strategy, settings=self.settings,
-                                                 show_progress=progress)
-        report = IngestReport()
-        files, errors = expand_paths([Path(p) for p in paths])
-        report.files.extend(FileOutcome(e.path, "failed", e.reason) for e in errors)
-        load = functools.partial(load_file, max_bytes=self.settings.max_file_bytes)
-        for path in tqdm(files, desc=f"ingest {self.name}", unit="file", disable=not progress):
-            report.files.append(self._write(lambda p=path: load(p), contextualizer, precomputed_contexts))
-        if contextualizer is not None and hasattr(contextualizer, "report"):
-            report.context_report = contextualizer.report()
-        return report
-
-    def add_texts(self, items: Iterable[Any], *, contextualizer: Any = None,
-                  precomputed_contexts: dict[str, str] | None = None, progress: bool = False) -> IngestReport:
-        """Texts that are not files (`LoadedDocument`s or dicts with ``text`` and ``source``), as the local one."""
-        docs = [as_loaded_document(i, item) for i, item in enumerate(items)]
-        report = IngestReport()
-        for loaded in tqdm(docs, desc=f"add {self.name}", unit="doc", disable=not progress):
-            report.files.append(self._write(lambda d=loaded: _non_empty(d), contextualizer, precomputed_contexts))
-        return report
-
-    def _write(self, load: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
-        with self.store.deletion_named():
-            return self._write_one(load, contextualizer, precomputed)
-
-    def _write_one(self, load: Any, contextualizer: Any, precomputed: dict[str, str] | None) -> FileOutcome:
-        try:
-            loaded: LoadedDocument = load()
-            doc_id = schema.make_doc_id(self.name, loaded.source)
-            chash = schema.content_hash(loaded.text)
-            state = self.store.document_state(doc_id)
-            if state is not None and state.unchanged(chash):
-                return FileOutcome(loaded.source, "skipped", "unchanged (same content hash)", doc_id, state.n_chunks)
-            meta = dict(loaded.metadata)
-            records = chunk_records(self.name, doc_id, loaded.source, loaded.title, loaded.text, meta,
-                                    splitter=make_splitter(self.settings.chunking), contextualizer=contextualizer,
-                                    precomputed=precomputed)
-            if not records:
-                raise LoadError(loaded.source, "no text to index after splitting")
-        except LoadError as e:
-            return FileOutcome(e.path, "failed", e.reason)
-        vectors = self._embed([r.indexed_text for r in records])
-        doc = DocumentRecord(doc_id, loaded.source, loaded.title, chash, loaded.text, len(records), meta)
-        self.store.write_document(doc, records, vectors)
-        return FileOutcome(loaded.source, "updated" if state else "added", "", doc_id, len(records))
-
-    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
-        """Documents that come already chunked, each replacing any with the same doc id."""
-        for doc, records in documents:
-            self.store.write_document(doc, records, self._embed([r.indexed_text for r in records]))
-
-    def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
-        """Chunks with their vectors (no embedding model runs). Each document is replaced on its own as it is
-        read: not all or nothing as on the local store (a bad record stops the import; re-running it skips the
-        documents already imported, by content hash)."""
-        report = IngestReport()
-        for batch in batches:
-            todo = []
-            for item in batch:
-                doc = item.document
-                state = self.store.document_state(doc.doc_id)
-                if state is not None and state.unchanged(doc.content_hash):
-                    report.files.append(FileOutcome(doc.source, "skipped", "unchanged (same content hash)",
-                                                    doc.doc_id, len(item.chunks)))
-                    continue
-                todo.append((doc, item.chunks, np.asarray(item.vectors, dtype=np.float32)))
-                report.files.append(FileOutcome(doc.source, "updated" if state else "added", "", doc.doc_id,
-                                                len(item.chunks)))
-            self.store.write_documents(todo)
-        return report
+    # -- writes (`BaseKnowledgeBase.ingest`: `ctxrag.indexing.pipeline` writing to `MilvusSink`) ----------------
+    def ingest_sink(self) -> MilvusSink:
+        """Milvus as the pipeline's sink: each document replaced on its own (not all or nothing as on the local
+        store: a failed `import_precomputed` stops there, and re-running it skips what was imported, by content
+        hash)."""
+        return MilvusSink(self.store)
 
     # -- maintenance (``ctxrag kb check`` / ``kb repair`` / ``kb optimize``) -----------------------------------------
     def optimize(self) -> dict[str, tuple[int, int]]:
@@ -360,7 +246,8 @@ class MilvusKnowledgeBase:
             by_doc.setdefault(r["doc_id"], []).append(r)
         report = CheckReport(self.name, 0, sum(len(v) for v in by_doc.values()))
         pending = sorted(d for d, r in rows.items() if r["status"] != cols.STATUS_OK)
-        broken, orphans = [], []
+        broken: list[str] = []
+        orphans: list[str] = []
         for doc_id, row in rows.items():
             got = by_doc.get(doc_id, [])
             if row["status"] == cols.STATUS_OK and (len(got) != int(row["n_chunks"]) or
@@ -393,7 +280,62 @@ class MilvusKnowledgeBase:
         return report
 
 
-def _non_empty(loaded: LoadedDocument) -> LoadedDocument:
-    if not loaded.text.strip():
-        raise LoadError(loaded.source, "empty text")
-    return loaded
+
+def _vectors(chunks: list[IndexedChunk]) -> np.ndarray:
+    return np.asarray([c.vector for c in chunks], dtype=np.float32)
+
+
+class MilvusSink:
+    """A knowledge base in Milvus as the ingest pipeline's sink (`ctxrag.indexing.sinks.IngestSink`): each prepared
+    document replaced in the two collections (`MilvusResidentStore.write_document`); no generations, nothing to
+    commit, and a knowledge base another process deleted meanwhile is `KnowledgeBaseDeleted`."""
+
+    def __init__(self, store: MilvusResidentStore) -> None:
+        self.store = store
+
+    def start(self) -> None:
+        """Nothing to remember: every write checks that the collections still exist."""
+
+    def _skipped(self, source: str, doc_id: str, content_hash: str) -> tuple[FileOutcome | None, bool]:
+        """A ``skipped`` outcome when the document is stored whole with this content; and whether one is stored."""
+        with self.store.deletion_named():
+            state = self.store.document_state(doc_id)
+        if state is not None and state.unchanged(content_hash):
+            return FileOutcome(source, "skipped", UNCHANGED, doc_id, state.n_chunks), True
+        return None, state is not None
+
+    def unchanged(self, source: str, doc_id: str, content_hash: str) -> FileOutcome | str:
+        return self._skipped(source, doc_id, content_hash)[0] or ""
+
+    def write(self, docs: list[PreparedDocument], written_before: int) -> list[FileOutcome]:
+        outcomes: list[FileOutcome] = []
+        for p in docs:
+            skipped, stored = self._skipped(p.source, p.doc_id, p.content_hash)  # another writer may have meanwhile
+            if skipped is None:
+                self.store.write_document(p.document(), p.records, _vectors(p.indexed))
+            outcomes.append(skipped or p.written(replaced=stored))
+        return outcomes
+
+    def write_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]],
+                      indexed: list[IndexedChunk]) -> None:
+        at = 0
+        for doc, records in documents:
+            self.store.write_document(doc, records, _vectors(indexed[at:at + len(records)]))
+            at += len(records)
+
+    def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
+        """Each batch in one bulk write (`MilvusResidentStore.write_documents`), a stored identical source skipped."""
+        report = IngestReport()
+        for batch in batches:
+            todo = []
+            for item in batch:
+                doc = item.document
+                skipped, stored = self._skipped(doc.source, doc.doc_id, doc.content_hash)
+                if skipped is not None:
+                    report.files.append(FileOutcome(doc.source, "skipped", UNCHANGED, doc.doc_id, len(item.chunks)))
+                    continue
+                todo.append((doc, item.chunks, np.asarray(item.vectors, dtype=np.float32)))
+                report.files.append(FileOutcome(doc.source, "updated" if stored else "added", "", doc.doc_id,
+                                                len(item.chunks)))
+            self.store.write_documents(todo)
+        return report

@@ -1,4 +1,4 @@
-"""A named knowledge base: SQLite document store plus per-chunk indexes (dense FAISS, BM25, ...) kept in step.
+"""The local knowledge-base backend (``settings.store="local"``): SQLite document store plus per-chunk indexes (dense FAISS, BM25, ...) kept in step.
 
 A facade that wires the parts: the ingest pipeline (`ctxrag.indexing.pipeline`: load -> split -> contextualize ->
 embed once -> extract graph triplets -> index), the index kinds (`ctxrag.stores.registry`), and the index generations (`ctxrag.stores.snapshots`
@@ -17,23 +17,21 @@ Example::
 from __future__ import annotations
 
 import os
-import re
 import threading
 import uuid
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from langchain_core.documents import Document
 
-from ctxrag.enums import SearchMode
-from ctxrag.errors import ConfigError, DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError, warn_deprecated
-from ctxrag.ingest_report import IngestReport
-from ctxrag.retrievers.modes import DEFAULT_MODE
+from ctxrag.errors import DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptError, warn_deprecated
+from ctxrag.kb.base import BaseKnowledgeBase
+from ctxrag.kb.registry import backend, validate_kb_name
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
-from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.stores.docstore import DocStore, DocumentRecord
 from ctxrag.stores.document_keys import require_document
 from ctxrag.stores.filters import MetadataFilter
 from ctxrag.fileio import remove_tree
@@ -45,30 +43,18 @@ from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
     from langchain_core.embeddings import Embeddings  # the embedding stack loads on first embed, not on import
     from langchain_core.tools import BaseTool
-    from langchain_core.retrievers import BaseRetriever  # langsmith's tracing comes with it: imported by as_retriever
-    from ctxrag.indexing.pipeline import IngestPipeline  # imported when first writing: opening and searching stay fast
-    from ctxrag.indexing.bulk_import import PrecomputedDocument
-    from ctxrag.indexing.contexts.strategies import ChunkContextualizer
+    from ctxrag.indexing.sinks import GenerationSink
     from ctxrag.stores.graph import GraphIndex
-    from ctxrag.vectorstore import KnowledgeBaseVectorStore
+    from ctxrag.kb.protocol import KnowledgeBaseProtocol
+    from ctxrag.stores.consistency import CheckReport, RepairReport
 
-_NAME_RE = re.compile(r"[A-Za-z0-9\u4e00-\u9fff][\w\u4e00-\u9fff.-]{0,63}")  # fullmatch: no trailing newline
 TRASH_PREFIX = ".deleted-"
 """A deleted knowledge base's folder is renamed to ``.deleted-NAME-XXXX`` (not a valid name: never listed) and removed."""
 
 
-def validate_kb_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in {".", ".."}:
-        raise ConfigError(
-            f"invalid knowledge base name {name!r}: use 1-64 letters, digits, CJK, '_', '-', '.', starting with a letter or digit"
-        )
-    return name
-
-
-class KnowledgeBase:
+class KnowledgeBase(BaseKnowledgeBase):
     """A named knowledge base under ``$CTXRAG_HOME/kb/NAME``. Use `KnowledgeBase.open`.
 
     Any number of processes may read and write it at once (see docs/reliability.md): writers take an inter-process
@@ -100,42 +86,43 @@ class KnowledgeBase:
     @classmethod
     def open(
         cls, name: str, settings: Settings | None = None, *, create: bool = True, embeddings: Embeddings | None = None
-    ) -> "KnowledgeBase":
-        """Open (and by default create) the knowledge base `name`. Indexes are loaded on first use."""
+    ) -> KnowledgeBaseProtocol:
+        """Open (and by default create) the knowledge base `name` in the store ``settings.store`` names
+        (`ctxrag.kb.registry`): this class for ``local``, `MilvusKnowledgeBase` for ``milvus``. Indexes are loaded
+        on first use."""
         s = settings or get_settings()
         validate_kb_name(name)
-        if s.store == "milvus":  # the whole knowledge base in Milvus (docs/scale.md)
-            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
-
-            return MilvusKnowledgeBase.open(name, s, create=create, embeddings=embeddings)  # type: ignore[return-value]
+        chosen = backend(s.store)
+        if not issubclass(cls, chosen):
+            return chosen.open(name, s, create=create, embeddings=embeddings)
         root = s.kb_root / name
         if not (root / "kb.sqlite").exists() and not create and not (root / "indexes").is_dir():
             raise KnowledgeBaseNotFound(name, s.kb_root)
         return cls(name, root, s, embeddings, create=create)
 
-    @staticmethod
-    def list_names(settings: Settings | None = None) -> list[str]:
+    @classmethod
+    def list_names(cls, settings: Settings | None = None) -> list[str]:
+        """The knowledge bases in the store ``settings.store`` names, sorted."""
         s = settings or get_settings()
-        if s.store == "milvus":
-            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
-
-            return MilvusKnowledgeBase.list_names(s)
+        chosen = backend(s.store)
+        if not issubclass(cls, chosen):
+            return chosen.list_names(s)
         if not s.kb_root.is_dir():
             return []
         return sorted(p.name for p in s.kb_root.iterdir() if (p / "kb.sqlite").exists())
 
-    @staticmethod
-    def delete_kb(name: str, settings: Settings | None = None) -> None:
-        """Delete the knowledge base `name`: under its write lock (waits for a writer's current commit, like any
-        writer; a writer's next commit then fails with `KnowledgeBaseDeleted` instead of creating a new store), the
-        folder is renamed away in one step, then removed. Readers see the whole knowledge base or none of it, and
-        get `KnowledgeBaseDeleted` (not a raw ``FileNotFoundError``) on their next access."""
+    @classmethod
+    def delete_kb(cls, name: str, settings: Settings | None = None) -> None:
+        """Delete the knowledge base `name` (in the store ``settings.store`` names). Locally: under its write lock
+        (waits for a writer's current commit, like any writer; a writer's next commit then fails with
+        `KnowledgeBaseDeleted` instead of creating a new store), the folder is renamed away in one step, then
+        removed. Readers see the whole knowledge base or none of it, and get `KnowledgeBaseDeleted` (not a raw
+        ``FileNotFoundError``) on their next access."""
         s = settings or get_settings()
         root = s.kb_root / validate_kb_name(name)
-        if s.store == "milvus":
-            from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
-
-            return MilvusKnowledgeBase.delete_kb(name, s)
+        chosen = backend(s.store)
+        if not issubclass(cls, chosen):
+            return chosen.delete_kb(name, s)
         if not (root / "kb.sqlite").exists():
             raise KnowledgeBaseNotFound(name, s.kb_root)
         trash = s.kb_root / f"{TRASH_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
@@ -149,26 +136,6 @@ class KnowledgeBase:
     def close(self) -> None:
         self.snapshots.close()
         self.store.close()
-
-    def __enter__(self) -> "KnowledgeBase":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def embeddings(self) -> Embeddings:
-        if self._embeddings is None:
-            from ctxrag.models.embeddings import make_embeddings
-
-            self._embeddings = make_embeddings(self.settings)
-        return self._embeddings
-
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        """Passage vectors for indexing (the one embed function the pipeline and the stores are given)."""
-        from ctxrag.models.embeddings import embed_array
-
-        return embed_array(self.embeddings, texts)
 
     def index_setup(self) -> IndexSetup:
         """What opening this knowledge base's indexes needs (`ctxrag.stores.registry`)."""
@@ -204,69 +171,14 @@ class KnowledgeBase:
     def generation(self) -> int:
         return int(self.store.get_meta("generation") or 0)
 
-    # -- ingest (see ctxrag.indexing.pipeline) ----------------------------------------------------------------
-    def pipeline(self) -> IngestPipeline:
-        """The ingest pipeline writing into this knowledge base (with its current settings)."""
-        from ctxrag.indexing.pipeline import IngestPipeline
-        from ctxrag.indexing.triplets import triplet_stage
+    # -- ingest (`BaseKnowledgeBase.ingest`: `ctxrag.indexing.pipeline` writing to this sink) -------------------
+    def ingest_sink(self) -> GenerationSink:
+        """The document store and index generations as the pipeline's sink (`ctxrag.indexing.sinks`): each batch
+        applied under the write lock and committed as the next generation; `import_precomputed` all or nothing
+        (every batch in one write session and one generation; a bad record or any failure rolls everything back)."""
+        from ctxrag.indexing.sinks import GenerationSink  # imported when first writing: opening and searching stay fast
 
-        return IngestPipeline(self.name, self.settings, self.store, self.snapshots, self._embed,
-                              extract_triplets=triplet_stage(self.settings))
-
-    def ingest(
-        self,
-        paths: Iterable[str | Path],
-        *,
-        contextualize: bool | None = None,
-        contextualizer: ChunkContextualizer | None = None,
-        precomputed_contexts: dict[str, str] | None = None,
-        progress: bool = True,
-        commit_every: int = 20,
-    ) -> IngestReport:
-        """Load, split, (contextualize,) embed and index files and folders.
-
-        Contexts follow the same rule as ``ctxrag ingest``: `contextualize` (default: ``settings.contextualize``,
-        ``CTXRAG_CONTEXTUALIZE``, on) gives chunks a context written as ``settings.context_strategy`` says; a given
-        `contextualizer` or `precomputed_contexts` is used instead. A changed file replaces its chunks; an unchanged
-        one is skipped by content hash; a bad file is reported in the returned `IngestReport` (never raised) and the
-        others are still ingested. A path you give that does not exist raises `ctxrag.errors.PathNotFound` (a
-        `FileNotFoundError`) before anything is written, as LangChain's loaders do: a typo or a relative path read
-        from another folder is the caller's mistake, not a file to report.
-        """
-        if contextualizer is None and precomputed_contexts is None:
-            contextualizer = self._default_contextualizer(contextualize, progress)
-        return self.pipeline().ingest_files(paths, contextualizer=contextualizer,
-                                            precomputed_contexts=precomputed_contexts, progress=progress,
-                                            commit_every=commit_every)
-
-    def _default_contextualizer(self, contextualize: bool | None, progress: bool) -> Any:
-        """The settings' contextualizer when contexts are on (`contextualize`, else ``settings.contextualize``)."""
-        if not (self.settings.contextualize if contextualize is None else contextualize):
-            return None
-        from ctxrag.indexing.contexts.strategies import make_contextualizer
-
-        return make_contextualizer(self.settings.context_strategy, settings=self.settings, show_progress=progress)
-
-    def add_texts(
-        self,
-        items: Iterable[Any],
-        *,
-        contextualizer: ChunkContextualizer | None = None,
-        precomputed_contexts: dict[str, str] | None = None,
-        progress: bool = False,
-    ) -> IngestReport:
-        """Ingest texts that are not files (notes, records from an API): each item is a `LoadedDocument` or a dict
-        with ``text``, ``source`` (a unique URI such as ``note://42``), optional ``title`` and ``metadata``."""
-        return self.pipeline().add_texts(items, contextualizer=contextualizer,
-                                         precomputed_contexts=precomputed_contexts, progress=progress)
-
-    def import_precomputed(self, batches: Iterable[list[PrecomputedDocument]]) -> IngestReport:
-        """Add documents whose chunks come with their vectors (`ctxrag.indexing.bulk_import`): no embedding model runs.
-
-        All or nothing: every batch is written in one write session and committed as one new index generation; a bad
-        record (the reader raises) or any failure rolls everything back. A source already stored is replaced; an
-        identical one is skipped."""
-        return self.pipeline().import_precomputed(batches)
+        return GenerationSink(self.name, self.store, self.snapshots)
 
     # -- documents --------------------------------------------------------------------
     def list_documents(self) -> list[DocumentRecord]:
@@ -330,8 +242,9 @@ class KnowledgeBase:
     def graph_index(self) -> GraphIndex | None:
         """The graph index (`ctxrag.stores.graph.GraphIndex`) of the current generation, None when graph RAG is off
         (the merged view of its segments, `ctxrag.stores.graph.segmented`)."""
-        graph = self.indexes.get("graph")
-        return getattr(graph, "view", graph)  # type: ignore[return-value]
+        graph: Any = self.indexes.get("graph")  # a segmented graph index, or None
+        view: GraphIndex | None = getattr(graph, "view", graph)
+        return view
 
     def set_summaries(self, summaries: dict[str, str]) -> None:
         """Store model-written document summaries (doc id -> summary) in one transaction."""
@@ -346,36 +259,13 @@ class KnowledgeBase:
                 raise
 
     # -- search -----------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, *, mode: SearchMode | str = DEFAULT_MODE,
-               filter: MetadataFilter | None = None) -> list[Document]:
-        """Top-k chunks for `query`, with ``score`` (and the mode's own score key) in metadata; the default mode is
-        ``hybrid``, as in `as_retriever`, ``ctxrag search`` and the server."""
-        return self.as_retriever(mode=mode, k=k, filter=filter).invoke(query)
-
-    def as_retriever(self, mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> BaseRetriever:
-        """A LangChain retriever over this knowledge base; see `ctxrag.retrievers.factory.make_retriever`."""
-        from ctxrag.retrievers.factory import make_retriever
-
-        return make_retriever(self, mode=mode, k=k, **kwargs)
-
     def as_tool(self, **kwargs: Any) -> BaseTool:
         """This knowledge base's search as a LangChain tool for agents; see `ctxrag.tools.make_search_tool`."""
         from ctxrag.tools import make_search_tool
 
         return make_search_tool([self], **kwargs)
 
-    # -- LangChain VectorStore face (ctxrag.vectorstore, a layer below: it sees this class as a VectorStoreTarget) --
-    def as_vectorstore(self) -> KnowledgeBaseVectorStore:
-        """This knowledge base as a LangChain `VectorStore` (`ctxrag.vectorstore.KnowledgeBaseVectorStore`)."""
-        from ctxrag.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
-
-        return KnowledgeBaseVectorStore(self)
-
-    def upsert_chunked(self, documents: list[tuple[DocumentRecord, list[ChunkRecord]]]) -> None:
-        """Store documents that come already chunked (no splitting, no context), replacing any with the same doc id,
-        in one write session and one index generation."""
-        self.pipeline().upsert_chunked(documents)
-
+    # -- LangChain VectorStore face (`ctxrag.kb.vectorstore`: it sees this class as a `VectorStoreTarget`) ----------
     def delete_documents(self, doc_ids: list[str]) -> list[str]:
         """Delete documents by id from the store and every index in one commit; unknown ids are ignored.
         Returns the ids that were deleted."""
@@ -387,7 +277,20 @@ class KnowledgeBase:
             self.snapshots.commit(session)
         return deleted
 
-    # -- maintenance: what `ctxrag.kb_maintenance` (kb check / kb repair) uses, its `MaintenanceTarget` -------------
+    # -- maintenance: ``kb check`` / ``kb repair`` (`ctxrag.kb.maintenance`, which sees this class as its
+    # `MaintenanceTarget`: the methods below) ---------------------------------------------------------------------
+    def check(self) -> CheckReport:
+        """Each index of the current generation against the document store (`ctxrag.kb.maintenance.check`)."""
+        from ctxrag.kb.maintenance import check
+
+        return check(self)
+
+    def repair(self) -> RepairReport:
+        """Rebuild what is missing or damaged from the stored chunks (`ctxrag.kb.maintenance.repair`)."""
+        from ctxrag.kb.maintenance import repair
+
+        return repair(self)
+
     def stored_chunk_ids(self) -> set[str]:
         """Every chunk id in the document store."""
         return self.store.chunk_ids()

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from ctxrag.errors import ConfigError, ModelError
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 
 from ctxrag.testing.bernoulli import PASSAGES, QUESTION, TRIPLETS
@@ -119,7 +119,7 @@ def test_graph_segments_per_commit_answer_like_one_commit_and_merge_check_repair
     """One commit per passage writes one graph segment each (`ctxrag.stores.graph.segmented`); the merged graph
     answers as the graph written in one commit, `optimize` merges it to one segment, and a damaged graph segment is
     found by `kb check` and rebuilt by `kb repair`."""
-    from ctxrag.kb_maintenance import check, repair
+    from ctxrag.kb.maintenance import check, repair
 
     fake = ScriptedExtractor()
     monkeypatch.setattr("ctxrag.models.chat.make_chat_model", lambda *a, **k: fake)

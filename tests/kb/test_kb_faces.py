@@ -10,8 +10,9 @@ from langchain_core.documents import Document
 from typer.testing import CliRunner
 
 from ctxrag.cli.main import app
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import get_settings
+from kb_processes import write_corpus
 
 DOCS = {
     "falcon.md": "# Falcon-7 pump\n\n## Flow\nThe Falcon-7 pump moves 40 litres per minute at 2 bar.\n\n"
@@ -22,11 +23,7 @@ DOCS = {
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for name, text in DOCS.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return folder
+    return write_corpus(tmp_path / "corpus", DOCS)
 
 
 def _contexts(name: str) -> dict[tuple[str, int], str | None]:
@@ -82,7 +79,7 @@ def test_contextualize_argument_overrides_the_setting(corpus: Path, monkeypatch:
 def test_one_default_search_mode_everywhere(corpus: Path) -> None:
     from ctxrag.cli.query import ask, search
     from ctxrag.cli.serve import serve
-    from ctxrag.milvus_knowledge_base import MilvusKnowledgeBase
+    from ctxrag.kb.milvus import MilvusKnowledgeBase
     from ctxrag.retrievers.factory import make_multi_kb_retriever, make_retriever
     from ctxrag.retrievers.modes import DEFAULT_MODE
     from ctxrag.server.app import create_app

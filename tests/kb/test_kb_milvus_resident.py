@@ -49,7 +49,7 @@ def test_kb_optimize_on_a_milvus_knowledge_base_says_milvus_merges_its_own_segme
 def test_a_milvus_writer_whose_knowledge_base_was_deleted_gets_knowledge_base_deleted(tmp_path: Path,
                                                                                          milvus: str) -> None:
     """Before: the writer died with a pymilvus traceback (collection not found)."""
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 
     env = process_env(tmp_path / "home", "milvus", milvus)
@@ -97,7 +97,7 @@ def test_two_ingests_of_the_same_folder_at_once_leave_a_knowledge_base_check_cal
 
 
 def _milvus_kb(tmp_path: Path, milvus: str, node: str):  # noqa: ANN202
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 
     settings = Settings(home=tmp_path / node, store="milvus", milvus_uri=milvus, contextualize=False,

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from ctxrag.cli.main import app
 from ctxrag.errors import IndexCorruptError, StoreCorruptError
-from ctxrag.kb_maintenance import check, repair
-from ctxrag.knowledge_base import KnowledgeBase
+from ctxrag.kb.maintenance import check, repair
+from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
 
 WORDS = ["amberquartz", "bluefjord", "copperlynx", "dustyorchid", "emberflint", "frostgarnet"]

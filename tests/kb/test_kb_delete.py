@@ -96,7 +96,7 @@ _WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from ctxrag.errors import CtxragError
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     kb = KnowledgeBase.open("shared")
     kb.add_texts([{"text": f"First batch note {i} about the walrus.", "source": f"note://a{i}"} for i in range(5)])
     Path(sys.argv[1]).write_text("x")
@@ -141,7 +141,7 @@ _READER = textwrap.dedent("""
     import sys, traceback
     from pathlib import Path
     from ctxrag.errors import KnowledgeBaseNotFound
-    from ctxrag.knowledge_base import KnowledgeBase
+    from ctxrag.kb.local import KnowledgeBase
     progress, stop, long_lived = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "long"
     searches = 0
     try:
