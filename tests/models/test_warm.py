@@ -26,12 +26,19 @@ START = ("import json, sys; from ctxrag.models.warm import ensure_warm_process; 
          "s = ensure_warm_process(sys.argv[1], int(sys.argv[2]), None, 600.0); print(json.dumps(s['pid']))")
 
 
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie (exited; its parent, which may be a reaper that is not this process, has not reaped it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
 def _gone(pid: int) -> bool:
     deadline = time.monotonic() + HANG_GUARD_S  # a hang guard, not a speed limit
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _exited(pid):
             return True
         time.sleep(0.2)
     return False
