@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -140,7 +140,31 @@ class CountingURL(str):
         self.proxy.reset()
 
 
-class CountingProxy:
+class ThreadedProxy:
+    """Lifecycle of a proxy served by an HTTP server in a thread, with its own httpx client: `start`, `close`, and a
+    context manager. Subclasses set ``_server``, ``_thread`` and ``_client``."""
+
+    _server: Any
+    _thread: threading.Thread
+    _client: httpx.Client
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CountingProxy(ThreadedProxy):
     """A threaded reverse proxy on 127.0.0.1 that counts ``POST .../chat/completions`` and forwards every request.
 
     ``upstream`` is the server's base URL (``http://127.0.0.1:PORT/v1``); ``url`` is the proxy's base URL with the
@@ -221,17 +245,3 @@ class CountingProxy:
             self._count = 0
             self._requests.clear()
 
-    def start(self) -> CountingProxy:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._client.close()
-
-    def __enter__(self) -> CountingProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -43,7 +43,7 @@ from typing import Any
 
 import httpx
 
-from ctxrag.testing.llm_server import _HOP_BY_HOP, HANG_GUARD_S
+from ctxrag.testing.llm_server import _HOP_BY_HOP, HANG_GUARD_S, ThreadedProxy
 
 CACHE_ENV = "CTXRAG_TEST_LLM_CACHE"
 STATS_PATH = "/ctxrag-reply-cache"
@@ -169,7 +169,7 @@ def _body_of(entry: dict[str, Any]) -> bytes:
     return ("".join(entry["events"]) if "events" in entry else entry["body"]).encode("utf-8")
 
 
-class CachingProxy:
+class CachingProxy(ThreadedProxy):
     """A threaded reverse proxy on 127.0.0.1 that answers recorded model replies and records new ones.
 
     ``upstream`` returns the server's base URL (``http://127.0.0.1:PORT/v1``) and is called on the first request
@@ -333,20 +333,6 @@ class CachingProxy:
         with self._lock:
             return {"mode": self.mode.value, "hits": self.hits, "misses": self.misses, "passed": self.passed}
 
-    def start(self) -> CachingProxy:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._client.close()
-
-    def __enter__(self) -> CachingProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # ---------------------------------------------------------------------------------------- the used keys and pruning
