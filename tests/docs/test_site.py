@@ -70,7 +70,11 @@ def test_the_sites_search_finds_pages_in_a_browser(site: Path, tmp_path: Path, q
                 page.set_default_timeout(HANG_GUARD_S * 1000)  # a hang guard: a busy machine is slow, not wrong
                 page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
                 page.keyboard.press("/")  # the site's search shortcut
-                page.locator("input.md-search__input").fill(query)
+                box = page.locator("input.md-search__input")
+                box.fill(query)
+                # Material searches on keyup (and on focus), not on the input event that fill() sends: without a key
+                # the query was only read if the focus handler ran after fill(), which a loaded CI machine missed.
+                box.press("End")
                 results = page.locator(".md-search-result__item")
                 results.first.wait_for()
                 assert "matching document" in page.locator(".md-search-result__meta").inner_text()
