@@ -125,22 +125,22 @@ def cases(drcd: list[str]) -> list[Case]:
 def through_chain(all_cases: list[Case], kbs: dict[str, KnowledgeBase]) -> None:
     """Each unanswerable case's decision through the ask chain's gate and evidence check (the local model), in
     place."""
-    from ctxrag.chains.evidence import EvidenceCheck
-    from ctxrag.chains.rag import answer_messages
+    from ctxrag.chains.evidence import default_evidence_check
+    from ctxrag.chains.rag import answer_messages, support_verdict
     from ctxrag.models.chat import make_chat_model
 
-    check = EvidenceCheck(make_chat_model())
-    gates = {name: RelevanceGate(kb.embeddings) for name, kb in kbs.items()}
+    llm = make_chat_model()
+    # the product's decision (`support_verdict`) with the product's checks: the gate over each knowledge base's
+    # embeddings, the evidence check with its key-term stage over that knowledge base's BM25 frequencies
+    checks = {name: (RelevanceGate(kb.embeddings), default_evidence_check(llm, kb)) for name, kb in kbs.items()}
     retrievers = {name: kb.as_retriever(mode="hybrid", k=4) for name, kb in kbs.items()}
     for i, c in enumerate(all_cases):
         if c.answerable:
             continue
         docs = retrievers[c.kb].invoke(c.question)
-        if not gates[c.kb].check(c.question, docs).supported:
-            c.chain_answers = False
-            continue
+        gate, evidence = checks[c.kb]
         state = {"question": c.question, "documents": docs, "history": []}
-        c.chain_answers = check.check(c.question, docs, answer_messages(state)).supported
+        c.chain_answers, _ = support_verdict(gate, evidence, c.question, docs, lambda: answer_messages(state))
         print(f"evidence {i}/{len(all_cases)} {c.group}: answers={c.chain_answers}", file=sys.stderr, flush=True)
 
 
@@ -293,7 +293,8 @@ def main() -> None:
             Table(caption="The chosen gate (margin or overlap) by question group",
                   columns=["group", "kind", "split", "n", "measure", "%"], rows=group_rows),
             *([Table(caption="Unanswerable questions through the ask chain: % abstention of the gate alone and of the "
-                             "gate (product defaults) + evidence check (local 1.5B)",
+                             "gate (product defaults) + evidence check with its key-term stage (the product's decision, "
+                             "`support_verdict` with `default_evidence_check`; local 1.5B)",
                      columns=["group", "n", "gate alone %", "gate + evidence check %"], rows=chain_rows)]
               if chain_rows else []),
         ],
