@@ -128,6 +128,19 @@ def test_a_quote_of_the_wrong_sentence_passes_when_a_retrieved_sentence_holds_th
     assert not off.supported
 
 
+def test_the_fallback_can_be_denied_to_a_real_quote_about_something_else() -> None:
+    # min_fallback_coverage: a sentence really in a chunk but sharing none of the question's words is the model's
+    # choice of evidence about another thing; a quote not found in any chunk (a paraphrase) still falls back
+    wrong = EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 分鐘內響應", answer="30 分鐘")
+    denied = _check(min_coverage=0.5, min_window=0.6, min_fallback_coverage=0.1).judge(
+        "黃鐵礦由鐵和哪一元素所構成？", DOCS, wrong)
+    assert not denied.supported and denied.found == 1.0 and denied.coverage == 0.0 and denied.window is None
+    paraphrase = EvidenceQuote(source=3, quote="黃鐵礦的成分是鐵與硫", answer="硫")
+    kept = _check(min_coverage=0.5, min_window=0.6, min_fallback_coverage=0.1).judge(
+        "黃鐵礦由鐵和哪一元素所構成？", DOCS, paraphrase)
+    assert kept.supported and kept.found < 0.8 and kept.window is not None and kept.window >= 0.6
+
+
 def test_a_real_quote_on_the_question_is_supported_even_when_misnumbered() -> None:
     verdict = _check().judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
                              EvidenceQuote(source=1, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="硫"))
@@ -147,7 +160,8 @@ def test_an_unreadable_reply_is_not_judged() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}, {"min_window": 2.0},
-                                 {"min_judge": 1.5}, {"min_answer": 1.2}, {"min_key": 2.5}])
+                                 {"min_judge": 1.5}, {"min_answer": 1.2}, {"min_key": 2.5},
+                                 {"min_fallback_coverage": 1.7}])
 def test_bad_thresholds_are_refused_naming_the_value(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=str(next(iter(bad.values())))):
         _check(**bad)

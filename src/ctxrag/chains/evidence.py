@@ -23,7 +23,9 @@ them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, 
    with the question. A quote that falls short of 2 or 3 still passes when some sentence of the retrieved chunks
    holds at least ``min_window`` of those words (`window_coverage`: the model may quote the wrong sentence of the
    right chunk, paraphrase it or copy the question). Only measured when the question and the chunk are in the same
-   language (a Chinese question about an English chunk shares no words with it).
+   language (a Chinese question about an English chunk shares no words with it). ``min_fallback_coverage`` (off by
+   default: it did not pay on the benchmark's calibration half) denies that fallback to a quote really in a chunk
+   whose sentence shares less than that share of the question's words.
 4. **the model's yes/no** on the question and the quote alone (P(yes) from token logprobs, at least ``min_judge``):
    a short second call that sees one sentence instead of four chunks. Off by default (``judge="never"``: on the
    benchmark it did not separate answerable from unanswerable questions at a false-abstention rate users accept);
@@ -93,6 +95,9 @@ DEFAULT_MIN_ANSWER = 0.0
 DEFAULT_MIN_KEY = 0.3
 """Default ``min_key``: rarity-weighted share of the question's terms one retrieved sentence must hold
 (`ctxrag.chains.key_terms`), checked before the quote is asked for."""
+DEFAULT_MIN_FALLBACK_COVERAGE = 0.0
+"""Default ``min_fallback_coverage``: a quote found in its chunk whose sentence holds less than this share of the
+question's content words (a real sentence about something else) gets no retrieved-sentence fallback; 0: off."""
 DEFAULT_MIN_JUDGE = 0.5
 """Default ``min_judge``: the model's P(yes) that the quote states the answer, where the judge runs."""
 JUDGE_MODES = ("never", "cross-language", "uncertain", "always")
@@ -278,7 +283,8 @@ class EvidenceCheck:
                  min_coverage: float = DEFAULT_MIN_COVERAGE, min_window: float = DEFAULT_MIN_WINDOW,
                  judge: str = "never", min_judge: float = DEFAULT_MIN_JUDGE,
                  min_answer: float = DEFAULT_MIN_ANSWER, answer_across_languages: bool = False,
-                 key_terms: KeyTerms | None = None, min_key: float = DEFAULT_MIN_KEY) -> None:
+                 key_terms: KeyTerms | None = None, min_key: float = DEFAULT_MIN_KEY,
+                 min_fallback_coverage: float = DEFAULT_MIN_FALLBACK_COVERAGE) -> None:
         if not 0.0 <= min_found <= 1.0:
             raise ValueError(f"min_found must be in [0, 1], got {min_found!r}")
         if not 0.0 <= min_coverage <= 1.0:
@@ -303,6 +309,9 @@ class EvidenceCheck:
             raise ValueError(f"min_key must be in [0, 1] (0 turns the key-term test off), got {min_key!r}")
         self.key_terms = key_terms
         self.min_key = min_key
+        if not 0.0 <= min_fallback_coverage <= 1.0:
+            raise ValueError(f"min_fallback_coverage must be in [0, 1] (0 turns it off), got {min_fallback_coverage!r}")
+        self.min_fallback_coverage = min_fallback_coverage
         self._tokenize = make_tokenizer("mixed", stopwords=True)
 
     def _content_words(self, text: str) -> set[str]:
@@ -424,7 +433,9 @@ class EvidenceCheck:
                f"the quote from [{n}] is about something else: coverage {cov:.2f}, min {self.min_coverage:.2f}")
         # the model may quote the wrong sentence of the right chunk, paraphrase it or copy the question: a retrieved
         # sentence holding the question's words stands in for the quote (the benchmark's false abstentions otherwise)
-        best = self._best_sentence(asked, lang, docs) if self.min_window <= 1.0 and cov is not None else None
+        elsewhere = found >= self.min_found and cov is not None and cov < self.min_fallback_coverage
+        best = (self._best_sentence(asked, lang, docs)
+                if self.min_window <= 1.0 and cov is not None and not elsewhere else None)
         window = None if best is None else best[0]
         if best is not None and best[0] >= self.min_window:
             held_answer = max(answer_found(ans, best[2]), in_quote or 0.0)
