@@ -1,5 +1,5 @@
-"""`mypy --strict` holds on the knowledge-base package (`ctxrag.kb`): the protocol, the registry, both backends and
-their rooms. Imports from the rest of ctxrag are followed for their types but not reported (``--follow-imports
+"""`mypy --strict` holds on the knowledge-base package (`ctxrag.kb`: the protocol, the registry, both backends and
+their rooms) and on the chains (`ctxrag.chains`: the ask chain, the assistant and their steps). Imports from the rest of ctxrag are followed for their types but not reported (``--follow-imports
 silent``). mypy comes with the dev extra (pyproject.toml); without it the test is skipped, named as such."""
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ def mypy_strict(*paths: str) -> subprocess.CompletedProcess[str]:
 
 def test_kb_package_is_strictly_typed() -> None:
     run = mypy_strict("src/ctxrag/kb")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Success: no issues found" in run.stdout, run.stdout
+
+
+def test_chains_package_is_strictly_typed() -> None:
+    run = mypy_strict("src/ctxrag/chains")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Success: no issues found" in run.stdout, run.stdout
 

@@ -41,7 +41,7 @@ def remap_citations(text: str, mapping: dict[int, int]) -> tuple[str, list[int]]
     Returns the new text and the dropped numbers."""
     dropped: list[int] = []
 
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match[str]) -> str:
         kept = []
         for part in re.split(r"[,，、]", m.group(1)):
             n = int(part.strip())

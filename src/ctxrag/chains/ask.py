@@ -78,7 +78,7 @@ def build_ask_chain(
     evidence: EvidenceCheck | bool | None = None,
     steps: Sequence[AnswerStep] = DEFAULT_STEPS,
     settings: Settings | None = None,
-) -> Runnable:
+) -> Runnable[Any, Any]:
     """The chain `ctxrag ask` answers with over the open knowledge bases `kbs` (several are fused by RRF).
 
     ``gate``: None follows the ``answer_gate`` setting; True is a `RelevanceGate` over the first knowledge base's

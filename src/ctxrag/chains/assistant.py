@@ -44,6 +44,7 @@ import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Sequence
 
 from langchain_core.documents import Document
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator, RunnableLambda
 from langchain_core.runnables.utils import AddableDict
 
@@ -79,7 +80,7 @@ def _prepare(inp: Any) -> dict[str, Any]:
             "allow_general_knowledge": bool(inp.get("allow_general_knowledge", False))}
 
 
-class Assistant(Runnable[Any, dict]):
+class Assistant(Runnable[Any, dict[str, Any]]):
     """Routing assistant over one knowledge base (see the module docstring)."""
 
     def __init__(
@@ -115,8 +116,9 @@ class Assistant(Runnable[Any, dict]):
         self.catalog_first_stage = catalog_first_stage
         self.relevance_margin = relevance_margin
         self.llm_relevance = llm_relevance
-        self.evidence = (default_evidence_check(llm, kb) if evidence is True and llm is not None
-                         else (evidence or None))
+        # True without a chat model: nothing to quote with, so no evidence check (True itself is no check)
+        self.evidence: EvidenceCheck | None = (
+            (default_evidence_check(llm, kb) if llm is not None else None) if evidence is True else (evidence or None))
         self.prompts = {"zh": LayeredPrompt.default("zh"), "en": LayeredPrompt.default("en")}
         self.prompts.update(prompts or {})
         self.max_tokens = max_tokens
@@ -124,12 +126,12 @@ class Assistant(Runnable[Any, dict]):
         self.max_chars_per_chunk = max_chars_per_chunk
         self.summarizer = summarizer or DocumentSummarizer(kb, llm, catalog=self.catalog)
         self.steps = tuple(steps)
-        self._chain: Runnable[Any, dict] | None = None
+        self._chain: Runnable[Any, dict[str, Any]] | None = None
         self._gates: dict[float, RelevanceGate] = {}
 
     # -- runnable: rewrite -> route -> retrieve -> answer, composed with LCEL -------------------------------------
     @property
-    def chain(self) -> Runnable[Any, dict]:
+    def chain(self) -> Runnable[Any, dict[str, Any]]:
         """The composed chain; every step gets the caller's config, so callbacks and tracing see each LLM call."""
         if self._chain is None:
             self._chain = (
@@ -137,20 +139,21 @@ class Assistant(Runnable[Any, dict]):
                 | RunnableLambda(self._rewrite_step, name="rewrite")
                 | RunnableLambda(self._route_step, name="route")
                 | RunnableLambda(self._retrieve_step, name="retrieve")
-                | RunnableGenerator(self._answer_step, self._aanswer_step, name="answer")
+                # langchain-core's hints omit the (input, config) generator form RunnableGenerator accepts
+                | RunnableGenerator(self._answer_step, self._aanswer_step, name="answer")  # type: ignore[arg-type]
             ).with_config(run_name="Assistant")
         return self._chain
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
         return dict(self.chain.invoke(input, config, **kwargs))
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
         return dict(await self.chain.ainvoke(input, config, **kwargs))
 
-    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[dict]:
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[dict[str, Any]]:
         yield from self.chain.stream(input, config, **kwargs)
 
-    async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[dict]:
+    async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         async for chunk in self.chain.astream(input, config, **kwargs):
             yield chunk
 
@@ -160,7 +163,7 @@ class Assistant(Runnable[Any, dict]):
 
     def _route_step(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         question, selected = x["standalone_question"], x["selected_doc_ids"]
-        route = self.router.route
+        route: Any = self.router.route  # `Router.route` has no config; the LLM router's takes one
         if "config" in inspect.signature(route).parameters:
             decision = route(question, selected or None, x["history"], config=config)
         else:  # a custom router without config support
@@ -199,7 +202,7 @@ class Assistant(Runnable[Any, dict]):
             for chunk in self._answer(x, config):  # the local model streams synchronously
                 yield AddableDict(chunk)
 
-    def _answer(self, x: dict[str, Any], config: RunnableConfig) -> Iterator[dict]:
+    def _answer(self, x: dict[str, Any], config: RunnableConfig) -> Iterator[dict[str, Any]]:
         decision: RouteDecision = x["decision"]
         question, docs = x["standalone_question"], x["documents"]
         lang = detect_language(x["question"])
@@ -236,7 +239,7 @@ class Assistant(Runnable[Any, dict]):
             raise ValueError("this route needs a chat model; the Assistant was built with llm=None")
         return self.llm.bind(max_tokens=self.max_tokens) if self.max_tokens else self.llm
 
-    def _llm_stream(self, messages: list, config: RunnableConfig | None) -> Iterator[str]:
+    def _llm_stream(self, messages: list[BaseMessage], config: RunnableConfig | None) -> Iterator[str]:
         for chunk in self._llm().stream(messages, config=config):
             text = getattr(chunk, "content", chunk)
             if isinstance(text, str) and text:
@@ -262,14 +265,14 @@ class Assistant(Runnable[Any, dict]):
                                                        llm=self.llm if self.llm_relevance else None)
         return gate
 
-    def _messages(self, x: dict[str, Any], question: str, docs: list[Document], route: Route) -> list:
+    def _messages(self, x: dict[str, Any], question: str, docs: list[Document], route: Route) -> list[BaseMessage]:
         """The answer prompt of ``route`` (levels 1-5) in the language of the user's question."""
         return self.prompts[detect_language(x["question"])].to_messages(
             route=route.value, question=question, knowledge=self._knowledge(docs, route), history=x["history"],
             allow_general_knowledge=x["allow_general_knowledge"], max_words=self.max_words)
 
     def _no_knowledge(self, x: dict[str, Any], question: str, lang: str,
-                      config: RunnableConfig | None) -> Iterator[dict]:
+                      config: RunnableConfig | None) -> Iterator[dict[str, Any]]:
         yield {"answer": no_knowledge_notice(x["question"])}
         if not x["allow_general_knowledge"] or self.llm is None:
             return

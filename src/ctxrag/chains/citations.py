@@ -228,7 +228,7 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     if len(kept) > 1:  # several chunks hold it: keep the best, and each other that adds facts the kept ones lack
         covered: set[str] = set()
         figs_covered: set[str] = set()
-        adding = []
+        adding: list[int] = []
         for n in sorted(kept, key=lambda n: (evidence(n), -n), reverse=True):
             figs_n = {f for f, hs in held.items() if n in hs}
             if not adding or len(own[n] - covered) >= MIN_NEW_UNITS or figs_n - figs_covered:

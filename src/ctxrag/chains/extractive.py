@@ -91,7 +91,7 @@ def _units(text: str, cjk: bool) -> list[tuple[str, int, int]]:
     return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
 
 
-def _best_span(answer_units: Counter, text: str, cjk: bool, max_len: int) -> tuple[float, int, int]:
+def _best_span(answer_units: Counter[str], text: str, cjk: bool, max_len: int) -> tuple[float, int, int]:
     """The span of ``text`` (folded) with the best unit-overlap F1 with the answer, among spans holding at least half
     of the answer's units: (f1, start, end) in characters.
 
@@ -102,7 +102,7 @@ def _best_span(answer_units: Counter, text: str, cjk: bool, max_len: int) -> tup
     for i, (u, start, _) in enumerate(units):
         if u not in answer_units:
             continue
-        seen: Counter = Counter()
+        seen: Counter[str] = Counter()
         common = 0
         for j in range(i, min(len(units), i + max_len)):
             v = units[j][0]
@@ -119,10 +119,10 @@ def _best_span(answer_units: Counter, text: str, cjk: bool, max_len: int) -> tup
 @lru_cache(maxsize=4096)
 def _is_word(text: str) -> bool:
     """Whether jieba's dictionary knows `text` as a word (Traditional folded to Simplified): "植物" yes, "所高" no."""
-    import jieba
+    import jieba  # type: ignore[import-untyped]
 
     jieba.dt.check_initialized()
-    return jieba.dt.FREQ.get(text, 0) > 0 or jieba.dt.FREQ.get(to_simplified(text), 0) > 0
+    return bool(jieba.dt.FREQ.get(text, 0) > 0 or jieba.dt.FREQ.get(to_simplified(text), 0) > 0)
 
 
 def echoes_question(answer: str, question: str) -> bool:

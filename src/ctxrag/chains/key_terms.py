@@ -128,8 +128,9 @@ def _bm25_statistics(kb: Any) -> tuple[Any, Tokenizer, Counter[str], int] | None
     except Exception:  # noqa: BLE001 - a knowledge base without BM25: no key-term stage
         return None
     parts = [p for p, _ in current.parts()] if hasattr(current, "parts") else [current]
-    bm25 = [getattr(p, "index", None) for p in parts]
-    if not bm25 or any(b is None or not hasattr(b, "document_frequencies") for b in bm25):
+    found = [getattr(p, "index", None) for p in parts]
+    bm25 = [b for b in found if b is not None and hasattr(b, "document_frequencies")]
+    if not bm25 or len(bm25) != len(found):
         return None
     df: Counter[str] = Counter()
     for b in bm25:

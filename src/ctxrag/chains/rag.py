@@ -113,7 +113,7 @@ def support_verdict(gate: RelevanceGate | None, evidence: EvidenceCheck | None, 
 
 
 def _support_step(gate: RelevanceGate | None, evidence: EvidenceCheck | None,
-                  to_messages: Callable[[dict[str, Any]], list[BaseMessage]]) -> Runnable:
+                  to_messages: Callable[[dict[str, Any]], list[BaseMessage]]) -> Runnable[Any, Any]:
     def check(x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         supported, relevance = support_verdict(gate, evidence, x["question"], x["documents"],
                                                lambda: to_messages(x), config)
@@ -159,7 +159,7 @@ def _after_answer(acc: dict[str, Any], steps: Sequence[AnswerStep]) -> Iterator[
         yield AddableDict(added)
 
 
-def _finisher(steps: Sequence[AnswerStep]) -> Runnable:
+def _finisher(steps: Sequence[AnswerStep]) -> Runnable[Any, Any]:
     def finish(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         for c in chunks:
@@ -184,13 +184,13 @@ def build_rag_chain(
     *,
     gate: RelevanceGate | bool = True,
     evidence: EvidenceCheck | bool = True,
-    answer: Runnable | None = None,
+    answer: Runnable[Any, Any] | None = None,
     lang: str = "auto",
     prompts: dict[str, LayeredPrompt] | None = None,
     max_words: int = 200,
     max_chars_per_chunk: int | None = 1500,
     steps: Sequence[AnswerStep] = DEFAULT_STEPS,
-) -> Runnable:
+) -> Runnable[Any, Any]:
     """Build the chain described in the module docstring.
 
     ``gate``: a `RelevanceGate` (give it the knowledge base's embeddings), ``True`` for one over the default

@@ -192,11 +192,11 @@ class EmbeddingRouter:
         """`text` embedded as a query (unit vector); the last few are kept, so routing a question and then checking
         the chunks retrieved for it (`chunk_margin`) embed it once."""
         with self._lock:
-            vec = self._query_vecs.get(text)
-            if vec is not None:
+            kept = self._query_vecs.get(text)
+            if kept is not None:
                 self._query_vecs.move_to_end(text)
-                return vec
-        vec = embed_array(self.kb.embeddings, [text], is_query=True)[0]
+                return kept
+        vec: np.ndarray = embed_array(self.kb.embeddings, [text], is_query=True)[0]
         with self._lock:
             self._query_vecs[text] = vec
             while len(self._query_vecs) > _QUERY_CACHE:
@@ -407,7 +407,7 @@ class LLMRouter:
         """Route with the chat model; `config` (callbacks, tags) is passed to its call."""
 
         selected = bool(selected_doc_ids)
-        docs = list(selected_doc_ids) if selected else None
+        docs = list(selected_doc_ids) if selected_doc_ids else None
         lang = detect_language(question)
         titles = [e.title for e in self.catalog.entries(docs)] if selected else None
         msgs = router_messages(question, catalog=self._catalog_text(docs), selected=selected, lang=lang,

@@ -38,7 +38,7 @@ from ctxrag.text import is_traditional_chinese
 READING_SCRIPTS = ("auto", "as-written", "simplified")
 
 
-class ExtractiveAnswer(RunnableSerializable[dict, dict]):
+class ExtractiveAnswer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
     """Answer step of `build_rag_chain` giving the source span as the answer (see the module docstring).
 
     Input: the chain's state ``{"question", "documents", "history"}``; output: the same with ``answer`` (the span and
@@ -59,7 +59,7 @@ class ExtractiveAnswer(RunnableSerializable[dict, dict]):
     model_config = {"arbitrary_types_allowed": True}
 
     def __init__(self, llm: Runnable[Any, BaseMessage], **kwargs: Any) -> None:
-        super().__init__(llm=llm, **kwargs)
+        super().__init__(llm=llm, **kwargs)  # type: ignore[call-arg]  # pydantic fields: llm is one
         if self.lang not in ("auto", "zh", "en"):
             raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {self.lang!r}")
         if self.reading_script not in READING_SCRIPTS:
@@ -97,11 +97,12 @@ class ExtractiveAnswer(RunnableSerializable[dict, dict]):
         answer = raw.strip() if found is None else f"{found.text} [{found.n}]"
         return {**x, "answer": answer, "model_answer": raw}
 
-    def invoke(self, input: dict, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
-        return self._call_with_config(self._run, input, config, run_type="chain")
+    def invoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        return self._call_with_config(self._run, input, config, run_type="chain")  # type: ignore[arg-type]
 
-    async def ainvoke(self, input: dict, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
-        return await self._acall_with_config(self._arun, input, config, run_type="chain")
+    async def ainvoke(self, input: dict[str, Any], config: RunnableConfig | None = None,
+                      **kwargs: Any) -> dict[str, Any]:
+        return await self._acall_with_config(self._arun, input, config, run_type="chain")  # type: ignore[arg-type]
 
     def _run(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         parse, msgs = StrOutputParser(), self._messages(x)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ctxrag.catalog import DocumentCatalog, extractive_summary
@@ -49,7 +50,7 @@ class DocumentSummarizer:
         doc = self.kb.documents.get_document(doc_id)
         if doc is None:
             raise KeyError(f"no document {doc_id!r} in knowledge base {self.kb.name!r}")
-        if self.use_stored and (doc.summary or "").strip():
+        if self.use_stored and doc.summary and doc.summary.strip():
             return doc.summary.strip()
         if self.llm is None:
             return extractive_summary(doc.title, doc.text)
@@ -91,7 +92,7 @@ class DocumentSummarizer:
         msgs = summary_messages(title, text, lang) if kind == "summary" else map_messages(title, text, lang)
         return self._invoke(msgs, config)
 
-    def _invoke(self, msgs: list, config: RunnableConfig | None = None) -> str:
+    def _invoke(self, msgs: list[BaseMessage], config: RunnableConfig | None = None) -> str:
         self.calls += 1
         reply = self.llm.bind(max_tokens=self.max_tokens).invoke(msgs, config)
         return str(getattr(reply, "content", reply) or "").strip()
