@@ -73,6 +73,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="only the first N items (0: all)")
     ap.add_argument("--max-tokens", type=int, default=160, help="longest answer, in tokens")
     ap.add_argument("--raw", type=Path, default=None, help="also write every answer to this JSON file")
+    ap.add_argument("--resume", action="store_true", help="keep the items --raw already holds")
     ap.add_argument("--from-raw", type=Path, default=None, help="write the page from answers a run saved (--raw)")
     args = ap.parse_args()
     items = json.loads(DATA.read_text(encoding="utf-8"))["items"]
@@ -89,7 +90,11 @@ def main() -> None:
     settings = get_settings()
     llm = make_chat_model(settings, max_tokens=args.max_tokens)
     runs: list[dict[str, Any]] = []
+    if args.resume and args.raw and args.raw.exists():  # items a stopped run answered are kept, not asked again
+        runs = [r for r in json.loads(args.raw.read_text(encoding="utf-8")) if r["id"] in {i["id"] for i in items}]
     for item in items:
+        if any(r["id"] == item["id"] for r in runs):
+            continue
         row = {"id": item["id"], "kind": item["kind"], "question": item["question"]}
         for variant in ("before", "after"):
             row[variant] = _ask(item, home, llm, settings, before=variant == "before")
