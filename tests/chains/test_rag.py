@@ -168,3 +168,42 @@ def test_real_local_model_through_openai_compatible_server(kb: KnowledgeBase, ll
     answer = "".join(p.get("answer", "") for p in pieces)
     assert "9321" in answer, answer
     assert "sources" in pieces[-1]
+
+
+PADDED = "Falcon-7 pump litres per minute designed Oslo: who painted the Mona Lisa?"
+FROM_MEMORY = "Leonardo da Vinci painted the Mona Lisa in the early sixteenth century [1]."
+
+
+def _collect(chunks: list[dict]) -> dict:
+    out: dict = {}
+    for c in chunks:
+        out.update({k: (out.get(k, "") + v if k == "answer" else v) for k, v in c.items()})
+    return out
+
+
+async def _astream(chain, question: str) -> dict:  # noqa: ANN001
+    return _collect([c async for c in chain.astream(question)])
+
+
+def test_supported_agrees_with_the_citation_verdicts(kb: KnowledgeBase) -> None:
+    """Issue #43: a question padded with the knowledge base's words passes the relevance gate, the model answers from
+    memory, and the only citation verdict is "unsupported": before, ``supported`` stayed True. The real gate over the
+    real embeddings and chunks; the model's reply is given. Invoke, stream and async agree."""
+    import asyncio
+
+    from ctxrag.chains.relevance import RelevanceGate
+
+    gate = RelevanceGate(kb.embeddings)
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), _fake(FROM_MEMORY), gate=gate, evidence=False)
+    outs = [chain.invoke(PADDED), _collect(list(chain.stream(PADDED))), asyncio.run(_astream(chain, PADDED))]
+    for out in outs:
+        assert [c["status"] for c in out["citations"]] == ["unsupported"], out["citations"]
+        assert out["supported"] is False and out["sources"] == []  # not called supported ...
+        assert out["relevance"]["overruled_by"] == "citations"  # ... although the gate had passed it
+        assert "no retrieved chunk holds" in out["relevance"]["reason"]
+    held = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), _fake("It moves 40 litres per minute [1]."),
+                           gate=gate, evidence=False)
+    for out in (held.invoke("How many litres per minute does the Falcon-7 pump move?"),
+                _collect(list(held.stream("How many litres per minute does the Falcon-7 pump move?")))):
+        assert out["supported"] is True and "overruled_by" not in out["relevance"]
+        assert [c["status"] for c in out["citations"]] == ["ok"]

@@ -3,7 +3,9 @@ processes: maintenance commands that do not apply say so, and a writer whose kno
 gets `KnowledgeBaseDeleted` instead of a pymilvus traceback (and re-creates nothing)."""
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,95 @@ def test_two_writers_of_the_same_file_interleaved_leave_no_false_alarm_and_repai
     finally:
         a.close()
         b.close()
+
+
+_KILL_DURING_REPLACE = """
+import os, signal, sys
+from pymilvus import MilvusClient
+real, seen = MilvusClient.upsert, []
+
+def upsert(self, collection_name, data, *args, **kwargs):
+    if any("revised" in str(row.get("content", "")) for row in data):  # a chunk row of the new version
+        seen.append(collection_name)
+        if len(seen) == int(sys.argv[2]):  # this upsert of the new version's chunks: its first rows, then kill -9
+            real(self, collection_name, data[:5], *args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, collection_name, data, *args, **kwargs)
+
+MilvusClient.upsert = upsert
+from ctxrag.cli.main import app
+app(["ingest", sys.argv[1], "--kb", "%s"])
+""" % KB
+
+
+def _long_document(folder: Path, version: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = [f"## Part {i}\n\n" + f"This {version} part {i} explains step {i} of the procedure in detail. " * 12
+             for i in range(30)]
+    (folder / "manual.md").write_text("# Manual\n\n" + "\n\n".join(parts) + "\n", encoding="utf-8")
+    return folder
+
+
+def _replace_killed(tmp_path: Path, milvus: str, at_upsert: int) -> tuple[dict[str, str], int]:
+    """Ingest the original manual, then a revised one in a process killed -9 after the first rows of its
+    `at_upsert`-th upsert of revised chunks; returns the environment and the original's chunk count."""
+    env = process_env(tmp_path / "home", "milvus", milvus)
+    folder = _long_document(tmp_path / "docs", "original")
+    assert _run(env, "ingest", str(folder), "--kb", KB).returncode == 0
+    kb = _milvus_kb(tmp_path, milvus, "reader")
+    (doc,) = kb.list_documents()
+    n_old = len(kb.store.chunks_of(doc.doc_id))
+    kb.close()
+    assert n_old >= 10, n_old
+    _long_document(folder, "revised")
+    proc = subprocess.run([sys.executable, "-c", _KILL_DURING_REPLACE, str(folder), str(at_upsert)], env=env,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    return env, n_old
+
+
+def _versions(tmp_path: Path, milvus: str) -> tuple[list[str], list[str]]:
+    """(sources doc list shows, the set of versions among the listed document's chunks and bm25 hits)."""
+    kb = _milvus_kb(tmp_path, milvus, "reader")
+    try:
+        docs = kb.list_documents()
+        versions = set()
+        for d in docs:
+            versions |= {"revised" if "revised" in c.content else "original" for c in kb.store.chunks_of(d.doc_id)}
+        hits = kb.search("procedure step detail", k=5, mode="bm25")
+        versions |= {"revised" if "revised" in h.page_content else "original" for h in hits}
+        return [Path(d.source).name for d in docs], sorted(versions)
+    finally:
+        kb.close()
+
+
+def test_a_replace_killed_after_its_first_chunks_keeps_the_previous_version_whole(tmp_path: Path,
+                                                                                  milvus: str) -> None:
+    """Issue #43 finding 3. Before: `doc list` hid the document while search returned a mix, and `kb repair`
+    dropped it (0 chunks of either version). Now the new version is staged whole first: killed while staging, the
+    stored version is untouched, listed and searched; `kb repair` deletes the half-staged copy and keeps it."""
+    env, n_old = _replace_killed(tmp_path, milvus, at_upsert=1)
+    assert _versions(tmp_path, milvus) == (["manual.md"], ["original"])
+    kb = _milvus_kb(tmp_path, milvus, "reader")
+    assert len(kb.store.chunks_of(kb.list_documents()[0].doc_id)) == n_old
+    kb.close()
+    r = _run(env, "kb", "repair", KB)
+    assert r.returncode == 0 and "dropped 0 half-written" in r.stdout, r.stdout + r.stderr
+    assert "kept the stored version of 1 documents" in r.stdout, r.stdout
+    assert _versions(tmp_path, milvus) == (["manual.md"], ["original"])
+    assert _run(env, "kb", "check", KB).returncode == 0
+    assert _run(env, "ingest", str(tmp_path / "docs"), "--kb", KB).returncode == 0  # the next ingest replaces it
+    assert _versions(tmp_path, milvus) == (["manual.md"], ["revised"])
+    r = _run(env, "kb", "check", KB)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_replace_killed_after_staging_is_finished_from_the_staged_copy(tmp_path: Path, milvus: str) -> None:
+    """Killed while writing the staged version over the old one: the new version exists whole in staging, so
+    `kb repair` finishes the write from there (the new version whole; nothing dropped)."""
+    env, _ = _replace_killed(tmp_path, milvus, at_upsert=2)
+    r = _run(env, "kb", "repair", KB)
+    assert r.returncode == 0 and "finished 1 writes" in r.stdout and "dropped 0" in r.stdout, r.stdout + r.stderr
+    assert _versions(tmp_path, milvus) == (["manual.md"], ["revised"])
+    r = _run(env, "kb", "check", KB)
+    assert r.returncode == 0, r.stdout + r.stderr

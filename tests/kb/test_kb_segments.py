@@ -20,7 +20,9 @@ from ctxrag.cli.main import app
 from ctxrag.kb.maintenance import check
 from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
-from ctxrag.stores.bm25 import BM25Index
+from ctxrag.errors import IndexCorruptError
+from ctxrag.stores.bm25 import BM25ChunkIndex, BM25Index
+from ctxrag.stores.bm25.segmented import SegmentedKeywordIndex
 from ctxrag.stores.bm25.doc_keys import ID_ARRAYS
 from ctxrag.stores.segment_checksums import VERIFIED_FILE, file_sha256
 from ctxrag.testing.llm_server import HANG_GUARD_S
@@ -232,3 +234,54 @@ def test_kill_9_in_the_middle_of_a_merge_leaves_the_previous_generation(tmp_path
             for s in json.loads((kb.generations.gen_dir(n) / name / "segments.json").read_text())["segments"]}
     assert leftover == kept and len(doc["segments"]) == 4 and written
     kb.close()
+
+
+def test_an_older_segment_list_copied_into_the_current_generation_is_damage(tmp_path: Path) -> None:
+    """Issue #43: both generations' manifests and ``indexes/format.json`` deleted and the previous generation's
+    ``bm25/segments.json`` copied into the current one. The chunk ids are the same (the document was rewritten in
+    place), so only the segment list's own generation stamp, and the rule that a generation with a segment list always
+    has a manifest, can tell: `kb check` names the file, search refuses instead of serving the old text, and `kb
+    repair` brings back the new text."""
+    corpus = _corpus(tmp_path / "c", WORDS[:2])
+    home = tmp_path / "home"
+    env = {"CTXRAG_HOME": str(home), "CTXRAG_EMBEDDINGS__PROVIDER": "fake"}
+    kb = KnowledgeBase.open("stale", _settings(home))
+    kb.ingest([corpus], progress=False)
+    old_list = (kb.generations.gen_dir(kb.generation) / "bm25" / "segments.json").read_bytes()
+    (corpus / "amberquartz.md").write_text("# Note 0\n\nRewritten: now about zirconheron only.\n", encoding="utf-8")
+    kb.ingest([corpus], progress=False)
+    gen = kb.generation
+    assert [Path(d.metadata["source"]).name for d in kb.search("zirconheron", k=1, mode="bm25")] == ["amberquartz.md"]
+    kb.close()
+    base = home / "kb" / "stale" / "indexes"
+    for n in (gen - 1, gen):
+        (base / f"gen-{n:06d}" / "manifest.json").unlink()
+    (base / "format.json").unlink()
+    (base / f"gen-{gen:06d}" / "bm25" / "segments.json").write_bytes(old_list)
+    r = CliRunner().invoke(app, ["kb", "check", "stale"], env=env)
+    assert r.exit_code == 1 and "bm25" in r.output and "kb repair stale" in r.output, r.output
+    r = CliRunner().invoke(app, ["search", "zirconheron", "--kb", "stale", "--mode", "bm25"], env=env)
+    assert r.exit_code == 1 and "manifest" in r.output and "Traceback" not in r.output, r.output
+    r = CliRunner().invoke(app, ["kb", "repair", "stale"], env=env)
+    assert r.exit_code == 0, r.output
+    kb = KnowledgeBase.open("stale", _settings(home))
+    assert check(kb).clean
+    assert [Path(d.metadata["source"]).name for d in kb.search("zirconheron", k=1, mode="bm25")] == ["amberquartz.md"]
+    kb.close()
+
+
+def test_a_segment_list_names_its_generation_and_a_list_of_another_is_refused(tmp_path: Path) -> None:
+    """Even where a manifest vouches for nothing (a generation folder copied with its manifest is another matter:
+    the manifest's checksum covers the list), a segment list read from ``gen-N`` must say it was written for N."""
+    corpus = _corpus(tmp_path / "c", WORDS[:2])
+    kb = KnowledgeBase.open("stamp", _settings(tmp_path / "home"))
+    kb.ingest([corpus], progress=False, commit_every=1)
+    gen = kb.generation
+    listing = kb.generations.gen_dir(gen) / "bm25" / "segments.json"
+    assert json.loads(listing.read_text())["generation"] == gen
+    kb.close()
+    older = json.loads((kb.generations.gen_dir(gen - 1) / "bm25" / "segments.json").read_text())
+    listing.write_text(json.dumps(older))
+    index = SegmentedKeywordIndex("bm25", BM25ChunkIndex, BM25ChunkIndex.load, kb_name="stamp")
+    with pytest.raises(IndexCorruptError, match=rf"segments\.json.*generation {gen - 1}.*gen-{gen:06d}"):
+        index.load_set(listing.parent)

@@ -280,6 +280,18 @@ def _citation_only(sentence: str) -> bool:
     return _LABEL.fullmatch(rest) is not None
 
 
+def nothing_held(citations: list[dict[str, Any]]) -> bool:
+    """Whether an answer states facts and no retrieved chunk holds any of them: every checked sentence with facts is
+    ``unsupported`` (`check_citations`). Such an answer came from elsewhere than the chunks (the model's memory, an
+    instruction it followed), so it cannot be called supported, whatever the gate said.
+
+    >>> nothing_held([{"status": "unsupported"}, {"status": "no_facts"}]), nothing_held([{"status": "ok"}])
+    (True, False)
+    """
+    factual = [c for c in citations if c.get("status") != "no_facts"]
+    return bool(factual) and all(c.get("status") == "unsupported" for c in factual)
+
+
 def map_citations(answer: str, docs: list[Document], *, check: bool = True) -> dict[str, Any]:
     """Citations in `answer` mapped to the numbered `docs`, each sentence's checked (`check_citations`).
 

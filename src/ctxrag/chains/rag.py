@@ -16,6 +16,9 @@ base has nothing on this" in the question's language and script, and ``sources``
 off. ``relevance`` holds the gate's signals and the verdict's reason, with the evidence check's under ``evidence``.
 ``citations`` checks each sentence's `[n]` against the chunk it names (`ctxrag.chains.citations.check_citations`);
 it and ``sources`` come from the answer steps (``steps``, default `cite_sources`), which run on the complete answer.
+``supported`` agrees with them: an answer whose every sentence with facts no chunk holds (all ``unsupported``) is
+``supported: False`` (``relevance["reason"]`` says why) even where the gate and the evidence check passed.
+``supported`` and ``relevance`` therefore stream with the answer step that brings ``citations``.
 
 Sync, async and streaming: `stream` yields ``{"answer": delta}`` chunks as the model writes, then one chunk with
 ``sources``, ``invalid_citations`` and ``citations``. The answer step is replaceable: ``answer=ExtractiveAnswer(llm)``
@@ -46,7 +49,7 @@ from langchain_core.runnables import (Runnable, RunnableBranch, RunnableConfig, 
                                       RunnablePassthrough)
 from langchain_core.runnables.utils import AddableDict
 
-from ctxrag.chains.citations import format_knowledge, map_citations
+from ctxrag.chains.citations import format_knowledge, map_citations, nothing_held
 from ctxrag.chains.evidence import EvidenceCheck
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.prompts.layers import LayeredPrompt
@@ -150,13 +153,37 @@ def _accumulate(acc: dict[str, Any], chunk: dict[str, Any]) -> None:
         acc[k] = acc[k] + v if k == "answer" and k in acc else v
 
 
+_VERDICT = ("supported", "relevance")
+"""Held back until the answer steps ran (`_verdict`): a merged stream keeps the last value of neither key."""
+
+
 def _after_answer(acc: dict[str, Any], steps: Sequence[AnswerStep]) -> Iterator[AddableDict]:
-    if acc.get("route") == "no_knowledge":  # abstained: nothing to post-process
-        return
-    for step in steps:
+    """The steps' chunks; the verdict goes with the chunk that brings ``citations`` (else in one of its own, last)."""
+    pending = True
+    for step in steps if acc.get("route") != "no_knowledge" else ():  # abstained: nothing to post-process
         added = step(acc)
         acc.update(added)
+        if pending and "citations" in added:
+            verdict, pending = _verdict(acc), False
+            acc.update(verdict)
+            added = {**added, **verdict}
         yield AddableDict(added)
+    if pending:
+        yield AddableDict(_verdict(acc))
+
+
+def _verdict(acc: dict[str, Any]) -> dict[str, Any]:
+    """``supported`` and ``relevance``, with ``supported`` False where no chunk holds any sentence of the answer."""
+    supported, relevance = acc.get("supported"), acc.get("relevance")
+    if supported is True and nothing_held(acc.get("citations") or []):
+        supported = False
+        relevance = {**(relevance or {}), "supported": False, "overruled_by": "citations",
+                     "reason": "no retrieved chunk holds any sentence of the answer (every citation check: unsupported)"}
+    return {"supported": supported, "relevance": relevance}
+
+
+def _held_back(c: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in c.items() if k not in _VERDICT} if any(k in c for k in _VERDICT) else c
 
 
 def _finisher(steps: Sequence[AnswerStep]) -> Runnable[Any, Any]:
@@ -164,14 +191,14 @@ def _finisher(steps: Sequence[AnswerStep]) -> Runnable[Any, Any]:
         acc: dict[str, Any] = {}
         for c in chunks:
             _accumulate(acc, c)
-            yield c
+            yield _held_back(c)
         yield from _after_answer(acc, steps)
 
     async def afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         async for c in chunks:
             _accumulate(acc, c)
-            yield c
+            yield _held_back(c)
         for part in _after_answer(acc, steps):
             yield part
 

@@ -233,11 +233,11 @@ class KnowledgeBase(BaseKnowledgeBase):
     def dense_index(self) -> DenseIndex:
         """The dense index, following every newly committed generation: the one way to search it (``kb.indexes``
         holds the current generation's index objects, for maintenance and inspection)."""
-        return CurrentDenseIndex(lambda: self.indexes, owner=self.name)
+        return CurrentDenseIndex(lambda: self.indexes, owner=self.name, newer_than=self.snapshots.newer_than)
 
     def keyword_index(self) -> KeywordIndex:
         """The BM25 index, following every newly committed generation."""
-        return CurrentKeywordIndex(lambda: self.indexes, owner=self.name)
+        return CurrentKeywordIndex(lambda: self.indexes, owner=self.name, newer_than=self.snapshots.newer_than)
 
     def graph_index(self) -> GraphIndex | None:
         """The graph index (`ctxrag.stores.graph.GraphIndex`) of the current generation, None when graph RAG is off

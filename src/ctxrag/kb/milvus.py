@@ -275,6 +275,9 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
                                        f"dropped {len(fixed.dropped) + len(broken)} half-written documents (ingest "
                                        f"them again): {sorted(fixed.dropped + broken)[:20]}")
         report.actions["chunks"] = f"removed {len(fixed.orphans)} chunks without a document"
+        if fixed.unstaged:
+            report.actions["staged"] = (f"kept the stored version of {len(fixed.unstaged)} documents whose replace "
+                                        f"stopped while staging (ingest them again): {fixed.unstaged[:20]}")
         if fixed.changed or broken:
             report.generation = 0
         return report

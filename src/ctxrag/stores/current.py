@@ -11,18 +11,30 @@ Example::
     from ctxrag.stores.current import CurrentDenseIndex
     dense = CurrentDenseIndex(lambda: kb.indexes, owner=kb.name)
     dense.search(query_vector, 5)          # always the newest generation's FAISS (or Chroma/Milvus) index
+
+A search that finds its generation's files damaged is tried once more on a newer generation when one is committed
+(`newer_than`, given by the knowledge base): the damage a ``kb repair`` just fixed costs no request.
 """
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from ctxrag.errors import IndexCorruptError
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.protocols import DenseIndex, KeywordIndex
+
+
+Indexes = Mapping[str, ChunkIndex]
+NewerThan = Callable[[Indexes], "Indexes | None"]
+"""Given the indexes a search found damaged, the newer generation's indexes to retry on, or None
+(`IndexSnapshots.newer_than`)."""
+
+T = TypeVar("T")
 
 
 class _CurrentIndex:
@@ -30,18 +42,35 @@ class _CurrentIndex:
     label: str = ""
     """What an error message calls this kind of index."""
 
-    def __init__(self, indexes: Callable[[], Mapping[str, ChunkIndex]], *, owner: str, name: str) -> None:
+    def __init__(self, indexes: Callable[[], Indexes], *, owner: str, name: str,
+                 newer_than: NewerThan | None = None) -> None:
         self._indexes = indexes
         self.owner = owner
         """Name of the knowledge base, for error messages."""
         self.name = name
+        self._newer_than = newer_than
 
     def current(self) -> Any:
         """The index of the newest committed generation; `RuntimeError` naming the knowledge base when it has none."""
-        index = self._indexes().get(self.name)
+        return self._pick(self._indexes())
+
+    def _pick(self, indexes: Indexes) -> Any:
+        index = indexes.get(self.name)
         if index is None:
             raise RuntimeError(f"knowledge base {self.owner!r} has no {self.label or self.name} index")
         return index
+
+    def _read(self, read: Callable[[Any], T]) -> T:
+        """`read` on the current index; when it raises `IndexCorruptError` and a newer generation is committed (a
+        repair), once more on that one, waiting for a load another thread has in progress."""
+        indexes = self._indexes()
+        try:
+            return read(self._pick(indexes))
+        except IndexCorruptError:
+            newer = self._newer_than(indexes) if self._newer_than is not None else None
+            if newer is None:
+                raise
+            return read(self._pick(newer))
 
     def add(self, chunks: list[IndexedChunk]) -> None:
         self.current().add(chunks)
@@ -68,8 +97,9 @@ class _CurrentIndex:
 class CurrentDenseIndex(_CurrentIndex):
     """The `DenseIndex` of the newest committed generation (FAISS, Chroma or Milvus)."""
 
-    def __init__(self, indexes: Callable[[], Mapping[str, ChunkIndex]], *, owner: str, name: str = "dense") -> None:
-        super().__init__(indexes, owner=owner, name=name)
+    def __init__(self, indexes: Callable[[], Indexes], *, owner: str, name: str = "dense",
+                 newer_than: NewerThan | None = None) -> None:
+        super().__init__(indexes, owner=owner, name=name, newer_than=newer_than)
 
     def current(self) -> DenseIndex:
         return cast(DenseIndex, super().current())
@@ -77,10 +107,10 @@ class CurrentDenseIndex(_CurrentIndex):
     def search(
         self, vector: np.ndarray, k: int, allowed_chunk_ids: AbstractSet[str] | None = None
     ) -> list[tuple[str, float]]:
-        return self.current().search(vector, k, allowed_chunk_ids=allowed_chunk_ids)
+        return self._read(lambda index: index.search(vector, k, allowed_chunk_ids=allowed_chunk_ids))
 
     def vectors(self, chunk_ids: list[str]) -> np.ndarray:
-        return self.current().vectors(chunk_ids)
+        return self._read(lambda index: index.vectors(chunk_ids))
 
     @property
     def dim(self) -> int | None:
@@ -93,8 +123,9 @@ class CurrentKeywordIndex(_CurrentIndex):
 
     label = "BM25"
 
-    def __init__(self, indexes: Callable[[], Mapping[str, ChunkIndex]], *, owner: str, name: str = "bm25") -> None:
-        super().__init__(indexes, owner=owner, name=name)
+    def __init__(self, indexes: Callable[[], Indexes], *, owner: str, name: str = "bm25",
+                 newer_than: NewerThan | None = None) -> None:
+        super().__init__(indexes, owner=owner, name=name, newer_than=newer_than)
 
     def current(self) -> KeywordIndex:
         return cast(KeywordIndex, super().current())
@@ -102,4 +133,4 @@ class CurrentKeywordIndex(_CurrentIndex):
     def search(
         self, query: str, k: int, allowed_chunk_ids: Iterable[str] | None = None, *, fill: bool = False
     ) -> list[tuple[str, float]]:
-        return self.current().search(query, k, allowed_chunk_ids=allowed_chunk_ids, fill=fill)
+        return self._read(lambda index: index.search(query, k, allowed_chunk_ids=allowed_chunk_ids, fill=fill))

@@ -53,7 +53,7 @@ from ctxrag.errors import IndexCorruptError, KnowledgeBaseDeleted, KnowledgeBase
 from ctxrag.fileio import atomic_write_json, fsync_dir, fsync_tree
 from ctxrag.stores.leases import Lease, ReaderLeases
 from ctxrag.stores.segment_checksums import file_sha256
-from ctxrag.stores.segments import SEGMENTS_DIR, referenced_segments
+from ctxrag.stores.segments import SEGMENTS_DIR, SET_FILE, referenced_segments
 
 log = logging.getLogger(__name__)
 
@@ -316,9 +316,12 @@ class GenerationStore:
         return doc
 
     def manifests_required(self, gen: int) -> bool:
-        """True when generation `gen` must have a manifest: ``indexes/format.json`` says so, or another
-        generation has one (written by a version that had manifests, before format.json existed)."""
+        """True when generation `gen` must have a manifest: ``indexes/format.json`` says so, another generation has
+        one (written by a version that had manifests, before format.json existed), or it holds a segment list
+        (segments came after manifests: every version that writes a list writes a manifest that checksums it)."""
         if (self.base / FORMAT_FILE).exists():
+            return True
+        if any((d / SET_FILE).exists() for d in self.gen_dir(gen).iterdir() if d.is_dir()):
             return True
         return any(n != gen and (self.gen_dir(n) / MANIFEST_FILE).exists() for n in self.committed())
 

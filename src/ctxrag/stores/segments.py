@@ -260,7 +260,7 @@ class SegmentedIndex:
             if run is not None:
                 self._merge(run, segments_dir, generation)
         atomic_write_json(directory / SET_FILE, {
-            "format": SET_FORMAT, "version": SET_VERSION, "kind": self.name,
+            "format": SET_FORMAT, "version": SET_VERSION, "kind": self.name, "generation": generation,
             "segments": [{"id": s.id, "size": s.size, "files": s.files, "dead": sorted(s.dead)} for s in self.sealed],
         })
 
@@ -335,6 +335,7 @@ class SegmentedIndex:
             raise IndexCorruptError(f"{set_path}: unreadable segment list ({e}); {repair_hint(self.kb_name)}") from None
         if not isinstance(entries, list):
             raise IndexCorruptError(f"{set_path}: not a {SET_FORMAT} segment list")
+        _check_generation(set_path, doc.get("generation"), self.kb_name)
         segments_dir = segments_dir_of(directory)
         for e in entries:
             seg_dir = segments_dir / str(e["id"])
@@ -367,6 +368,19 @@ class SegmentedIndex:
             return None
         index = self.fork_segment(prior.index)
         return None if index is None else Sealed(prior.id, seg_dir, index, size, files, set(prior.dead))
+
+
+def _check_generation(set_path: Path, written_for: object, kb_name: str) -> None:
+    """A segment list read from a generation folder ``gen-N`` must have been written for N: the chunk ids of an
+    older list are often the same (a document rewritten in place), so without this stamp a list copied from another
+    generation would serve old text under the current one. Lists written before the stamp carry none."""
+    folder = set_path.parent.parent.name
+    if written_for is None or not (folder.startswith("gen-") and folder[4:].isdigit()):
+        return
+    if written_for != int(folder[4:]):
+        raise IndexCorruptError(f"{set_path}: segment list of generation {written_for} found in {folder} (copied "
+                                f"from another generation: it would serve that generation's text); "
+                                f"{repair_hint(kb_name)}")
 
 
 def referenced_segments(index_dir: Path) -> set[str]:

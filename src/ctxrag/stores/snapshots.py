@@ -3,7 +3,8 @@
 * Readers: `IndexSnapshots.current` returns the indexes of the newest committed generation. Each call runs one
   ``PRAGMA data_version`` (microseconds); when another connection committed and the generation moved, it loads the
   new one (checksums verified) and switches to it. While one thread loads, the others keep answering from the
-  previous snapshot. A published snapshot is never mutated (only self-persisting stores, Chroma and Milvus, are
+  previous snapshot; one whose search finds that snapshot damaged waits for the load and retries on the new one
+  (`newer_than`: a generation ``kb repair`` just committed). A published snapshot is never mutated (only self-persisting stores, Chroma and Milvus, are
   shared live objects), so a search never sees a half-applied change. A reader leases the generation before it
   reads it and keeps the lease while its index objects live (`ctxrag.stores.leases`), so clean-up never deletes a
   file it may still open.
@@ -141,15 +142,16 @@ class IndexSnapshots:
         assert self.snapshot is not None
         return self.snapshot.indexes
 
-    def refresh(self) -> bool:
+    def refresh(self, *, wait: bool = False) -> bool:
         """Switch to a newer committed generation if there is one; True when it did. `KnowledgeBaseDeleted` when
-        the knowledge base was deleted meanwhile; one deleted and created again is followed (`DocStore.follow`)."""
+        the knowledge base was deleted meanwhile; one deleted and created again is followed (`DocStore.follow`).
+        While another thread loads, this returns at once (the caller reads the previous snapshot) unless `wait`."""
         self.store.follow()
         if (self.snapshot is not None and self.snapshot.store == self.store.identity
                 and self.store.data_version() == self._data_version):
             return False
         first = self.snapshot is None
-        if not self._refresh_lock.acquire(blocking=first):
+        if not self._refresh_lock.acquire(blocking=first or wait):
             return False  # another thread is loading: keep answering from the current snapshot
         try:
             version = self.store.data_version()
@@ -163,6 +165,18 @@ class IndexSnapshots:
             return changed
         finally:
             self._refresh_lock.release()
+
+    def newer_than(self, seen: Mapping[str, ChunkIndex]) -> dict[str, ChunkIndex] | None:
+        """After a search on `seen` (a snapshot's indexes) raised `IndexCorruptError`: the indexes of a newer
+        generation to search instead, or None when `seen` is still the newest (the damage stands). Waits for a load
+        another thread has in progress: right after ``kb repair`` commits, the thread that found the change loads
+        the repaired generation while the others would read the damaged one (a hybrid search's two branches run on
+        two threads, so this was a request's own other branch)."""
+        self.refresh(wait=True)
+        snapshot = self.snapshot
+        if snapshot is None or snapshot.indexes is seen:
+            return None
+        return snapshot.indexes
 
     def publish(self, snapshot: Snapshot) -> None:
         with self._refresh_lock:

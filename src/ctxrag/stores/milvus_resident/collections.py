@@ -7,6 +7,9 @@
   that stored the chunk (what reconciling a crashed write reads). A write id names *what* was written (`write_id`:
   the document, its content hash and chunk ids), not which process wrote it: two nodes writing the same file at
   once leave a row and chunks that agree, whichever step of which node came last.
+- staged (``..._staged``): the new version of a document being replaced, written whole before any of its chunks
+  replaces an old one (the chunks schema without BM25; never searched). A replace interrupted while staging leaves
+  the old version whole; one interrupted after staging is finished from here.
 - documents (``..._docs``): doc id (primary key), source, title, content hash (ingest skips unchanged files), summary,
   the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata, `status` (``ok``, ``writing``, ``deleting``) and `write_id` of the last write. Milvus needs a
   vector field in every collection: a constant 2-d `placeholder`.
@@ -50,6 +53,11 @@ def collection_names(kb_name: str) -> tuple[str, str]:
     ascii_part = re.sub(r"[^A-Za-z0-9_]", "_", kb_name)[:40]
     base = f"{PREFIX}{ascii_part}_{hashlib.sha1(kb_name.encode('utf-8')).hexdigest()[:8]}"
     return f"{base}_chunks", f"{base}_docs"
+
+
+def staging_name(kb_name: str) -> str:
+    """The staging collection of a knowledge base (see the module docstring)."""
+    return collection_names(kb_name)[0].removesuffix("_chunks") + "_staged"
 
 
 def json_list(values: list[str]) -> str:

@@ -8,16 +8,21 @@ Writes are Strong (the collections' consistency level), so every process sees a 
 
 Milvus has no multi-row transactions, so a document is replaced in steps, each idempotent:
 
+0. when it replaces a stored version (another write id, status ``ok``): its new chunks are written whole to the
+   staging collection (`collections.staging_name`; never searched), so the old version stays whole and listed
+   until the new one exists completely somewhere;
 1. its documents row is upserted with ``status="writing"``, the new content hash, chunk count and write id (named by
    what is written, `collections.write_id`: two nodes writing the same file agree on it);
 2. its chunks are upserted (keyed by chunk id), each carrying that write id;
 3. its chunks not in the new set are deleted (``doc_id in [D] and chunk_id not in [...]``);
-4. the row is upserted with ``status="ok"``.
+4. the row is upserted with ``status="ok"``; the staged copy is deleted.
 
 A delete marks the row ``deleting``, deletes the chunks by doc id, then the row. A process killed between steps leaves
 a row that is not ``ok``; `reconcile` (run on open for rows older than a grace period, so a write in progress on
-another node is left alone, and by ``ctxrag kb repair``) finishes a write whose chunks all arrived, finishes a delete,
-and drops a half-written document (row and chunks) so the next ingest of its file adds it again.
+another node is left alone, and by ``ctxrag kb repair``) finishes a write whose chunks all arrived (or, for a replace,
+whose staged copy is whole: it is written again from there), finishes a delete, and drops a half-written new document
+(row and chunks) so the next ingest of its file adds it again. A replace interrupted while staging never touched the
+stored version: ``kb repair`` deletes the half-staged copy and the old version stays.
 
 Example::
 
@@ -85,10 +90,12 @@ class ReconcileReport:
     """Interrupted deletes finished."""
     orphans: list[str] = field(default_factory=list)
     """Chunk ids without a document, removed."""
+    unstaged: list[str] = field(default_factory=list)
+    """Documents whose replace stopped while staging: the half-staged new version deleted, the stored one kept."""
 
     @property
     def changed(self) -> bool:
-        return bool(self.finished or self.dropped or self.deleted or self.orphans)
+        return bool(self.finished or self.dropped or self.deleted or self.orphans or self.unstaged)
 
 
 class MilvusResidentStore:
@@ -105,6 +112,7 @@ class MilvusResidentStore:
         self.read_consistency = read_consistency
         self._create_lock = threading.Lock()
         self.chunks_name, self.docs_name = cols.collection_names(kb_name)
+        self.staging_name = cols.staging_name(kb_name)
         self._client, self._finalizer = connect(self, self.uri, token)
         self.analysis = check_analysis(analysis)
         self.fulltext = True
@@ -180,6 +188,15 @@ class MilvusResidentStore:
         self._client.load_collection(self.chunks_name)
         self.dim = dim
 
+    def _ensure_staging(self) -> None:
+        """The staging collection (the chunks schema without BM25), made on the first replace."""
+        assert self.dim is not None  # the chunks collection exists: staging follows its dimension
+        with self._create_lock:
+            if not self._client.has_collection(self.staging_name):
+                schema, index = cols.chunks_schema(self._client, self.dim, self.analysis, False, lite=self.lite)
+                self._create(self.staging_name, schema, index)
+            self._client.load_collection(self.staging_name)
+
     def _create(self, name: str, schema: Any, index: Any) -> bool:
         """Create a collection (Strong consistency); False when another process created it first (then wait until
         it can be described: the loser of the race adopts the winner's)."""
@@ -245,17 +262,51 @@ class MilvusResidentStore:
         if dims:
             self._ensure_chunks(dims.pop())
         now = time.time()
-        old = {r["doc_id"]: float(r["added_at"]) for r in self._docs_by_id([d.doc_id for d, _, _ in items])}
+        prior = {r["doc_id"]: r for r in self._docs_by_id([d.doc_id for d, _, _ in items])}
+        old = {d: float(r["added_at"]) for d, r in prior.items()}
         analysis = self.analysis if self.fulltext else None
         for start in range(0, len(items), BATCH):
             part = items[start:start + BATCH]
+            replaced = [(doc, records, vectors) for doc, records, vectors in part if doc.doc_id in prior
+                        and prior[doc.doc_id]["status"] == cols.STATUS_OK
+                        and prior[doc.doc_id]["write_id"] != cols.write_id(doc, records)]
+            self._stage(replaced)  # step 0: the stored versions stay whole until the new ones exist whole
             self._put_docs(part, cols.STATUS_WRITING, old, now)
             rows = [cols.chunk_row(r, v, cols.write_id(doc, records), analysis) for doc, records, vectors in part
                     for r, v in zip(records, np.asarray(vectors, dtype=np.float32))]
-            for at in range(0, len(rows), BATCH):
-                self._client.upsert(self.chunks_name, rows[at:at + BATCH])
+            self._upsert(self.chunks_name, rows)
             self._delete_stale(part)
             self._put_docs(part, cols.STATUS_OK, old, now)
+            self._unstage([doc.doc_id for doc, _, _ in replaced])
+
+    def _upsert(self, collection: str, rows: list[dict[str, Any]]) -> None:
+        for at in range(0, len(rows), BATCH):
+            self._client.upsert(collection, rows[at:at + BATCH])
+
+    def _stage(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
+        """Step 0: the new chunks of replaced documents into the staging collection (a copy left by an earlier
+        interrupted replace of the same documents goes first, so only this write's rows are there)."""
+        if not items:
+            return
+        self._ensure_staging()
+        self._unstage([doc.doc_id for doc, _, _ in items])
+        self._upsert(self.staging_name, [
+            cols.chunk_row(r, v, cols.write_id(doc, records), None) for doc, records, vectors in items
+            for r, v in zip(records, np.asarray(vectors, dtype=np.float32))])
+
+    def _unstage(self, doc_ids: list[str]) -> None:
+        if doc_ids and self._client.has_collection(self.staging_name):
+            for start in range(0, len(doc_ids), BATCH):
+                self._client.delete(self.staging_name, filter=f"doc_id in {cols.json_list(doc_ids[start:start + BATCH])}")
+
+    def _staged(self, doc_id: str, write_id: str) -> list[dict[str, Any]]:
+        """Staged rows of `doc_id` from write `write_id`, with their vectors."""
+        if not self._client.has_collection(self.staging_name):
+            return []
+        self._client.load_collection(self.staging_name)
+        rows = self._client.query(self.staging_name, filter=f"doc_id == {_q(doc_id)}",
+                                  output_fields=[*cols.CHUNK_FIELDS, "dense"], consistency_level="Strong")
+        return [r for r in rows if r["write_id"] == write_id]
 
     def _delete_stale(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
         """Step 3: each document's chunks that are not in its new set. By id, not by write id, so two processes
@@ -295,6 +346,7 @@ class MilvusResidentStore:
             return []
         ids = [r.chunk_id for r in self.chunks_of(doc_id)]
         self.update_row(rows[0], status=cols.STATUS_DELETING, updated_at=time.time())
+        self._unstage([doc_id])
         self._delete_chunks(f"doc_id == {_q(doc_id)}")
         self._client.delete(self.docs_name, filter=f"doc_id == {_q(doc_id)}")
         return ids
@@ -324,9 +376,16 @@ class MilvusResidentStore:
                 continue
             got = self._query_chunks(f"doc_id == {_q(doc_id)}", ["chunk_id", "write_id"])
             mine = [r["chunk_id"] for r in got if r["write_id"] == row["write_id"]]
+            staged = [] if len(mine) == int(row["n_chunks"]) else self._staged(doc_id, row["write_id"])
+            if len(staged) == int(row["n_chunks"]) and staged:  # a replace stopped after staging: write it again
+                analysis = self.analysis if self.fulltext else None
+                self._upsert(self.chunks_name, [cols.chunk_row(cols.record_of(r), np.asarray(r["dense"]),
+                                                               row["write_id"], analysis) for r in staged])
+                mine = [r["chunk_id"] for r in staged]
             if len(mine) == int(row["n_chunks"]):
                 self._delete_chunks(f"doc_id == {_q(doc_id)}", keep=mine)
                 self.update_row(row, status=cols.STATUS_OK)
+                self._unstage([doc_id])
                 report.finished.append(doc_id)
             else:
                 self._delete_chunks(f"doc_id == {_q(doc_id)}")
@@ -338,15 +397,34 @@ class MilvusResidentStore:
             for start in range(0, len(stray), BATCH):
                 self._client.delete(self.chunks_name, ids=stray[start:start + BATCH])
             report.orphans = stray
+            report.unstaged = self._drop_unfinished_staging()
         if report.changed:
             log.warning("knowledge base %r in Milvus: finished %d interrupted writes, dropped %d half-written documents "
                         "(ingest their files again), finished %d deletes, removed %d orphan chunks", self.kb_name,
                         len(report.finished), len(report.dropped), len(report.deleted), len(report.orphans))
         return report
 
+    def _drop_unfinished_staging(self) -> list[str]:
+        """Delete staged copies no write is finishing (their replace stopped while staging; the stored version is
+        whole), returning their doc ids. For ``kb repair`` only: a live writer's staging is not told apart."""
+        if not self._client.has_collection(self.staging_name):
+            return []
+        self._client.load_collection(self.staging_name)
+        it = self._client.query_iterator(self.staging_name, batch_size=BATCH, filter="", output_fields=["doc_id"])
+        staged: set[str] = set()
+        try:
+            while batch := it.next():
+                staged.update(r["doc_id"] for r in batch)
+        finally:
+            it.close()
+        writing = {r["doc_id"] for r in self.doc_rows(f'status == "{cols.STATUS_WRITING}"', ["doc_id"])}
+        leftover = sorted(staged - writing)
+        self._unstage(leftover)
+        return leftover
+
     def drop(self) -> None:
-        """Drop both collections (deleting the knowledge base)."""
-        for name in (self.chunks_name, self.docs_name):
+        """Drop the collections (deleting the knowledge base)."""
+        for name in (self.chunks_name, self.docs_name, self.staging_name):
             if self._client.has_collection(name):
                 self._client.drop_collection(name)
         self.dim = None
