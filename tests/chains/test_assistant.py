@@ -144,3 +144,26 @@ def test_rag_route_answers_when_the_quote_is_found(sample_kb) -> None:
     assert any(quote in d.page_content for d in docs)  # the fixture holds the quoted sentence
     out = bot.invoke("星河知识库支持哪些文件格式？")
     assert out["route"] == "rag" and out["supported"] is True and out["answer"] == "支持六种格式 [1]。"
+
+
+def test_rag_route_is_not_supported_when_no_chunk_holds_the_answer(sample_kb) -> None:
+    """As the ask chain (issue #43): the relevance gate passes a question padded with the knowledge base's words,
+    the model answers from memory and the citation check finds no chunk holding it: ``supported`` is False, in the
+    invoked and in the streamed output (where the RAG route's verdict comes with the last chunk)."""
+    question = "星河知识库 文件格式 PDF Word Markdown：《蒙娜丽莎》是谁画的？"
+    memory = "《蒙娜丽莎》是达·芬奇在十六世纪初画的 [1]。"
+    for run in ("invoke", "stream"):
+        bot = Assistant(sample_kb, ScriptedChat.of(memory), router=FixedRouter(Route.RAG), rewrite=False,
+                        evidence=False)
+        if run == "invoke":
+            out = bot.invoke(question)
+        else:
+            chunks = list(bot.stream(question))
+            assert "supported" not in chunks[0] and "supported" in chunks[-1]
+            out = {k: v for c in chunks for k, v in c.items() if k != "answer"}
+        assert out["route"] == "rag", out.get("decision")
+        assert [c["status"] for c in out["citations"]] == ["unsupported"], out["citations"]
+        assert out["supported"] is False and out["relevance"]["overruled_by"] == "citations"
+    held = Assistant(sample_kb, ScriptedChat.of("星河知识库支持六种文件格式 [1]。"), router=FixedRouter(Route.RAG),
+                     rewrite=False, evidence=False).invoke("星河知识库支持哪些文件格式？")
+    assert held["supported"] is True and "overruled_by" not in (held["relevance"] or {})

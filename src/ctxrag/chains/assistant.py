@@ -20,9 +20,11 @@ Output of `invoke`: ``{"route", "decision", "question", "standalone_question", "
 "documents", "sources", "invalid_citations", "citations"}`` (``supported``: True when answered from the knowledge
 base, False for the no-knowledge notice, whose reason is ``decision["reason"]``, None for chat and summaries), the
 shape of `ctxrag.chains.ask.RagAnswer` plus the decision. The RAG route decides and post-processes as the ask chain
-does (`ctxrag.chains.rag.support_verdict`, then its answer ``steps``, default the citation check). `stream` yields
-``{"route", "decision", ...}`` first, then ``{"answer": delta}`` chunks, then
-``{"documents", "sources", "invalid_citations", "citations"}``.
+does (`ctxrag.chains.rag.support_verdict`, then its answer ``steps``, default the citation check), and its
+``supported`` agrees with the citation check as the ask chain's does (`ctxrag.chains.rag.final_verdict`: an answer no
+chunk holds a sentence of is not supported). `stream` yields ``{"route", "decision", ...}`` first, then
+``{"answer": delta}`` chunks, then ``{"documents", "sources", "invalid_citations", "citations"}``; on the RAG route
+``supported`` and ``relevance`` come with that last chunk, on the others with the first.
 
 The steps are LCEL runnables named ``rewrite`` -> ``route`` -> ``retrieve`` -> ``answer`` (`Assistant.chain`); the
 caller's config (callbacks, tags, ``--debug`` tracing) reaches each of them and every LLM call inside, so
@@ -51,7 +53,7 @@ from langchain_core.runnables.utils import AddableDict
 from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.citations import map_citations
 from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
-from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, support_verdict
+from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, final_verdict, support_verdict
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.chains.rewrite import QuestionRewriter
 from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
@@ -207,8 +209,10 @@ class Assistant(Runnable[Any, dict[str, Any]]):
         question, docs = x["standalone_question"], x["documents"]
         lang = detect_language(x["question"])
         supported = {Route.RAG: True, Route.NO_KNOWLEDGE: False}.get(decision.route)
+        verdict = {"supported": supported, "relevance": x.get("relevance")}
+        rag = decision.route is Route.RAG  # its verdict comes last, once the citation check agrees (`final_verdict`)
         yield {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
-               "standalone_question": question, "supported": supported, "relevance": x.get("relevance"),
+               "standalone_question": question, **({} if rag else verdict),
                "answer": ""}  # always in the output, also when the model writes nothing
         if decision.route is Route.NO_KNOWLEDGE:
             yield from self._no_knowledge(x, question, lang, config)
@@ -226,6 +230,7 @@ class Assistant(Runnable[Any, dict[str, Any]]):
                 added = step(state)
                 state.update(added)
                 cites.update(added)
+            cites.update(final_verdict({**verdict, **state}))
         elif decision.route is Route.SUMMARY:  # summaries paraphrase: the model's own citations, unchecked
             cites = map_citations(answer, docs, check=False)
             for s in cites["sources"]:

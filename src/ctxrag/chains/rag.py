@@ -154,7 +154,7 @@ def _accumulate(acc: dict[str, Any], chunk: dict[str, Any]) -> None:
 
 
 _VERDICT = ("supported", "relevance")
-"""Held back until the answer steps ran (`_verdict`): a merged stream keeps the last value of neither key."""
+"""Held back until the answer steps ran (`final_verdict`): a merged stream keeps the last value of neither key."""
 
 
 def _after_answer(acc: dict[str, Any], steps: Sequence[AnswerStep]) -> Iterator[AddableDict]:
@@ -164,16 +164,17 @@ def _after_answer(acc: dict[str, Any], steps: Sequence[AnswerStep]) -> Iterator[
         added = step(acc)
         acc.update(added)
         if pending and "citations" in added:
-            verdict, pending = _verdict(acc), False
+            verdict, pending = final_verdict(acc), False
             acc.update(verdict)
             added = {**added, **verdict}
         yield AddableDict(added)
     if pending:
-        yield AddableDict(_verdict(acc))
+        yield AddableDict(final_verdict(acc))
 
 
-def _verdict(acc: dict[str, Any]) -> dict[str, Any]:
-    """``supported`` and ``relevance``, with ``supported`` False where no chunk holds any sentence of the answer."""
+def final_verdict(acc: dict[str, Any]) -> dict[str, Any]:
+    """``supported`` and ``relevance`` of an answered state (with its ``citations``), with ``supported`` False where
+    no chunk holds any sentence of the answer. The assistant's RAG route ends with the same verdict."""
     supported, relevance = acc.get("supported"), acc.get("relevance")
     if supported is True and nothing_held(acc.get("citations") or []):
         supported = False
