@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 IndexKind = Literal["dense", "bm25", "graph"]
 """An index a knowledge base keeps (`ctxrag.stores.registry`) and the evaluation builds and times per kind."""
 
-DOCUMENT_WEIGHT = 1.0
+DOCUMENT_WEIGHT = 4.0
 """Mode ``document``: weight of a chunk's document rank against its own rank, chosen on half of the queries of
 docs/benchmarks/document_ranking.md."""
 DOCUMENT_DEPTH = 50
