@@ -86,6 +86,7 @@ class SearchMode(ChoiceEnum):
     GRAPH = "graph"
     MILVUS_HYBRID = "milvus_hybrid"
     HEADINGS = "headings"
+    DOCUMENT = "document"
 
 
 class Reranker(ChoiceEnum):

@@ -29,6 +29,7 @@ QUERIES: dict[SearchMode, tuple[str, str]] = {
     SearchMode.GRAPH: (QUESTION, "daniel"),
     SearchMode.MILVUS_HYBRID: ("Hydrodynamica fluid pressure", "daniel"),
     SearchMode.HEADINGS: ("Daniel Bernoulli", "daniel"),
+    SearchMode.DOCUMENT: ("Hydrodynamica fluid pressure", "daniel"),
 }
 """Per mode: a query and the passage it must find within the first three."""
 

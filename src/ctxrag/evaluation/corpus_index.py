@@ -15,6 +15,7 @@ Example::
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,11 +26,12 @@ from langchain_core.embeddings import Embeddings
 
 from ctxrag.errors import ConfigError
 from ctxrag.models.embeddings import embed_array
-from ctxrag.schema import CHUNK_ID
+from ctxrag.schema import CHUNK_ID, DOC_ID, TITLE
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.bm25 import BM25ChunkIndex
 from ctxrag.stores.dense import FaissIndex
+from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
 from ctxrag.stores.embedding import attach_vectors
 from ctxrag.stores.filters import MetadataFilter, matcher
 from ctxrag.stores.graph import GraphIndex
@@ -84,6 +86,52 @@ class CorpusChunks:
         return {cid for cid, md in self.metadata.items() if matches(md)}
 
 
+class CorpusDocuments:
+    """`DocumentLookup` of a benchmark corpus whose chunks name their document (``metadata["doc_id"]``): each
+    document is its chunks in corpus order, its title the chunks' ``title`` (SQuAD's article title) if any."""
+
+    def __init__(self, texts: Mapping[str, str], contents: Mapping[str, str],
+                 metadata: Mapping[str, dict[str, Any]]) -> None:
+        self._chunks: dict[str, list[ChunkRecord]] = {}
+        self._titles: dict[str, str] = {}
+        for cid, text in texts.items():
+            md = metadata.get(cid, {})
+            doc_id = md.get(DOC_ID)
+            if doc_id is None:
+                continue
+            rows = self._chunks.setdefault(str(doc_id), [])
+            rows.append(ChunkRecord(cid, str(doc_id), len(rows), contents.get(cid, text), text, None, dict(md)))
+            self._titles.setdefault(str(doc_id), str(md.get(TITLE) or ""))
+        self._rows = [DocumentRow(d, d, self._titles[d], None, _hash(r.indexed_text for r in rows))
+                      for d, rows in self._chunks.items()]
+
+    def get_document(self, doc_id: str) -> DocumentRecord | None:
+        rows = self._chunks.get(doc_id)
+        if rows is None:
+            return None
+        text = "\n\n".join(r.content for r in rows)
+        return DocumentRecord(doc_id, doc_id, self._titles[doc_id], _hash([text]), text, len(rows))
+
+    def chunks_of(self, doc_id: str) -> list[ChunkRecord]:
+        return list(self._chunks.get(doc_id, []))
+
+    def list_documents(self) -> list[DocumentRecord]:
+        return [d for d in (self.get_document(r.doc_id) for r in self._rows) if d is not None]
+
+    def document_rows(self) -> list[DocumentRow]:
+        return list(self._rows)
+
+    def get_summary(self, doc_id: str) -> str | None:
+        return "" if doc_id in self._chunks else None
+
+
+def _hash(texts: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8") + b"\x00")
+    return h.hexdigest()[:16]
+
+
 class NoDocuments:
     """`DocumentLookup` of a benchmark corpus: chunks without documents."""
 
@@ -136,6 +184,7 @@ class CorpusSource:
         self.seconds: dict[str, float] = {}
         """Build time of each index built so far, by kind (``dense``, ``bm25``, ``graph``)."""
         self._built: dict[str, Any] = {}
+        self._documents: CorpusDocuments | NoDocuments | None = None
 
     # ---- the KnowledgeSource faces
     @property
@@ -147,8 +196,12 @@ class CorpusSource:
         return self._chunks
 
     @property
-    def documents(self) -> NoDocuments:
-        return NoDocuments()
+    def documents(self) -> CorpusDocuments | NoDocuments:
+        """The documents the chunks name in ``metadata["doc_id"]``; none when no chunk names one."""
+        if self._documents is None:
+            docs = CorpusDocuments(self.texts, self._chunks.contents, self._chunks.metadata)
+            self._documents = docs if docs.document_rows() else NoDocuments()
+        return self._documents
 
     def dense_index(self) -> DenseIndex:
         return self._index("dense", self._build_dense)

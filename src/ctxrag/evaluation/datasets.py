@@ -297,7 +297,7 @@ def load_squad(paths: Sequence[str | Path]) -> EvalDataset:
                 where = f"data[{ai}].paragraphs[{pi}]"
                 pid = f"{fi}:{ai}:{pi}"
                 corpus[pid] = CorpusItem(pid, str(_need(para, "context", path, where)),
-                                         {"title": title, "source": str(path)})
+                                         {"title": title, "source": str(path), "doc_id": f"{fi}:{ai}"})
                 for qi, qa in enumerate(para.get("qas", [])):
                     qid = str(qa.get("id", f"{pid}:{qi}"))
                     if qid in seen_q:

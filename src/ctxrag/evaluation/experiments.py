@@ -50,6 +50,8 @@ class ExperimentConfig(BaseModel):
     """Hybrid weights, [dense, bm25]; None: equal."""
     c: float = 60
     """RRF rank constant."""
+    document_weight: float | None = Field(default=None, ge=0)
+    """Mode ``document``: weight of the document's rank (None: the factory's default)."""
     rerank: Reranker = Reranker.NONE
     rerank_pool: int | None = Field(default=None, ge=1)
     """How many fused candidates go to the reranker (at least the deepest cut-off); None: the factory's default

@@ -159,6 +159,7 @@ class EvalRunner:
                 graph = graph_index_builder(self.dataset, texts, progress=self.progress)
             self._variants[key] = CorpusSource(
                 f"{self.dataset.name}:{key}", texts, contents={cid: item.text for cid, item in self.dataset.corpus.items()},
+                metadata={cid: item.metadata for cid, item in self.dataset.corpus.items()},
                 embeddings=QueryEmbeddings(self.embeddings), settings=self.settings, graph=graph,
                 progress=self.progress)
         return self._variants[key]
@@ -178,7 +179,8 @@ class EvalRunner:
         seconds = source.index_seconds(MODES[mode].indexes)
         pool = config.rerank_pool or RERANK_POOL.get(config.rerank)  # the factory's default for that reranker
         retriever = make_retriever(source, mode=mode, k=k, fusion=config.fusion, weights=config.weights, c=config.c,
-                                   rerank=self._reranker(config) or Reranker.NONE, rerank_pool=pool)
+                                   rerank=self._reranker(config) or Reranker.NONE, rerank_pool=pool,
+                                   document_weight=config.document_weight)
         return retriever, seconds
 
     def _reranker(self, config: ExperimentConfig) -> Any:

@@ -49,6 +49,7 @@ def make_retriever(
     weights: Sequence[float] | None = None,
     fusion: str = "auto",
     c: float = 60,
+    document_weight: float | None = None,
     rerank: Reranker | str | BaseDocumentCompressor = Reranker.NONE,
     rerank_pool: int | None = None,
     compressors: Sequence[Any] = (),
@@ -62,6 +63,9 @@ def make_retriever(
     Hybrid fusion: ``fusion="auto"`` (default) takes mode, weights and c per query language from
     `ctxrag.retrievers.fusion.LANGUAGE_DEFAULTS` (Chinese and English differ); a named mode (``"rrf"``,
     ``"relative_score"``, ``"dbsf"``) uses `weights` (default 0.5/0.5, as [dense, bm25]) and `c` as given.
+
+    Mode ``document``: `document_weight` weighs each chunk's document rank against its own (default
+    `ctxrag.retrievers.modes.DOCUMENT_WEIGHT`; `ctxrag.retrievers.document_rank`).
     """
     if search_kwargs:
         given = call_arguments("as_retriever", {"search_kwargs": search_kwargs}, _SEARCH_KWARGS)
@@ -73,6 +77,8 @@ def make_retriever(
     row = mode_row(mode)
     if k <= 0:
         raise ConfigError(f"k must be positive, got {k}")
+    if document_weight is not None and not (document_weight >= 0 and document_weight != float("inf")):
+        raise ConfigError(f"document_weight must be a finite number >= 0, got {document_weight!r}")
     reranker = _reranker(rerank, kb)
     staged = reranker is not None or bool(compressors) or reorder
     pool = k
@@ -80,7 +86,7 @@ def make_retriever(
         pool = rerank_pool or RERANK_POOL.get(rerank if isinstance(rerank, str) else "", 50)
         pool = max(pool, k)
     base = row.build(kb, ModeOptions(pool, filter, search_type, fetch_k, lambda_mult, score_threshold, weights,
-                                     fusion, c))
+                                     fusion, c, document_weight))
     if not staged:
         return base
     from ctxrag.retrievers.pipeline import RetrievalPipeline

@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 IndexKind = Literal["dense", "bm25", "graph"]
 """An index a knowledge base keeps (`ctxrag.stores.registry`) and the evaluation builds and times per kind."""
 
+DOCUMENT_WEIGHT = 4.0
+"""Mode ``document``: weight of a chunk's document rank against its own rank, chosen on half of the queries of
+docs/benchmarks/document_ranking.md."""
+DOCUMENT_DEPTH = 50
+"""Mode ``document``: how many hybrid chunks are re-ranked by their document."""
+
 DEFAULT_MODE = SearchMode.HYBRID
 """The mode every face searches with when none is given: `KnowledgeBase.search`, `as_retriever`, the CLI, the
 server (tests/kb/test_kb_faces.py checks them all)."""
@@ -59,6 +65,8 @@ class ModeOptions:
     weights: Sequence[float] | None = None
     fusion: str = "auto"
     c: float = 60
+    document_weight: float | None = None
+    """Mode ``document``: weight of the document's rank (None: `DOCUMENT_WEIGHT`)."""
 
 
 Builder = Callable[["KnowledgeSource", ModeOptions], "BaseRetriever"]
@@ -175,6 +183,17 @@ def build_headings(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:
     return HeadingRetriever(documents=kb.documents, chunks=kb.chunks, k=o.k, filter=o.filter, name="headings")
 
 
+def build_document(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:
+    """`document`: the hybrid list re-ranked with each chunk's document rank (BM25 over whole documents:
+    `DocumentRankRetriever`)."""
+    from ctxrag.retrievers.document_rank import DocumentRankRetriever, DocumentRanks
+
+    depth = max(o.k, DOCUMENT_DEPTH)
+    weight = DOCUMENT_WEIGHT if o.document_weight is None else o.document_weight
+    return DocumentRankRetriever(base=build_hybrid(kb, replace(o, k=depth)), documents=DocumentRanks(kb.documents),
+                                 weight=weight, depth=depth, k=o.k, filter=o.filter, name="document")
+
+
 def build_milvus_hybrid(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:
     """`milvus_hybrid`: fusion inside Milvus (`MilvusHybridRetriever`), dense + sparse with
     ``CTXRAG_VECTOR_STORE=milvus``, dense + Milvus's full-text BM25 with ``CTXRAG_STORE=milvus``."""
@@ -196,6 +215,8 @@ MODES: Mapping[SearchMode, ModeRow] = MappingProxyType({row.mode: row for row in
     ModeRow(SearchMode.MILVUS_HYBRID, "hybrid fused inside Milvus (a Milvus store)", ("dense",),
             build_milvus_hybrid),
     ModeRow(SearchMode.HEADINGS, "BM25 over document titles and section headings", (), build_headings),
+    ModeRow(SearchMode.DOCUMENT, "hybrid, each chunk lifted by its whole document's BM25 rank", ("dense", "bm25"),
+            build_document),
 )})
 
 _missing = [m.value for m in SearchMode if m not in MODES]
