@@ -1,0 +1,111 @@
+"""`MultiHopAnswer`: iterative retrieval over a real BM25 retriever with fake chat models (what each hop retrieves,
+shows and keeps; when the loop stops; the ask chain's output shape), and the real local model on a two-hop question."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+
+from ctxrag.chains.ask import RagAnswer
+from ctxrag.chains.multihop import MultiHopAnswer
+from ctxrag.retrievers.bm25 import BM25Retriever
+
+PASSAGES = [
+    Document("Hollow Crown\nHollow Crown is a 1998 song by the singer Mara Velt.", id="song"),
+    Document("Mara Velt\nMara Velt is a Danish singer. She was born in Aarhus in 1961.", id="singer"),
+    Document("Aarhus\nAarhus is the second-largest city of Denmark.", id="city"),
+    Document("Tea\nGreen tea is brewed at 80 degrees Celsius.", id="tea"),
+]
+QUESTION = "In which year was the singer of Hollow Crown born?"
+
+
+class RecordingChat(GenericFakeChatModel):
+    """Replies in order, keeping the messages of every call."""
+
+    seen: list[list[BaseMessage]] = []
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        self.seen.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def _chat(*replies: dict[str, str] | str) -> RecordingChat:
+    texts = [r if isinstance(r, str) else json.dumps(r) for r in replies]
+    return RecordingChat(messages=iter([AIMessage(t) for t in texts]), seen=[])
+
+
+@pytest.fixture
+def retriever() -> BM25Retriever:
+    return BM25Retriever.from_documents(PASSAGES, tokenizer="english", k=2)
+
+
+def test_second_hop_retrieves_for_the_sub_question_and_keeps_the_fact(retriever: BM25Retriever) -> None:
+    llm = _chat({"fact": "Hollow Crown is sung by Mara Velt.", "answer": "",
+                 "next_question": "When was Mara Velt born?"},
+                {"fact": "Mara Velt was born in 1961.", "answer": "1961", "next_question": ""})
+    out = MultiHopAnswer(retriever, llm, max_hops=3, passages_per_hop=1).invoke(QUESTION)
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "When was Mara Velt born?"]
+    assert [h["read"] for h in out["hops"]] == [[1], [2]]
+    assert out["answer"] == "1961 [2]" and out["supported"] is True and out["route"] == "rag"
+    assert [d.id for d in out["documents"]] == ["song", "singer"]
+    assert out["sources"][0]["n"] == 2
+    second = llm.seen[1][-1].content
+    assert "Hollow Crown is sung by Mara Velt." in second            # the fact kept from hop 1
+    assert "1998 song" not in second                  # hop 1's passage, retrieved again, is not shown again
+    assert "born in Aarhus in 1961" in second
+
+
+def test_output_has_the_ask_chains_shape_plus_hops(retriever: BM25Retriever) -> None:
+    llm = _chat({"fact": "x", "answer": "Mara Velt", "next_question": ""})
+    out = MultiHopAnswer(retriever, llm).invoke({"question": QUESTION})
+    typed = RagAnswer.from_output(out)
+    assert typed.answer.startswith("Mara Velt") and typed.supported is True and typed.sources
+    assert len(out["hops"]) == 1 and out["hops"][0]["answer"] == "Mara Velt" and out["model_answer"] == "Mara Velt"
+
+
+def test_stops_after_max_hops_with_the_last_hops_answer(retriever: BM25Retriever) -> None:
+    llm = _chat({"fact": "a", "answer": "", "next_question": "Who is Mara Velt?"},
+                {"fact": "b", "answer": "Aarhus"})
+    out = MultiHopAnswer(retriever, llm, max_hops=2).invoke(QUESTION)
+    assert len(out["hops"]) == 2 and out["model_answer"] == "Aarhus"
+    assert "best answer" in llm.seen[1][-1].content and "next_question" not in llm.seen[1][-1].content
+
+
+def test_a_sub_question_asked_before_ends_the_loop(retriever: BM25Retriever) -> None:
+    llm = _chat({"fact": "", "answer": "", "next_question": QUESTION.upper()})
+    out = MultiHopAnswer(retriever, llm, max_hops=3).invoke(QUESTION)
+    assert len(out["hops"]) == 1 and out["supported"] is False and out["route"] == "no_knowledge"
+    assert out["sources"] == [] and out["model_answer"] == ""
+
+
+def test_an_unreadable_reply_ends_the_loop_and_says_why(retriever: BM25Retriever) -> None:
+    out = MultiHopAnswer(retriever, _chat("I think it is 1961.")).invoke(QUESTION)
+    assert out["supported"] is False and out["hops"][0]["error"]
+
+
+def test_an_answer_no_passage_states_is_kept_uncited(retriever: BM25Retriever) -> None:
+    out = MultiHopAnswer(retriever, _chat({"fact": "", "answer": "Copenhagen", "next_question": ""})).invoke(QUESTION)
+    assert out["answer"] == "Copenhagen" and out["supported"] is False and out["sources"] == []
+
+
+@pytest.mark.parametrize("field", ["max_hops", "passages_per_hop", "max_chars_per_passage", "max_tokens"])
+def test_bad_limits_are_refused_by_name(retriever: BM25Retriever, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        MultiHopAnswer(retriever, _chat(), **{field: 0})
+
+
+def test_an_empty_question_is_refused(retriever: BM25Retriever) -> None:
+    with pytest.raises(ValueError, match="needs a question"):
+        MultiHopAnswer(retriever, _chat()).invoke({"question": "  "})
+
+
+async def test_ainvoke_runs_the_same_loop(retriever: BM25Retriever) -> None:
+    llm = _chat({"fact": "x", "answer": "1961", "next_question": ""})
+    out = await MultiHopAnswer(retriever, llm).ainvoke(QUESTION)
+    assert out["model_answer"] == "1961"
