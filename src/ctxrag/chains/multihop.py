@@ -6,11 +6,14 @@ first, then the birth). This chain retrieves, reads, and retrieves again:
 
 1. retrieve for the question itself;
 2. **hop**: the model reads the passages this hop found (only those no earlier hop showed it) beside the facts it
-   kept so far, and replies, grammar-constrained (`HopStep`), with the one fact they add and either the answer or
-   the next sub-question;
-3. the fact is kept as a short note (not the passage, so each prompt stays small); with an answer the loop stops,
-   otherwise it retrieves for the sub-question and reads again; the last hop (``max_hops``) asks for the best
-   answer (`LastHop`). A sub-question asked before, or none, ends the loop the same way.
+   kept so far, and replies, grammar-constrained (`HopStep`), with the sentence of them that helps (the fact) and
+   either the next sub-question or the answer;
+3. the fact is kept as a short note (not the passage, so each prompt stays small) when the passages hold it
+   (`grounded`: its numbers and most of its words); the loop stops on an answer the passages read so far hold the
+   same way (a small model answers the first hop from memory: "born in 1974" for a singer the passages have not
+   named yet), and not before hop ``min_hops``; otherwise it retrieves for the sub-question, or, without one, for the fact and the made-up answer
+   (IRCoT's query: the model's last sentence still names what to look up), and reads again. The last hop (``max_hops``) asks for the best answer (`LastHop`) and
+   takes it as it is. A query asked before, or none, ends the loop with the last answer the model gave.
 
 The answer is snapped to the span of a read passage that states it (`ctxrag.chains.extractive.snap`) and cited as
 `` [n]`` over ``documents`` (every passage read, in reading order).
@@ -58,20 +61,24 @@ log = logging.getLogger(__name__)
 
 MAX_FACT_CHARS = 160
 """Longest fact the grammar lets the model keep from one hop: one sentence with its names and dates."""
-MAX_ANSWER_CHARS = 60
+MAX_ANSWER_CHARS = 40
 """Longest answer the grammar lets the model write (a name, a date, a short phrase)."""
 MAX_QUESTION_CHARS = 120
 """Longest sub-question the grammar lets the model write."""
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 _NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
+_TOKEN = re.compile(r"[\u4e00-\u9fff]|[^\W_\u4e00-\u9fff]+", re.UNICODE)
+MIN_GROUNDED = 0.6
+"""Share of a fact's words (Chinese: characters) the passages of its hop must hold for the fact to be kept."""
 
 
 class HopStep(BaseModel):
-    """One hop's reply: the fact the new passages add, then the answer or (empty answer) the next sub-question."""
+    """One hop's reply: the sentence of the new passages that helps, then the next sub-question or (none) the answer.
+    The sub-question comes before the answer: a small model asked for the answer first gives one from memory."""
 
     fact: str = Field(default="", max_length=MAX_FACT_CHARS)
-    answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
     next_question: str = Field(default="", max_length=MAX_QUESTION_CHARS)
+    answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
 
 
 class LastHop(BaseModel):
@@ -92,11 +99,31 @@ class Hop:
     fact: str = ""
     answer: str = ""
     next_question: str = ""
+    kept: bool = False
+    """Whether the fact was kept as a note (the passages hold it, `grounded`)."""
     error: str | None = None
     """Why the model's reply could not be read (the loop then stops)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def grounded(fact: str, passages: str) -> bool:
+    """Whether ``passages`` hold ``fact``: every number in it, and at least `MIN_GROUNDED` of its words (characters
+    for Chinese), case folded.
+
+    >>> grounded("Mara Velt was born in 1961.", "Mara Velt is a singer. She was born in Aarhus in 1961.")
+    True
+    >>> grounded("Mara Velt was born in 1974.", "Mara Velt is a singer. She was born in Aarhus in 1961.")
+    False
+    """
+    words = _TOKEN.findall(fact.lower())
+    if not words:
+        return False
+    held = set(_TOKEN.findall(passages.lower()))
+    if any(w.isdigit() and w not in held for w in words):
+        return False
+    return sum(w in held for w in words) / len(words) >= MIN_GROUNDED
 
 
 def _same_question(a: str, b: str) -> bool:
@@ -133,6 +160,10 @@ class MultiHopAnswer(RunnableSerializable[Any, dict]):
     """The chat model asked at each hop (`with_structured_output` when it has it)."""
     max_hops: int = 3
     """Most retrievals (and model calls) per question."""
+    min_hops: int = 2
+    """No answer is taken before this hop (the last hop's always is): the 1.5B answers a two-hop question from the
+    first passage it reads ("1998" for the birth year of a 1998 song's singer); 1 lets a one-hop question stop at
+    once."""
     passages_per_hop: int = 3
     """Most new passages (not read at an earlier hop) shown to the model per hop."""
     max_chars_per_passage: int = 600
@@ -144,7 +175,7 @@ class MultiHopAnswer(RunnableSerializable[Any, dict]):
 
     def __init__(self, retriever: RetrieverLike, llm: Runnable[Any, BaseMessage], **kwargs: Any) -> None:
         super().__init__(retriever=retriever, llm=llm, **kwargs)
-        for name in ("max_hops", "passages_per_hop", "max_chars_per_passage", "max_tokens"):
+        for name in ("max_hops", "min_hops", "passages_per_hop", "max_chars_per_passage", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
 
@@ -185,21 +216,23 @@ class MultiHopAnswer(RunnableSerializable[Any, dict]):
             hop = Hop(query=query, read=list(range(len(documents) + 1, len(documents) + len(new) + 1)))
             passages = self._passages(new, len(documents) + 1)
             documents.extend(new)
+            read = "\n".join(d.page_content for d in documents)
             hops.append(hop)
             reply, hop.error = self._ask(question, facts, passages, last, config)
             if reply is None:
                 break
             hop.fact, hop.answer = reply.fact.strip(), reply.answer.strip()
             hop.next_question = getattr(reply, "next_question", "").strip()
-            if hop.fact and not any(_same_question(hop.fact, f) for f in facts):
+            hop.kept = bool(hop.fact) and grounded(hop.fact, passages) and not any(
+                _same_question(hop.fact, f) for f in facts)
+            if hop.kept:
                 facts.append(hop.fact)
-            if hop.answer:
-                answer = hop.answer
+            answer = hop.answer or answer
+            if hop.answer and (last or (i + 1 >= self.min_hops and grounded(hop.answer, read))):
                 break
-            asked = [h.query for h in hops]
-            if not hop.next_question or any(_same_question(hop.next_question, q) for q in asked):
+            query = hop.next_question or " ".join(x for x in (hop.fact, hop.answer) if x)
+            if not query or any(_same_question(query, h.query) for h in hops):
                 break
-            query = hop.next_question
         return self._output(question, answer, documents, hops)
 
     @staticmethod

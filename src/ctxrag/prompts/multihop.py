@@ -23,22 +23,26 @@ SYSTEM = {
 
 HOP = {
     "en": ("Question: {question}\n\nFacts found so far:\n{facts}\n\nSearch results:\n{passages}\n\n"
-           "Reply with JSON. \"fact\": the one fact in these search results that helps answer the question, as a short "
-           "sentence with its names and dates (\"\" if none). If the facts now answer the whole question, \"answer\": "
-           "the answer in a few words, and \"next_question\": \"\". If not, \"answer\": \"\" and \"next_question\": "
-           "the one simple question to search for next, naming what the facts found."),
+           "Reply with JSON. \"fact\": copy the one sentence of the search results that helps answer the question "
+           "(\"\" if none). \"next_question\": if the facts do not give the answer yet, the one simple question to "
+           "search for next, with the names the facts give; \"\" if they do. \"answer\": if the facts give the "
+           "answer, the answer in a few words; \"\" if not.\nExample: for \"Where was the author of Dune born?\" and "
+           "the result \"Dune is a novel by Frank Herbert.\", reply {{\"fact\": \"Dune is a novel by Frank "
+           "Herbert.\", \"next_question\": \"Where was Frank Herbert born?\", \"answer\": \"\"}}."),
     "zh": ("问题：{question}\n\n已找到的事实：\n{facts}\n\n检索结果：\n{passages}\n\n"
-           "用 JSON 回复。\"fact\"：这些检索结果中有助于回答问题的一条事实，写成带名称和日期的短句（没有则为 \"\"）。"
-           "如果事实已能回答整个问题，\"answer\"：几个词的答案，\"next_question\"：\"\"。否则 \"answer\"：\"\"，"
-           "\"next_question\"：下一步要检索的一个简单问题，写出已找到的名称。"),
+           "用 JSON 回复。\"fact\"：抄写检索结果中最有助于回答问题的一句话（没有则为 \"\"）。"
+           "\"next_question\"：如果事实还不能给出答案，写下一步要检索的一个简单问题，用上事实中的名称；能给出则为 \"\"。"
+           "\"answer\"：如果事实能给出答案，用几个词写出答案；不能则为 \"\"。\n例如：问题“《沙丘》的作者出生在哪里？”，"
+           "结果“《沙丘》是弗兰克·赫伯特的小说。”，回复 {{\"fact\": \"《沙丘》是弗兰克·赫伯特的小说。\", "
+           "\"next_question\": \"弗兰克·赫伯特出生在哪里？\", \"answer\": \"\"}}。"),
 }
 
 LAST_HOP = {
     "en": ("Question: {question}\n\nFacts found so far:\n{facts}\n\nSearch results:\n{passages}\n\n"
-           "Reply with JSON. \"fact\": the one fact in these search results that helps answer the question (\"\" if "
-           "none). \"answer\": your best answer to the question in a few words, from the facts."),
+           "Reply with JSON. \"fact\": copy the one sentence of the search results that helps answer the question "
+           "(\"\" if none). \"answer\": your best answer to the question in a few words, from the facts."),
     "zh": ("问题：{question}\n\n已找到的事实：\n{facts}\n\n检索结果：\n{passages}\n\n"
-           "用 JSON 回复。\"fact\"：这些检索结果中有助于回答问题的一条事实（没有则为 \"\"）。"
+           "用 JSON 回复。\"fact\"：抄写检索结果中最有助于回答问题的一句话（没有则为 \"\"）。"
            "\"answer\"：根据这些事实，用几个词给出问题的最佳答案。"),
 }
 
