@@ -61,9 +61,20 @@ def test_second_hop_retrieves_for_the_sub_question_and_keeps_the_fact(retriever:
     assert "born in Aarhus in 1961" in second
 
 
+def test_an_answer_from_memory_does_not_stop_the_loop_and_its_fact_is_not_kept(retriever: BM25Retriever) -> None:
+    """The first hop's passages name no singer's birth: the model's "1974" is in no passage, so the loop goes on,
+    retrieving for the made-up fact (it names the singer), and the fact is not shown as found."""
+    llm = _chat({"fact": "Mara Velt was born in 1974.", "answer": "1974", "next_question": ""},
+                {"fact": "Mara Velt was born in 1961.", "answer": "1961", "next_question": ""})
+    out = MultiHopAnswer(retriever, llm, max_hops=3, passages_per_hop=1).invoke(QUESTION)
+    first, second = out["hops"]
+    assert first["kept"] is False and second["query"] == "Mara Velt was born in 1974. 1974" and second["kept"] is True
+    assert "1974" not in llm.seen[1][-1].content and out["answer"] == "1961 [2]" and out["supported"] is True
+
+
 def test_output_has_the_ask_chains_shape_plus_hops(retriever: BM25Retriever) -> None:
     llm = _chat({"fact": "x", "answer": "Mara Velt", "next_question": ""})
-    out = MultiHopAnswer(retriever, llm).invoke({"question": QUESTION})
+    out = MultiHopAnswer(retriever, llm, min_hops=1).invoke({"question": QUESTION})
     typed = RagAnswer.from_output(out)
     assert typed.answer.startswith("Mara Velt") and typed.supported is True and typed.sources
     assert len(out["hops"]) == 1 and out["hops"][0]["answer"] == "Mara Velt" and out["model_answer"] == "Mara Velt"
@@ -75,6 +86,17 @@ def test_stops_after_max_hops_with_the_last_hops_answer(retriever: BM25Retriever
     out = MultiHopAnswer(retriever, llm, max_hops=2).invoke(QUESTION)
     assert len(out["hops"]) == 2 and out["model_answer"] == "Aarhus"
     assert "best answer" in llm.seen[1][-1].content and "next_question" not in llm.seen[1][-1].content
+
+
+def test_an_answer_before_min_hops_is_not_taken(retriever: BM25Retriever) -> None:
+    """The first passage holds "1998" (the song's year, not the singer's birth): not taken at hop 1 of 2."""
+    llm = _chat({"fact": "Hollow Crown is a 1998 song by the singer Mara Velt.", "next_question": "", "answer": "1998"},
+                {"fact": "She was born in Aarhus in 1961.", "next_question": "", "answer": "1961"})
+    out = MultiHopAnswer(retriever, llm, passages_per_hop=1).invoke(QUESTION)
+    assert len(out["hops"]) == 2 and out["model_answer"] == "1961" and out["hops"][0]["answer"] == "1998"
+    once = MultiHopAnswer(retriever, _chat({"fact": "", "next_question": "", "answer": "1998"}), min_hops=1,
+                          passages_per_hop=1).invoke(QUESTION)
+    assert len(once["hops"]) == 1 and once["answer"] == "1998 [1]"
 
 
 def test_a_sub_question_asked_before_ends_the_loop(retriever: BM25Retriever) -> None:
@@ -90,11 +112,11 @@ def test_an_unreadable_reply_ends_the_loop_and_says_why(retriever: BM25Retriever
 
 
 def test_an_answer_no_passage_states_is_kept_uncited(retriever: BM25Retriever) -> None:
-    out = MultiHopAnswer(retriever, _chat({"fact": "", "answer": "Copenhagen", "next_question": ""})).invoke(QUESTION)
+    out = MultiHopAnswer(retriever, _chat({"fact": "", "answer": "Copenhagen"}), max_hops=1).invoke(QUESTION)
     assert out["answer"] == "Copenhagen" and out["supported"] is False and out["sources"] == []
 
 
-@pytest.mark.parametrize("field", ["max_hops", "passages_per_hop", "max_chars_per_passage", "max_tokens"])
+@pytest.mark.parametrize("field", ["max_hops", "min_hops", "passages_per_hop", "max_chars_per_passage", "max_tokens"])
 def test_bad_limits_are_refused_by_name(retriever: BM25Retriever, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         MultiHopAnswer(retriever, _chat(), **{field: 0})
@@ -107,5 +129,23 @@ def test_an_empty_question_is_refused(retriever: BM25Retriever) -> None:
 
 async def test_ainvoke_runs_the_same_loop(retriever: BM25Retriever) -> None:
     llm = _chat({"fact": "x", "answer": "1961", "next_question": ""})
-    out = await MultiHopAnswer(retriever, llm).ainvoke(QUESTION)
+    out = await MultiHopAnswer(retriever, llm, min_hops=1).ainvoke(QUESTION)
     assert out["model_answer"] == "1961"
+
+
+@pytest.mark.llm
+def test_real_model_retrieves_for_a_second_hop(llama_server_url: str) -> None:
+    """The local 1.5B (grammar-constrained through the run's server, replies recorded in tests/llm_replies): the two
+    passages of the question among two others, one passage read per hop; the first retrieval reads the song, and
+    the singer's birth year needs a second retrieval for a query naming the singer."""
+    from ctxrag.models.chat import chat_openai_compatible
+    from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
+
+    llm = chat_openai_compatible(base_url=llama_server_url, api_key="unused", model=SERVER_MODEL_ALIAS,
+                                 temperature=0.0, timeout=HANG_GUARD_S, max_retries=0)
+    out = MultiHopAnswer(BM25Retriever.from_documents(PASSAGES, tokenizer="english", k=2), llm, max_hops=3,
+                         passages_per_hop=1).invoke(QUESTION)
+    hops = out["hops"]
+    assert len(hops) >= 2 and hops[0]["read"] == [1] and hops[1]["read"] == [2], json.dumps(hops, indent=1)
+    assert "Mara Velt" in hops[1]["query"] and not any(h["error"] for h in hops)
+    assert "1961" in out["answer"] and out["supported"] is True, out
