@@ -106,7 +106,7 @@ def answer(arm: str, chain: Any, query: Any) -> dict[str, Any]:
             "model_answer": str(out.get("model_answer", "")), "references": refs,
             "em": exact_match(text, refs), "f1": f1_score(text, refs),
             "model_f1": f1_score(str(out.get("model_answer", "")), refs),
-            "hops": len(hops) if hops else 1, "queries": [h["query"] for h in hops],
+            "hops": sum(1 for h in hops if h["query"]) if hops else 1, "queries": [h["query"] for h in hops],
             "facts": [h["fact"] for h in hops], "answered": bool(out.get("model_answer")),
             "supported": out.get("supported"), "seconds": round(seconds, 1)}
 

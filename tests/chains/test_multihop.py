@@ -99,11 +99,21 @@ def test_an_answer_before_min_hops_is_not_taken(retriever: BM25Retriever) -> Non
     assert len(once["hops"]) == 1 and once["answer"] == "1998 [1]"
 
 
-def test_a_sub_question_asked_before_ends_the_loop(retriever: BM25Retriever) -> None:
-    llm = _chat({"fact": "", "answer": "", "next_question": QUESTION.upper()})
+def test_a_sub_question_asked_before_ends_the_loop_with_the_best_answer_from_the_facts(
+        retriever: BM25Retriever) -> None:
+    llm = _chat({"fact": "Mara Velt was born in 1961.", "answer": "", "next_question": QUESTION.upper()},
+                {"fact": "", "answer": "1961"})
     out = MultiHopAnswer(retriever, llm, max_hops=3).invoke(QUESTION)
-    assert len(out["hops"]) == 1 and out["supported"] is False and out["route"] == "no_knowledge"
-    assert out["sources"] == [] and out["model_answer"] == ""
+    assert [h["query"] for h in out["hops"]] == [QUESTION, ""] and out["model_answer"] == "1961"
+    assert "best answer" in llm.seen[1][-1].content and "- Mara Velt was born in 1961." in llm.seen[1][-1].content
+    assert out["answer"] == "1961 [2]" and len(out["documents"]) == 2
+
+
+def test_no_answer_at_all_is_the_notice(retriever: BM25Retriever) -> None:
+    llm = _chat({"fact": "", "answer": "", "next_question": ""}, {"fact": "", "answer": ""})
+    out = MultiHopAnswer(retriever, llm, max_hops=3).invoke(QUESTION)
+    assert len(out["hops"]) == 2 and out["supported"] is False and out["route"] == "no_knowledge"
+    assert out["sources"] == [] and out["model_answer"] == "" and out["answer"].startswith("The knowledge base has")
 
 
 def test_an_unreadable_reply_ends_the_loop_and_says_why(retriever: BM25Retriever) -> None:

@@ -13,7 +13,8 @@ first, then the birth). This chain retrieves, reads, and retrieves again:
    same way (a small model answers the first hop from memory: "born in 1974" for a singer the passages have not
    named yet), and not before hop ``min_hops``; otherwise it retrieves for the sub-question, or, without one, for the fact and the made-up answer
    (IRCoT's query: the model's last sentence still names what to look up), and reads again. The last hop (``max_hops``) asks for the best answer (`LastHop`) and
-   takes it as it is. A query asked before, or none, ends the loop with the last answer the model gave.
+   takes it as it is. A query asked before, or none, ends the loop with the last answer the model gave, or, when it
+   gave none, with the last hop's request over the facts alone (a hop with an empty query).
 
 The answer is snapped to the span of a read passage that states it (`ctxrag.chains.extractive.snap`) and cited as
 `` [n]`` over ``documents`` (every passage read, in reading order).
@@ -93,7 +94,8 @@ class Hop:
     """One hop of the loop: what was searched, which passages were read, what the model kept and decided."""
 
     query: str
-    """What this hop retrieved for: the question, then each sub-question."""
+    """What this hop retrieved for: the question, then each sub-question; "" for the request of a loop that ran out
+    of queries before an answer (no retrieval: the best answer from the facts)."""
     read: list[int] = field(default_factory=list)
     """The passages this hop showed the model, numbered as in ``documents`` (from 1)."""
     fact: str = ""
@@ -233,7 +235,18 @@ class MultiHopAnswer(RunnableSerializable[Any, dict]):
             query = hop.next_question or " ".join(x for x in (hop.fact, hop.answer) if x)
             if not query or any(_same_question(query, h.query) for h in hops):
                 break
+        if not answer and hops and hops[-1].error is None and len(hops) < self.max_hops:
+            answer = self._best_answer(question, facts, hops, config)
         return self._output(question, answer, documents, hops)
+
+    def _best_answer(self, question: str, facts: list[str], hops: list[Hop], config: RunnableConfig) -> str:
+        """The last hop's request without retrieving (nothing new to search for): the best answer from the facts."""
+        final = Hop(query="")
+        hops.append(final)
+        reply, final.error = self._ask(question, facts, "", True, config)
+        if reply is not None:
+            final.answer = reply.answer.strip()
+        return final.answer
 
     @staticmethod
     def _output(question: str, answer: str, documents: list[Document], hops: list[Hop]) -> dict[str, Any]:
