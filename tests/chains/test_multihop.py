@@ -14,6 +14,7 @@ from langchain_core.outputs import ChatResult
 from ctxrag.chains.ask import RagAnswer
 from ctxrag.chains.multihop import MultiHopAnswer
 from ctxrag.retrievers.bm25 import BM25Retriever
+from ctxrag.retrievers.fusion import FusionRetriever
 
 PASSAGES = [
     Document("Hollow Crown\nHollow Crown is a 1998 song by the singer Mara Velt.", id="song"),
@@ -159,3 +160,38 @@ def test_real_model_retrieves_for_a_second_hop(llama_server_url: str) -> None:
     assert len(hops) >= 2 and hops[0]["read"] == [1] and hops[1]["read"] == [2], json.dumps(hops, indent=1)
     assert "Mara Velt" in hops[1]["query"] and not any(h["error"] for h in hops)
     assert "1961" in out["answer"] and out["supported"] is True, out
+
+
+class _TripletScript(GenericFakeChatModel):
+    """Answers a triplet-extraction prompt with the hand-written triplets of the passage it holds."""
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        from langchain_core.outputs import ChatGeneration
+
+        from ctxrag.testing.bernoulli import PASSAGES as WIKI, TRIPLETS
+
+        prompt = "\n".join(str(m.content) for m in messages)
+        key = next(k for k, text in WIKI.items() if text.split("\n", 1)[1][:60] in prompt)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(json.dumps({"triplets": TRIPLETS[key]})))])
+
+
+def test_ask_chain_hops_through_the_graph_when_every_knowledge_base_has_one(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxrag.chains.ask import build_ask_chain
+    from ctxrag.kb.local import KnowledgeBase
+    from ctxrag.settings import Settings
+    from ctxrag.testing.bernoulli import PASSAGES as WIKI
+
+    monkeypatch.setattr("ctxrag.models.chat.make_chat_model", lambda *a, **k: _TripletScript(messages=iter([])))
+    graph_kb = KnowledgeBase.open("family", Settings(home=tmp_path / "g", graph=True))
+    graph_kb.add_texts([{"text": t, "source": f"wiki://{k}", "title": t.split("\n", 1)[0]} for k, t in WIKI.items()])
+    plain_kb = KnowledgeBase.open("plain", Settings(home=tmp_path / "p"))
+    plain_kb.add_texts([{"text": t, "source": f"wiki://{k}"} for k, t in WIKI.items()])
+    llm = _chat()
+    chain = build_ask_chain([graph_kb], llm, k=2, multi_hop=2, settings=graph_kb.settings)
+    assert isinstance(chain, MultiHopAnswer) and chain.max_hops == 2 and chain.passages_per_hop == 2
+    assert chain.retriever.name == "graph" and chain.retriever.k == 4  # room for k new chunks after the seen ones
+    assert build_ask_chain([graph_kb], llm, mode="bm25", multi_hop=2).retriever.name == "bm25"
+    assert isinstance(build_ask_chain([plain_kb], llm, multi_hop=2).retriever, FusionRetriever)
+    assert not isinstance(build_ask_chain([plain_kb], llm, settings=plain_kb.settings), MultiHopAnswer)

@@ -70,7 +70,8 @@ _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 _NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"[\u4e00-\u9fff]|[^\W_\u4e00-\u9fff]+", re.UNICODE)
 MIN_GROUNDED = 0.6
-"""Share of a fact's words (Chinese: characters) the passages of its hop must hold for the fact to be kept."""
+"""Share of a fact's words (Chinese: characters) its hop's passages must hold for it to be kept; of an answer's, the
+passages read so far, for the loop to stop on it."""
 
 
 class HopStep(BaseModel):
