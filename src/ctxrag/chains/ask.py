@@ -26,6 +26,7 @@ from langchain_core.runnables import Runnable
 from pydantic import BaseModel, Field
 
 from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
+from ctxrag.chains.multihop import MultiHopAnswer
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.enums import SearchMode
@@ -78,6 +79,7 @@ def build_ask_chain(
     evidence: EvidenceCheck | bool | None = None,
     steps: Sequence[AnswerStep] = DEFAULT_STEPS,
     settings: Settings | None = None,
+    multi_hop: int = 0,
 ) -> Runnable[Any, Any]:
     """The chain `ctxrag ask` answers with over the open knowledge bases `kbs` (several are fused by RRF).
 
@@ -86,9 +88,18 @@ def build_ask_chain(
     default `EvidenceCheck` over ``llm`` with the key-term stage over the first knowledge base's BM25 frequencies
     (`ctxrag.chains.evidence.default_evidence_check`). ``steps`` run on the complete answer
     (`ctxrag.chains.rag.AnswerStep`).
+
+    ``multi_hop``: at most this many retrievals per question by `ctxrag.chains.multihop.MultiHopAnswer` (``k`` new
+    chunks read per hop; the graph retriever when ``mode`` is the default and every knowledge base has a graph
+    index); the gate, the evidence check and ``steps`` do not apply. 0: the single-shot chain.
     """
     if not kbs:
         raise ValueError("build_ask_chain needs at least one knowledge base, got none")
+    if multi_hop:
+        graph = SearchMode.from_str(mode) is DEFAULT_MODE and all(kb.graph_index() is not None for kb in kbs)
+        hop_retriever = make_multi_kb_retriever(list(kbs), mode=SearchMode.GRAPH if graph else mode, k=k + 2,
+                                                rerank=rerank, search_type="similarity")
+        return MultiHopAnswer(hop_retriever, llm, max_hops=multi_hop, passages_per_hop=k)
     s = settings or get_settings()
     gate = s.answer_gate if gate is None else gate
     evidence = s.answer_evidence if evidence is None else evidence

@@ -61,6 +61,9 @@ def ask(
     mode: SearchMode = mode_option(),
     rerank: str = typer.Option("none", "--rerank"),
     json_out: bool = typer.Option(False, "--json"),
+    multi_hop: bool = typer.Option(False, "--multi-hop", help="Retrieve again for each sub-question the model asks "
+                                   "(iterative retrieval, -k new chunks per hop); for questions that chain facts."),
+    max_hops: int = typer.Option(3, "--max-hops", min=1, help="Most retrievals per question with --multi-hop."),
 ) -> None:
     """Answer a question from the knowledge base with [n] citations; streams to the terminal."""
     from ctxrag.chains.ask import RagAnswer
@@ -70,27 +73,30 @@ def ask(
         checked = check_text(question, "question")
         llm = make_chat_model(get_settings(), warm=True)
         names = kb_names(kb)
-        chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank)
+        chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank, multi_hop=max_hops if multi_hop else 0)
         cfg = {"callbacks": callbacks()}
         if json_out:
             with wrap_model_errors(llm):
                 out = chain.invoke(checked, config=cfg)
             answer = RagAnswer.from_output({**out, "question": question})
-            typer.echo(json.dumps(answer.to_json(), ensure_ascii=False, indent=1))
+            hops = {"hops": out["hops"]} if multi_hop else {}
+            typer.echo(json.dumps({**answer.to_json(), **hops}, ensure_ascii=False, indent=1))
             return
-        stream_answer(chain, llm, checked, cfg)
+        final = stream_answer(chain, llm, checked, cfg)
+        for n, hop in enumerate(final.get("hops", []), 1):
+            typer.echo(f"hop {n}: {printable(hop['query'])} -> {printable(hop['fact'] or hop['error'] or '-')}")
 
     guard(body)
 
 
 def answer_chain(kbs: list[Any], llm: Any, *, k: int = 4, mode: SearchMode | str = SearchMode.HYBRID,
-                 rerank: str = "none") -> Any:
+                 rerank: str = "none", multi_hop: int = 0) -> Any:
     """`ctxrag.chains.ask.build_ask_chain` over `kbs`: names, or knowledge bases already open (each is opened once
     either way)."""
     from ctxrag.chains.ask import build_ask_chain
 
     opened = [open_kbs([x])[0] if isinstance(x, str) else x for x in kbs]
-    return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank)
+    return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank, multi_hop=multi_hop)
 
 
 def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:
