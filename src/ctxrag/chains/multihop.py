@@ -151,7 +151,7 @@ def _prepare(inp: Any) -> str:
     return question.strip()
 
 
-class MultiHopAnswer(RunnableSerializable[Any, dict]):
+class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
     """Iterative retrieval over ``retriever`` with ``llm`` (see the module docstring).
 
     Input: a question, or ``{"question": str}``; output: the ask chain's dict plus ``hops`` and ``model_answer``.
@@ -177,13 +177,14 @@ class MultiHopAnswer(RunnableSerializable[Any, dict]):
     model_config = {"arbitrary_types_allowed": True}
 
     def __init__(self, retriever: RetrieverLike, llm: Runnable[Any, BaseMessage], **kwargs: Any) -> None:
-        super().__init__(retriever=retriever, llm=llm, **kwargs)
+        super().__init__(retriever=retriever, llm=llm, **kwargs)  # type: ignore[call-arg]  # pydantic fields
         for name in ("max_hops", "min_hops", "passages_per_hop", "max_chars_per_passage", "max_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict:
-        return self._call_with_config(self._run, input, config, run_type="chain")
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        # langchain-core's hints omit the (input, config) form _call_with_config accepts
+        return self._call_with_config(self._run, input, config, run_type="chain")  # type: ignore[arg-type]
 
     def _passages(self, docs: list[Document], first: int) -> str:
         blocks = []
@@ -194,12 +195,12 @@ class MultiHopAnswer(RunnableSerializable[Any, dict]):
         return "\n".join(blocks)
 
     def _ask(self, question: str, facts: list[str], passages: str, last: bool,
-             config: RunnableConfig) -> tuple[BaseModel | None, str | None]:
-        schema = LastHop if last else HopStep
+             config: RunnableConfig) -> tuple[HopStep | LastHop | None, str | None]:
+        schema: type[HopStep] | type[LastHop] = LastHop if last else HopStep
         reply = structured_runnable(self.llm, schema, max_tokens=self.max_tokens).invoke(
             hop_messages(question, facts, passages, last=last), config)
         parsed = reply.parsed if isinstance(reply.parsed, schema) else _from_text(reply.text, schema)
-        if parsed is None:
+        if not isinstance(parsed, (HopStep, LastHop)):
             log.warning("multi-hop: the model's reply could not be read (%s)", reply.error)
             return None, reply.error or "the reply is not the JSON asked for"
         return parsed, None
