@@ -35,6 +35,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from ctxrag import schema
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter, sub_call_kwargs
+from ctxrag.retrievers.stored_bm25 import StoredTextsBM25
 from ctxrag.stores.bm25.index import BM25Index
 from ctxrag.stores.protocols import DocumentLookup
 
@@ -60,28 +61,12 @@ class DocumentRanks:
 
     def __init__(self, documents: DocumentLookup) -> None:
         self.documents = documents
-        self._index: BM25Index | None = None
-        self._key: tuple[tuple[str, str], ...] | None = None
-        self._lock = threading.Lock()
+        self._stored = StoredTextsBM25(documents, lambda row: [(row.doc_id, document_text(
+            row.title, row.summary, [c.indexed_text or c.content for c in documents.chunks_of(row.doc_id)]))])
 
     def index(self) -> BM25Index:
         """The index over the documents stored now."""
-        rows = self.documents.document_rows()
-        key = tuple((r.doc_id, r.content_hash) for r in rows)
-        with self._lock:
-            if self._index is None or key != self._key:
-                index = BM25Index("mixed", show_progress=False)
-                ids, texts = [], []
-                for row in rows:
-                    chunks = [c.indexed_text or c.content for c in self.documents.chunks_of(row.doc_id)]
-                    text = document_text(row.title, row.summary, chunks)
-                    if text:
-                        ids.append(row.doc_id)
-                        texts.append(text)
-                if texts:
-                    index.add(texts, ids=ids)
-                self._index, self._key = index, key
-            return self._index
+        return self._stored.current()
 
     def rank(self, query: str) -> dict[str, tuple[int, float]]:
         """``doc_id -> (rank, BM25 score)`` of every document with a query word, rank 1 best."""

@@ -12,7 +12,6 @@ Example::
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -21,6 +20,7 @@ from pydantic import PrivateAttr
 
 from ctxrag import schema
 from ctxrag.retrievers.base import CtxragRetriever, MetadataFilter
+from ctxrag.retrievers.stored_bm25 import StoredTextsBM25
 from ctxrag.stores.bm25.index import BM25Index
 from ctxrag.stores.protocols import ChunkLookup, DocumentLookup
 
@@ -41,31 +41,20 @@ class HeadingRetriever(CtxragRetriever):
     chunks: ChunkLookup
     """Resolves filters to chunk ids and hits to documents (a knowledge base's ``chunks``)."""
 
-    _index: BM25Index | None = PrivateAttr(default=None)
-    _built_for: tuple[tuple[str, str], ...] | None = PrivateAttr(default=None)
-    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+    _stored: StoredTextsBM25 = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        documents = self.documents
+        # a heading is shared by its section's chunks, so its words sit in many of them: Okapi's idf drops to its
+        # floor there, BM25+'s stays positive and still ranks the rarer heading first
+        self._stored = StoredTextsBM25(documents, lambda row: [
+            (c.chunk_id, heading_text(c.metadata.get(schema.TITLE) or row.title, c.metadata.get(schema.HEADING_PATH)))
+            for c in documents.chunks_of(row.doc_id)], variant="bm25+")
 
     def _current(self) -> BM25Index:
         """The index over the documents stored now, rebuilt when their ids or content hashes changed."""
-        rows = self.documents.document_rows()
-        key = tuple((r.doc_id, r.content_hash) for r in rows)
-        with self._lock:
-            if self._index is None or key != self._built_for:
-                # a heading is shared by its section's chunks, so its words sit in many of them: Okapi's idf drops
-                # to its floor there, BM25+'s stays positive and still ranks the rarer heading first
-                index = BM25Index("mixed", "bm25+", show_progress=False)
-                ids, texts = [], []
-                for row in rows:
-                    for chunk in self.documents.chunks_of(row.doc_id):
-                        text = heading_text(chunk.metadata.get(schema.TITLE) or row.title,
-                                            chunk.metadata.get(schema.HEADING_PATH))
-                        if text:
-                            ids.append(chunk.chunk_id)
-                            texts.append(text)
-                if texts:
-                    index.add(texts, ids=ids)
-                self._index, self._built_for = index, key
-            return self._index
+        return self._stored.current()
 
     def _retrieve(
         self, query: str, *, k: int, filter: MetadataFilter | None, run_manager: CallbackManagerForRetrieverRun,
