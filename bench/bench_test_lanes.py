@@ -52,8 +52,10 @@ REPLIES_COLUMN = "model replies: replayed / decoded / passed through (cache mode
 WHY = {
     "tests/models/test_llamacpp_standard.py": "LangChain's standard chat-model contract on the real in-process model "
                                               "(the 0.5B): invoke, stream, batch, tools, structured output",
-    "tests/models/test_llamacpp.py": "structured output and tool calls of the in-process 1.5B with answer checks",
-    "tests/models/test_chat.py": "the in-process model and the real llama_cpp.server agree; logprobs, stop, streams",
+    "tests/models/test_llamacpp.py": "structured output and tool calls of the in-process class (the 0.5B) with answer "
+                                     "checks",
+    "tests/models/test_chat.py": "the in-process 1.5B and the real llama_cpp.server agree; logprobs, stop, streams "
+                                 "(0.5B)",
     "tests/models/test_loop_guard_llm.py": "the loop guard stops a real looping reply (0.5B); the 1.5B demo answer",
     "tests/models/test_gguf.py": "the shipped GGUF parts assemble into the verified model files",
     "tests/docs/test_code_blocks.py": "every README and guide code block runs as written (real ctxrag processes)",

@@ -28,12 +28,14 @@ time, an mtime/size check afterwards), as every ``CTXRAG_HOME`` shares it. Tests
 
     local_model_path     session  Path of the verified default GGUF (the 1.5B)
     small_model_path     session  Path of the verified 0.5B GGUF, for a test that needs the small model itself
-    local_chat_model     session  LocalLlamaChatModel (in-process, n_ctx 4096, temperature 0, max_tokens 64)
-    small_chat_model     session  the same with the 0.5B, for tests of mechanics (LangChain's standard suite)
+    local_chat_model     session  LocalLlamaChatModel (in-process, n_ctx 4096, temperature 0, max_tokens 64): only
+                                  for a test that needs the 1.5B in this process; its replies are decoded every run
+    small_chat_model     session  the same with the 0.5B, for tests of the in-process class's mechanics (grammar,
+                                  tool turns, logprobs, streaming, LangChain's standard suite)
     llama_server_url     session  "http://127.0.0.1:PORT/v1" of a real llama_cpp.server with that model, behind the
                                   run's reply cache (tests/llm_replies, ``$CTXRAG_TEST_LLM_CACHE``)
-    server_chat_model    function ChatOpenAI on llama_server_url (temperature 0, max_tokens 64): answers, not the
-                                  in-process path
+    server_chat_model    function ChatOpenAI (the product's self-hosted flavour) on llama_server_url (temperature
+                                  0, max_tokens 64): what the model answers, not the in-process path
     counting_llm_url     function that URL behind a CountingProxy: a str with .count / .requests / .reset()
     llm_endpoint_env     function CTXRAG_LLM__* set so make_chat_model() returns ChatOpenAI on counting_llm_url
 """
@@ -313,7 +315,9 @@ def small_model_path() -> Path:
 
 @pytest.fixture(scope="session")
 def local_chat_model(local_model_path: Path):  # noqa: ANN201 - LocalLlamaChatModel
-    """The in-process model (loaded once, shared): temperature 0, n_ctx 4096, max_tokens 64."""
+    """The in-process 1.5B (loaded once, shared): temperature 0, n_ctx 4096, max_tokens 64. Decodes every reply
+    every run: a test about what the model answers takes ``server_chat_model`` (replies recorded and replayed), one
+    about the in-process class's mechanics ``small_chat_model``."""
     from ctxrag.models.llamacpp import LocalLlamaChatModel
 
     model = LocalLlamaChatModel(model_path=str(local_model_path), n_ctx=LOCAL_N_CTX, max_tokens=64, temperature=0.0)
@@ -350,13 +354,16 @@ def llama_server_url(local_model_path: Path) -> str:
 
 @pytest.fixture
 def server_chat_model(llama_server_url: str):  # noqa: ANN201 - ChatOpenAI
-    """The run's server as a LangChain chat model (``ChatOpenAI``, temperature 0, max_tokens 64, as
-    ``local_chat_model``): for a test about what the model answers rather than the in-process path, so its replies
-    are recorded and replayed (`ctxrag.testing.reply_cache`) and it adds no load."""
-    from langchain_openai import ChatOpenAI
+    """The run's server as a LangChain chat model (temperature 0, max_tokens 64, as ``local_chat_model``): for a test
+    about what the model answers rather than the in-process path, so its replies are recorded and replayed
+    (`ctxrag.testing.reply_cache`) and it adds no load. The product's ``ChatOpenAI`` for self-hosted endpoints
+    (`ctxrag.models.chat.chat_openai_compatible`): plain ``ChatOpenAI`` sends only ``max_completion_tokens``, which
+    llama_cpp.server ignores, and its structured output asks for ``response_format`` json_schema, which the server
+    refuses."""
+    from ctxrag.models.chat import chat_openai_compatible
 
-    return ChatOpenAI(base_url=llama_server_url, api_key="unused", model=SERVER_MODEL_ALIAS, temperature=0.0,
-                      max_tokens=64, timeout=HANG_GUARD_S, max_retries=0)
+    return chat_openai_compatible(base_url=llama_server_url, api_key="unused", model=SERVER_MODEL_ALIAS,
+                                  temperature=0.0, max_tokens=64, timeout=HANG_GUARD_S, max_retries=0)
 
 
 @pytest.fixture

@@ -134,12 +134,13 @@ def test_ask_tool_answers_with_sources_and_makes_the_model_on_first_call(kb: Kno
 
 
 @pytest.mark.llm
-def test_create_agent_with_the_local_model(kb: KnowledgeBase, local_chat_model) -> None:  # noqa: ANN001
-    """The local 1.5B through `create_agent`: its first turn calls the tool (the turn after the tool result is the
-    part of issue 42 this does not claim: see docs/agents.md)."""
+def test_create_agent_with_the_local_model(kb: KnowledgeBase, small_chat_model) -> None:  # noqa: ANN001
+    """The in-process model (the 0.5B: its grammar-constrained tool turn is the mechanism) through `create_agent`:
+    its first turn calls the tool (the turn after the tool result is the part of issue 42 this does not claim: see
+    docs/agents.md)."""
     from langchain.agents import create_agent
 
-    agent = create_agent(local_chat_model, tools=[kb.as_tool(k=2)])  # max_tokens 64
+    agent = create_agent(small_chat_model, tools=[kb.as_tool(k=2)])  # max_tokens 64
     out = agent.invoke({"messages": [HumanMessage("What is the access code of locker Cedar? Use the tool.")]})
     results = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert results, [m.content for m in out["messages"]]

@@ -136,12 +136,12 @@ def test_a_right_citation_is_left_alone() -> None:
 
 
 @pytest.mark.llm
-def test_real_model_answer_ends_up_citing_the_chunk_with_its_figure(local_chat_model) -> None:  # noqa: ANN001
+def test_real_model_answer_ends_up_citing_the_chunk_with_its_figure(server_chat_model) -> None:  # noqa: ANN001
     from langchain_core.runnables import RunnableLambda
 
     from ctxrag.chains.rag import build_rag_chain
 
-    chain = build_rag_chain(RunnableLambda(lambda _: DEMO_DOCS), local_chat_model.bind(max_tokens=64), gate=False)
+    chain = build_rag_chain(RunnableLambda(lambda _: DEMO_DOCS), server_chat_model.bind(max_tokens=64), gate=False)
     out = chain.invoke("How fast does an Enterprise customer get an answer to a P1 incident?")
     assert "30" in out["answer"], out["answer"]
     assert "support_policy.html" in [s["source"] for s in out["sources"]], out

@@ -229,8 +229,8 @@ def test_evidence_false_keeps_the_old_chain() -> None:
 
 @pytest.mark.llm
 def test_the_local_model_quotes_the_sentence_that_answers_and_nothing_for_an_absent_topic(
-        local_chat_model: object) -> None:
-    check = EvidenceCheck(local_chat_model)  # type: ignore[arg-type]
+        server_chat_model: object) -> None:
+    check = EvidenceCheck(server_chat_model)  # type: ignore[arg-type]
     from ctxrag.chains.rag import answer_messages
 
     def verdict(question: str) -> object:
@@ -243,7 +243,7 @@ def test_the_local_model_quotes_the_sentence_that_answers_and_nothing_for_an_abs
 
 @pytest.mark.llm
 def test_the_local_model_through_the_default_stages_answers_the_answerable_and_abstains_on_an_absent_topic(
-        local_chat_model: object) -> None:
+        server_chat_model: object) -> None:
     """Real model, real text: the key-term stage, then the quote and its short answer (checked in the quote)."""
     from ctxrag.chains.key_terms import KeyTerms
     from ctxrag.chains.rag import answer_messages
@@ -253,7 +253,7 @@ def test_the_local_model_through_the_default_stages_answers_the_answerable_and_a
             Document("日本的首都是東京，東京都是日本的政治、經濟與文化中心，人口約一千四百萬。",
                      metadata={"source": "tokyo.txt", "title": "東京"})]
     terms = KeyTerms.from_texts([d.page_content for d in wiki])
-    check = EvidenceCheck(local_chat_model, key_terms=terms, min_answer=0.8)  # type: ignore[arg-type]
+    check = EvidenceCheck(server_chat_model, key_terms=terms, min_answer=0.8)  # type: ignore[arg-type]
 
     def verdict(question: str) -> object:
         return check.check(question, wiki, answer_messages({"question": question, "documents": wiki, "history": []}))

@@ -149,8 +149,8 @@ def test_traditional_chinese_question_gets_traditional_instructions(kb: Knowledg
 
 
 @pytest.mark.llm
-def test_real_local_model_in_process(kb: KnowledgeBase, local_chat_model) -> None:
-    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), local_chat_model.bind(max_tokens=48))
+def test_real_local_model_in_process(kb: KnowledgeBase, small_chat_model) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=2), small_chat_model.bind(max_tokens=48))
     out = chain.invoke("How many litres per minute does the Falcon-7 pump move?")
     assert "40" in out["answer"], out["answer"]
     assert out["invalid_citations"] == [] or all(n > 2 for n in out["invalid_citations"])

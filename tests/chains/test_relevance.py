@@ -126,8 +126,8 @@ def test_bad_thresholds_are_rejected(kw: dict[str, float], match: str) -> None:
 
 @pytest.mark.llm
 def test_real_model_answers_what_the_chunks_hold_and_abstains_on_the_rest(kb: KnowledgeBase, gate: RelevanceGate,
-                                                                         local_chat_model: Any) -> None:
-    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), local_chat_model.bind(max_tokens=48), gate=gate)
+                                                                         server_chat_model: Any) -> None:
+    chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=3), server_chat_model.bind(max_tokens=48), gate=gate)
     out = chain.invoke("How many litres per minute does the Falcon-7 pump move?")
     assert out["supported"] is True and "40" in out["answer"], out
     off = chain.invoke("Who painted the Mona Lisa?")

@@ -205,9 +205,9 @@ TRADITIONAL_DOCS = [Document("阿里山森林鐵路於1912年通車，全長七�
 
 @pytest.mark.llm
 def test_real_model_reads_a_traditional_question_in_simplified_and_answers_with_the_traditional_span(
-        local_chat_model) -> None:  # noqa: ANN001
+        server_chat_model) -> None:  # noqa: ANN001
     # reading_script="auto": Simplified for short answers
-    chain = short_chain(RunnableLambda(lambda _: TRADITIONAL_DOCS), local_chat_model.bind(max_tokens=32))
+    chain = short_chain(RunnableLambda(lambda _: TRADITIONAL_DOCS), server_chat_model.bind(max_tokens=32))
     out = chain.invoke("紅毛城最早是由哪國人興建的？")
     assert out["answer"] in ("西班牙人 [2]", "西班牙 [2]"), out
     out = chain.invoke("阿里山森林鐵路沿線的哪一個車站在文中被提到？")

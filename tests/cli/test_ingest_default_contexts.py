@@ -1,6 +1,7 @@
 """`ctxrag ingest` with no flag writes golden-chunk contexts through the real embedded model (the default strategy,
 ``auto``: one ``document`` call per English document, the no-LLM ``header`` for a Chinese one), keeps them in the chunk
-metadata, and a second ingest of the same text asks the model nothing."""
+metadata, and a second ingest of the same text asks the model nothing. The in-process path's mechanics, so the
+model file is the 0.5B (that the shipped default is the 1.5B is `tests/models/test_gguf.py`'s to check)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 
 from ctxrag.cli.main import app
 from ctxrag.kb.local import KnowledgeBase
+from ctxrag.settings import get_settings
 
 DOC = """# Falcon-7 pump
 
@@ -30,7 +32,10 @@ ZH_DOC = """# 玉山
 
 @pytest.mark.llm
 @pytest.mark.default_settings
-def test_default_ingest_contextualizes_through_the_local_model(tmp_path: Path) -> None:
+def test_default_ingest_contextualizes_through_the_local_model(tmp_path: Path, small_model_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXRAG_LLM__MODEL_PATH", str(small_model_path))
+    get_settings.cache_clear()
     (tmp_path / "falcon.md").write_text(DOC, encoding="utf-8")
     (tmp_path / "yushan.md").write_text(ZH_DOC, encoding="utf-8")
     r = CliRunner().invoke(app, ["ingest", str(tmp_path / "falcon.md"), str(tmp_path / "yushan.md"),

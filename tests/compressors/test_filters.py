@@ -217,11 +217,11 @@ def test_llm_extractor_async_and_empty():
 
 
 @pytest.mark.llm
-def test_real_llm_filter_and_extractor(local_chat_model):
-    kept = LLMFilter(llm=local_chat_model).compress_documents([PARIS, BANANA], QUERY)
+def test_real_llm_filter_and_extractor(server_chat_model):
+    kept = LLMFilter(llm=server_chat_model).compress_documents([PARIS, BANANA], QUERY)
     assert "paris" in ids(kept)
     paris = Document("Paris is the capital of France. The Seine flows through it. Croissants are popular.", id="p")
-    out = LLMExtractor(llm=local_chat_model).compress_documents([paris, BANANA], QUERY)
+    out = LLMExtractor(llm=server_chat_model).compress_documents([paris, BANANA], QUERY)
     # greedy: it answers NO_OUTPUT for the banana and keeps whole source sentences of Paris's passage (the 0.5B kept
     # only the capital sentence, the 1.5B keeps all three): what comes back is grounded in the passage
     assert ids(out) == ["p"]

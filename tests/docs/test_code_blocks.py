@@ -20,9 +20,10 @@ private ``CTXRAG_HOME`` and contexts off (the suite's default), ``ctxrag`` and `
 settings (``CTXRAG_LLM__PROVIDER=openai``, ``CTXRAG_LLM__BASE_URL``, a short ``CTXRAG_LLM__MAX_TOKENS``) that
 ``make_chat_model()`` and every ``ctxrag`` command read, rather than each loading the GGUF in its own process; the in-process path of ``make_chat_model()`` is
 tested in ``tests/models/test_chat.py``. An ``llm-local`` block shows the in-process model (a tool-call round trip
-with an assistant message without content, which llama_cpp.server refuses): a python one runs in the test's own
-interpreter (its output captured, in the temporary folder), where ``make_chat_model()`` finds the run's one
-in-process load (``local_chat_model``) instead of loading the GGUF again; a bash one runs in its own process.
+with an assistant message without content, which llama_cpp.server refuses), a mechanism, so it runs on the 0.5B: a
+python one runs in the test's own interpreter (its output captured, in the temporary folder), where
+``make_chat_model()`` finds the run's one in-process load of it (``small_chat_model``) instead of loading a GGUF
+again; a bash one runs in its own process.
 ``toml`` blocks are parsed and validated against ``Settings``; ``json`` blocks parsed. Blocks without a language,
 ``text`` and ``console`` are output, not code.
 """
@@ -185,7 +186,7 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
         _run_in_this_interpreter(block, work, request)
         return
     elif block.kind == "llm-local":
-        env["CTXRAG_LLM__MODEL_PATH"] = str(request.getfixturevalue("local_model_path"))
+        env["CTXRAG_LLM__MODEL_PATH"] = str(request.getfixturevalue("small_model_path"))
         record_load(f"{Path(env['CTXRAG_LLM__MODEL_PATH']).name} in-process in the {block.id} block's own interpreter")
     if runner == "bash":
         script.write_text("set -euo pipefail\n" + block.code, encoding="utf-8")
@@ -208,13 +209,17 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
 
 def _run_in_this_interpreter(block: Block, work: Path, request: pytest.FixtureRequest) -> None:
     """Run a python ``llm-local`` block as a script (``__name__ == "__main__"``) in this process, in ``work``, with
-    the in-process model this process already holds (``local_chat_model``: the settings of an ``llm`` test point
-    ``make_chat_model()`` at the same file and n_ctx, so it reuses that load; conftest counts any other)."""
+    the in-process model this process already holds (``small_chat_model``: the settings point ``make_chat_model()``
+    at the same file and n_ctx, so it reuses that load; conftest counts any other)."""
     import contextlib
     import io
 
-    request.getfixturevalue("local_chat_model")
+    from ctxrag.settings import get_settings
+
+    request.getfixturevalue("small_chat_model")
     monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setenv("CTXRAG_LLM__MODEL_PATH", str(request.getfixturevalue("small_model_path")))
+    get_settings.cache_clear()
     monkeypatch.chdir(work)
     out = io.StringIO()
     try:

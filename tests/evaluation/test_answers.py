@@ -153,10 +153,10 @@ def test_cli_key_facts_on_the_demo_corpus(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.llm
-def test_real_model_answers_short_questions_and_the_scores_follow(fixtures: Path, local_chat_model) -> None:  # noqa: ANN001
+def test_real_model_answers_short_questions_and_the_scores_follow(fixtures: Path, server_chat_model) -> None:  # noqa: ANN001
     ds = load_squad([fixtures / "squad_zh.json"])
     ds = ds.sample(3, seed=1)
-    llm = local_chat_model.bind(max_tokens=48)
+    llm = server_chat_model.bind(max_tokens=48)
     results = run_answer_eval(EvalRunner(ds, [2], progress=False), [builtin("bm25")], llm, k=2, judge=False,
                               answer_style="short")
     r = results[0]

@@ -91,8 +91,8 @@ def test_answer_metrics_all_unparsed() -> None:
 
 
 @pytest.mark.llm
-def test_judge_with_the_local_model(local_chat_model) -> None:  # noqa: ANN001
-    judge = AnswerJudge(local_chat_model.bind(max_tokens=96) if hasattr(local_chat_model, "bind") else local_chat_model)
+def test_judge_with_the_local_model(server_chat_model) -> None:  # noqa: ANN001
+    judge = AnswerJudge(server_chat_model.bind(max_tokens=96))
     good = judge.correctness("What is the capital of France?", "The capital of France is Paris.", reference="Paris")
     bad = judge.correctness("What is the capital of France?", "Berlin is the capital of France.", reference="Paris")
     assert good.score is not None and 1 <= good.score <= 5

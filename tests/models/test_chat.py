@@ -170,47 +170,47 @@ COUNT = "Count from 1 to 10, separated by commas, digits only."
 
 
 @pytest.mark.llm
-def test_local_model_answers_a_tiny_prompt(local_chat_model: LocalLlamaChatModel) -> None:
-    reply = local_chat_model.invoke(PROMPT, max_tokens=16)
+def test_local_model_answers_a_tiny_prompt(small_chat_model: LocalLlamaChatModel) -> None:
+    reply = small_chat_model.invoke(PROMPT, max_tokens=16)
     assert "paris" in reply.content.lower()
     assert reply.usage_metadata["output_tokens"] <= 16
     assert reply.response_metadata["finish_reason"] in {"stop", "length"}
 
 
 @pytest.mark.llm
-def test_local_model_is_deterministic_and_honours_max_tokens(local_chat_model: LocalLlamaChatModel) -> None:
+def test_local_model_is_deterministic_and_honours_max_tokens(small_chat_model: LocalLlamaChatModel) -> None:
     prompt = "Write a long story about a dragon."
-    first = local_chat_model.invoke(prompt, max_tokens=8)
-    second = local_chat_model.invoke(prompt, max_tokens=8)
+    first = small_chat_model.invoke(prompt, max_tokens=8)
+    second = small_chat_model.invoke(prompt, max_tokens=8)
     assert first.content == second.content
     assert first.usage_metadata["output_tokens"] == 8
     assert first.response_metadata["finish_reason"] == "length"
 
 
 @pytest.mark.llm
-def test_local_model_honours_stop(local_chat_model: LocalLlamaChatModel) -> None:
+def test_local_model_honours_stop(small_chat_model: LocalLlamaChatModel) -> None:
     prompt = COUNT
-    full = local_chat_model.invoke(prompt, max_tokens=40).content
+    full = small_chat_model.invoke(prompt, max_tokens=40).content
     assert "5" in full
-    stopped = local_chat_model.invoke(prompt, max_tokens=40, stop=["5"]).content
+    stopped = small_chat_model.invoke(prompt, max_tokens=40, stop=["5"]).content
     assert "5" not in stopped and full.startswith(stopped)
 
 
 @pytest.mark.llm
-def test_local_model_streams(local_chat_model: LocalLlamaChatModel) -> None:
-    chunks = list(local_chat_model.stream(COUNT, max_tokens=12))
+def test_local_model_streams(small_chat_model: LocalLlamaChatModel) -> None:
+    chunks = list(small_chat_model.stream(COUNT, max_tokens=12))
     assert len([c for c in chunks if c.content]) >= 4 and all(isinstance(c, AIMessageChunk) for c in chunks)
     streamed = "".join(c.content for c in chunks)
     assert streamed.replace(" ", "").startswith("1,2,3")
-    assert streamed == local_chat_model.invoke(COUNT, max_tokens=12).content
+    assert streamed == small_chat_model.invoke(COUNT, max_tokens=12).content
 
 
 @pytest.mark.llm
-def test_local_model_async(local_chat_model: LocalLlamaChatModel) -> None:
+def test_local_model_async(small_chat_model: LocalLlamaChatModel) -> None:
     async def both() -> list:
         # two concurrent calls on the one shared model take turns behind its lock
         return await asyncio.gather(
-            local_chat_model.ainvoke(PROMPT, max_tokens=16), local_chat_model.ainvoke(PROMPT, max_tokens=16)
+            small_chat_model.ainvoke(PROMPT, max_tokens=16), small_chat_model.ainvoke(PROMPT, max_tokens=16)
         )
 
     first, second = asyncio.run(both())
@@ -218,9 +218,9 @@ def test_local_model_async(local_chat_model: LocalLlamaChatModel) -> None:
 
 
 @pytest.mark.llm
-def test_local_model_logprobs_in_openai_format(local_chat_model: LocalLlamaChatModel) -> None:
-    plain = local_chat_model.invoke(PROMPT, max_tokens=8)
-    reply = local_chat_model.bind(logprobs=True, top_logprobs=5).invoke(PROMPT, max_tokens=8)
+def test_local_model_logprobs_in_openai_format(small_chat_model: LocalLlamaChatModel) -> None:
+    plain = small_chat_model.invoke(PROMPT, max_tokens=8)
+    reply = small_chat_model.bind(logprobs=True, top_logprobs=5).invoke(PROMPT, max_tokens=8)
     assert reply.content == plain.content  # same greedy path as create_chat_completion
     content = reply.response_metadata["logprobs"]["content"]
     assert content and "".join(e["token"] for e in content).strip().startswith(reply.content.strip()[:3])
@@ -234,11 +234,14 @@ def test_local_model_logprobs_in_openai_format(local_chat_model: LocalLlamaChatM
 
 
 @pytest.mark.llm
-def test_model_is_loaded_once_per_process(local_chat_model: LocalLlamaChatModel, local_model_path: Path) -> None:
-    again = make_chat_model(max_tokens=4)  # conftest points llm.model_path at the shared file, n_ctx at 4096
+def test_model_is_loaded_once_per_process(small_chat_model: LocalLlamaChatModel, small_model_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXRAG_LLM__MODEL_PATH", str(small_model_path))  # conftest set n_ctx 4096, as the fixture's
+    get_settings.cache_clear()
+    again = make_chat_model(max_tokens=4)
     assert isinstance(again, LocalLlamaChatModel)
-    assert again.load() is local_chat_model.load()
-    assert sum(1 for path, n_ctx in loaded_models() if n_ctx == 4096 and path == str(local_model_path.resolve())) == 1
+    assert again.load() is small_chat_model.load()
+    assert sum(1 for path, n_ctx in loaded_models() if n_ctx == 4096 and path == str(small_model_path.resolve())) == 1
 
 
 # ------------------------------------------------------------------------------------ the real server
@@ -253,7 +256,7 @@ def test_server_answers_through_chat_openai(llama_server_url: str, local_chat_mo
     model = _remote(llama_server_url, max_tokens=16)
     reply = model.invoke(PROMPT)
     assert "paris" in reply.content.lower()
-    # the same greedy model in-process says the same thing
+    # the same greedy model in-process says the same thing: the server's GGUF, so the 1.5B in-process here
     assert reply.content == local_chat_model.invoke(PROMPT, max_tokens=16).content
 
 

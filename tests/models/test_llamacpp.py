@@ -1,6 +1,7 @@
 """`LocalLlamaChatModel` as a full LangChain chat model: structured output in every mode and tool calls, sync, async
-and streaming. The wiring tests run without a model file; the ``llm`` tests run the real default GGUF (the session's
-``local_chat_model``, copied with a small ``max_tokens``)."""
+and streaming. The wiring tests run without a model file; the ``llm`` tests, about the class's mechanics (grammar,
+tool calls, streaming), run the real 0.5B GGUF (the session's ``small_chat_model``, copied with a small
+``max_tokens``)."""
 from __future__ import annotations
 
 import json
@@ -84,8 +85,8 @@ def test_ls_params_follow_per_call_model_and_stop() -> None:
 # ------------------------------------------------------------------------------------------- real model
 
 @pytest.fixture
-def llm(local_chat_model: LocalLlamaChatModel) -> LocalLlamaChatModel:
-    return local_chat_model.model_copy(update={"max_tokens": 48})
+def llm(small_chat_model: LocalLlamaChatModel) -> LocalLlamaChatModel:
+    return small_chat_model.model_copy(update={"max_tokens": 48})
 
 
 def _is_paris(city: str, country: str) -> None:

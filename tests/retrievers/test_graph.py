@@ -162,9 +162,9 @@ def test_parse_relation_choice(reply: str, want: list[int] | None) -> None:
 
 
 @pytest.mark.llm
-def test_real_model_llm_rerank_degrades_gracefully(graph: GraphIndex, e5, local_chat_model) -> None:  # noqa: ANN001
-    """With the real 0.5B model the retriever always answers; which passages it picks is reported, not gated."""
-    r = GraphRetriever(graph_index=graph, embeddings=e5, llm=local_chat_model.bind(max_tokens=256), rerank="llm", k=2)
+def test_real_model_llm_rerank_degrades_gracefully(graph: GraphIndex, e5, server_chat_model) -> None:  # noqa: ANN001
+    """With the real local model the retriever always answers; which passages it picks is reported, not gated."""
+    r = GraphRetriever(graph_index=graph, embeddings=e5, llm=server_chat_model.bind(max_tokens=256), rerank="llm", k=2)
     docs = r.invoke(QUESTION)
     print([(d.id, d.metadata["graph_rerank"], d.metadata["graph_relations"][:2]) for d in docs])
     assert len(docs) == 2 and docs[0].metadata["graph_rerank"] in ("llm", "llm-failed")

@@ -253,9 +253,9 @@ def test_cli_serve(locker_kb, locker_home) -> None:  # noqa: ANN001
 
 
 @pytest.mark.llm
-def test_real_local_model_through_the_endpoint(locker_kb, locker_home, local_chat_model) -> None:  # noqa: ANN001
+def test_real_local_model_through_the_endpoint(locker_kb, locker_home, server_chat_model) -> None:  # noqa: ANN001
     kb, codes = locker_kb
-    app = create_app(server_settings(locker_home), kbs=[kb], llm=local_chat_model.bind(max_tokens=40), k=2)
+    app = create_app(server_settings(locker_home), kbs=[kb], llm=server_chat_model.bind(max_tokens=40), k=2)
     with run_uvicorn(app) as url:
         ask = RemoteRunnable(f"{url}/ask/", timeout=HANG_GUARD_S)
         out = ask.invoke({"question": locker_question("Garnet")})

@@ -346,8 +346,8 @@ def test_second_ingest_makes_no_request_at_the_real_server(
 
 
 @pytest.mark.llm
-def test_in_process_local_model_reports_usage(local_chat_model: Any) -> None:
-    ctx = Contextualizer(local_chat_model, cache=None, max_tokens=40, n_ctx=4096)
+def test_in_process_local_model_reports_usage(small_chat_model: Any) -> None:
+    ctx = Contextualizer(small_chat_model, cache=None, max_tokens=40, n_ctx=4096)
     contexts = ctx.contextualize_document(DOC, CHUNKS[:2], title="ACME")
     report = ctx.report()
     assert all(contexts) and report.llm_calls == 2 and report.contextualized + report.fallbacks == 2
