@@ -6,7 +6,8 @@ a fresh ``get_settings()``; module and session fixtures get the same in a sessio
 
 Lanes: a test that uses a model fixture is marked ``llm``; a test without the marker that loads the chat model in
 this process fails at teardown; the run ends with the list of chat model loads (`record_model_load`, one file for the
-whole run, ``$CTXRAG_TEST_MODEL_LOADS`` when set) and the number of processes the tests started.
+whole run, ``$CTXRAG_TEST_MODEL_LOADS`` when set), per in-process model the test files that decoded on it (a load
+names only the first), and the number of processes the tests started.
 
 One run, several processes: the run's controller (the only pytest process, or pytest-xdist's controller) makes a run
 folder (``$CTXRAG_TEST_RUN_DIR``) that its workers inherit; the one ``llama_cpp.server`` of the run lives there
@@ -131,6 +132,7 @@ USED_ENV = "CTXRAG_TEST_LLM_USED"
 REPLIES_DIR = Path(__file__).resolve().parent / "llm_replies"
 """The recorded replies of the run's model server (`ctxrag.testing.reply_cache`), committed with the tests."""
 _LOADED_BEFORE = pytest.StashKey[set]()
+_STATE_BEFORE = pytest.StashKey[dict]()
 _PROCESS_STARTS = [0]
 _IN_TEST = [False]
 _RUN: dict[str, str] = {}
@@ -143,6 +145,10 @@ def _run_dir() -> Path:
 
 def _loads_file() -> Path:
     return Path(_RUN.get(LOADS_ENV) or _run_dir() / "model_loads.log")
+
+
+def _uses_file() -> Path:
+    return _run_dir() / "model_uses.log"
 
 
 def _used_log() -> Path:
@@ -230,9 +236,23 @@ def _loaded_models() -> set[tuple[str, int]]:
     return set(module.loaded_models()) if module is not None else set()
 
 
+def _decode_state() -> dict[tuple[str, int], tuple[int, int]]:
+    """Per in-process model, what its llama.cpp context last held (token count, hash of the tokens): a test that
+    changes it decoded on that model (one that repeats the previous request exactly is not seen)."""
+    module = sys.modules.get("ctxrag.models.llamacpp")
+    if module is None:
+        return {}
+    state = {}
+    for path, n_ctx in module.loaded_models():
+        llama = module.shared_llama(path, n_ctx).llama  # loaded: no load here
+        state[(path, n_ctx)] = (int(llama.n_tokens), hash(llama.input_ids[: llama.n_tokens].tobytes()))
+    return state
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     item.stash[_LOADED_BEFORE] = _loaded_models()  # before the module and session fixtures this test sets up
+    item.stash[_STATE_BEFORE] = _decode_state()
     yield
 
 
@@ -251,6 +271,11 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     new = sorted(_loaded_models() - item.stash.get(_LOADED_BEFORE, set()))
     for path, n_ctx in new:
         record_model_load(f"{Path(path).name} n_ctx={n_ctx} in-process (pid {os.getpid()}), by {item.nodeid}")
+    before = item.stash.get(_STATE_BEFORE, {})
+    used = [key for key, state in _decode_state().items() if state[0] and state != before.get(key)]
+    if used:
+        with open(_uses_file(), "a", encoding="utf-8") as out:
+            out.writelines(f"{Path(path).name} n_ctx={n_ctx}\t{item.nodeid.split('::')[0]}\n" for path, n_ctx in used)
     if new and item.get_closest_marker("llm") is None:
         pytest.fail(f"{item.nodeid} loaded the chat model {new} but is not marked llm")
 
@@ -270,6 +295,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     terminalreporter.write_sep("-", f"chat model loads in this test run: {len(loads)}")
     for line in loads:
         terminalreporter.write_line(line)
+    uses: dict[str, set[str]] = {}
+    if _uses_file().is_file():
+        for line in _uses_file().read_text(encoding="utf-8").splitlines():
+            model, _, test_file = line.partition("\t")
+            uses.setdefault(model, set()).add(test_file)
+    for model, files in sorted(uses.items()):  # which files keep a model in the test process, not just the first
+        terminalreporter.write_line(f"{model} decoded in-process by {len(files)} test file(s): {', '.join(sorted(files))}")
     starts = sum(int(p.read_text(encoding="utf-8") or 0) for p in _run_dir().glob("process_starts.*"))
     terminalreporter.write_line(f"processes started by the tests: {starts}")
     used = _used_log().read_text(encoding="utf-8").splitlines() if _used_log().is_file() else []
