@@ -34,7 +34,7 @@ from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.embedding import EmbedFn, attach_vectors, embed_chunks
 
 if TYPE_CHECKING:  # pragma: no cover

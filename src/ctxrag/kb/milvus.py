@@ -37,10 +37,10 @@ from ctxrag.kb.base import BaseKnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
-from ctxrag.stores.document_keys import require_document
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.document_keys import require_document
 from ctxrag.stores.filters import MetadataFilter
-from ctxrag.stores.milvus import is_server_uri
+from ctxrag.stores.vectors.milvus import is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResidentStore
 from ctxrag.stores.milvus_resident.expressions import FilteredIds
@@ -95,7 +95,7 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
     def list_names(settings: Settings) -> list[str]:
         """Knowledge bases on the configured Milvus server, or in Milvus Lite files under the knowledge base root."""
         if settings.milvus_uri and is_server_uri(settings.milvus_uri):
-            from ctxrag.stores.milvus import connect
+            from ctxrag.stores.vectors.milvus import connect
 
             holder = type("Holder", (), {})()
             client, close = connect(holder, settings.milvus_uri, _token(settings))

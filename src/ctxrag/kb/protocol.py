@@ -31,7 +31,7 @@ from ctxrag.notes import NoteHost
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, RepairReport
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import KnowledgeSource
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ctxrag.errors import ConfigError
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'ctxrag[milvus]')")
 

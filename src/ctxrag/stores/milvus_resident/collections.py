@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
-from ctxrag.stores.external import text_fingerprint
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.engine.external import text_fingerprint
 from ctxrag.stores.milvus_resident.analysis import analyzed_text, analyzer_params
 from ctxrag.text import detect_language
 

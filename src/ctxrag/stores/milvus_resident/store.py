@@ -48,9 +48,9 @@ import scipy.sparse  # noqa: F401 - pymilvus imports it lazily on a search: two 
 # at once can see a half-initialized module (ImportError: isspmatrix); importing it here, once, avoids the race
 
 from ctxrag.errors import ConfigError, KnowledgeBaseDeleted
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
-from ctxrag.stores.document_keys import is_blank, pick_by_source
-from ctxrag.stores.milvus import _safe_uri, connect, is_server_uri
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord, DocumentRow
+from ctxrag.stores.documents.document_keys import is_blank, pick_by_source
+from ctxrag.stores.vectors.milvus import _safe_uri, connect, is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.analysis import analyzed_text, check_analysis
 from ctxrag.stores.milvus_resident.expressions import NOTHING
