@@ -259,10 +259,13 @@ def requote(args: argparse.Namespace) -> None:
                                                 mode="hybrid", k=4, rerank="none", search_type="similarity")
                   for name in {r["kb"] for r in recs}}
     check = EvidenceCheck(make_chat_model(settings), min_answer=0.8)  # the quote-and-answer request
-    loosest = Rule(min(CROSSES), None)
+    # the answer test can only turn an answer into an abstention: a question the chosen rule already abstains on
+    # needs no second request (--all asks every question the loosest gate passes)
+    _key_terms(args, recs)
+    needed = Rule(min(CROSSES), None) if args.all else _product_rule()
     with args.replies.open("a", encoding="utf-8") as out:
         for i, r in enumerate(recs):
-            if r["id"] in done or not _new(r, loosest):
+            if r["id"] in done or not _new(r, needed):
                 continue
             docs = retrievers[r["kb"]].invoke(r["question"])
             same = [d.page_content for d in docs] == r["texts"]
@@ -318,6 +321,18 @@ class Rule:
     answer: float = 0.0  # min share of the short answer in the quoted sentence (needs quote2); 0: off
     quote2: bool = False  # judge the quote-and-answer reply (`requote`) instead of the quote-only one
     fallback: float = 0.0  # min coverage of a found quote's sentence for the retrieved-sentence fallback; 0: off
+    sentence_key: float = 0.0  # min key-term coverage of the sentence the verdict rests on; 0: off
+
+
+def _product_rule() -> Rule:
+    """The rule `ctxrag ask` runs by default on a local knowledge base (`default_evidence_check` with key terms and
+    the `RelevanceGate` defaults)."""
+    from ctxrag.chains import evidence as ev
+    from ctxrag.chains.relevance import DEFAULT_MIN_MARGIN_CROSS
+
+    return Rule(DEFAULT_MIN_MARGIN_CROSS, ev.DEFAULT_MIN_FOUND, ev.DEFAULT_MIN_COVERAGE_WITH_KEY_TERMS,
+                ev.DEFAULT_MIN_WINDOW, key=ev.DEFAULT_MIN_KEY, answer=ev.DEFAULT_MIN_ANSWER,
+                fallback=ev.DEFAULT_MIN_FALLBACK_COVERAGE, sentence_key=ev.DEFAULT_MIN_SENTENCE_KEY)
 
 
 def _docs(rec: dict[str, Any]) -> list[Any]:
@@ -347,10 +362,11 @@ def _new(rec: dict[str, Any], rule: Rule) -> bool:
     if rule.found is None:
         return True
     cache = rec.setdefault("_cache", {})
-    key = (rule.found, rule.coverage, rule.window, rule.answer, rule.quote2, rule.fallback)
+    key = (rule.found, rule.coverage, rule.window, rule.answer, rule.quote2, rule.fallback, rule.sentence_key)
     if key not in cache:
         check = EvidenceCheck(None, min_found=rule.found, min_coverage=rule.coverage,  # type: ignore[arg-type]
-                              min_window=rule.window, min_answer=rule.answer, min_fallback_coverage=rule.fallback)
+                              min_window=rule.window, min_answer=rule.answer, min_fallback_coverage=rule.fallback,
+                              key_terms=rec.get("_terms"), min_sentence_key=rule.sentence_key)
         if rule.quote2 and "reply2" not in rec:
             raise ValueError(f"rule {rule} needs the quote-and-answer reply; {rec['id']} has none (run requote)")
         got = rec["reply2"] if rule.quote2 else rec["reply"]
@@ -468,6 +484,7 @@ def _describe(rule: Rule) -> str:
             + (f", sentence {rule.window}" if rule.window <= 1 else "")
             + (f", answer in quote {rule.answer}" if rule.answer else "")
             + (f", fallback needs quote coverage {rule.fallback}" if rule.fallback else "")
+            + (f", sentence key terms {rule.sentence_key}" if rule.sentence_key else "")
             + ("" if rule.judge is None else f", P(yes) {rule.judge}"))
 
 
@@ -522,6 +539,7 @@ def _key_terms(args: argparse.Namespace, recs: list[dict[str, Any]]) -> None:
     for r in recs:
         kt = terms[r["kb"]]
         r["key"] = None if kt is None else kt.coverage(r["question"], _docs(r))
+        r["_terms"] = kt
 
 
 def report(args: argparse.Namespace) -> None:
@@ -570,6 +588,9 @@ def report(args: argparse.Namespace) -> None:
     grids["+ key terms + quote found + about the question, or a retrieved sentence on it"] = [
         Rule(x, f, c, w, key=k) for x in crosses for f in (0.7, 0.8, 0.9) for c in (0.0, 0.2, 0.3)
         for w in (0.4, 0.5, 0.6, 1.01) for k in keys]
+    grids["+ key terms + quote found + about the question, or a retrieved sentence on it + the sentence's key terms"] = [
+        Rule(x, f, c, w, key=k, sentence_key=sk) for x in crosses for f in (0.8,) for c in (0.0, 0.2, 0.3)
+        for w in (0.4, 0.5, 0.6) for k in keys for sk in (0.05, 0.1, 0.15, 0.2, 0.3)]
     ta, tf = _rates(cal, _today)
     ha, hf = _rates(held, _today)
     rule_rows = [["today: relevance gate alone", f"{TODAY_MARGIN} / {TODAY_OVERLAP}", round(100 * ta, 1),
@@ -704,6 +725,8 @@ def main() -> None:
     ap.add_argument("--en", type=int, default=20, help="code-corpus questions per case")
     ap.add_argument("--cross", type=int, default=10, help="written cross-language questions per direction")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--all", action="store_true",
+                    help="requote: every question the loosest gate passes, not only those the chosen rule answers")
     ap.add_argument("--take", type=int, default=0, help="collect: only the first N questions of each group")
     ap.add_argument("--latency", action="store_true", help="report: also time the evidence check on the demo questions")
     ap.add_argument("--keep-latency", action="store_true",
