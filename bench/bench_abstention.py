@@ -303,6 +303,8 @@ def judge(args: argparse.Namespace) -> None:
 
 # ---- report ------------------------------------------------------------------------------------------------------
 
+SENTENCE_KEY_RULE = "+ key terms + quote found, its sentence on what the question names, or a retrieved sentence on it"
+ANSWER_RULE = "+ the same + the short answer in the quoted sentence (quote-and-answer reply)"
 TODAY_MARGIN, TODAY_OVERLAP = 0.04, 0.35  # `RelevanceGate` defaults before the evidence check (today's chain)
 CROSSES = [-0.1, -0.05, 0.0]  # the cross-language margins compared
 
@@ -322,6 +324,7 @@ class Rule:
     quote2: bool = False  # judge the quote-and-answer reply (`requote`) instead of the quote-only one
     fallback: float = 0.0  # min coverage of a found quote's sentence for the retrieved-sentence fallback; 0: off
     sentence_key: float = 0.0  # min key-term coverage of the sentence the verdict rests on; 0: off
+    answer_chars: int = 0  # the answer test only for answers of at most this many folded characters; 0: all
 
 
 def _product_rule() -> Rule:
@@ -362,12 +365,20 @@ def _new(rec: dict[str, Any], rule: Rule) -> bool:
     if rule.found is None:
         return True
     cache = rec.setdefault("_cache", {})
-    key = (rule.found, rule.coverage, rule.window, rule.answer, rule.quote2, rule.fallback, rule.sentence_key)
+    key = (rule.found, rule.coverage, rule.window, rule.answer, rule.quote2, rule.fallback, rule.sentence_key,
+           rule.answer_chars)
     if key not in cache:
         check = EvidenceCheck(None, min_found=rule.found, min_coverage=rule.coverage,  # type: ignore[arg-type]
                               min_window=rule.window, min_answer=rule.answer, min_fallback_coverage=rule.fallback,
-                              key_terms=rec.get("_terms"), min_sentence_key=rule.sentence_key)
+                              key_terms=rec.get("_terms"), min_sentence_key=rule.sentence_key,
+                              answer_test_max_chars=rule.answer_chars or None)
         if rule.quote2 and "reply2" not in rec:
+            # `requote` asks again only the questions the product rule answers; one it abstains on is an abstention
+            # under the same thresholds with the answer test added
+            from dataclasses import replace as with_
+
+            if not _new(rec, with_(rule, quote2=False, answer=0.0, answer_chars=0)):
+                return False
             raise ValueError(f"rule {rule} needs the quote-and-answer reply; {rec['id']} has none (run requote)")
         got = rec["reply2"] if rule.quote2 else rec["reply"]
         reply = None if got is None else EvidenceQuote(**{"answer": "", **got})
@@ -485,6 +496,8 @@ def _describe(rule: Rule) -> str:
             + (f", answer in quote {rule.answer}" if rule.answer else "")
             + (f", fallback needs quote coverage {rule.fallback}" if rule.fallback else "")
             + (f", sentence key terms {rule.sentence_key}" if rule.sentence_key else "")
+            + (" (quote-and-answer reply)" if rule.quote2 else "")
+            + (f", answers of at most {rule.answer_chars} characters" if rule.answer_chars else "")
             + ("" if rule.judge is None else f", P(yes) {rule.judge}"))
 
 
@@ -588,7 +601,7 @@ def report(args: argparse.Namespace) -> None:
     grids["+ key terms + quote found + about the question, or a retrieved sentence on it"] = [
         Rule(x, f, c, w, key=k) for x in crosses for f in (0.7, 0.8, 0.9) for c in (0.0, 0.2, 0.3)
         for w in (0.4, 0.5, 0.6, 1.01) for k in keys]
-    grids["+ key terms + quote found + about the question, or a retrieved sentence on it + the sentence's key terms"] = [
+    grids[SENTENCE_KEY_RULE] = [
         Rule(x, f, c, w, key=k, sentence_key=sk) for x in crosses for f in (0.8,) for c in (0.0, 0.2, 0.3)
         for w in (0.4, 0.5, 0.6) for k in keys for sk in (0.05, 0.1, 0.15, 0.2, 0.3)]
     ta, tf = _rates(cal, _today)
@@ -596,13 +609,26 @@ def report(args: argparse.Namespace) -> None:
     rule_rows = [["today: relevance gate alone", f"{TODAY_MARGIN} / {TODAY_OVERLAP}", round(100 * ta, 1),
                   round(100 * tf, 1), round(100 * ha, 1), round(100 * hf, 1)]]
     picks = {}
-    for name, grid in grids.items():
+    requoted = any("reply2" in r for r in recs)
+    for name, grid in list(grids.items()):
         rule = picks[name] = _choose(cal, grid)
         ca, cf = _rates(cal, lambda r: _new(r, rule))
         ha, hf = _rates(held, lambda r: _new(r, rule))
         rule_rows.append([name, _describe(rule), round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1),
                           round(100 * hf, 1)])
-    chosen_name = args.rule or list(grids)[-1]  # the product's rule, last in the table
+        if name == SENTENCE_KEY_RULE and requoted:  # the answer test on top of that rule's thresholds
+            from dataclasses import replace as with_
+
+            grids[ANSWER_RULE] = [with_(rule, quote2=True, answer=a, answer_chars=n)
+                                  for a in (0.5, 0.8, 1.0) for n in (0, 8, 12, 16, 24)]
+    if ANSWER_RULE in grids and ANSWER_RULE not in picks:
+        rule = picks[ANSWER_RULE] = _choose(cal, grids[ANSWER_RULE])
+        ca, cf = _rates(cal, lambda r: _new(r, rule))
+        ha, hf = _rates(held, lambda r: _new(r, rule))
+        rule_rows.append([ANSWER_RULE, _describe(rule), round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1),
+                          round(100 * hf, 1)])
+    product = _product_rule()  # the by-case tables: the row whose thresholds are the product's, else the last
+    chosen_name = args.rule or next((n for n, r in picks.items() if r == product), list(picks)[-1])
     chosen = picks[chosen_name]
     rows = []
     for name, g in groups.items():

@@ -71,6 +71,19 @@ def test_the_answer_may_lie_past_a_quote_cut_short_in_its_sentence() -> None:
     assert verdict.supported and verdict.answer_found == 1.0
 
 
+def test_the_answer_test_can_be_kept_to_short_answers() -> None:
+    # a description ("what does it do?") is not a copied span: with answer_test_max_chars it is not tested
+    quote = "The QL-7 drone carries a payload of 2.5 kilograms."
+    described = EvidenceQuote(source=1, quote=quote, answer="It lifts small parcels for delivery")
+    invented = EvidenceQuote(source=1, quote=quote, answer="4 kg")
+    short_only = _check(min_answer=0.8, answer_test_max_chars=12)
+    assert short_only.judge("What does the QL-7 drone carry?", DOCS, described).supported
+    assert not short_only.judge("How heavy a payload does the QL-7 drone carry?", DOCS, invented).supported
+    assert not _check(min_answer=0.8).judge("What does the QL-7 drone carry?", DOCS, described).supported
+    with pytest.raises(ValueError, match="0"):
+        _check(answer_test_max_chars=0)
+
+
 def test_min_answer_zero_turns_the_answer_test_off() -> None:
     verdict = _check(min_answer=0.0).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
                                            EvidenceQuote(source=3, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="碳"))

@@ -40,8 +40,9 @@ them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, 
 5. **the answer in the quote** (``min_answer > 0``; off by default): the request also asks for the short answer
    copied from the quoted sentence (``{"source", "quote", "answer"}``), and the share of that answer the chunk's
    sentence holds (`answer_found`) must reach ``min_answer`` — a real sentence quoted beside an invented answer
-   fails. Measured on a pilot only (page ``abstention``); it also fails descriptive answers ("what does this
-   function do?"), which are not copied spans.
+   fails. It also fails descriptive answers ("what does this function do?"), which are not copied spans:
+   ``answer_test_max_chars`` limits it to short answers (a name, a number, a date), at most that many characters
+   after folding.
 
 The question is answerable when the key terms pass, the model names a source and either ``found >= min_found`` and
 ``coverage >= min_coverage``, or ``window_coverage >= min_window``; and, where they run, ``P(yes) >= min_judge`` and
@@ -301,7 +302,7 @@ class EvidenceCheck:
                  min_answer: float = DEFAULT_MIN_ANSWER, answer_across_languages: bool = False,
                  key_terms: KeyTerms | None = None, min_key: float = DEFAULT_MIN_KEY,
                  min_fallback_coverage: float = DEFAULT_MIN_FALLBACK_COVERAGE,
-                 min_sentence_key: float = 0.0) -> None:
+                 min_sentence_key: float = 0.0, answer_test_max_chars: int | None = None) -> None:
         if not 0.0 <= min_found <= 1.0:
             raise ValueError(f"min_found must be in [0, 1], got {min_found!r}")
         if not 0.0 <= min_coverage <= 1.0:
@@ -332,6 +333,9 @@ class EvidenceCheck:
         if not 0.0 <= min_sentence_key <= 1.0:
             raise ValueError(f"min_sentence_key must be in [0, 1] (0 turns it off), got {min_sentence_key!r}")
         self.min_sentence_key = min_sentence_key
+        if answer_test_max_chars is not None and answer_test_max_chars < 1:
+            raise ValueError(f"answer_test_max_chars must be >= 1 (None: every answer), got {answer_test_max_chars!r}")
+        self.answer_test_max_chars = answer_test_max_chars
         self._tokenize = make_tokenizer("mixed", stopwords=True)
 
     def _content_words(self, text: str) -> set[str]:
@@ -437,7 +441,8 @@ class EvidenceCheck:
         said = sentence_around(doc.page_content, span) if span else ""
         cov = self._coverage(asked, lang, said or quote, doc)
         ans = reply.answer.strip()
-        tested = self.min_answer > 0 and (cov is not None or self.answer_across_languages)
+        tested = (self.min_answer > 0 and (cov is not None or self.answer_across_languages)
+                  and (self.answer_test_max_chars is None or len(_fold(ans)) <= self.answer_test_max_chars))
         in_quote = answer_found(ans, said) if said else None
         if found >= self.min_found and (cov is None or cov >= self.min_coverage):
             covered = "another language" if cov is None else f"coverage {cov:.2f}"
