@@ -73,7 +73,7 @@ import logging
 import re
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
@@ -87,6 +87,9 @@ from ctxrag.compressors.llm_rerank import yes_probability
 from ctxrag.prompts.evidence import evidence_instruction, judge_instruction
 from ctxrag.stores.bm25.tokenize import make_tokenizer
 from ctxrag.text import detect_language, to_simplified
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from ctxrag.stores.protocols import KnowledgeSource
 
 log = logging.getLogger(__name__)
 
@@ -524,7 +527,7 @@ class EvidenceCheck:
             f"[{verdict.source}] states it (found {verdict.found:.2f}, {covered}, the model's P(yes) {p:.2f})"))
 
 
-def default_evidence_check(llm: BaseChatModel, kb: Any = None) -> EvidenceCheck:
+def default_evidence_check(llm: BaseChatModel, kb: KnowledgeSource | None = None) -> EvidenceCheck:
     """The evidence check every answering route uses by default: the thresholds chosen on the abstention benchmark,
     with the key-term stages over ``kb``'s BM25 frequencies (`KeyTerms.from_knowledge_base`): the question's key terms
     before the quote, and the key terms of the sentence the verdict rests on in place of the plain word coverage.
