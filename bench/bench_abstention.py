@@ -22,8 +22,9 @@ cited answer; the new chain gives the same answer (same prompt, temperature 0) w
 no-knowledge notice where it does not. ``collect`` writes one JSON line per question (resumable); ``report`` chooses the
 evidence thresholds on the calibration half (every other question of each case) and reports the held-out half, with
 the key-term coverage (`ctxrag.chains.key_terms`, no model call) computed from the knowledge bases' BM25 frequencies.
-``requote --replies R2`` asks the quote-and-answer request again for the recorded questions (round-robin over the
-in-genre groups, resumable); ``report --replies R2`` adds the pilot table of the answer-in-quote test.
+``requote --replies R2`` asks the quote-and-answer request again for the recorded questions the product's rule
+answers (``--all``: every one the gate passes; round-robin over the in-genre groups, resumable); ``report --replies
+R2`` adds the rule with the answer-in-quote test.
 """
 from __future__ import annotations
 
@@ -501,35 +502,6 @@ def _describe(rule: Rule) -> str:
             + ("" if rule.judge is None else f", P(yes) {rule.judge}"))
 
 
-def _pilot(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
-    """The quote-and-answer reply on the records that have it: the chosen rule on the quote-only reply, the same
-    thresholds on the quote-and-answer reply, and with the answer-in-quote test (fixed thresholds: too few records
-    to choose them on)."""
-    sub = [r for r in recs if "reply2" in r]
-    if not sub:
-        return []
-    from dataclasses import replace as with_
-
-    variants = [("the chosen rule, quote-only reply", chosen),
-                ("same thresholds, quote-and-answer reply", with_(chosen, quote2=True)),
-                *[(f"+ answer in the quoted sentence >= {a}", with_(chosen, quote2=True, answer=a))
-                  for a in (0.5, 0.8, 1.0)],
-                *[(f"quote found {f} + answer in it >= {a} (no word tests)",
-                   with_(chosen, quote2=True, coverage=0.0, window=1.01, answer=a, found=f))
-                  for f in (0.6, 0.8) for a in (0.5, 0.8)]]
-    rows = []
-    for name, rule in variants:
-        row: list[Any] = [name]
-        for sel in ([r for r in sub if r["kb"] == "zh" and r["lang"] == "zh"],
-                    [r for r in sub if r["kb"] == "en" and r["lang"] == "en"],
-                    [r for r in sub if "cross-language" in r["case"] or "other language" in r["case"]], sub):
-            ab, fa = _rates(sel, lambda r, rule=rule: _new(r, rule))
-            n_un, n_ans = sum(not _answerable(r) for r in sel), sum(_answerable(r) for r in sel)
-            row.append(f"{100 * ab:.0f} (n={n_un}) / {100 * fa:.0f} (n={n_ans})")
-        rows.append(row)
-    return rows
-
-
 def _load(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The records, each quote cut to ``--max-quote`` characters: what the grammar's cap would have let the model
     write (greedy decoding writes the same characters up to the cap, then closes the string)."""
@@ -684,12 +656,18 @@ def report(args: argparse.Namespace) -> None:
         f"{len(stopped)} of {len(gated)} stop there, so the quote call (the cost above) is not made for them. Alone "
         "(no model call at all) it reaches about what the quote check reached; together they reach more abstention, "
         "with the held-out false abstention shown in the first table.",
-        "The pilot table (when present) asks the quote-and-answer request again (`requote`, the short answer written "
-        f"after the quote) for {len(q2)} questions taken round-robin from the in-genre groups (median "
-        f"{q2[len(q2) // 2] if q2 else 0:.0f} s per question on this machine, busy: other engineers' test runs beside "
-        "it); too few to choose thresholds on, so the answer test stays off by default (`min_answer=0`). It catches "
-        "invented answers beside a real quote, and it also fails descriptive answers (the code set's 'what does "
-        "this function do?'), which are not spans of the quoted sentence.",
+        "The sentence's key terms (`EvidenceCheck(min_sentence_key=...)`): the same rarity weights over the one "
+        "sentence the verdict rests on (the quote's, or the retrieved sentence standing in for a quote not found), "
+        "with its chunk's title, in place of the plain share of the question's words; a real sentence on a "
+        "neighbouring subject shares the question's common words but not its rare ones. `default_evidence_check` "
+        "runs it when the knowledge base has a BM25 index to weigh terms with.",
+        ("The answer-test row asks the quote-and-answer request again (`requote`: the short answer written after "
+         f"the quote, checked in the quoted sentence) for each question the product's rule answers ({len(q2)} "
+         f"questions, median {q2[len(q2) // 2] if q2 else 0:.0f} s each on this machine, busy: other engineers' "
+         "test runs beside it); a question the product's rule abstains on counts as an abstention there too. The "
+         "test fails descriptive answers (the code set's 'what does this function do?'), which are not spans of the "
+         "quoted sentence, so its grid includes keeping it to short answers (`answer_test_max_chars`)."
+         if q2 else "The answer test was not measured in this run (no `requote` replies)."),
         "What did not pay: the yes/no judge (any mode) adds nothing over the quote and the word tests on the "
         f"calibration half, for a second call ({med(ju_s)} median) per question; the SQuAD-2.0 null score "
         "(`ExtractiveAnswer`'s span against a no-answer option) was not measured in this run.",
@@ -697,7 +675,6 @@ def report(args: argparse.Namespace) -> None:
     if args.run_note:
         notes.append(args.run_note)
     lat = latency(args) if args.latency else _kept_latency() if args.keep_latency else []
-    pilot = _pilot(recs, chosen)
     if lat:
         notes.append("Latency (the last table): the answer alone, as a fresh question, against the quote "
                      "and then the answer, each demo question once, the local model in process; the answer after the "
@@ -715,7 +692,8 @@ def report(args: argparse.Namespace) -> None:
         command=f"python bench/bench_abstention.py collect --records R --zh {args.zh} --en {args.en} "
                 f"--cross {args.cross} --seed {args.seed} (--take N: the first N of each group); "
                 f"python bench/bench_abstention.py judge --records R; "
-                f"python bench/bench_abstention.py report --records R" + (" --latency" if lat else ""),
+                f"python bench/bench_abstention.py requote --records R --replies R2; "
+                f"python bench/bench_abstention.py report --records R --replies R2" + (" --latency" if lat else ""),
         tables=[
             Table(caption="Rules compared (thresholds chosen on the calibration half; % abstention on unanswerable / "
                           "% false abstention on answerable, all groups together)",
@@ -725,10 +703,6 @@ def report(args: argparse.Namespace) -> None:
                   columns=["questions", "split", "n", "measure", "today", "new"], rows=rows),
             Table(caption="Answerable questions: answer scores, today / new",
                   columns=["questions", "n", "holds gold %", "F1 %", "cites gold %"], rows=ans_rows),
-            *([Table(caption="Pilot: the quote-and-answer reply and the answer-in-quote test, on the questions asked "
-                          "again (fixed thresholds; % abstention (n unanswerable) / % false abstention (n answerable))",
-                     columns=["rule", "DRCD (zh)", "code (en)", "across languages", "all"], rows=pilot)]
-              if pilot else []),
             *([Table(caption="What the evidence check costs per question (seconds, this machine)",
                      columns=["question", "answer alone", "quote", "answer after the quote", "added",
                               "same answer"], rows=lat)] if lat else []),
