@@ -275,3 +275,26 @@ def test_an_unknown_search_mode_is_refused_before_any_knowledge_base_opens(tmp_p
         create_app(Settings(home=tmp_path), kb_names=["not-there"], mode="sparse")
     with pytest.raises(KnowledgeBaseNotFound):
         create_app(Settings(home=tmp_path), kb_names=["not-there"], mode="BM-25")  # a known spelling gets that far
+
+
+class MisCitingEcho(FactEchoChatModel):
+    """`FactEchoChatModel`'s answer citing the next chunk instead, as a Markdown link ("[here]([n])")."""
+
+    def _reply(self, messages: list) -> str:  # noqa: ANN001
+        import re
+
+        return re.sub(r"\[(\d+)\]", lambda m: f"[here]([{int(m.group(1)) % 4 + 1}])", super()._reply(messages))
+
+
+def test_ask_and_its_stream_cite_exactly_the_sources_listed(locker_kb, locker_home) -> None:  # noqa: ANN001
+    from ctxrag.chains.checked_markers import marker_numbers
+
+    kb, codes = locker_kb
+    with run_uvicorn(create_app(server_settings(locker_home), kbs=[kb], llm=MisCitingEcho())) as url:
+        ask = RemoteRunnable(f"{url}/ask/", timeout=HANG_GUARD_S)
+        out = ask.invoke({"question": locker_question("Quartz")})
+        chunks = list(ask.stream({"question": locker_question("Quartz")}))
+    assert codes["Quartz"] in out["answer"] and "](" not in out["answer"], out["answer"]
+    assert out["sources"] and marker_numbers(out["answer"]) == [s["n"] for s in out["sources"]]
+    streamed = "".join(c.get("answer", "") for c in chunks)
+    assert streamed == out["answer"] and next(c["sources"] for c in chunks if "sources" in c) == out["sources"]
