@@ -126,8 +126,8 @@ class IngestPipeline:
         waiting = _EmbedBatch(self.embed, self.embed_batch)
         pending = 0
         self.sink.start()  # every batch must land in the knowledge base this run started writing to
-        bar = tqdm(items, desc=desc, unit=unit, disable=not progress)
-        for item in bar:
+        bar = tqdm(total=len(items), desc=desc, unit=unit, disable=not progress)
+        for item in items:
             try:
                 outcome = prepare(item)
             except LoadError as e:
@@ -140,9 +140,11 @@ class IngestPipeline:
                     waiting.flush()
                     self.apply(batch, report)
                     batch, pending = [], 0
-            if progress:
-                bar.set_postfix_str(waiting.rate(), refresh=False)
-        waiting.flush()
+            bar.set_postfix_str(waiting.rate(), refresh=False)
+            bar.update(1)
+        waiting.flush()  # the last chunks are embedded after the last item: the bar closes with their rate
+        bar.set_postfix_str(waiting.rate(), refresh=False)
+        bar.close()
         self.apply(batch, report)
 
     def apply(self, batch: list[Prepared], report: IngestReport) -> None:
@@ -203,6 +205,6 @@ class _EmbedBatch:
         self.docs, self.chunks = [], 0
 
     def rate(self) -> str:
-        """Chunks embedded per second so far, for the progress bar."""
+        """Chunks embedded per second so far, for the progress bar (nothing before the first batch is embedded)."""
         elapsed = time.monotonic() - self.started
-        return f"{self.embedded / elapsed:.1f} chunks/s" if elapsed > 0 else ""
+        return f"{self.embedded / elapsed:.1f} chunks/s" if self.embedded and elapsed > 0 else ""
