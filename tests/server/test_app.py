@@ -298,3 +298,20 @@ def test_ask_and_its_stream_cite_exactly_the_sources_listed(locker_kb, locker_ho
     assert out["sources"] and marker_numbers(out["answer"]) == [s["n"] for s in out["sources"]]
     streamed = "".join(c.get("answer", "") for c in chunks)
     assert streamed == out["answer"] and next(c["sources"] for c in chunks if "sources" in c) == out["sources"]
+
+
+def test_a_remote_runnable_script_exits_without_a_traceback(server, tmp_path: Path) -> None:  # noqa: ANN001
+    """A script that awaits the client under asyncio.run and ends: LangServe closes its async pool at exit in a new
+    event loop, which raised 'Event loop is closed' while the server kept the connection alive."""
+    url, codes = server
+    script = tmp_path / "client.py"
+    script.write_text(
+        "import asyncio\nfrom langserve import RemoteRunnable\n"
+        f"ask = RemoteRunnable({url + '/ask/'!r})\nsearch = RemoteRunnable({url + '/search/'!r})\n"
+        f"print(asyncio.run(ask.ainvoke({{'question': {locker_question('Quartz')!r}}}))['answer'])\n"
+        "async def stream():\n"
+        f"    return [c async for c in search.astream('access code of locker Quartz')]\n"
+        "print(len(asyncio.run(stream())))\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0 and codes["Quartz"] in done.stdout, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "Event loop is closed" not in done.stderr, done.stderr
