@@ -10,9 +10,9 @@ A bad file fails alone, as a ``failed`` outcome in the `IngestReport`; the other
 
 Example::
 
-    from ctxrag import KnowledgeBase
+    from ctxrag import KnowledgeBase, demo_corpus
     kb = KnowledgeBase.open("demo")
-    report = kb.ingest(["examples/sample_corpus"])          # runs IngestPipeline.ingest_files
+    report = kb.ingest([demo_corpus()])                     # runs IngestPipeline.ingest_files
     [(f.path, f.status) for f in report.files]
 """
 from __future__ import annotations
