@@ -29,8 +29,10 @@ CASES = [
     ("The port is 7420 [2]. The moon is made of cheese [1].", "The port is 7420 [2]. The moon is made of cheese."),
     ("[1] The default port is 7420. [2] The office opens at 9.",
      "[2] The default port is 7420. [1] The office opens at 9."),                             # markers as labels
-    ("The port is 7420 [9]. Read `items[1]` or items[1] in code.",
-     "The port is 7420 [2]. Read `items[1]` or items[1] in code."),                           # code is not a marker
+    ("The port is 7420 [9]. Read `items[1]` in code.", "The port is 7420 [2]. Read `items[1]` in code."),  # code
+    ("Set the port 7420 [2]:\n```\nport = ports[1]\n```\n", "Set the port 7420 [2]:\n```\nport = ports[1]\n```\n"),
+    ("The office opens at 9 [2]. The default port is 7420 [1].",
+     "The office opens at 9 [1]. The default port is 7420 [2]."),                              # swapped numbers
 ]
 
 

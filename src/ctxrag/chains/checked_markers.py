@@ -7,8 +7,8 @@ markers the model wrote. `CheckedMarkers` rewrites each sentence's markers to th
 the sentence is complete: a wrong ``[1]`` becomes ``[2]``, a marker no chunk backs is removed, a sentence the check
 found a source for gets its marker after it. A Markdown link around a marker (``[here]([3])``) becomes plain text
 and the marker (``here [3]``). Text before a sentence's first ``[`` streams at once; from there to the sentence's end
-it is held until the sentence is complete. A ``[n]`` written right after a letter or inside backticks is code
-(``items[1]``), never rewritten.
+it is held until the sentence is complete. A ``[n]`` inside backticks or a fenced code block is code (``items[1]``),
+never rewritten.
 
 Example::
 
@@ -38,11 +38,9 @@ def _code_spans(text: str) -> list[tuple[int, int]]:
 
 
 def markers(text: str) -> list[re.Match[str]]:
-    """The citation markers of `text` that cite (not ``items[1]``, not inside backticks)."""
+    """The citation markers of `text`, leaving out those inside backticks (``items[1]`` as code)."""
     code = _code_spans(text)
-    return [m for m in CITATION_MARK.finditer(text)
-            if not (m.start() and re.match(r"[A-Za-z_]", text[m.start() - 1]))
-            and not any(a <= m.start() < b for a, b in code)]
+    return [m for m in CITATION_MARK.finditer(text) if not any(a <= m.start() < b for a, b in code)]
 
 
 def marker_numbers(text: str) -> list[int]:
@@ -129,7 +127,9 @@ class CheckedMarkers:
             offset = len(checked) - len(complete)
             for i, (a, b) in enumerate(complete):
                 sources = checked[offset + i]["sources"] if checked else []
-                self._fixed += raw[self._done:a] + rewrite_sentence(raw[a:b], sources, labels=labels)
+                fenced = raw.count("```", 0, a) % 2 == 1  # a line of a code block: left as written
+                self._fixed += raw[self._done:a] + (raw[a:b] if fenced else
+                                                    rewrite_sentence(raw[a:b], sources, labels=labels))
                 self._done = b
         if final:
             self._fixed += raw[self._done:]
