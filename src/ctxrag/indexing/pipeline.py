@@ -126,25 +126,25 @@ class IngestPipeline:
         waiting = _EmbedBatch(self.embed, self.embed_batch)
         pending = 0
         self.sink.start()  # every batch must land in the knowledge base this run started writing to
-        bar = tqdm(total=len(items), desc=desc, unit=unit, disable=not progress)
-        for item in items:
-            try:
-                outcome = prepare(item)
-            except LoadError as e:
-                outcome = FileOutcome(e.path, "failed", e.reason)
-            batch.append(outcome)
-            if isinstance(outcome, PreparedDocument):
-                waiting.add(outcome)
-                pending += 1
-                if pending >= commit_every:
-                    waiting.flush()
-                    self.apply(batch, report)
-                    batch, pending = [], 0
+        # closed on the way out, also by an error, so what is printed next starts its own line
+        with tqdm(total=len(items), desc=desc, unit=unit, disable=not progress) as bar:
+            for item in items:
+                try:
+                    outcome = prepare(item)
+                except LoadError as e:
+                    outcome = FileOutcome(e.path, "failed", e.reason)
+                batch.append(outcome)
+                if isinstance(outcome, PreparedDocument):
+                    waiting.add(outcome)
+                    pending += 1
+                    if pending >= commit_every:
+                        waiting.flush()
+                        self.apply(batch, report)
+                        batch, pending = [], 0
+                bar.set_postfix_str(waiting.rate(), refresh=False)
+                bar.update(1)
+            waiting.flush()  # the last chunks are embedded after the last item: the bar closes with their rate
             bar.set_postfix_str(waiting.rate(), refresh=False)
-            bar.update(1)
-        waiting.flush()  # the last chunks are embedded after the last item: the bar closes with their rate
-        bar.set_postfix_str(waiting.rate(), refresh=False)
-        bar.close()
         self.apply(batch, report)
 
     def apply(self, batch: list[Prepared], report: IngestReport) -> None:
