@@ -15,7 +15,8 @@ from ctxrag.chains.citations import map_citations
 from ctxrag.chains.rag import build_rag_chain
 
 DOCS = [Document("The office opens at 9 in the morning.", metadata={"source": "office.md", "chunk_id": "o:0"}),
-        Document("The default port is 7420. Change it in xinghe.toml.", metadata={"source": "port.md", "chunk_id": "p:0"}),
+        Document("The default port is 7420. Change it in xinghe.toml.",
+                 metadata={"source": "port.md", "chunk_id": "p:0"}),
         Document("星河知识库的默认端口是 7420。", metadata={"source": "zh.md", "chunk_id": "z:0"})]
 
 CASES = [
@@ -113,5 +114,5 @@ def test_the_assistants_rag_route_answers_with_checked_markers(sample_kb) -> Non
     _agrees(out)
     holder = [i for i, d in enumerate(out["documents"], 1) if "7420" in d.page_content]
     assert out["sources"] and all(s["n"] in holder for s in out["sources"])
-    streamed = "".join(c.get("answer", "") for c in assistant.stream({"question": "星河知识库的默认端口是多少？"}))
-    assert streamed == out["answer"]
+    chunks = assistant.stream({"question": "星河知识库的默认端口是多少？"})
+    assert "".join(c.get("answer", "") for c in chunks) == out["answer"]

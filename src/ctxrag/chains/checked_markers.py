@@ -57,8 +57,10 @@ def rewrite_sentence(sentence: str, sources: list[int], *, labels: bool = False)
     gets `sources` after it (before trailing white space), or, where markers label what follows them (`labels`: the
     answer opens with one), before it.
 
-    >>> rewrite_sentence("Port 7420 [1].", [2]), rewrite_sentence("端口是 7420。", [2]), rewrite_sentence("See [here]([3]).", [])
-    ('Port 7420 [2].', '端口是 7420。[2]', 'See here.')
+    >>> rewrite_sentence("Port 7420 [1].", [2]), rewrite_sentence("端口是 7420。", [2])
+    ('Port 7420 [2].', '端口是 7420。[2]')
+    >>> rewrite_sentence("See [here]([3]).", [])
+    'See here.'
     """
     first = sentence.find("[")
     head_end = len(sentence) if first < 0 else len(sentence[:first].rstrip(" \t"))
