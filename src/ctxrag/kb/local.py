@@ -9,9 +9,9 @@ and the previous rows readable. No pickle anywhere.
 
 Example::
 
-    from ctxrag import KnowledgeBase
+    from ctxrag import KnowledgeBase, demo_corpus
     kb = KnowledgeBase.open("demo")
-    report = kb.ingest(["examples/sample_corpus"])
+    report = kb.ingest([demo_corpus()])                   # the sample corpus shipped with ctxrag
     for doc in kb.search("星河知识库支持哪些文件格式？", k=3):
         print(doc.metadata["source"], doc.metadata["score"])
 """
