@@ -290,7 +290,7 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
         report.actions["chunks"] = f"removed {len(fixed.orphans)} chunks without a document"
         staged = [f"{d}: new version swapped in from its whole staged copy (the old one was already being "
                   "overwritten)" for d in fixed.swapped]
-        staged += [f"{d}: staged copy deleted, {why}" for d, why in sorted(fixed.unstaged.items())]
+        staged += [f"{d}: {what}" for d, what in sorted(fixed.unstaged.items())]
         staged += [f"{d}: left alone, its writer is still running" for d in sorted(set(fixed.in_flight))]
         if staged:
             report.actions["staged"] = "; ".join(staged[:20])
@@ -332,7 +332,10 @@ class MilvusSink:
         self.store = store
 
     def start(self) -> None:
-        """Nothing to remember: every write checks that the collections still exist."""
+        """Settle what replaces killed earlier left (`MilvusResidentStore.settle_stagings`); nothing to remember:
+        every write checks that the collections still exist."""
+        with self.store.deletion_named():
+            self.store.settle_stagings()
 
     def _skipped(self, source: str, doc_id: str, content_hash: str) -> tuple[FileOutcome | None, bool]:
         """A ``skipped`` outcome when the document is stored whole with this content; and whether one is stored."""

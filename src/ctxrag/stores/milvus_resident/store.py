@@ -112,7 +112,7 @@ class ReconcileReport:
     """Replaces stopped after their row said ``swapping`` (the old version already being overwritten): finished from
     their whole staged copy, the new version won (also in `finished`)."""
     unstaged: dict[str, str] = field(default_factory=dict)
-    """Staged copies no write is using, deleted (the stored version kept): doc id -> why."""
+    """Staged copies no write is using, deleted (the stored version kept): doc id -> what was done and why."""
     in_flight: list[str] = field(default_factory=list)
     """Documents staged or swapping by a writer that still runs: left alone."""
 
@@ -503,6 +503,21 @@ class MilvusResidentStore:
                         len(report.unstaged))
         return report
 
+    def settle_stagings(self) -> ReconcileReport:
+        """What a writer does first (``ctxrag ingest``): finish the swaps and delete the staged copies that writers
+        now gone left (`StagedCopy.alive`), whatever their age; a live writer's are left alone."""
+        report = ReconcileReport()
+        now = time.time()
+        dead = {d: c for d, c in self.stagings().items() if not c.alive(now, RECONCILE_GRACE_S)}
+        if not dead:
+            return report
+        rows = [r for r in self._docs_by_id(sorted(dead))
+                if r["status"] == cols.STATUS_SWAPPING and r["write_id"] == dead[r["doc_id"]].write_id]
+        report.swapped = self._finish_swaps(rows)
+        report.finished = list(report.swapped)
+        self._settle_stagings([c for d, c in dead.items() if d not in report.swapped], now, report)
+        return report
+
     def _settle_stagings(self, copies: list[StagedCopy], now: float, report: ReconcileReport) -> None:
         """Delete the staged copies whose writer is gone and whose row does not swap to them (the stored version
         stays), noting why in `report`; a copy whose writer runs is left alone."""
@@ -515,13 +530,14 @@ class MilvusResidentStore:
             if row is not None and row["status"] != cols.STATUS_OK:
                 continue  # a write younger than the grace period uses it
             if row is None:
-                why = "its document is gone"
+                why = "deleted the staged copy (its document is gone)"
             elif row["write_id"] == copy.write_id:
-                why = "the replace stopped after its swap: the new version is stored whole"
-            elif copy.whole:
-                why = "the replace stopped after staging, before its swap: the old version is stored whole"
+                why = "kept the stored version, deleted the staged copy (the replace stopped after its swap: the " \
+                      "new version is stored whole)"
             else:
-                why = "the replace stopped while staging: the old version is stored whole"
+                why = "kept the stored version, deleted the staged copy (the replace stopped " + \
+                      ("after staging, before its swap" if copy.whole else "while staging") + \
+                      ": the old version is stored whole)"
             self._unstage([copy.doc_id])
             report.unstaged[copy.doc_id] = why
 
