@@ -13,8 +13,9 @@
   overwritten; a replace interrupted while staging leaves the old version whole, one interrupted after it is
   finished from here.
 - documents (``..._docs``): doc id (primary key), source, title, content hash (ingest skips unchanged files), summary,
-  the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata, `status` (``ok``, ``writing``, ``swapping``: a replace whose staged copy is whole, ``deleting``) and `write_id` of the last write. Milvus needs a
-  vector field in every collection: a constant 2-d `placeholder`.
+  the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata,
+  `status` (``ok``, ``writing``, ``swapping``: a replace whose staged copy is whole, ``deleting``) and `write_id` of
+  the last write. Milvus needs a vector field in every collection: a constant 2-d `placeholder`.
 
 Milvus 2.3 has no analyzers or functions: there the chunks collection is dense only (no `bm25` field) and BM25
 searches raise. Both collections carry the property ``ctxrag.kb`` (the knowledge base name, which may be CJK).
