@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxrag.stores.docstore import ChunkRecord
+from ctxrag.stores.documents.docstore import ChunkRecord
 
 MARKER_INDEX = -1
 """The chunk index of a marker row: real chunks count from 0, so ``chunk_index >= 0`` selects the staged chunks."""
