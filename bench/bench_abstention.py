@@ -22,8 +22,9 @@ cited answer; the new chain gives the same answer (same prompt, temperature 0) w
 no-knowledge notice where it does not. ``collect`` writes one JSON line per question (resumable); ``report`` chooses the
 evidence thresholds on the calibration half (every other question of each case) and reports the held-out half, with
 the key-term coverage (`ctxrag.chains.key_terms`, no model call) computed from the knowledge bases' BM25 frequencies.
-``requote --replies R2`` asks the quote-and-answer request again for the recorded questions (round-robin over the
-in-genre groups, resumable); ``report --replies R2`` adds the pilot table of the answer-in-quote test.
+``requote --replies R2`` asks the quote-and-answer request again for the recorded questions the product's rule
+answers (``--all``: every one the gate passes; round-robin over the in-genre groups, resumable); ``report --replies
+R2`` adds the rule with the answer-in-quote test.
 """
 from __future__ import annotations
 
@@ -259,10 +260,13 @@ def requote(args: argparse.Namespace) -> None:
                                                 mode="hybrid", k=4, rerank="none", search_type="similarity")
                   for name in {r["kb"] for r in recs}}
     check = EvidenceCheck(make_chat_model(settings), min_answer=0.8)  # the quote-and-answer request
-    loosest = Rule(min(CROSSES), None)
+    # the answer test can only turn an answer into an abstention: a question the chosen rule already abstains on
+    # needs no second request (--all asks every question the loosest gate passes)
+    _key_terms(args, recs)
+    needed = Rule(min(CROSSES), None) if args.all else _product_rule()
     with args.replies.open("a", encoding="utf-8") as out:
         for i, r in enumerate(recs):
-            if r["id"] in done or not _new(r, loosest):
+            if r["id"] in done or not _new(r, needed):
                 continue
             docs = retrievers[r["kb"]].invoke(r["question"])
             same = [d.page_content for d in docs] == r["texts"]
@@ -300,6 +304,8 @@ def judge(args: argparse.Namespace) -> None:
 
 # ---- report ------------------------------------------------------------------------------------------------------
 
+SENTENCE_KEY_RULE = "+ key terms + quote found, its sentence on what the question names, or a retrieved sentence on it"
+ANSWER_RULE = "+ the same + the short answer in the quoted sentence (quote-and-answer reply)"
 TODAY_MARGIN, TODAY_OVERLAP = 0.04, 0.35  # `RelevanceGate` defaults before the evidence check (today's chain)
 CROSSES = [-0.1, -0.05, 0.0]  # the cross-language margins compared
 
@@ -318,6 +324,19 @@ class Rule:
     answer: float = 0.0  # min share of the short answer in the quoted sentence (needs quote2); 0: off
     quote2: bool = False  # judge the quote-and-answer reply (`requote`) instead of the quote-only one
     fallback: float = 0.0  # min coverage of a found quote's sentence for the retrieved-sentence fallback; 0: off
+    sentence_key: float = 0.0  # min key-term coverage of the sentence the verdict rests on; 0: off
+    answer_chars: int = 0  # the answer test only for answers of at most this many folded characters; 0: all
+
+
+def _product_rule() -> Rule:
+    """The rule `ctxrag ask` runs by default on a local knowledge base (`default_evidence_check` with key terms and
+    the `RelevanceGate` defaults)."""
+    from ctxrag.chains import evidence as ev
+    from ctxrag.chains.relevance import DEFAULT_MIN_MARGIN_CROSS
+
+    return Rule(DEFAULT_MIN_MARGIN_CROSS, ev.DEFAULT_MIN_FOUND, ev.DEFAULT_MIN_COVERAGE_WITH_KEY_TERMS,
+                ev.DEFAULT_MIN_WINDOW, key=ev.DEFAULT_MIN_KEY, answer=ev.DEFAULT_MIN_ANSWER,
+                fallback=ev.DEFAULT_MIN_FALLBACK_COVERAGE, sentence_key=ev.DEFAULT_MIN_SENTENCE_KEY)
 
 
 def _docs(rec: dict[str, Any]) -> list[Any]:
@@ -347,11 +366,20 @@ def _new(rec: dict[str, Any], rule: Rule) -> bool:
     if rule.found is None:
         return True
     cache = rec.setdefault("_cache", {})
-    key = (rule.found, rule.coverage, rule.window, rule.answer, rule.quote2, rule.fallback)
+    key = (rule.found, rule.coverage, rule.window, rule.answer, rule.quote2, rule.fallback, rule.sentence_key,
+           rule.answer_chars)
     if key not in cache:
         check = EvidenceCheck(None, min_found=rule.found, min_coverage=rule.coverage,  # type: ignore[arg-type]
-                              min_window=rule.window, min_answer=rule.answer, min_fallback_coverage=rule.fallback)
+                              min_window=rule.window, min_answer=rule.answer, min_fallback_coverage=rule.fallback,
+                              key_terms=rec.get("_terms"), min_sentence_key=rule.sentence_key,
+                              answer_test_max_chars=rule.answer_chars or None)
         if rule.quote2 and "reply2" not in rec:
+            # `requote` asks again only the questions the product rule answers; one it abstains on is an abstention
+            # under the same thresholds with the answer test added
+            from dataclasses import replace as with_
+
+            if not _new(rec, with_(rule, quote2=False, answer=0.0, answer_chars=0)):
+                return False
             raise ValueError(f"rule {rule} needs the quote-and-answer reply; {rec['id']} has none (run requote)")
         got = rec["reply2"] if rule.quote2 else rec["reply"]
         reply = None if got is None else EvidenceQuote(**{"answer": "", **got})
@@ -468,36 +496,10 @@ def _describe(rule: Rule) -> str:
             + (f", sentence {rule.window}" if rule.window <= 1 else "")
             + (f", answer in quote {rule.answer}" if rule.answer else "")
             + (f", fallback needs quote coverage {rule.fallback}" if rule.fallback else "")
+            + (f", sentence key terms {rule.sentence_key}" if rule.sentence_key else "")
+            + (" (quote-and-answer reply)" if rule.quote2 else "")
+            + (f", answers of at most {rule.answer_chars} characters" if rule.answer_chars else "")
             + ("" if rule.judge is None else f", P(yes) {rule.judge}"))
-
-
-def _pilot(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
-    """The quote-and-answer reply on the records that have it: the chosen rule on the quote-only reply, the same
-    thresholds on the quote-and-answer reply, and with the answer-in-quote test (fixed thresholds: too few records
-    to choose them on)."""
-    sub = [r for r in recs if "reply2" in r]
-    if not sub:
-        return []
-    from dataclasses import replace as with_
-
-    variants = [("the chosen rule, quote-only reply", chosen),
-                ("same thresholds, quote-and-answer reply", with_(chosen, quote2=True)),
-                *[(f"+ answer in the quoted sentence >= {a}", with_(chosen, quote2=True, answer=a))
-                  for a in (0.5, 0.8, 1.0)],
-                *[(f"quote found {f} + answer in it >= {a} (no word tests)",
-                   with_(chosen, quote2=True, coverage=0.0, window=1.01, answer=a, found=f))
-                  for f in (0.6, 0.8) for a in (0.5, 0.8)]]
-    rows = []
-    for name, rule in variants:
-        row: list[Any] = [name]
-        for sel in ([r for r in sub if r["kb"] == "zh" and r["lang"] == "zh"],
-                    [r for r in sub if r["kb"] == "en" and r["lang"] == "en"],
-                    [r for r in sub if "cross-language" in r["case"] or "other language" in r["case"]], sub):
-            ab, fa = _rates(sel, lambda r, rule=rule: _new(r, rule))
-            n_un, n_ans = sum(not _answerable(r) for r in sel), sum(_answerable(r) for r in sel)
-            row.append(f"{100 * ab:.0f} (n={n_un}) / {100 * fa:.0f} (n={n_ans})")
-        rows.append(row)
-    return rows
 
 
 def _load(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -522,6 +524,7 @@ def _key_terms(args: argparse.Namespace, recs: list[dict[str, Any]]) -> None:
     for r in recs:
         kt = terms[r["kb"]]
         r["key"] = None if kt is None else kt.coverage(r["question"], _docs(r))
+        r["_terms"] = kt
 
 
 def report(args: argparse.Namespace) -> None:
@@ -570,18 +573,34 @@ def report(args: argparse.Namespace) -> None:
     grids["+ key terms + quote found + about the question, or a retrieved sentence on it"] = [
         Rule(x, f, c, w, key=k) for x in crosses for f in (0.7, 0.8, 0.9) for c in (0.0, 0.2, 0.3)
         for w in (0.4, 0.5, 0.6, 1.01) for k in keys]
+    grids[SENTENCE_KEY_RULE] = [
+        Rule(x, f, c, w, key=k, sentence_key=sk) for x in crosses for f in (0.8,) for c in (0.0, 0.2, 0.3)
+        for w in (0.4, 0.5, 0.6) for k in keys for sk in (0.05, 0.1, 0.15, 0.2, 0.3)]
     ta, tf = _rates(cal, _today)
     ha, hf = _rates(held, _today)
     rule_rows = [["today: relevance gate alone", f"{TODAY_MARGIN} / {TODAY_OVERLAP}", round(100 * ta, 1),
                   round(100 * tf, 1), round(100 * ha, 1), round(100 * hf, 1)]]
     picks = {}
-    for name, grid in grids.items():
+    requoted = any("reply2" in r for r in recs)
+    for name, grid in list(grids.items()):
         rule = picks[name] = _choose(cal, grid)
         ca, cf = _rates(cal, lambda r: _new(r, rule))
         ha, hf = _rates(held, lambda r: _new(r, rule))
         rule_rows.append([name, _describe(rule), round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1),
                           round(100 * hf, 1)])
-    chosen_name = args.rule or list(grids)[-1]  # the product's rule, last in the table
+        if name == SENTENCE_KEY_RULE and requoted:  # the answer test on top of that rule's thresholds
+            from dataclasses import replace as with_
+
+            grids[ANSWER_RULE] = [with_(rule, quote2=True, answer=a, answer_chars=n)
+                                  for a in (0.5, 0.8, 1.0) for n in (0, 8, 12, 16, 24)]
+    if ANSWER_RULE in grids and ANSWER_RULE not in picks:
+        rule = picks[ANSWER_RULE] = _choose(cal, grids[ANSWER_RULE])
+        ca, cf = _rates(cal, lambda r: _new(r, rule))
+        ha, hf = _rates(held, lambda r: _new(r, rule))
+        rule_rows.append([ANSWER_RULE, _describe(rule), round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1),
+                          round(100 * hf, 1)])
+    product = _product_rule()  # the by-case tables: the row whose thresholds are the product's, else the last
+    chosen_name = args.rule or next((n for n, r in picks.items() if r == product), list(picks)[-1])
     chosen = picks[chosen_name]
     rows = []
     for name, g in groups.items():
@@ -637,12 +656,18 @@ def report(args: argparse.Namespace) -> None:
         f"{len(stopped)} of {len(gated)} stop there, so the quote call (the cost above) is not made for them. Alone "
         "(no model call at all) it reaches about what the quote check reached; together they reach more abstention, "
         "with the held-out false abstention shown in the first table.",
-        "The pilot table (when present) asks the quote-and-answer request again (`requote`, the short answer written "
-        f"after the quote) for {len(q2)} questions taken round-robin from the in-genre groups (median "
-        f"{q2[len(q2) // 2] if q2 else 0:.0f} s per question on this machine, busy: other engineers' test runs beside "
-        "it); too few to choose thresholds on, so the answer test stays off by default (`min_answer=0`). It catches "
-        "invented answers beside a real quote, and it also fails descriptive answers (the code set's 'what does "
-        "this function do?'), which are not spans of the quoted sentence.",
+        "The sentence's key terms (`EvidenceCheck(min_sentence_key=...)`): the same rarity weights over the one "
+        "sentence the verdict rests on (the quote's, or the retrieved sentence standing in for a quote not found), "
+        "with its chunk's title, in place of the plain share of the question's words; a real sentence on a "
+        "neighbouring subject shares the question's common words but not its rare ones. `default_evidence_check` "
+        "runs it when the knowledge base has a BM25 index to weigh terms with.",
+        ("The answer-test row asks the quote-and-answer request again (`requote`: the short answer written after "
+         f"the quote, checked in the quoted sentence) for each question the product's rule answers ({len(q2)} "
+         f"questions, median {q2[len(q2) // 2] if q2 else 0:.0f} s each on this machine, busy: other engineers' "
+         "test runs beside it); a question the product's rule abstains on counts as an abstention there too. The "
+         "test fails descriptive answers (the code set's 'what does this function do?'), which are not spans of the "
+         "quoted sentence, so its grid includes keeping it to short answers (`answer_test_max_chars`)."
+         if q2 else "The answer test was not measured in this run (no `requote` replies)."),
         "What did not pay: the yes/no judge (any mode) adds nothing over the quote and the word tests on the "
         f"calibration half, for a second call ({med(ju_s)} median) per question; the SQuAD-2.0 null score "
         "(`ExtractiveAnswer`'s span against a no-answer option) was not measured in this run.",
@@ -650,7 +675,6 @@ def report(args: argparse.Namespace) -> None:
     if args.run_note:
         notes.append(args.run_note)
     lat = latency(args) if args.latency else _kept_latency() if args.keep_latency else []
-    pilot = _pilot(recs, chosen)
     if lat:
         notes.append("Latency (the last table): the answer alone, as a fresh question, against the quote "
                      "and then the answer, each demo question once, the local model in process; the answer after the "
@@ -668,7 +692,8 @@ def report(args: argparse.Namespace) -> None:
         command=f"python bench/bench_abstention.py collect --records R --zh {args.zh} --en {args.en} "
                 f"--cross {args.cross} --seed {args.seed} (--take N: the first N of each group); "
                 f"python bench/bench_abstention.py judge --records R; "
-                f"python bench/bench_abstention.py report --records R" + (" --latency" if lat else ""),
+                f"python bench/bench_abstention.py requote --records R --replies R2; "
+                f"python bench/bench_abstention.py report --records R --replies R2" + (" --latency" if lat else ""),
         tables=[
             Table(caption="Rules compared (thresholds chosen on the calibration half; % abstention on unanswerable / "
                           "% false abstention on answerable, all groups together)",
@@ -678,10 +703,6 @@ def report(args: argparse.Namespace) -> None:
                   columns=["questions", "split", "n", "measure", "today", "new"], rows=rows),
             Table(caption="Answerable questions: answer scores, today / new",
                   columns=["questions", "n", "holds gold %", "F1 %", "cites gold %"], rows=ans_rows),
-            *([Table(caption="Pilot: the quote-and-answer reply and the answer-in-quote test, on the questions asked "
-                          "again (fixed thresholds; % abstention (n unanswerable) / % false abstention (n answerable))",
-                     columns=["rule", "DRCD (zh)", "code (en)", "across languages", "all"], rows=pilot)]
-              if pilot else []),
             *([Table(caption="What the evidence check costs per question (seconds, this machine)",
                      columns=["question", "answer alone", "quote", "answer after the quote", "added",
                               "same answer"], rows=lat)] if lat else []),
@@ -704,6 +725,8 @@ def main() -> None:
     ap.add_argument("--en", type=int, default=20, help="code-corpus questions per case")
     ap.add_argument("--cross", type=int, default=10, help="written cross-language questions per direction")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--all", action="store_true",
+                    help="requote: every question the loosest gate passes, not only those the chosen rule answers")
     ap.add_argument("--take", type=int, default=0, help="collect: only the first N questions of each group")
     ap.add_argument("--latency", action="store_true", help="report: also time the evidence check on the demo questions")
     ap.add_argument("--keep-latency", action="store_true",

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
 
 from ctxrag.stores.base import IndexedChunk  # noqa: E402
-from ctxrag.stores.generations import GenerationStore  # noqa: E402
+from ctxrag.stores.engine.generations import GenerationStore  # noqa: E402
 from ctxrag.stores.graph import GraphIndex  # noqa: E402
 from ctxrag.stores.graph.records import GraphState, Passage, Relation  # noqa: E402
 from ctxrag.stores.graph.segmented import SegmentedGraphIndex  # noqa: E402

@@ -40,7 +40,7 @@ from ctxrag.evaluation.datasets import load_squad
 from ctxrag.kb import KnowledgeBase
 from ctxrag.models.embeddings import embed_array
 from ctxrag.settings import LLMSettings, Settings
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pagedata import SHARED_DATA, Table, write_page_data  # noqa: E402

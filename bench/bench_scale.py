@@ -626,7 +626,7 @@ def crossover(sizes: list[int], n_queries: int = 200, kinds: tuple[str, ...] = (
     brute-force numpy (the `auto` threshold's evidence)."""
     from ctxrag.settings import DenseIndexSettings
     from ctxrag.stores.base import IndexedChunk
-    from ctxrag.stores.dense import FaissIndex
+    from ctxrag.stores.vectors.dense import FaissIndex
 
     print("| vectors | kind | build s | p50 ms | p50 cpu ms | recall@10 |")
     print("|---:|---|---:|---:|---:|---:|")

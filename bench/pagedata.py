@@ -23,8 +23,10 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -95,12 +97,19 @@ def commit() -> str:
         return "unknown"
 
 
+_READER_DIRS = {str(Path(tempfile.gettempdir())): "$TMPDIR", str(Path.home()): "~"}
+_MACHINE_DIRS = re.compile("(" + "|".join(re.escape(d) for d in sorted(_READER_DIRS, key=len, reverse=True))
+                           + r")/")
+"""Scratch and home folders of the machine a run happened on, written as a reader's (``$TMPDIR/``, ``~/``)."""
+
+
 def _portable(value: Any) -> Any:
     """`value` with this machine's folders written as a reader's: the checkout as ``.``, the data as
     ``../shared/data`` (a page names no absolute path of the machine it ran on)."""
     if isinstance(value, str):
-        return value.replace(str(SHARED_DATA), "../shared/data").replace(str(ROOT.parent / "shared"), "../shared") \
+        value = value.replace(str(SHARED_DATA), "../shared/data").replace(str(ROOT.parent / "shared"), "../shared") \
             .replace(str(ROOT), ".")
+        return _MACHINE_DIRS.sub(lambda m: _READER_DIRS[m.group(1)] + "/", value)
     if isinstance(value, dict):
         return {k: _portable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

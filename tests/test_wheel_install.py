@@ -189,3 +189,29 @@ def test_the_installed_package_prints_the_llama_cpp_flags_without_a_checkout(fre
         out = subprocess.run(argv, cwd=tmp_path, env=_env(tmp_path / "home"), check=True, capture_output=True,
                              text=True).stdout.strip()
         assert out == checkout, argv
+
+
+def test_the_documented_find_links_folder_supplies_llama_cpp_without_compiling(fresh_venv: tuple[Path, Path],
+                                                                               tmp_path: Path) -> None:
+    """docs/install.md's reuse step as written: the folder named by the sha256 of the flags the installed package
+    prints, with --prefer-binary; pip resolves ``[local]`` to the llama-cpp-python wheel in it (a file, nothing to
+    compile), not to the index's source distribution."""
+    import hashlib
+
+    python, wheel = fresh_venv
+    flags = subprocess.run([str(python.parent / "ctxrag"), "doctor", "--llama-cmake-args"], cwd=tmp_path,
+                           env=_env(tmp_path / "home"), check=True, capture_output=True, text=True).stdout.strip()
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    folder = cache / "ctxrag" / "wheels" / hashlib.sha256(flags.encode()).hexdigest()[:12]
+    if not any(folder.glob("llama_cpp_python-*.whl")):
+        pytest.skip(f"no llama.cpp wheel built with this CPU's flags in {folder} (scripts/bootstrap.sh builds one)")
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run", "--quiet",
+                           "--ignore-installed", "--disable-pip-version-check", "--report", str(report),
+                           "--prefer-binary", "--find-links", str(folder), f"{wheel}[local]"],
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [llama] = [i for i in json.loads(report.read_text(encoding="utf-8"))["install"]
+               if i["metadata"]["name"].lower().replace("_", "-") == "llama-cpp-python"]
+    url = llama["download_info"]["url"]
+    assert url.startswith(f"file://{folder}/") and url.endswith(".whl"), url

@@ -2,9 +2,9 @@
 
 Example::
 
-    from ctxrag import KnowledgeBase, build_rag_chain, make_chat_model
+    from ctxrag import KnowledgeBase, build_rag_chain, demo_corpus, make_chat_model
     kb = KnowledgeBase.open("demo")
-    kb.ingest(["examples/sample_corpus"])
+    kb.ingest([demo_corpus()])            # the sample corpus shipped with ctxrag; a path that does not exist raises
     chain = build_rag_chain(kb.as_retriever(mode="hybrid", k=4), make_chat_model())
     print(chain.invoke("星河知识库支持哪些文件格式？")["answer"])
 

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from ctxrag.models.embeddings import embed_array
 from ctxrag.fileio import atomic_write_bytes, atomic_write_json
-from ctxrag.stores.docstore import DocumentRecord
+from ctxrag.stores.documents.docstore import DocumentRecord
 from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
 

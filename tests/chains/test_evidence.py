@@ -71,6 +71,19 @@ def test_the_answer_may_lie_past_a_quote_cut_short_in_its_sentence() -> None:
     assert verdict.supported and verdict.answer_found == 1.0
 
 
+def test_the_answer_test_can_be_kept_to_short_answers() -> None:
+    # a description ("what does it do?") is not a copied span: with answer_test_max_chars it is not tested
+    quote = "The QL-7 drone carries a payload of 2.5 kilograms."
+    described = EvidenceQuote(source=1, quote=quote, answer="It lifts small parcels for delivery")
+    invented = EvidenceQuote(source=1, quote=quote, answer="4 kg")
+    short_only = _check(min_answer=0.8, answer_test_max_chars=12)
+    assert short_only.judge("What does the QL-7 drone carry?", DOCS, described).supported
+    assert not short_only.judge("How heavy a payload does the QL-7 drone carry?", DOCS, invented).supported
+    assert not _check(min_answer=0.8).judge("What does the QL-7 drone carry?", DOCS, described).supported
+    with pytest.raises(ValueError, match="0"):
+        _check(answer_test_max_chars=0)
+
+
 def test_min_answer_zero_turns_the_answer_test_off() -> None:
     verdict = _check(min_answer=0.0).judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
                                            EvidenceQuote(source=3, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="碳"))
@@ -141,6 +154,56 @@ def test_the_fallback_can_be_denied_to_a_real_quote_about_something_else() -> No
     assert kept.supported and kept.found < 0.8 and kept.window is not None and kept.window >= 0.6
 
 
+def test_a_real_quote_on_a_neighbouring_subject_abstains_on_the_sentences_key_terms() -> None:
+    # near topic: the knowledge base has the QL-7's payload, the question asks its weight; the quote is real and
+    # shares the question's common words, but not "weigh", which no chunk holds and so weighs most
+    from ctxrag.chains.key_terms import KeyTerms
+
+    terms = KeyTerms.from_texts([d.page_content for d in DOCS] + ["The QL-9 drone has a range of 8 km.",
+                                                                  "Drones carry cameras."])
+    quote = EvidenceQuote(source=1, quote="The QL-7 drone carries a payload of 2.5 kilograms.", answer="2.5 kilograms")
+    near = EvidenceCheck(StructuredFake.of(), min_coverage=0.0, key_terms=terms, min_sentence_key=0.5).judge(
+        "How much does the QL-7 drone weigh without its battery?", DOCS, quote)
+    assert not near.supported and near.sentence_key is not None and near.sentence_key < 0.5
+    assert "holds too little of what the question names" in near.reason
+    asked = EvidenceCheck(StructuredFake.of(), min_coverage=0.0, key_terms=terms, min_sentence_key=0.5).judge(
+        "How heavy a payload does the QL-7 drone carry?", DOCS, quote)
+    assert asked.supported and asked.sentence_key is not None and asked.sentence_key >= 0.5
+    off = EvidenceCheck(StructuredFake.of(), min_coverage=0.0, key_terms=terms).judge(
+        "How much does the QL-7 drone weigh without its battery?", DOCS, quote)
+    assert off.supported and off.sentence_key is None  # min_sentence_key=0 (the class default): not measured
+
+
+def test_the_sentence_standing_in_for_a_quote_needs_the_key_terms_too() -> None:
+    from ctxrag.chains.key_terms import KeyTerms
+
+    terms = KeyTerms.from_texts([d.page_content for d in DOCS] + ["日本的首都是東京。", "玉山是臺灣最高的山。"])
+    made_up = EvidenceQuote(source=3, quote="黃鐵礦的成分是鐵與硫", answer="硫")  # not in the chunk: the fallback decides
+    kept = EvidenceCheck(StructuredFake.of(), min_window=0.6, key_terms=terms, min_sentence_key=0.3).judge(
+        "黃鐵礦由鐵和哪一元素所構成？", DOCS, made_up)
+    assert kept.supported and kept.found < 0.8 and kept.sentence_key is not None and kept.sentence_key >= 0.3
+    refused = EvidenceCheck(StructuredFake.of(), min_window=0.3, key_terms=terms, min_sentence_key=0.9).judge(
+        "黃鐵礦由鐵和錳哪一元素所構成？", DOCS, made_up)
+    assert not refused.supported and refused.sentence_key is not None and refused.sentence_key < 0.9
+    assert "holds too little of what it names" in refused.reason
+
+
+def test_the_default_check_swaps_the_word_coverage_for_the_sentences_key_terms_when_it_has_them(
+        tmp_path: Path) -> None:
+    from ctxrag.chains import evidence
+    from ctxrag.kb.local import KnowledgeBase
+    from ctxrag.settings import Settings
+
+    without = evidence.default_evidence_check(StructuredFake.of())  # type: ignore[arg-type]
+    assert without.key_terms is None and without.min_sentence_key == 0.0
+    assert without.min_coverage == evidence.DEFAULT_MIN_COVERAGE > 0  # no key terms: the plain word coverage stays
+    kb = KnowledgeBase.open("ev", Settings(home=tmp_path), create=True)
+    kb.add_texts([{"text": d.page_content, "source": d.metadata["source"]} for d in DOCS])
+    with_terms = evidence.default_evidence_check(StructuredFake.of(), kb)  # type: ignore[arg-type]
+    assert with_terms.key_terms is not None and with_terms.min_coverage == evidence.DEFAULT_MIN_COVERAGE_WITH_KEY_TERMS
+    assert with_terms.min_sentence_key == evidence.DEFAULT_MIN_SENTENCE_KEY > 0
+
+
 def test_a_real_quote_on_the_question_is_supported_even_when_misnumbered() -> None:
     verdict = _check().judge("黃鐵礦由鐵和哪一元素所構成？", DOCS,
                              EvidenceQuote(source=1, quote="黃鐵礦由鐵和硫兩種元素所構成", answer="硫"))
@@ -161,7 +224,7 @@ def test_an_unreadable_reply_is_not_judged() -> None:
 
 @pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}, {"min_window": 2.0},
                                  {"min_judge": 1.5}, {"min_answer": 1.2}, {"min_key": 2.5},
-                                 {"min_fallback_coverage": 1.7}])
+                                 {"min_fallback_coverage": 1.7}, {"min_sentence_key": 1.3}])
 def test_bad_thresholds_are_refused_naming_the_value(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=str(next(iter(bad.values())))):
         _check(**bad)

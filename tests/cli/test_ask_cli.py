@@ -137,3 +137,32 @@ def test_the_evidence_setting_turns_the_check_off(quoting: Quoting, monkeypatch:
     out = _ask_json("Which TLS versions does the ctxrag server support?")
     assert "evidence" not in (out["relevance"] or {}) and out["supported"] is True  # answered: the gate passed it
     assert len(quoting.prompts) == 1  # the answer only
+
+
+class MisCiting(Quoting):
+    """Quotes like `Quoting`, then answers citing the tokens chunk for the port, once as a Markdown link."""
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        self.prompts.append("\n".join(str(m.content) for m in messages))
+        reply = "The server listens on port 7420 [2]. It is set [in the server guide]([2])."
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(reply))])
+
+
+def test_the_answers_markers_are_the_sources_listed(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The citation check moves the port sentence's [2] to the server chunk: the answer text says so too, in --json
+    and in the streamed output, and no Markdown link marker is left."""
+    import re
+
+    from ctxrag.chains.checked_markers import marker_numbers
+
+    monkeypatch.setattr("ctxrag.models.chat.make_chat_model", lambda *a, **k: MisCiting(prompts=[]))
+    out = _ask_json("Which port does the ctxrag server listen on?")
+    assert out["supported"] is True and out["answer_as_written"].startswith("The server listens on port 7420 [2].")
+    assert marker_numbers(out["answer"]) == [s["n"] for s in out["sources"]] and "](" not in out["answer"]
+    assert Path(out["sources"][0]["source"]).name == "server.md"
+    res = runner.invoke(app, ["ask", "Which port does the ctxrag server listen on?", "--kb", "support"])
+    assert res.exit_code == 0, res.output
+    answer, _, listed = res.output.partition("\nSources")
+    assert "](" not in answer and answer.strip() == out["answer"]
+    assert marker_numbers(answer) == [int(n) for n in re.findall(r"^  \[(\d+)\] ", listed, re.M)]

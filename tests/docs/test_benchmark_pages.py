@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import re
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,21 @@ def test_pages_name_no_absolute_path_of_the_machine_they_ran_on(tmp_path: Path) 
     for page in (REPO / "docs" / "benchmarks").glob("*.md"):
         text = page.read_text(encoding="utf-8")
         assert str(REPO) not in text and str(REPO.parent / "shared") not in text, page.name
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.~$])/(?:tmp|root|work)/|" + re.escape(str(Path.home())) + "/")
+"""A scratch folder, the home or the workplace of the machine a run or a write-up happened on."""
+
+
+def test_no_page_or_guide_names_a_folder_of_the_machine_it_was_written_on(tmp_path: Path) -> None:
+    import tempfile
+
+    scratch = Path(tempfile.gettempdir()) / "run1" / "home"
+    _write(tmp_path, data="d", command=f"python bench/x.py --home {scratch} --cache {Path.home() / '.cache' / 'x'}")
+    written = (tmp_path / "data" / "ingest_throughput.json").read_text(encoding="utf-8")
+    assert "--home $TMPDIR/run1/home --cache ~/.cache/x" in written and not MACHINE_PATH.search(written)
+    pages = [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "docs" / "benchmarks").glob("*.md"),
+             *(REPO / "docs" / "benchmarks" / "data").glob("*.json")]
+    named = {p.relative_to(REPO).as_posix(): m.group(0) for p in pages
+             if (m := MACHINE_PATH.search(p.read_text(encoding="utf-8")))}
+    assert not named, named

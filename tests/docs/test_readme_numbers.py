@@ -35,3 +35,16 @@ def test_each_readme_figure_is_on_its_page(label: str, figures: str, page: Path)
     on_page = page.read_text(encoding="utf-8")
     missing = [f for f in FIGURE.findall(figures) if f not in on_page]
     assert not missing, f"README row {label!r}: {missing} not on {page.relative_to(REPO)}"
+
+
+def test_the_install_pages_venv_sizes_are_the_install_size_pages() -> None:
+    """docs/install.md's package counts and MiB of a new venv are those of the install_size page's run."""
+    import json
+
+    text = (REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    para = text.split("**Size of a new project's venv**", 1)[1].split("\n\n", 1)[0]
+    said = {name: (int(n), int(mib.replace(",", ""))) for name, n, mib in
+            re.findall(r"`(ctxrag(?:\[[\w,]+\])?)`(?:\s+alone)?\s+(\d+)\s+packages,\s+([\d,]+)\s+MiB", para)}
+    rows = json.loads((REPO / "docs" / "benchmarks" / "data" / "install_size.json").read_text(encoding="utf-8"))
+    measured = {r[0]: (r[1], r[2]) for r in rows["tables"][0]["rows"]}
+    assert len(said) >= 3 and all(measured[k] == v for k, v in said.items()), (said, measured)

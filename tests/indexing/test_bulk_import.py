@@ -221,7 +221,7 @@ def test_parquet_import_names_bad_rows(kb: KnowledgeBase, tmp_path: Path) -> Non
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("pymilvus", "milvus_lite")),
                     reason="pymilvus / milvus-lite not installed (pip install 'ctxrag[milvus]')")
 def test_import_into_milvus_lite_in_batches(tmp_path: Path) -> None:
-    from ctxrag.stores import milvus
+    from ctxrag.stores.vectors import milvus
 
     kb = KnowledgeBase.open("bulkm", _settings(tmp_path / "home", dense_backend="milvus", milvus_sparse=False))
     try:

@@ -153,3 +153,23 @@ def test_batched_vectors_equal_per_document_embedding(tmp_path: Path) -> None:
         assert sum(len(kb.store.chunks_of(f.doc_id)) for f in report.files) > len(texts)  # some have several chunks
     finally:
         kb.close()
+
+
+def test_the_progress_bar_ends_with_the_real_chunk_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fewer chunks than one embedding batch are embedded after the last file: the bar's last line still shows
+    their rate, not 0.0 chunks/s."""
+    import re
+
+    settings = Settings(home=tmp_path / "h", embeddings={"provider": "fake", "batch_size": 64})
+    kb = KnowledgeBase.open("bar", settings)
+    try:
+        (tmp_path / "docs").mkdir()
+        for i in range(3):
+            (tmp_path / "docs" / f"{i}.txt").write_text(f"file {i} on valves", encoding="utf-8")
+        pipeline = IngestPipeline(kb.name, kb.settings, kb.ingest_sink(), CountingEmbed())
+        report = pipeline.ingest_files([tmp_path / "docs"], progress=True)
+    finally:
+        kb.close()
+    assert len(report.added) == 3
+    rates = re.findall(r"([\d.]+) chunks/s", capsys.readouterr().err)
+    assert rates and float(rates[-1]) > 0, rates

@@ -312,7 +312,7 @@ def test_thirty_note_adds_with_a_hundred_searches_over_http(tmp_path: Path) -> N
 _LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from ctxrag.stores.generations import GenerationStore
+    from ctxrag.stores.engine.generations import GenerationStore
     gens = GenerationStore(Path(sys.argv[1]), "shared")
     with gens.write_lock():
         Path(sys.argv[2]).write_text("x")

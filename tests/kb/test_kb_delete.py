@@ -42,7 +42,7 @@ def _corpus(root: Path, n: int, tag: str) -> Path:
 _LOCK_HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from ctxrag.stores.generations import GenerationStore
+    from ctxrag.stores.engine.generations import GenerationStore
     gens = GenerationStore(Path(sys.argv[1]), "shared")
     with gens.write_lock():
         Path(sys.argv[2]).write_text("x")

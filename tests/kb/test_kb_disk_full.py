@@ -53,7 +53,7 @@ _DRIVER = textwrap.dedent("""
         print(json.dumps({"free_kb": free_kb, "full": full, "check after": run("kb", "check", "k"),
                           "docs after": run("doc", "list", "--kb", "k", "--json")}), flush=True)
     from ctxrag.stores.base import IndexedChunk
-    from ctxrag.stores.dense import FaissIndex
+    from ctxrag.stores.vectors.dense import FaissIndex
     import numpy as np
     index = FaissIndex(dim=256)
     vectors = np.random.default_rng(0).random((2000, 256), dtype=np.float32)

@@ -207,7 +207,7 @@ def test_check_hashes_every_file_and_finds_damage_the_open_trusted(pristine, tmp
     """An open trusts a segment's verified marker (its files unchanged since hashed); `kb check` hashes everything,
     so damage that kept a file's size and times (bit rot; simulated by a marker forged to match) is still found,
     and `kb repair` rebuilds the index."""
-    from ctxrag.stores.segment_checksums import VERIFIED_FILE
+    from ctxrag.stores.engine.segment_checksums import VERIFIED_FILE
 
     src, before = pristine
     home, _root = _copy(src, tmp_path)

@@ -4,6 +4,7 @@ gets `KnowledgeBaseDeleted` instead of a pymilvus traceback (and re-creates noth
 from __future__ import annotations
 
 import signal
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -195,16 +196,21 @@ def _replace_killed(tmp_path: Path, milvus: str, at_upsert: int) -> tuple[dict[s
     return env, n_old
 
 
+def _version(text: str) -> str:
+    return "revised" if "revised" in text else "original"
+
+
 def _versions(tmp_path: Path, milvus: str) -> tuple[list[str], list[str]]:
-    """(sources doc list shows, the set of versions among the listed document's chunks and bm25 hits)."""
+    """(sources doc list shows, the set of versions among the listed document's chunks, its text and the hits of
+    a search in each mode, all its chunks included)."""
     kb = _milvus_kb(tmp_path, milvus, "reader")
     try:
         docs = kb.list_documents()
         versions = set()
         for d in docs:
-            versions |= {"revised" if "revised" in c.content else "original" for c in kb.store.chunks_of(d.doc_id)}
-        hits = kb.search("procedure step detail", k=5, mode="bm25")
-        versions |= {"revised" if "revised" in h.page_content else "original" for h in hits}
+            versions |= {_version(c.content) for c in kb.store.chunks_of(d.doc_id)} | {_version(d.text)}
+        for mode in ("bm25", "dense", "hybrid"):
+            versions |= {_version(h.page_content) for h in kb.search("procedure step detail", k=50, mode=mode)}
         return [Path(d.source).name for d in docs], sorted(versions)
     finally:
         kb.close()
@@ -222,7 +228,7 @@ def test_a_replace_killed_after_its_first_chunks_keeps_the_previous_version_whol
     kb.close()
     r = _run(env, "kb", "repair", KB)
     assert r.returncode == 0 and "dropped 0 half-written" in r.stdout, r.stdout + r.stderr
-    assert "kept the stored version of 1 documents" in r.stdout, r.stdout
+    assert "kept the stored version, deleted the staged copy (the replace stopped while staging" in r.stdout, r.stdout
     assert _versions(tmp_path, milvus) == (["manual.md"], ["original"])
     assert _run(env, "kb", "check", KB).returncode == 0
     assert _run(env, "ingest", str(tmp_path / "docs"), "--kb", KB).returncode == 0  # the next ingest replaces it
@@ -238,5 +244,172 @@ def test_a_replace_killed_after_staging_is_finished_from_the_staged_copy(tmp_pat
     r = _run(env, "kb", "repair", KB)
     assert r.returncode == 0 and "finished 1 writes" in r.stdout and "dropped 0" in r.stdout, r.stdout + r.stderr
     assert _versions(tmp_path, milvus) == (["manual.md"], ["revised"])
+    r = _run(env, "kb", "check", KB)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+_STOP_AT = """
+import os, signal, sys, time
+from pathlib import Path
+from pymilvus import MilvusClient
+folder, moment, how = sys.argv[1], sys.argv[2], sys.argv[3]
+upsert, delete, swapped = MilvusClient.upsert, MilvusClient.delete, []
+
+def stop():  # kill -9 this process, or (how = a folder) say so there and wait until the test lets it go on
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    Path(how, "paused").touch()
+    while not Path(how, "go").exists():
+        time.sleep(0.05)
+
+def revised(data):
+    return any("revised" in str(row.get("content", "")) for row in data)
+
+def patched_upsert(self, collection_name, data, *args, **kwargs):
+    status = data[0].get("status") if collection_name.endswith("_docs") and data else None
+    if status == "ok":
+        swapped.append(True)
+    if (moment, collection_name.rsplit("_", 1)[-1]) in {("staging", "staged"), ("swapping", "chunks")} \\
+            and revised(data):  # the first rows of the new version, then stop
+        upsert(self, collection_name, data[:5], *args, **kwargs)
+        stop()
+    if moment == "staged" and status == "swapping":  # staged whole, the row not yet switched to it
+        stop()
+    return upsert(self, collection_name, data, *args, **kwargs)
+
+def patched_delete(self, collection_name, *args, **kwargs):
+    if moment == "stale" and collection_name.endswith("_chunks") \\
+            or moment == "marked" and collection_name.endswith("_staged") and swapped:
+        stop()
+    return delete(self, collection_name, *args, **kwargs)
+
+MilvusClient.upsert, MilvusClient.delete = patched_upsert, patched_delete
+from ctxrag.cli.main import app
+app(["ingest", folder, "--kb", "%s"])
+""" % KB
+
+N_REVISED = 30
+"""Chunks of the 20-part revision (the 30-part original has 50: a replace deletes 20 stale ones)."""
+MOMENTS = {  # where a replace stops -> the version readers must see whole
+    "staging": "original",   # the new version's first rows in the staging collection
+    "staged": "original",    # staged whole, before the row switches readers to it
+    "swapping": "revised",   # the row says swapping; the new version's first rows over the old chunks
+    "stale": "revised",      # the new chunks written, the old ones beyond them not yet deleted
+    "marked": "revised",     # the row says ok; the staged copy not yet deleted
+}
+
+
+def _revise(tmp_path: Path, milvus: str) -> tuple[dict[str, str], Path]:
+    """Ingest the 30-part original manual, then write its 20-part revision over the file (not ingested)."""
+    env = process_env(tmp_path / "home", "milvus", milvus)
+    folder = _long_document(tmp_path / "docs", "original")
+    assert _run(env, "ingest", str(folder), "--kb", KB).returncode == 0
+    text = (folder / "manual.md").read_text(encoding="utf-8")
+    (folder / "manual.md").write_text(text.split("## Part 20")[0].replace("original", "revised"), encoding="utf-8")
+    return env, folder
+
+
+def _stop_replace(env: dict[str, str], folder: Path, moment: str, how: str = "kill") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _STOP_AT, str(folder), moment, how], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _whole(tmp_path: Path, milvus: str) -> tuple[str, int, int]:
+    """(the version a fresh reader sees, its chunk count, the staged rows left); asserts that the version is
+    one and whole: its chunks are numbered 0..n-1 and n is the listed document's chunk count."""
+    names, versions = _versions(tmp_path, milvus)
+    assert names == ["manual.md"] and len(versions) == 1, (names, versions)
+    kb = _milvus_kb(tmp_path, milvus, "reader")
+    try:
+        (doc,) = kb.list_documents()
+        chunks = kb.store.chunks_of(doc.doc_id)
+        assert [c.chunk_index for c in chunks] == list(range(doc.n_chunks)), (doc.n_chunks, len(chunks))
+        store = kb.store
+        if not store._client.has_collection(store.staging_name):
+            return versions[0], len(chunks), 0
+        store._client.load_collection(store.staging_name)
+        staged = store._client.query(store.staging_name, filter="", output_fields=["count(*)"])[0]["count(*)"]
+        return versions[0], len(chunks), int(staged)
+    finally:
+        kb.close()
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_a_replace_killed_at_each_step_shows_one_whole_version_and_check_and_repair_settle_it(
+        tmp_path: Path, milvus: str, moment: str) -> None:
+    """Issue #43, fourth pass. A `ctxrag ingest` replacing a 30-chunk document by a 20-chunk one is killed -9 at
+    each step. Readers (doc list, the document's chunks and text, bm25/dense/hybrid search) see one version whole:
+    the old one until the row switches to the staged copy, the new one from then on. `kb check` names the staged
+    copy the kill left (document, write, writer gone) and exits 1; `kb repair` swaps the staged copy in when the old
+    version was already being overwritten, otherwise keeps the stored version and deletes the copy, saying which.
+    Before: from the swap on, `doc list` hid the document and search mixed both versions; check listed no staged
+    copy."""
+    env, folder = _revise(tmp_path, milvus)
+    proc = _stop_replace(env, folder, moment)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == -signal.SIGKILL, out + err
+    seen = MOMENTS[moment]
+    version, n, staged = _whole(tmp_path, milvus)
+    assert version == seen and staged > 0, (version, staged)  # one version whole; the kill left a staged copy
+    r = _run(env, "kb", "check", KB)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "staged copies left by a replace that stopped" in r.stdout and "manual.md" in r.stdout, r.stdout
+    assert f"on {__import__('socket').gethostname()} gone" in r.stdout and "write " in r.stdout, r.stdout
+    r = _run(env, "kb", "repair", KB)
+    assert r.returncode == 0 and "dropped 0 half-written" in r.stdout, r.stdout + r.stderr
+    if moment in ("swapping", "stale"):
+        assert "new version swapped in from its whole staged copy" in r.stdout, r.stdout
+    elif moment == "marked":
+        assert "kept the stored version, deleted the staged copy (the replace stopped after its swap" in r.stdout
+    else:
+        assert "kept the stored version, deleted the staged copy (the replace stopped " in r.stdout, r.stdout
+        assert "the old version is stored whole" in r.stdout, r.stdout
+    assert _whole(tmp_path, milvus) == (seen, n, 0)
+    r = _run(env, "kb", "check", KB)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("moment", ["staging", "swapping", "marked"])
+def test_the_next_ingest_after_a_killed_replace_completes_it(tmp_path: Path, milvus: str, moment: str) -> None:
+    """No `kb repair`: the next `ctxrag ingest` of the folder finishes a stopped swap (or replaces the untouched
+    old version) and leaves no staged copy; `kb check` is clean after it."""
+    env, folder = _revise(tmp_path, milvus)
+    proc = _stop_replace(env, folder, moment)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == -signal.SIGKILL, out + err
+    r = _run(env, "ingest", str(folder), "--kb", KB)
+    assert r.returncode == 0, r.stdout + r.stderr
+    version, n, staged = _whole(tmp_path, milvus)
+    assert (version, staged) == ("revised", 0) and n == N_REVISED, n
+    r = _run(env, "kb", "check", KB)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("moment", ["staging", "swapping"])
+def test_a_replace_in_flight_in_another_process_is_neither_damage_nor_repaired(tmp_path: Path, milvus: str,
+                                                                              moment: str) -> None:
+    """A second `ctxrag ingest` paused (alive) while staging, or mid-swap: `kb check` is clean, `kb repair` leaves
+    its staged copy alone and says so, readers see one version whole; let go, it finishes. Before: repair deleted a
+    live writer's staged copy."""
+    env, folder = _revise(tmp_path, milvus)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    proc = _stop_replace(env, folder, moment, how=str(gate))
+    try:
+        while not (gate / "paused").exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        r = _run(env, "kb", "check", KB)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = _run(env, "kb", "repair", KB)
+        assert r.returncode == 0 and "left alone, its writer is still running" in r.stdout, r.stdout + r.stderr
+        version, _, staged = _whole(tmp_path, milvus)
+        assert version == MOMENTS[moment] and staged > 0
+    finally:
+        (gate / "go").touch()
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, out + err
+    version, n, staged = _whole(tmp_path, milvus)
+    assert (version, staged) == ("revised", 0) and n == N_REVISED, n
     r = _run(env, "kb", "check", KB)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -18,7 +18,7 @@ from kb_processes import cli, process_env
 
 from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import EmbeddingSettings, Settings
-from ctxrag.stores.segments import referenced_segments
+from ctxrag.stores.engine.segments import referenced_segments
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 KB = "conf"  # the name process_env's callers use

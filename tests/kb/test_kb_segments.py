@@ -24,7 +24,7 @@ from ctxrag.errors import IndexCorruptError
 from ctxrag.stores.bm25 import BM25ChunkIndex, BM25Index
 from ctxrag.stores.bm25.segmented import SegmentedKeywordIndex
 from ctxrag.stores.bm25.doc_keys import ID_ARRAYS
-from ctxrag.stores.segment_checksums import VERIFIED_FILE, file_sha256
+from ctxrag.stores.engine.segment_checksums import VERIFIED_FILE, file_sha256
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 WORDS = ["amberquartz", "bluefjord", "copperlynx", "dustyorchid", "emberflint", "frostgarnet", "glacierwren"]

@@ -130,7 +130,7 @@ _KILL_SCRIPT = textwrap.dedent(
     kb = KnowledgeBase.open("t", Settings(home=home, embeddings={"batch_size": 2}))
     if where == "save":
         # die while the new generation's index files are being written
-        from ctxrag.stores.dense import FaissIndex
+        from ctxrag.stores.vectors.dense import FaissIndex
         orig = FaissIndex.save
         def dying_save(self, directory):
             orig(self, directory)

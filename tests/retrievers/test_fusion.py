@@ -402,7 +402,7 @@ def test_make_retriever_hybrid_defaults_to_the_language_presets():
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
     from ctxrag.stores.bm25 import BM25ChunkIndex
-    from ctxrag.stores.dense import FaissIndex
+    from ctxrag.stores.vectors.dense import FaissIndex
 
     class Chunks:  # a ChunkLookup with no chunks
         def get_chunks(self, chunk_ids, scores=None):  # noqa: ANN001, ANN202

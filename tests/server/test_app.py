@@ -275,3 +275,43 @@ def test_an_unknown_search_mode_is_refused_before_any_knowledge_base_opens(tmp_p
         create_app(Settings(home=tmp_path), kb_names=["not-there"], mode="sparse")
     with pytest.raises(KnowledgeBaseNotFound):
         create_app(Settings(home=tmp_path), kb_names=["not-there"], mode="BM-25")  # a known spelling gets that far
+
+
+class MisCitingEcho(FactEchoChatModel):
+    """`FactEchoChatModel`'s answer citing the next chunk instead, as a Markdown link ("[here]([n])")."""
+
+    def _reply(self, messages: list) -> str:  # noqa: ANN001
+        import re
+
+        return re.sub(r"\[(\d+)\]", lambda m: f"[here]([{int(m.group(1)) % 4 + 1}])", super()._reply(messages))
+
+
+def test_ask_and_its_stream_cite_exactly_the_sources_listed(locker_kb, locker_home) -> None:  # noqa: ANN001
+    from ctxrag.chains.checked_markers import marker_numbers
+
+    kb, codes = locker_kb
+    with run_uvicorn(create_app(server_settings(locker_home), kbs=[kb], llm=MisCitingEcho())) as url:
+        ask = RemoteRunnable(f"{url}/ask/", timeout=HANG_GUARD_S)
+        out = ask.invoke({"question": locker_question("Quartz")})
+        chunks = list(ask.stream({"question": locker_question("Quartz")}))
+    assert codes["Quartz"] in out["answer"] and "](" not in out["answer"], out["answer"]
+    assert out["sources"] and marker_numbers(out["answer"]) == [s["n"] for s in out["sources"]]
+    streamed = "".join(c.get("answer", "") for c in chunks)
+    assert streamed == out["answer"] and next(c["sources"] for c in chunks if "sources" in c) == out["sources"]
+
+
+def test_a_remote_runnable_script_exits_without_a_traceback(server, tmp_path: Path) -> None:  # noqa: ANN001
+    """A script that awaits the client under asyncio.run and ends: LangServe closes its async pool at exit in a new
+    event loop, which raised 'Event loop is closed' while the server kept the connection alive."""
+    url, codes = server
+    script = tmp_path / "client.py"
+    script.write_text(
+        "import asyncio\nfrom langserve import RemoteRunnable\n"
+        f"ask = RemoteRunnable({url + '/ask/'!r})\nsearch = RemoteRunnable({url + '/search/'!r})\n"
+        f"print(asyncio.run(ask.ainvoke({{'question': {locker_question('Quartz')!r}}}))['answer'])\n"
+        "async def stream():\n"
+        f"    return [c async for c in search.astream('access code of locker Quartz')]\n"
+        "print(len(asyncio.run(stream())))\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0 and codes["Quartz"] in done.stdout, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "Event loop is closed" not in done.stderr, done.stderr

@@ -7,7 +7,7 @@ import pytest
 
 from ctxrag.errors import ModelError
 from ctxrag.models.embeddings import embed_array
-from ctxrag.stores.docstore import ChunkRecord
+from ctxrag.stores.documents.docstore import ChunkRecord
 from ctxrag.stores.embedding import embed_chunks, to_indexed
 
 RECORDS = [

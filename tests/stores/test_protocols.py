@@ -13,10 +13,10 @@ from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.bm25 import BM25ChunkIndex
-from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
-from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
-from ctxrag.stores.dense import FaissIndex
-from ctxrag.stores.docstore import DocStore
+from ctxrag.stores.documents.chunk_lookup import DocStoreChunkLookup
+from ctxrag.stores.engine.current import CurrentDenseIndex, CurrentKeywordIndex
+from ctxrag.stores.vectors.dense import FaissIndex
+from ctxrag.stores.documents.docstore import DocStore
 from ctxrag.stores.graph import GraphIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, GraphStore, KeywordIndex
 

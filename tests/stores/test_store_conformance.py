@@ -251,7 +251,7 @@ import os, signal, sys
 from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import get_settings
 from ctxrag.stores.milvus_resident.store import MilvusResidentStore
-from ctxrag.stores.snapshots import IndexSnapshots
+from ctxrag.stores.engine.snapshots import IndexSnapshots
 
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from ctxrag.errors import ConfigError
-from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
-from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.stores.documents.chunk_lookup import DocStoreChunkLookup
+from ctxrag.stores.documents.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.filters import NOTHING, filter_key, ids_expression, matcher, metadata_matches, milvus_expression
 
 EXTRA: dict[str, dict[str, Any]] = {  # chunk name -> metadata beyond what every chunk carries

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ctxrag.chains.citations import cited_numbers
 from ctxrag.models.parsing import extract_json
 from ctxrag.notes import Note
 from ctxrag.prompts.notes import REFERENCES, outline_messages, section_messages
 from ctxrag.text import detect_language
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ def remap_citations(text: str, mapping: dict[int, int]) -> tuple[str, list[int]]
 class ArticleWriter:
     """Notes -> outline -> sections -> Markdown (see the module docstring)."""
 
-    def __init__(self, llm: Any, *, max_sections: int = 4, section_words: int = 150,
+    def __init__(self, llm: BaseChatModel, *, max_sections: int = 4, section_words: int = 150,
                  outline_tokens: int = 160, section_tokens: int = 260, max_note_chars: int = 800) -> None:
         if max_sections < 1:
             raise ValueError(f"max_sections must be at least 1, got {max_sections}")

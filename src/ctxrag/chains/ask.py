@@ -41,6 +41,9 @@ class RagAnswer(BaseModel):
 
     question: str = ""
     answer: str = ""
+    """The answer; its ``[n]`` markers are exactly the ``sources`` listed (set to what the citation check keeps)."""
+    answer_as_written: str | None = None
+    """The model's own text, before its markers were set to the checked sources (None where no model wrote it)."""
     supported: bool | None = None
     """False: no retrieved chunk supports an answer (the relevance gate or the evidence check said so) and ``answer``
     says the knowledge base has nothing on the question; None: both are off (or the route does not retrieve)."""

@@ -51,6 +51,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator
 from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.catalog import DocumentCatalog
+from ctxrag.chains.checked_markers import CheckedMarkers
 from ctxrag.chains.citations import map_citations
 from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, final_verdict, support_verdict
@@ -220,11 +221,17 @@ class Assistant(Runnable[Any, dict[str, Any]]):
             return
         messages = self._messages(x, question, docs, decision.route)
         answer = ""
+        marked = CheckedMarkers(docs) if rag else None  # the RAG answer cites what the check keeps, as the ask chain's
         for delta in self._llm_stream(messages, config):
             answer += delta
-            yield {"answer": delta}
-        if decision.route is Route.RAG:  # the ask chain's answer steps, on the same state
-            state: dict[str, Any] = {"question": question, "documents": docs, "answer": answer}
+            piece = marked.feed(delta) if marked else delta
+            if piece:
+                yield {"answer": piece}
+        if marked is not None:  # the ask chain's answer steps, on the same state
+            rest = marked.close()
+            yield {"answer": rest, "answer_as_written": answer}
+            state: dict[str, Any] = {"question": question, "documents": docs, "answer": marked.text,
+                                     "answer_as_written": answer}
             cites: dict[str, Any] = {}
             for step in self.steps:
                 added = step(state)

@@ -146,8 +146,13 @@ def sentences(answer: str) -> list[str]:
     >>> sentences("详情如下：\\n[2] 端口是 7420。\\n[3]\\n默认关闭。")
     ['详情如下：\\n', '[2] 端口是 7420。', '\\n[3]\\n默认关闭。']
     """
+    return [answer[a:b] for a, b in sentence_spans(answer)]
+
+
+def sentence_spans(answer: str, start: int = 0) -> list[tuple[int, int]]:
+    """Where each of `sentences` lies in `answer` (from offset `start`, a sentence boundary), as (start, end)."""
     pattern = _LABELLED if CITATION_MARK.match(answer.lstrip()) else _SENTENCE
-    return [m.group(0) for m in pattern.finditer(answer) if m.group(0).strip()]
+    return [m.span() for m in pattern.finditer(answer, start) if m.group(0).strip()]
 
 
 def _units(text: str) -> set[str]:

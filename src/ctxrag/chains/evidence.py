@@ -26,6 +26,12 @@ them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, 
    language (a Chinese question about an English chunk shares no words with it). ``min_fallback_coverage`` (off by
    default: it did not pay on the benchmark's calibration half) denies that fallback to a quote really in a chunk
    whose sentence shares less than that share of the question's words.
+3b. **the sentence names what the question names** (``min_sentence_key``, with ``key_terms``): the sentence the
+   verdict rests on (the quote's, or the retrieved sentence standing in for it), with its chunk's title, must hold
+   that share of the question's terms weighted by their rarity in the knowledge base. A real sentence on a
+   neighbouring subject shares the question's common words ("首都", "function") but not its rare ones. Off in the
+   class (0); `default_evidence_check` turns it on in place of the word coverage of 3 when it has the knowledge base's
+   frequencies.
 4. **the model's yes/no** on the question and the quote alone (P(yes) from token logprobs, at least ``min_judge``):
    a short second call that sees one sentence instead of four chunks. Off by default (``judge="never"``: on the
    benchmark it did not separate answerable from unanswerable questions at a false-abstention rate users accept);
@@ -34,8 +40,9 @@ them. `EvidenceCheck` asks for the evidence first (the Sufficient-Context idea, 
 5. **the answer in the quote** (``min_answer > 0``; off by default): the request also asks for the short answer
    copied from the quoted sentence (``{"source", "quote", "answer"}``), and the share of that answer the chunk's
    sentence holds (`answer_found`) must reach ``min_answer`` — a real sentence quoted beside an invented answer
-   fails. Measured on a pilot only (page ``abstention``); it also fails descriptive answers ("what does this
-   function do?"), which are not copied spans.
+   fails. It also fails descriptive answers ("what does this function do?"), which are not copied spans:
+   ``answer_test_max_chars`` limits it to short answers (a name, a number, a date), at most that many characters
+   after folding.
 
 The question is answerable when the key terms pass, the model names a source and either ``found >= min_found`` and
 ``coverage >= min_coverage``, or ``window_coverage >= min_window``; and, where they run, ``P(yes) >= min_judge`` and
@@ -66,7 +73,7 @@ import logging
 import re
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
@@ -80,6 +87,9 @@ from ctxrag.compressors.llm_rerank import yes_probability
 from ctxrag.prompts.evidence import evidence_instruction, judge_instruction
 from ctxrag.stores.bm25.tokenize import make_tokenizer
 from ctxrag.text import detect_language, to_simplified
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from ctxrag.stores.protocols import KnowledgeSource
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +108,12 @@ DEFAULT_MIN_KEY = 0.3
 DEFAULT_MIN_FALLBACK_COVERAGE = 0.0
 """Default ``min_fallback_coverage``: a quote found in its chunk whose sentence holds less than this share of the
 question's content words (a real sentence about something else) gets no retrieved-sentence fallback; 0: off."""
+DEFAULT_MIN_COVERAGE_WITH_KEY_TERMS = 0.0
+"""``min_coverage`` of `default_evidence_check` when it has key terms: the sentence's key terms take its place."""
+DEFAULT_MIN_SENTENCE_KEY = 0.1
+"""``min_sentence_key`` of `default_evidence_check` when it has key terms: rarity-weighted share of the question's
+terms the sentence the verdict rests on must hold (`KeyTerms`, with its chunk's title). `EvidenceCheck`'s own default
+is 0 (off)."""
 DEFAULT_MIN_JUDGE = 0.5
 """Default ``min_judge``: the model's P(yes) that the quote states the answer, where the judge runs."""
 JUDGE_MODES = ("never", "cross-language", "uncertain", "always")
@@ -159,11 +175,15 @@ class Evidence:
     answer_found: float | None = None
     """Share of the short answer found in the chunk's sentence the verdict rests on (`answer_found`); None when the
     answer test does not apply (no sentence found, or the question and the chunk are in different languages)."""
+    sentence_key: float | None = None
+    """Rarity-weighted share of the question's terms held by the sentence the verdict rests on (the quote's sentence,
+    or the retrieved sentence standing in for it) with its chunk's title (`KeyTerms`); None when not measured."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"supported": self.supported, "source": self.source, "quote": self.quote, "answer": self.answer,
                 "answer_found": None if self.answer_found is None else round(self.answer_found, 4),
                 "key": None if self.key is None else round(self.key, 4),
+                "sentence_key": None if self.sentence_key is None else round(self.sentence_key, 4),
                 "found": round(self.found, 4),
                 "coverage": None if self.coverage is None else round(self.coverage, 4),
                 "judge": None if self.judge is None else round(self.judge, 4),
@@ -284,7 +304,8 @@ class EvidenceCheck:
                  judge: str = "never", min_judge: float = DEFAULT_MIN_JUDGE,
                  min_answer: float = DEFAULT_MIN_ANSWER, answer_across_languages: bool = False,
                  key_terms: KeyTerms | None = None, min_key: float = DEFAULT_MIN_KEY,
-                 min_fallback_coverage: float = DEFAULT_MIN_FALLBACK_COVERAGE) -> None:
+                 min_fallback_coverage: float = DEFAULT_MIN_FALLBACK_COVERAGE,
+                 min_sentence_key: float = 0.0, answer_test_max_chars: int | None = None) -> None:
         if not 0.0 <= min_found <= 1.0:
             raise ValueError(f"min_found must be in [0, 1], got {min_found!r}")
         if not 0.0 <= min_coverage <= 1.0:
@@ -312,6 +333,12 @@ class EvidenceCheck:
         if not 0.0 <= min_fallback_coverage <= 1.0:
             raise ValueError(f"min_fallback_coverage must be in [0, 1] (0 turns it off), got {min_fallback_coverage!r}")
         self.min_fallback_coverage = min_fallback_coverage
+        if not 0.0 <= min_sentence_key <= 1.0:
+            raise ValueError(f"min_sentence_key must be in [0, 1] (0 turns it off), got {min_sentence_key!r}")
+        self.min_sentence_key = min_sentence_key
+        if answer_test_max_chars is not None and answer_test_max_chars < 1:
+            raise ValueError(f"answer_test_max_chars must be >= 1 (None: every answer), got {answer_test_max_chars!r}")
+        self.answer_test_max_chars = answer_test_max_chars
         self._tokenize = make_tokenizer("mixed", stopwords=True)
 
     def _content_words(self, text: str) -> set[str]:
@@ -417,7 +444,8 @@ class EvidenceCheck:
         said = sentence_around(doc.page_content, span) if span else ""
         cov = self._coverage(asked, lang, said or quote, doc)
         ans = reply.answer.strip()
-        tested = self.min_answer > 0 and (cov is not None or self.answer_across_languages)
+        tested = (self.min_answer > 0 and (cov is not None or self.answer_across_languages)
+                  and (self.answer_test_max_chars is None or len(_fold(ans)) <= self.answer_test_max_chars))
         in_quote = answer_found(ans, said) if said else None
         if found >= self.min_found and (cov is None or cov >= self.min_coverage):
             covered = "another language" if cov is None else f"coverage {cov:.2f}"
@@ -426,8 +454,17 @@ class EvidenceCheck:
                                 f"answer {ans!r:.60} is not in the sentence it quoted from [{n}]: "
                                 f"{in_quote or 0.0:.2f}, min {self.min_answer:.2f})", answer=ans,
                                 answer_found=in_quote)
+            held_key = self._sentence_key(question, said or quote, doc)
+            if held_key is not None and held_key < self.min_sentence_key:
+                # the quote is real and shares the question's words, but not what it specifically names: a
+                # sentence on a neighbouring subject (no fallback: on the benchmark's calibration half, letting
+                # another retrieved sentence stand in here let as many unanswerable questions through)
+                return Evidence(False, n, quote, found, cov, f"no retrieved chunk states the answer (the sentence "
+                                f"quoted from [{n}] holds too little of what the question names: key terms "
+                                f"{held_key:.2f}, min {self.min_sentence_key:.2f})", answer=ans,
+                                answer_found=in_quote, sentence_key=held_key)
             return Evidence(True, n, quote, found, cov, f"[{n}] states it (found {found:.2f}, {covered})",
-                            answer=ans, answer_found=in_quote)
+                            answer=ans, answer_found=in_quote, sentence_key=held_key)
         why = (f"the model's quote is not in them: found {found:.2f}, min {self.min_found:.2f}"
                if found < self.min_found else
                f"the quote from [{n}] is about something else: coverage {cov:.2f}, min {self.min_coverage:.2f}")
@@ -444,13 +481,26 @@ class EvidenceCheck:
                                 f"of [{best[1]}] holds the question's words, {best[0]:.2f}, but not the model's "
                                 f"answer {ans!r:.60}: {held_answer:.2f}, min {self.min_answer:.2f}; {why})",
                                 window=window, answer=ans, answer_found=held_answer)
-            return Evidence(True, best[1], quote, found, cov, f"a sentence of [{best[1]}] holds the question's words "
-                            f"({best[0]:.2f}, min {self.min_window:.2f}); {why}", window=window, answer=ans,
-                            answer_found=held_answer)
+            best_key = self._sentence_key(question, best[2], docs[best[1] - 1])
+            if best_key is None or best_key >= self.min_sentence_key:
+                return Evidence(True, best[1], quote, found, cov, f"a sentence of [{best[1]}] holds the question's "
+                                f"words ({best[0]:.2f}, min {self.min_window:.2f}); {why}", window=window,
+                                answer=ans, answer_found=held_answer, sentence_key=best_key)
+            why += (f"; the sentence of [{best[1]}] holding its words holds too little of what it names: key terms "
+                    f"{best_key:.2f}, min {self.min_sentence_key:.2f}")
+            return Evidence(False, best[1], quote, found, cov, f"no retrieved chunk states the answer ({why})",
+                            window=window, answer=ans, answer_found=held_answer, sentence_key=best_key)
         held = "" if window is None else f"; best retrieved sentence {window:.2f}, min {self.min_window:.2f}"
         return Evidence(False, n if found >= self.min_found else 0, quote, found, cov,
                         f"no retrieved chunk states the answer ({why}{held})", window=window, answer=ans,
                         answer_found=in_quote)
+
+    def _sentence_key(self, question: str, sentence: str, doc: Document) -> float | None:
+        """The rarity-weighted share of the question's terms ``sentence`` holds with ``doc``'s title and heading
+        (`KeyTerms`); None when not measured (no key terms, the test off, or across languages)."""
+        if self.key_terms is None or self.min_sentence_key <= 0:
+            return None
+        return self.key_terms.coverage(question, [Document(sentence, metadata=doc.metadata)])
 
     def check(self, question: str, docs: Sequence[Document], answer_messages: Sequence[BaseMessage],
               config: RunnableConfig | None = None) -> Evidence:
@@ -477,12 +527,19 @@ class EvidenceCheck:
             f"[{verdict.source}] states it (found {verdict.found:.2f}, {covered}, the model's P(yes) {p:.2f})"))
 
 
-def default_evidence_check(llm: BaseChatModel, kb: Any = None) -> EvidenceCheck:
+def default_evidence_check(llm: BaseChatModel, kb: KnowledgeSource | None = None) -> EvidenceCheck:
     """The evidence check every answering route uses by default: the thresholds chosen on the abstention benchmark,
-    with the key-term stage over ``kb``'s BM25 frequencies (`KeyTerms.from_knowledge_base`; without ``kb``, or when
-    it has no BM25 index, that stage is skipped).
+    with the key-term stages over ``kb``'s BM25 frequencies (`KeyTerms.from_knowledge_base`): the question's key terms
+    before the quote, and the key terms of the sentence the verdict rests on in place of the plain word coverage.
+    Without ``kb``, or when it has no BM25 index, both are skipped and the word coverage stays.
 
     >>> default_evidence_check(None).key_terms is None  # doctest: +SKIP
     True
     """
-    return EvidenceCheck(llm, key_terms=None if kb is None else KeyTerms.from_knowledge_base(kb))
+    terms = None if kb is None else KeyTerms.from_knowledge_base(kb)
+    if terms is None:
+        return EvidenceCheck(llm)
+    # with the knowledge base's frequencies, the sentence's rarity-weighted key terms replace the plain word coverage
+    # (the benchmark's calibration half: more abstention at the same false abstention)
+    return EvidenceCheck(llm, key_terms=terms, min_coverage=DEFAULT_MIN_COVERAGE_WITH_KEY_TERMS,
+                         min_sentence_key=DEFAULT_MIN_SENTENCE_KEY)

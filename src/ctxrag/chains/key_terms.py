@@ -24,13 +24,16 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from langchain_core.documents import Document
 
 from ctxrag.chains.relevance import QUESTION_WORDS
 from ctxrag.stores.bm25.tokenize import make_tokenizer
 from ctxrag.text import detect_language, to_simplified
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from ctxrag.stores.protocols import KnowledgeSource
 
 Tokenizer = Callable[[str], list[str]]
 
@@ -85,7 +88,7 @@ class KeyTerms:
         return cls(lambda s: tokenize(to_simplified(s).lower()), df, len(texts))
 
     @classmethod
-    def from_knowledge_base(cls, kb: Any) -> "KeyTerms | None":
+    def from_knowledge_base(cls, kb: KnowledgeSource) -> "KeyTerms | None":
         """Frequencies read from ``kb``'s BM25 index (every segment added up) with its tokenizer, read again after
         the index changes; None when it has no BM25 index that can be read this way."""
         if _bm25_statistics(kb) is None:
@@ -119,7 +122,7 @@ class KeyTerms:
         return best
 
 
-def _bm25_statistics(kb: Any) -> tuple[Any, Tokenizer, Counter[str], int] | None:
+def _bm25_statistics(kb: KnowledgeSource) -> tuple[Any, Tokenizer, Counter[str], int] | None:
     """``(the index read, its tokenizer, term -> chunks holding it, chunks)`` of ``kb``'s BM25 index; None without
     one."""
     try:
@@ -144,7 +147,7 @@ def _bm25_statistics(kb: Any) -> tuple[Any, Tokenizer, Counter[str], int] | None
 class _KnowledgeBaseKeyTerms(KeyTerms):
     """`KeyTerms` over a knowledge base's BM25 index, read again when a new generation is committed."""
 
-    def __init__(self, kb: Any) -> None:
+    def __init__(self, kb: KnowledgeSource) -> None:
         self._kb = kb
         self._read: Any = None
         self._version: Any = None

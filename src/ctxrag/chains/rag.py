@@ -16,6 +16,9 @@ base has nothing on this" in the question's language and script, and ``sources``
 off. ``relevance`` holds the gate's signals and the verdict's reason, with the evidence check's under ``evidence``.
 ``citations`` checks each sentence's `[n]` against the chunk it names (`ctxrag.chains.citations.check_citations`);
 it and ``sources`` come from the answer steps (``steps``, default `cite_sources`), which run on the complete answer.
+The default answer's markers are set to the sources that check keeps as it streams
+(`ctxrag.chains.checked_markers`): its ``[n]`` are exactly the ``sources`` listed, and ``answer_as_written`` keeps
+the model's own text.
 ``supported`` agrees with them: an answer whose every sentence with facts no chunk holds (all ``unsupported``) is
 ``supported: False`` (``relevance["reason"]`` says why) even where the gate and the evidence check passed.
 ``supported`` and ``relevance`` therefore stream with the answer step that brings ``citations``.
@@ -49,7 +52,8 @@ from langchain_core.runnables import (Runnable, RunnableBranch, RunnableConfig, 
                                       RunnablePassthrough)
 from langchain_core.runnables.utils import AddableDict
 
-from ctxrag.chains.citations import format_knowledge, map_citations, nothing_held
+from ctxrag.chains.checked_markers import CheckedMarkers, sources_as_marked
+from ctxrag.chains.citations import cited_numbers, format_knowledge, map_citations, nothing_held
 from ctxrag.chains.evidence import EvidenceCheck
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.prompts.layers import LayeredPrompt
@@ -133,9 +137,51 @@ chunk and are in the state the next one sees."""
 
 
 def cite_sources(x: dict[str, Any]) -> dict[str, Any]:
-    """The default `AnswerStep`: the answer's ``[n]`` mapped to the retrieved chunks and each sentence checked against
-    the chunk it cites (`ctxrag.chains.citations.map_citations`): ``sources``, ``invalid_citations``, ``citations``."""
-    return map_citations(x.get("answer", ""), x.get("documents", []))
+    """The default `AnswerStep`: the model's ``[n]`` (``answer_as_written`` where the answer's markers were set to
+    the checked sources, else ``answer``) mapped to the retrieved chunks and each sentence checked against the chunk
+    it cites (`ctxrag.chains.citations.map_citations`): ``sources``, ``invalid_citations``, ``citations``.
+    ``sources`` are the ones ``answer``'s markers cite, in order (`ctxrag.chains.checked_markers.sources_as_marked`),
+    so the text and the list agree."""
+    answer, docs = x.get("answer", ""), x.get("documents", [])
+    written = x.get("answer_as_written", answer)
+    out = map_citations(written, docs)
+    return {**out, "sources": sources_as_marked(answer, docs, out["sources"], cited_numbers(written))}
+
+
+def _checked_markers() -> Runnable[Any, Any]:
+    """The default answer's stream with each sentence's markers set to its checked sources
+    (`ctxrag.chains.checked_markers.CheckedMarkers`); the model's own text comes last as ``answer_as_written``."""
+    def step(c: dict[str, Any], state: dict[str, Any]) -> dict[str, Any] | None:
+        if "documents" in c:  # the state's fields stream before the answer
+            state["docs"] = c["documents"]
+        if "answer" not in c:
+            return c
+        rest, delta = {k: v for k, v in c.items() if k != "answer"}, c["answer"]
+        cm = state.setdefault("cm", CheckedMarkers(state.get("docs") or []))
+        piece = cm.feed(delta)
+        return {**rest, "answer": piece} if piece else (rest or None)
+
+    def last(state: dict[str, Any]) -> dict[str, Any]:
+        cm = state.setdefault("cm", CheckedMarkers(state.get("docs") or []))
+        return {"answer": cm.close(), "answer_as_written": cm.model_text}
+
+    def rewrite(chunks: Iterator[dict[str, Any]]) -> Iterator[AddableDict]:
+        state: dict[str, Any] = {}
+        for c in chunks:
+            out = step(c, state)
+            if out:
+                yield AddableDict(out)
+        yield AddableDict(last(state))
+
+    async def arewrite(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[AddableDict]:
+        state: dict[str, Any] = {}
+        async for c in chunks:
+            out = step(c, state)
+            if out:
+                yield AddableDict(out)
+        yield AddableDict(last(state))
+
+    return RunnableGenerator(rewrite, arewrite, name="checked_markers")
 
 
 DEFAULT_STEPS: tuple[AnswerStep, ...] = (cite_sources,)
@@ -238,7 +284,8 @@ def build_rag_chain(
         return answer_messages(x, lang=lang, prompts=prompts, max_words=max_words,
                                max_chars_per_chunk=max_chars_per_chunk)
 
-    answer_step = answer or RunnablePassthrough.assign(answer=RunnableLambda(to_messages) | llm | StrOutputParser())
+    answer_step = answer or (RunnablePassthrough.assign(answer=RunnableLambda(to_messages) | llm | StrOutputParser())
+                             | _checked_markers())
     return (
         RunnableLambda(_prepare)
         | RunnablePassthrough.assign(documents=itemgetter("question") | retriever)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from langchain_core.documents import Document
@@ -48,6 +48,9 @@ from ctxrag.models.parsing import parse_yes_no
 from ctxrag.prompts.router import NO_KNOWLEDGE_NOTICE, relevance_messages
 from ctxrag.stores.bm25.tokenize import make_tokenizer
 from ctxrag.text import detect_language, is_traditional_chinese, to_simplified
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +116,7 @@ class RelevanceGate:
 
     def __init__(self, embeddings: Embeddings | None = None, *, min_margin: float = DEFAULT_MIN_MARGIN,
                  min_overlap: float = DEFAULT_MIN_OVERLAP, min_margin_cross: float = DEFAULT_MIN_MARGIN_CROSS,
-                 llm: Any = None, background: Sequence[str] | None = None) -> None:
+                 llm: BaseChatModel | None = None, background: Sequence[str] | None = None) -> None:
         if not -1.0 <= min_margin <= 1.0:
             raise ValueError(f"min_margin must be in [-1, 1], got {min_margin!r}")
         if not 0.0 <= min_overlap <= 1.0 + 1e-9:
@@ -191,6 +194,8 @@ class RelevanceGate:
         return Relevance(True, margin, overlap, f"relevant ({signals})", cross)
 
     def _llm_says_irrelevant(self, question: str, doc: Document, config: RunnableConfig | None) -> bool:
+        if self.llm is None:
+            return False
         try:
             reply = self.llm.bind(max_tokens=4).invoke(
                 relevance_messages(question, doc.page_content[:1200], detect_language(question)), config)

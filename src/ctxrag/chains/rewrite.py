@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from langchain_core.runnables import RunnableConfig
 
 from ctxrag.history import format_history
 from ctxrag.prompts.router import rewrite_messages
 from ctxrag.text import detect_language
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ _PREFIX = re.compile(r"^\s*(rewritten question|standalone question|question|æ”¹å
 class QuestionRewriter:
     """Follow-up -> standalone question with a chat model; identity without one."""
 
-    def __init__(self, llm: Any = None, *, max_tokens: int = 60) -> None:
+    def __init__(self, llm: BaseChatModel | None = None, *, max_tokens: int = 60) -> None:
         self.llm = llm
         self.max_tokens = max_tokens
 

@@ -29,7 +29,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence
 
 import numpy as np
 from langchain_core.runnables import RunnableConfig
@@ -46,6 +46,9 @@ from ctxrag.prompts.router import router_messages
 from ctxrag.resource_paths import routing_dir
 from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +384,7 @@ class LLMRouter:
 
     name = "llm"
 
-    def __init__(self, kb: KnowledgeSource, llm: Any, *, catalog: DocumentCatalog | None = None,
+    def __init__(self, kb: KnowledgeSource, llm: BaseChatModel | None, *, catalog: DocumentCatalog | None = None,
                  fallback: EmbeddingRouter | None = None, max_tokens: int = 40, max_catalog_chars: int = 1200,
                  structured: bool = True) -> None:
         self.kb = kb
@@ -430,7 +433,7 @@ class LLMRouter:
         return RouteDecision(route, 0.7, str(data.get("reason") or "")[:200], self.name)
 
 
-def make_router(kind: str, kb: KnowledgeSource, llm: Any = None, *, catalog: DocumentCatalog | None = None) -> Router:
+def make_router(kind: str, kb: KnowledgeSource, llm: BaseChatModel | None = None, *, catalog: DocumentCatalog | None = None) -> Router:
     """``"fast"`` -> `EmbeddingRouter`; ``"llm"`` -> `LLMRouter` (needs `llm`)."""
     cat = catalog or DocumentCatalog(kb)
     if kind == "fast":

@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -22,13 +22,16 @@ from ctxrag.catalog import DocumentCatalog, extractive_summary
 from ctxrag.stores.protocols import KnowledgeSource
 from ctxrag.text import detect_language
 
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from langchain_core.language_models import BaseChatModel
+
 log = logging.getLogger(__name__)
 
 
 class DocumentSummarizer:
     """Whole-document summaries for the summary route (see the module docstring)."""
 
-    def __init__(self, kb: KnowledgeSource, llm: Any = None, *, catalog: DocumentCatalog | None = None,
+    def __init__(self, kb: KnowledgeSource, llm: BaseChatModel | None = None, *, catalog: DocumentCatalog | None = None,
                  window_chars: int = 3000, reduce_group: int = 6, max_tokens: int = 120,
                  use_stored: bool = True) -> None:
         if window_chars < 200:
@@ -93,6 +96,8 @@ class DocumentSummarizer:
         return self._invoke(msgs, config)
 
     def _invoke(self, msgs: list[BaseMessage], config: RunnableConfig | None = None) -> str:
+        if self.llm is None:
+            raise ValueError("this summariser has no chat model (llm=None): pass one to summarise with a model")
         self.calls += 1
         reply = self.llm.bind(max_tokens=self.max_tokens).invoke(msgs, config)
         return str(getattr(reply, "content", reply) or "").strip()

@@ -30,8 +30,8 @@ from ctxrag.schema import CHUNK_ID, DOC_ID, TITLE
 from ctxrag.settings import Settings, get_settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.bm25 import BM25ChunkIndex
-from ctxrag.stores.dense import FaissIndex
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
+from ctxrag.stores.vectors.dense import FaissIndex
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord, DocumentRow
 from ctxrag.stores.embedding import attach_vectors
 from ctxrag.stores.filters import MetadataFilter, matcher
 from ctxrag.stores.graph import GraphIndex

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from ctxrag import schema
 from ctxrag.errors import ConfigError, CtxragError
 from ctxrag.settings import Settings
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 
 FORMATS = ("jsonl", "parquet")
 DEFAULT_BATCH = 10_000

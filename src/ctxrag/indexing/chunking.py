@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ctxrag import schema
 from ctxrag.loading import ChunkSplitter
 from ctxrag.settings import ChunkingSettings
-from ctxrag.stores.docstore import ChunkRecord
+from ctxrag.stores.documents.docstore import ChunkRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.contexts.strategies import ChunkContextualizer

@@ -10,9 +10,9 @@ A bad file fails alone, as a ``failed`` outcome in the `IngestReport`; the other
 
 Example::
 
-    from ctxrag import KnowledgeBase
+    from ctxrag import KnowledgeBase, demo_corpus
     kb = KnowledgeBase.open("demo")
-    report = kb.ingest(["examples/sample_corpus"])          # runs IngestPipeline.ingest_files
+    report = kb.ingest([demo_corpus()])                     # runs IngestPipeline.ingest_files
     [(f.path, f.status) for f in report.files]
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.loading import LoadedDocument, as_loaded_document, expand_paths, load_file, require_given_paths
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.embedding import EmbedFn, attach_vectors, embed_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,23 +126,25 @@ class IngestPipeline:
         waiting = _EmbedBatch(self.embed, self.embed_batch)
         pending = 0
         self.sink.start()  # every batch must land in the knowledge base this run started writing to
-        bar = tqdm(items, desc=desc, unit=unit, disable=not progress)
-        for item in bar:
-            try:
-                outcome = prepare(item)
-            except LoadError as e:
-                outcome = FileOutcome(e.path, "failed", e.reason)
-            batch.append(outcome)
-            if isinstance(outcome, PreparedDocument):
-                waiting.add(outcome)
-                pending += 1
-                if pending >= commit_every:
-                    waiting.flush()
-                    self.apply(batch, report)
-                    batch, pending = [], 0
-            if progress:
+        # closed on the way out, also by an error, so what is printed next starts its own line
+        with tqdm(total=len(items), desc=desc, unit=unit, disable=not progress) as bar:
+            for item in items:
+                try:
+                    outcome = prepare(item)
+                except LoadError as e:
+                    outcome = FileOutcome(e.path, "failed", e.reason)
+                batch.append(outcome)
+                if isinstance(outcome, PreparedDocument):
+                    waiting.add(outcome)
+                    pending += 1
+                    if pending >= commit_every:
+                        waiting.flush()
+                        self.apply(batch, report)
+                        batch, pending = [], 0
                 bar.set_postfix_str(waiting.rate(), refresh=False)
-        waiting.flush()
+                bar.update(1)
+            waiting.flush()  # the last chunks are embedded after the last item: the bar closes with their rate
+            bar.set_postfix_str(waiting.rate(), refresh=False)
         self.apply(batch, report)
 
     def apply(self, batch: list[Prepared], report: IngestReport) -> None:
@@ -203,6 +205,6 @@ class _EmbedBatch:
         self.docs, self.chunks = [], 0
 
     def rate(self) -> str:
-        """Chunks embedded per second so far, for the progress bar."""
+        """Chunks embedded per second so far, for the progress bar (nothing before the first batch is embedded)."""
         elapsed = time.monotonic() - self.started
-        return f"{self.embedded / elapsed:.1f} chunks/s" if elapsed > 0 else ""
+        return f"{self.embedded / elapsed:.1f} chunks/s" if self.embedded and elapsed > 0 else ""

@@ -18,8 +18,8 @@ from typing import Any
 
 from ctxrag.ingest_report import FileOutcome
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
-from ctxrag.stores.snapshots import WriteSession, missing_from
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.engine.snapshots import WriteSession, missing_from
 
 
 @dataclass

@@ -24,9 +24,9 @@ from ctxrag.errors import KnowledgeBaseDeleted
 from ctxrag.indexing.prepared import UNCHANGED, PreparedDocument, apply_prepared, reindex_reason
 from ctxrag.ingest_report import FileOutcome, IngestReport
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.docstore import ChunkRecord, DocStore, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocStore, DocumentRecord
 from ctxrag.stores.embedding import to_indexed
-from ctxrag.stores.snapshots import IndexSnapshots, missing_from
+from ctxrag.stores.engine.snapshots import IndexSnapshots, missing_from
 
 if TYPE_CHECKING:  # pragma: no cover
     from ctxrag.indexing.bulk_import import PrecomputedDocument

@@ -22,7 +22,7 @@ from ctxrag.enums import SearchMode
 from ctxrag.ingest_report import IngestReport
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 

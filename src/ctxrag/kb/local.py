@@ -1,16 +1,17 @@
 """The local knowledge-base backend (``settings.store="local"``): SQLite document store plus per-chunk indexes (dense FAISS, BM25, ...) kept in step.
 
 A facade that wires the parts: the ingest pipeline (`ctxrag.indexing.pipeline`: load -> split -> contextualize ->
-embed once -> extract graph triplets -> index), the index kinds (`ctxrag.stores.registry`), and the index generations (`ctxrag.stores.snapshots`
-and `ctxrag.stores.generations`: write lock, commit, load, rollback). Persistence: each commit writes every index into a
-fresh generation folder (``indexes/gen-N``), fsyncs it, and only then commits the SQLite transaction that records ``N``
-as current; a crash at any point leaves the previous generation and the previous rows readable. No pickle anywhere.
+embed once -> extract graph triplets -> index), the index kinds (`ctxrag.stores.registry`), and the index generations
+(`ctxrag.stores.engine.snapshots` and `ctxrag.stores.engine.generations`: write lock, commit, load, rollback).
+Persistence: each commit writes every index into a fresh generation folder (``indexes/gen-N``), fsyncs it, and only
+then commits the SQLite transaction that records ``N`` as current; a crash at any point leaves the previous generation
+and the previous rows readable. No pickle anywhere.
 
 Example::
 
-    from ctxrag import KnowledgeBase
+    from ctxrag import KnowledgeBase, demo_corpus
     kb = KnowledgeBase.open("demo")
-    report = kb.ingest(["examples/sample_corpus"])
+    report = kb.ingest([demo_corpus()])                   # the sample corpus shipped with ctxrag
     for doc in kb.search("星河知识库支持哪些文件格式？", k=3):
         print(doc.metadata["source"], doc.metadata["score"])
 """
@@ -29,17 +30,17 @@ from ctxrag.errors import DocumentNotFound, KnowledgeBaseNotFound, StoreCorruptE
 from ctxrag.kb.base import BaseKnowledgeBase
 from ctxrag.kb.registry import backend, validate_kb_name
 from ctxrag.settings import Settings, get_settings
-from ctxrag.stores.backends import drop_dense_store
+from ctxrag.stores.vectors.backends import drop_dense_store
 from ctxrag.stores.base import ChunkIndex
-from ctxrag.stores.docstore import DocStore, DocumentRecord
-from ctxrag.stores.document_keys import require_document
+from ctxrag.stores.documents.docstore import DocStore, DocumentRecord
+from ctxrag.stores.documents.document_keys import require_document
 from ctxrag.stores.filters import MetadataFilter
 from ctxrag.fileio import remove_tree
-from ctxrag.stores.generations import GenerationStore
+from ctxrag.stores.engine.generations import GenerationStore
 from ctxrag.stores.registry import IndexSetup, index_factories
-from ctxrag.stores.snapshots import IndexSnapshots, WriteSession
-from ctxrag.stores.chunk_lookup import DocStoreChunkLookup
-from ctxrag.stores.current import CurrentDenseIndex, CurrentKeywordIndex
+from ctxrag.stores.engine.snapshots import IndexSnapshots, WriteSession
+from ctxrag.stores.documents.chunk_lookup import DocStoreChunkLookup
+from ctxrag.stores.engine.current import CurrentDenseIndex, CurrentKeywordIndex
 from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, KeywordIndex
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,7 +80,8 @@ class KnowledgeBase(BaseKnowledgeBase):
         self.store = DocStore(db, create=create)
         self.snapshots = IndexSnapshots(self.generations, self.store, factories=lambda: index_factories(self.index_setup()),
                                         embed=self._embed, writer_lock=self._lock)
-        """The committed index generations: what searches read, and write sessions (`ctxrag.stores.snapshots`)."""
+        """The committed index generations: what searches read, and write sessions
+        (`ctxrag.stores.engine.snapshots`)."""
         self._chunk_lookup = DocStoreChunkLookup(self.store, lambda: self.generation)
 
     # -- opening ----------------------------------------------------------------------
@@ -150,7 +152,7 @@ class KnowledgeBase(BaseKnowledgeBase):
     @property
     def indexes(self) -> dict[str, ChunkIndex]:
         """The indexes of the newest committed generation (checked on every access; reloaded when a writer, in this
-        process or another, committed a newer one). See `ctxrag.stores.snapshots`."""
+        process or another, committed a newer one). See `ctxrag.stores.engine.snapshots`."""
         return self.snapshots.current()
 
     def refresh(self) -> bool:

@@ -24,15 +24,15 @@ from typing import Protocol, cast
 
 from ctxrag.errors import IndexCorruptError
 from ctxrag.settings import Settings
-from ctxrag.stores.backends import open_unreconciled
+from ctxrag.stores.vectors.backends import open_unreconciled
 from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport, compare_ids
-from ctxrag.stores.docstore import ChunkRecord
+from ctxrag.stores.documents.docstore import ChunkRecord
 from ctxrag.stores.embedding import EmbedFn, embed_chunks
-from ctxrag.stores.external import SelfPersistingIndex, reconcile
+from ctxrag.stores.engine.external import SelfPersistingIndex, reconcile
 from ctxrag.stores.registry import IndexSetup
-from ctxrag.stores.segment_checksums import full_verification
-from ctxrag.stores.snapshots import WriteSession
+from ctxrag.stores.engine.segment_checksums import full_verification
+from ctxrag.stores.engine.snapshots import WriteSession
 
 _PATCHED = {"graph"}
 """Indexes repaired in place rather than rebuilt (rebuilding the graph would extract every chunk's triplets again)."""

@@ -37,11 +37,12 @@ from ctxrag.kb.base import BaseKnowledgeBase
 from ctxrag.settings import Settings
 from ctxrag.stores.base import IndexedChunk
 from ctxrag.stores.consistency import CheckReport, IndexDifference, RepairReport
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
-from ctxrag.stores.document_keys import require_document
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.document_keys import require_document
 from ctxrag.stores.filters import MetadataFilter
-from ctxrag.stores.milvus import is_server_uri
+from ctxrag.stores.vectors.milvus import is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
+from ctxrag.stores.milvus_resident.staging import StagedCopy
 from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResidentStore
 from ctxrag.stores.milvus_resident.expressions import FilteredIds
 from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
@@ -95,7 +96,7 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
     def list_names(settings: Settings) -> list[str]:
         """Knowledge bases on the configured Milvus server, or in Milvus Lite files under the knowledge base root."""
         if settings.milvus_uri and is_server_uri(settings.milvus_uri):
-            from ctxrag.stores.milvus import connect
+            from ctxrag.stores.vectors.milvus import connect
 
             holder = type("Holder", (), {})()
             client, close = connect(holder, settings.milvus_uri, _token(settings))
@@ -238,14 +239,18 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
 
     def check(self) -> CheckReport:
         """Each document row against its chunks: unfinished writes or deletes, chunk counts that differ, chunks of
-        another write, and chunks without a document."""
+        another write, chunks without a document, and staged copies a stopped replace left (`staged_leftovers`). A
+        write whose staging writer still runs (`StagedCopy.alive`) is in flight, not damage."""
         rows = {r["doc_id"]: r for r in self.store.doc_rows('doc_id != ""', ["doc_id", "source", "n_chunks", "status",
                                                                               "write_id"])}
         by_doc: dict[str, list[dict[str, Any]]] = {}
         for r in self.store.chunk_writes():
             by_doc.setdefault(r["doc_id"], []).append(r)
+        copies = self.store.stagings()
+        live = {d for d, c in copies.items() if c.alive(grace_s=RECONCILE_GRACE_S)}
         report = CheckReport(self.name, 0, sum(len(v) for v in by_doc.values()))
-        pending = sorted(d for d, r in rows.items() if r["status"] != cols.STATUS_OK)
+        pending = sorted(d for d, r in rows.items() if r["status"] != cols.STATUS_OK
+                         and not (d in live and copies[d].write_id == r["write_id"]))
         broken: list[str] = []
         orphans: list[str] = []
         for doc_id, row in rows.items():
@@ -256,32 +261,62 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
         for doc_id, got in by_doc.items():
             if doc_id not in rows:
                 orphans.extend(c["chunk_id"] for c in got)
-        report.counts = {"documents": len(rows), "chunks": report.chunks}
+        leftovers = staged_leftovers(copies, rows, live)
+        report.counts = {"documents": len(rows), "chunks": report.chunks,
+                         "staged": sum(c.staged for c in copies.values())}
         report.differences.append(IndexDifference("chunks", missing=sorted(broken), extra=sorted(orphans)))
         report.differences.append(IndexDifference(
             "documents", error=f"{len(pending)} documents with an unfinished write or delete: {pending[:20]}"
             if pending else None))
+        report.differences.append(IndexDifference("staged", error=(
+            f"{len(leftovers)} staged copies left by a replace that stopped:\n    " + "\n    ".join(leftovers[:20]))
+            if leftovers else None))
         return report
 
     def repair(self) -> RepairReport:
-        """Finish or undo every unfinished write and delete now (run it while no ingest is running), remove chunks
-        without a document, and drop documents whose chunks differ from their last write (ingest them again)."""
+        """Finish or undo every unfinished write and delete now, remove chunks without a document, settle staged
+        copies no write uses (a swap whose old version was already being overwritten is finished from its whole
+        staged copy; otherwise the stored version stays and the copy is deleted), and drop documents whose chunks
+        differ from their last write (ingest them again). A write whose staging writer still runs is left alone;
+        another ingest's new document half written is not told apart (run repair while nothing adds documents)."""
         report = RepairReport(self.name)
         fixed = self.store.reconcile(0.0, orphans=True)
-        broken = [line.split(" ", 1)[0] for d in self.check().differences for line in d.missing]
+        broken = [line.split(" ", 1)[0] for d in self.check().differences if d.index == "chunks" for line in d.missing]
         for doc_id in broken:
             self.store.delete_document(doc_id)
         report.actions["documents"] = (f"finished {len(fixed.finished)} writes, finished {len(fixed.deleted)} deletes, "
                                        f"dropped {len(fixed.dropped) + len(broken)} half-written documents (ingest "
                                        f"them again): {sorted(fixed.dropped + broken)[:20]}")
         report.actions["chunks"] = f"removed {len(fixed.orphans)} chunks without a document"
-        if fixed.unstaged:
-            report.actions["staged"] = (f"kept the stored version of {len(fixed.unstaged)} documents whose replace "
-                                        f"stopped while staging (ingest them again): {fixed.unstaged[:20]}")
+        staged = [f"{d}: new version swapped in from its whole staged copy (the old one was already being "
+                  "overwritten)" for d in fixed.swapped]
+        staged += [f"{d}: {what}" for d, what in sorted(fixed.unstaged.items())]
+        staged += [f"{d}: left alone, its writer is still running" for d in sorted(set(fixed.in_flight))]
+        if staged:
+            report.actions["staged"] = "; ".join(staged[:20])
         if fixed.changed or broken:
             report.generation = 0
         return report
 
+
+def staged_leftovers(copies: dict[str, StagedCopy], rows: dict[str, dict[str, Any]], live: set[str]) -> list[str]:
+    """``kb check``'s line for each staged copy whose writer is gone, with what ``kb repair`` will do with it."""
+    out = []
+    for doc_id, copy in sorted(copies.items()):
+        if doc_id in live:
+            continue
+        row = rows.get(doc_id)
+        swapping = row is not None and row["status"] == cols.STATUS_SWAPPING and row["write_id"] == copy.write_id
+        if swapping and copy.whole:
+            todo = "repair swaps the new version in (the old one was already being overwritten)"
+        elif row is not None and row["status"] == cols.STATUS_OK and row["write_id"] == copy.write_id:
+            todo = "the new version is stored whole: repair deletes the copy"
+        elif row is not None and row["status"] == cols.STATUS_OK:
+            todo = "the old version is stored whole: repair keeps it and deletes the copy"
+        else:
+            todo = "repair deletes the copy"
+        out.append(f"{copy.describe(grace_s=RECONCILE_GRACE_S)}; {todo}")
+    return out
 
 
 def _vectors(chunks: list[IndexedChunk]) -> np.ndarray:
@@ -297,7 +332,10 @@ class MilvusSink:
         self.store = store
 
     def start(self) -> None:
-        """Nothing to remember: every write checks that the collections still exist."""
+        """Settle what replaces killed earlier left (`MilvusResidentStore.settle_stagings`); nothing to remember:
+        every write checks that the collections still exist."""
+        with self.store.deletion_named():
+            self.store.settle_stagings()
 
     def _skipped(self, source: str, doc_id: str, content_hash: str) -> tuple[FileOutcome | None, bool]:
         """A ``skipped`` outcome when the document is stored whole with this content; and whether one is stored."""

@@ -13,9 +13,10 @@ Callers type against these, never against a backend class: ``def serve(kbs: Sequ
 
 Example::
 
+    from ctxrag import demo_corpus
     from ctxrag.kb import KnowledgeBaseProtocol, open_kb
     kb: KnowledgeBaseProtocol = open_kb("demo")     # local or Milvus, as settings.store says
-    kb.ingest(["examples/sample_corpus"], progress=False)
+    kb.ingest([demo_corpus()], progress=False)
     kb.search("默认端口是多少？", k=3)                  # the default mode (hybrid) on every backend
     assert kb.check().clean
 """
@@ -31,7 +32,7 @@ from ctxrag.notes import NoteHost
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, RepairReport
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import KnowledgeSource
 
@@ -75,7 +76,8 @@ class KnowledgeBaseProtocol(KnowledgeSource, NoteHost, Protocol):
                contextualizer: ChunkContextualizer | None = None,
                precomputed_contexts: dict[str, str] | None = None, progress: bool = True,
                commit_every: int = 20) -> IngestReport:
-        """Load, split, (contextualize,) embed and store files and folders (`ctxrag.indexing.pipeline`)."""
+        """Load, split, (contextualize,) embed and store files and folders (`ctxrag.indexing.pipeline`); a bad file is
+        a ``failed`` outcome in the report, a given path that does not exist raises `ctxrag.errors.PathNotFound`."""
 
     def add_texts(self, items: Iterable[Any], *, contextualizer: ChunkContextualizer | None = None,
                   precomputed_contexts: dict[str, str] | None = None, progress: bool = False) -> IngestReport:

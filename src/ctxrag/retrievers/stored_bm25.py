@@ -19,7 +19,7 @@ from ctxrag.stores.bm25.index import BM25Index
 from ctxrag.stores.protocols import DocumentLookup
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ctxrag.stores.docstore import DocumentRow
+    from ctxrag.stores.documents.docstore import DocumentRow
 
 
 class StoredTextsBM25:

@@ -46,6 +46,7 @@ from ctxrag.server.middleware import (
     BatchSizeLimitMiddleware,
     BearerAuthMiddleware,
     BodySizeLimitMiddleware,
+    CloseConnectionMiddleware,
     EventStreamRewriteMiddleware,
     LocalRequestGuardMiddleware,
     StreamErrorGuardMiddleware,
@@ -222,6 +223,7 @@ def create_app(
                        allowed_hosts=[s.server.host, *s.server.allowed_hosts])
     if token is not None:
         app.add_middleware(BearerAuthMiddleware, token=s.server.auth_token, public_paths=("/health",))
+    app.add_middleware(CloseConnectionMiddleware)  # outermost: every response, refusals included
     return app
 
 

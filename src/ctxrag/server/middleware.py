@@ -433,3 +433,29 @@ class EventStreamRewriteMiddleware:
             await send({"type": "http.response.body", "body": b"".join(events), "more_body": more})
 
         await self.app(scope, receive, rewriting_send)
+
+
+class CloseConnectionMiddleware:
+    """Every HTTP response says ``Connection: close``, so no client keeps a pooled connection to this server.
+
+    Why: LangServe's `RemoteRunnable` keeps the connections of ``ainvoke``/``astream`` in an async pool bound to the
+    event loop that opened them, and closes that pool at interpreter exit in a new loop, which prints
+    ``RuntimeError: Event loop is closed`` after any script that ran ``asyncio.run(remote.ainvoke(...))``. With no
+    connection left open there is nothing to close then. A new connection per request costs a TCP handshake, small
+    beside a retrieval or an answer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)

@@ -8,7 +8,7 @@ progress bar. By default the texts are embedded in one call (the embedding model
 Example::
 
     from ctxrag.models.embeddings import embed_array, make_embeddings
-    from ctxrag.stores.docstore import ChunkRecord
+    from ctxrag.stores.documents.docstore import ChunkRecord
     from ctxrag.stores.embedding import embed_chunks
     emb = make_embeddings()
     record = ChunkRecord("d:0", "d", 0, "Falcon pumps", "Falcon pumps", None, {})
@@ -23,7 +23,7 @@ import numpy as np
 
 from ctxrag.errors import ModelError
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.docstore import ChunkRecord
+from ctxrag.stores.documents.docstore import ChunkRecord
 
 EmbedFn = Callable[[list[str]], np.ndarray]
 """Passage texts -> unit-normalised float32 vectors, one row per text (e.g. ``ctxrag.models.embeddings.embed_array``

@@ -5,7 +5,7 @@ thin retrievers are the model): a retriever takes an index plus a `ChunkLookup`,
 - `KeywordIndex`: BM25 over chunk texts (`BM25ChunkIndex`).
 - `GraphStore`: entities, relations and passages of the knowledge graph (`GraphIndex`).
 - `ChunkLookup`: chunks as LangChain `Document`s by id, and the chunk ids a metadata filter allows
-  (`ctxrag.stores.chunk_lookup.DocStoreChunkLookup`).
+  (`ctxrag.stores.documents.chunk_lookup.DocStoreChunkLookup`).
 - `DocumentLookup`: whole documents, their chunks and stored summaries (`DocStore`).
 - `KnowledgeSource`: what a knowledge base offers readers (the pieces above plus its name, settings and embedding
   model); `KnowledgeBase` is one, and `make_retriever`, the routers and the Assistant take any.
@@ -39,7 +39,7 @@ from ctxrag.stores.filters import MetadataFilter as MetadataFilter  # the old im
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.embeddings import Embeddings
     from ctxrag.settings import Settings
-    from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
+    from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord, DocumentRow
     from ctxrag.stores.graph import GraphIndex
 
 

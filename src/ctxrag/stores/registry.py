@@ -1,6 +1,6 @@
 """The index kinds a knowledge base keeps, and how to make or load each: dense (the configured vector store), BM25,
 and the graph index when ``settings.graph`` is on. FAISS and BM25 are kept as immutable segments shared between
-generations (`ctxrag.stores.segments`); so is the graph index, whose segments are merged into one graph in memory
+generations (`ctxrag.stores.engine.segments`); so is the graph index, whose segments are merged into one graph in memory
 when a generation is read (`ctxrag.stores.graph.segmented`).
 
 `IndexSetup` is what opening them needs from the knowledge base (its name, folder, settings, the committed chunks and
@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxrag.settings import Settings
-from ctxrag.stores.backends import dense_factories
-from ctxrag.stores.dense import FaissIndex
-from ctxrag.stores.dense_segments import SegmentedDenseIndex
-from ctxrag.stores.docstore import ChunkRecord
+from ctxrag.stores.vectors.backends import dense_factories
+from ctxrag.stores.vectors.dense import FaissIndex
+from ctxrag.stores.vectors.dense_segments import SegmentedDenseIndex
+from ctxrag.stores.documents.docstore import ChunkRecord
 from ctxrag.stores.embedding import EmbedFn
-from ctxrag.stores.segments import LoadIndex, MakeIndex, SegmentedIndex
-from ctxrag.stores.snapshots import IndexFactories
+from ctxrag.stores.engine.segments import LoadIndex, MakeIndex, SegmentedIndex
+from ctxrag.stores.engine.snapshots import IndexFactories
 
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.embeddings import Embeddings  # a type only: opening a knowledge base loads no embedding stack
@@ -82,7 +82,7 @@ def index_factories(setup: IndexSetup | None = None) -> IndexFactories:
 def segmented(
     name: str, kind: type[SegmentedIndex], make: MakeIndex, load: LoadIndex, kb_name: str = "NAME"
 ) -> tuple[Callable[[], Any], Callable[[Path], Any]]:
-    """(make empty, load) of index kind `name` kept as immutable segments (see `ctxrag.stores.segments`)."""
+    """(make empty, load) of index kind `name` kept as immutable segments (see `ctxrag.stores.engine.segments`)."""
     return ((lambda: kind(name, make, load, kb_name=kb_name)),
             (lambda directory: kind(name, make, load, kb_name=kb_name).load_set(directory)))
 

@@ -16,10 +16,10 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from ctxrag.errors import IndexCorruptError
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.generations import GenerationStore
+from ctxrag.stores.engine.generations import GenerationStore
 from ctxrag.stores.graph import GraphIndex
 from ctxrag.stores.graph.segmented import SegmentedGraphIndex, union
-from ctxrag.stores.segments import SET_FILE, MergePolicy
+from ctxrag.stores.engine.segments import SET_FILE, MergePolicy
 
 EMB = DeterministicFakeEmbedding(size=16)
 NAMES = ["Euler", "Bernoulli", "Basel", "Gauss", "Riemann", "Noether", "Hilbert", "Cantor", "Turing", "Lovelace"]

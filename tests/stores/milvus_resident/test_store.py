@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ctxrag.errors import ConfigError
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'ctxrag[milvus]')")
 
@@ -140,6 +140,119 @@ def test_reconcile_heals_a_write_killed_after_each_step(tmp_path: Path, step: in
             assert report.dropped == ["d-a"] and s.chunks_of("d-a") == [] and s.document_state("d-a") is None
         assert [r.content for r in s.chunks_of("d-b")] == ["keep me"]
         assert not s.reconcile(grace_s=0).changed
+    finally:
+        s.close()
+
+
+class _Stopped(BaseException):
+    """A write stopped at a chosen call, as a kill -9 would stop it (no handler in the store runs)."""
+
+
+def _stop_at(store: MilvusResidentStore, moment: str) -> None:
+    """Make `store`'s next replace of a document with "new" chunks stop at `moment` (see `MOMENTS`)."""
+    client = store._client
+    upsert, delete, swapped = client.upsert, client.delete, []
+
+    def stop_upsert(name, data, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        status = data[0].get("status") if name == store.docs_name and data else None
+        swapped.extend([1] if status == cols.STATUS_OK else [])
+        if (moment, name) in {("staging", store.staging_name), ("swapping", store.chunks_name)} \
+                and any("new" in str(r.get("content")) for r in data):
+            upsert(name, data[:1], *args, **kwargs)
+            raise _Stopped(moment)
+        if moment == "staged" and status == cols.STATUS_SWAPPING:
+            raise _Stopped(moment)
+        return upsert(name, data, *args, **kwargs)
+
+    def stop_delete(name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if (moment, name) == ("stale", store.chunks_name) or (moment, name) == ("marked", store.staging_name) \
+                and swapped:
+            raise _Stopped(moment)
+        return delete(name, *args, **kwargs)
+
+    client.upsert, client.delete = stop_upsert, stop_delete
+
+
+def _writer_gone(store: MilvusResidentStore) -> None:
+    """The stopped writer (this process) is gone, as after a kill -9: its staging markers now name a pid that no
+    longer runs on this host."""
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    client = store._client
+    if not client.has_collection(store.staging_name):
+        return
+    client.load_collection(store.staging_name)
+    for row in client.query(store.staging_name, filter="chunk_index < 0", output_fields=["*"]):
+        row = {k: v for k, v in row.items() if k != "bm25"}  # a function's output is not written
+        client.upsert(store.staging_name, [{**row, "metadata": {**row["metadata"], "pid": gone.pid}}])
+
+
+OLD, NEW = ["old one", "old two", "old three"], ["new one", "new two"]
+MOMENTS = {"staging": OLD, "staged": OLD, "swapping": NEW, "stale": NEW, "marked": NEW}
+"""Where a replace of d-a (three chunks by two) stops -> the version every read must show whole."""
+
+
+def _seen(s: MilvusResidentStore) -> list[list[str]]:
+    """d-a's chunk texts as each read path shows them (listed, by doc, by id, scanned, and in each search)."""
+    def texts(ids: list[str]) -> list[str]:
+        got = s.get_chunks(ids)
+        return [got[c].content for c in sorted(got) if c.startswith("d-a:")]
+
+    listed = [d.text for d in s.list_documents() if d.doc_id == "d-a"]
+    v = s.vectors(["d-b:0"])[0]
+    hits = [s.bm25_search("old new one two three", 10), s.dense_search(v, 10), s.hybrid_search(v, "one two", 10)]
+    out = [listed[0].split("\n") if listed else [], [r.content for r in s.chunks_of("d-a")],
+           texts(["d-a:0", "d-a:1", "d-a:2"]), sorted(r.content for r in s.iter_chunks() if r.doc_id == "d-a")]
+    out += [texts([c for c, _ in h]) for h in hits]
+    assert len(s.vectors([c for c in sorted(s.chunk_ids()) if c.startswith("d-a:")])) == len(out[1])
+    return [sorted(t) for t in out]
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_a_replace_stopped_at_each_step_reads_as_one_whole_version(tmp_path: Path, moment: str) -> None:
+    """Old version until the row switches to the staged copy, new from then on, on every read path; then
+    `reconcile` (kb repair) swaps the staged copy in when the old version was being overwritten, otherwise keeps
+    the stored version and deletes the copy. Before: from the swap on, the document was unlisted, `chunks_of` and
+    the searches mixed both versions."""
+    s = MilvusResidentStore(tmp_path / "s.db", "s")
+    try:
+        s.write_documents([_doc("a", OLD), _doc("b", ["keep me one"])])
+        _stop_at(s, moment)
+        with pytest.raises(_Stopped):
+            s.write_document(*_doc("a", NEW))
+        del s._client.upsert, s._client.delete
+        _writer_gone(s)
+        want = sorted(MOMENTS[moment])
+        assert _seen(s) == [want] * 7
+        report = s.reconcile(grace_s=0, orphans=True)
+        if moment in ("swapping", "stale"):
+            assert report.swapped == ["d-a"] and not report.unstaged
+        else:
+            assert list(report.unstaged) == ["d-a"] and "kept the stored version" in report.unstaged["d-a"]
+        assert _seen(s) == [want] * 7 and s.stagings() == {} and s.document_state("d-a").status == cols.STATUS_OK
+        assert not s.reconcile(grace_s=0, orphans=True).changed
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("moment", ["staging", "swapping"])
+def test_a_live_writers_staged_copy_is_left_alone_and_the_next_write_finishes_a_dead_ones(
+        tmp_path: Path, moment: str) -> None:
+    s = MilvusResidentStore(tmp_path / "l.db", "l")
+    try:
+        s.write_documents([_doc("a", OLD), _doc("b", ["keep me one"])])
+        _stop_at(s, moment)
+        with pytest.raises(_Stopped):
+            s.write_document(*_doc("a", NEW))
+        del s._client.upsert, s._client.delete
+        report = s.reconcile(grace_s=0, orphans=True)  # the marker names this process: its writer runs
+        assert report.in_flight == ["d-a"] and not report.changed and set(s.stagings()) == {"d-a"}
+        assert not s.settle_stagings().changed
+        s.write_document(*_doc("a", NEW))  # the next write of the document completes it
+        assert _seen(s) == [sorted(NEW)] * 7 and s.stagings() == {}
     finally:
         s.close()
 

@@ -4,7 +4,7 @@ CSC form (one column of postings per term), built with scipy.sparse from token i
 A `BM25Index` holds its postings as a list of blocks in document order plus tombstones: adding documents appends a
 small block, deleting marks slots dead, and blocks are merged and compacted in the background of those calls, so
 nothing is ever rebuilt from the text. (Blocks live inside one index in memory and in its ``bm25.npz``; the
-*segments* of `ctxrag.stores.segments` are something else: immutable index folders that generations share.)
+*segments* of `ctxrag.stores.engine.segments` are something else: immutable index folders that generations share.)
 
 >>> block = PostingsBlock.from_token_ids(np.array([0, 1, 0, 2], dtype=np.int32), np.array([3, 1]), n_terms=3)
 >>> rows, tf = block.postings(0)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ctxrag.errors import ConfigError
-from ctxrag.stores.id_map import IdMap
+from ctxrag.stores.engine.id_map import IdMap
 
 ID_ARRAYS = ("doc_slots", "doc_ids", "doc_order")
 """The arrays caller-given ids are saved as: live slots (ascending), their ids (UTF-8), the order sorting the ids."""

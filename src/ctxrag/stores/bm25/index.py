@@ -26,7 +26,7 @@ from ctxrag.stores.bm25.scoring import BM25Params, absent_term_score, length_nor
 from ctxrag.stores.bm25.blocks import INDEX_DTYPE, PostingsBlock, merge_blocks
 from ctxrag.stores.bm25.tokenize import CALLABLE_TOKENIZER, Tokenizer, make_tokenizer, tokenizer_config
 from ctxrag.stores.bm25.weights import BlockWeights
-from ctxrag.stores.mapped import MappedFile
+from ctxrag.stores.engine.mapped import MappedFile
 
 if TYPE_CHECKING:
     import scipy.sparse as sp  # merging only: opening and searching an index never load scipy
@@ -194,7 +194,7 @@ class BM25Index:
 
     def fork(self) -> BM25Index:
         """A copy to delete from without changing this index (a sealed segment in the next generation, see
-        `ctxrag.stores.segments`): postings, lengths and vocabulary are shared (never changed in place; adding to
+        `ctxrag.stores.engine.segments`): postings, lengths and vocabulary are shared (never changed in place; adding to
         the copy is not supported), counts and the live mask are copied."""
         out = copy.copy(self)
         out._df, out._live = self._df.copy(), self._live.copy()

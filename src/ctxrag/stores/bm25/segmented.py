@@ -1,4 +1,4 @@
-"""`SegmentedKeywordIndex`: the knowledge base's BM25 index as immutable segments (see `ctxrag.stores.segments`),
+"""`SegmentedKeywordIndex`: the knowledge base's BM25 index as immutable segments (see `ctxrag.stores.engine.segments`),
 scoring exactly like one index over the same live chunks.
 
 BM25 scores depend on the whole corpus: the number of documents, their average length, and each term's document
@@ -31,7 +31,7 @@ from ctxrag.stores.base import ChunkIndex
 from ctxrag.stores.bm25.chunk_index import BM25ChunkIndex
 from ctxrag.stores.bm25.index import BM25Index
 from ctxrag.stores.bm25.scoring import absent_term_score, term_idf
-from ctxrag.stores.segments import Sealed, SegmentedIndex
+from ctxrag.stores.engine.segments import Sealed, SegmentedIndex
 
 
 class SegmentedKeywordIndex(SegmentedIndex):

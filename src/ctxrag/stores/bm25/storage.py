@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ctxrag.errors import IndexCorruptError
-from ctxrag.stores.mapped import advise_huge_pages
+from ctxrag.stores.engine.mapped import advise_huge_pages
 
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zip local file header, fixed part (30 bytes)
 

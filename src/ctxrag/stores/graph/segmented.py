@@ -7,7 +7,7 @@ the graph of a set of passages is the union of the graphs of its parts. Hence:
 * On disk, each segment is the subgraph of the passages one commit added (``graph.json``, ``vectors.npz``,
   ``incidence.npz``, the format of `GraphIndex.save`), with the vectors of its entities and relations, and deletes
   are tombstones (passage ids) in the generation's ``segments.json``, exactly as for FAISS and BM25
-  (`ctxrag.stores.segments`: the same list, checksums, merge policy and clean-up).
+  (`ctxrag.stores.engine.segments`: the same list, checksums, merge policy and clean-up).
 * In memory, `view` is one `GraphIndex` over the live passages, built at load as the union of the segments in order
   (no embedding: every vector is in a segment) and kept up to date by writes; retrievers search it.
   The union equals the graph built from the same live passages in one go (the same entities, relations, passages,
@@ -40,7 +40,7 @@ from ctxrag.stores.base import ChunkIndex, IndexedChunk
 from ctxrag.stores.graph.index import GraphIndex
 from ctxrag.stores.graph.persistence import read_graph, write_graph
 from ctxrag.stores.graph.records import GraphState, Passage, Relation
-from ctxrag.stores.segments import MergePolicy, SegmentedIndex
+from ctxrag.stores.engine.segments import MergePolicy, SegmentedIndex
 
 
 def subgraph(graph: GraphIndex, passage_ids: Sequence[str]) -> GraphState:
@@ -243,7 +243,7 @@ class SegmentedGraphIndex(SegmentedIndex):
 
     def __init__(self, view: GraphIndex, *, policy: MergePolicy | None = None, kb_name: str = "NAME") -> None:
         # module functions, not bound methods: no cycle through self, so a generation's reader lease
-        # (`ctxrag.stores.leases`) ends as soon as its objects are dropped
+        # (`ctxrag.stores.engine.leases`) ends as soon as its objects are dropped
 
         super().__init__("graph", _no_make, _read_part, policy=policy, kb_name=kb_name)
         self.view = view

@@ -8,11 +8,14 @@
   the document, its content hash and chunk ids), not which process wrote it: two nodes writing the same file at
   once leave a row and chunks that agree, whichever step of which node came last.
 - staged (``..._staged``): the new version of a document being replaced, written whole before any of its chunks
-  replaces an old one (the chunks schema without BM25; never searched). A replace interrupted while staging leaves
-  the old version whole; one interrupted after staging is finished from here.
+  replaces an old one (the chunks schema), opened by a marker row (`ctxrag.stores.milvus_resident.staging`). While
+  the document's row says ``swapping``, readers take its chunks from here instead of the chunks collection being
+  overwritten; a replace interrupted while staging leaves the old version whole, one interrupted after it is
+  finished from here.
 - documents (``..._docs``): doc id (primary key), source, title, content hash (ingest skips unchanged files), summary,
-  the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata, `status` (``ok``, ``writing``, ``deleting``) and `write_id` of the last write. Milvus needs a
-  vector field in every collection: a constant 2-d `placeholder`.
+  the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata,
+  `status` (``ok``, ``writing``, ``swapping``: a replace whose staged copy is whole, ``deleting``) and `write_id` of
+  the last write. Milvus needs a vector field in every collection: a constant 2-d `placeholder`.
 
 Milvus 2.3 has no analyzers or functions: there the chunks collection is dense only (no `bm25` field) and BM25
 searches raise. Both collections carry the property ``ctxrag.kb`` (the knowledge base name, which may be CJK).
@@ -31,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord
-from ctxrag.stores.external import text_fingerprint
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
+from ctxrag.stores.engine.external import text_fingerprint
 from ctxrag.stores.milvus_resident.analysis import analyzed_text, analyzer_params
 from ctxrag.text import detect_language
 
@@ -42,6 +45,10 @@ SHORT_MAX = 4096
 TEXT_MAX = 65535
 """Milvus's longest VARCHAR (bytes)."""
 STATUS_OK, STATUS_WRITING, STATUS_DELETING = "ok", "writing", "deleting"
+STATUS_SWAPPING = "swapping"
+"""A replace past staging: the new version is whole in the staging collection, where readers find it."""
+VISIBLE = (STATUS_OK, STATUS_SWAPPING)
+"""Row states `doc list` shows (a ``writing`` row is a new document not yet whole)."""
 CHUNK_FIELDS = ["chunk_id", "doc_id", "chunk_index", "content", "indexed_text", "context", "metadata", "write_id"]
 """What reading a chunk back fetches (no vectors, no analyzed text)."""
 DOC_FIELDS = ["doc_id", "source", "title", "content_hash", "summary", "text", "n_chunks", "metadata", "status", "write_id",

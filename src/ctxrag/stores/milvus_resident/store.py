@@ -8,21 +8,30 @@ Writes are Strong (the collections' consistency level), so every process sees a 
 
 Milvus has no multi-row transactions, so a document is replaced in steps, each idempotent:
 
-0. when it replaces a stored version (another write id, status ``ok``): its new chunks are written whole to the
-   staging collection (`collections.staging_name`; never searched), so the old version stays whole and listed
-   until the new one exists completely somewhere;
-1. its documents row is upserted with ``status="writing"``, the new content hash, chunk count and write id (named by
-   what is written, `collections.write_id`: two nodes writing the same file agree on it);
+0. when it replaces a stored version (another write id, status ``ok``): a marker (`staging`: write id, chunk
+   count, the writer's host and pid) and the new chunks are written to the staging collection
+   (`collections.staging_name`), so the old version stays whole and listed until the new one exists whole there;
+1. its documents row is upserted with the new content hash, chunk count and write id (named by what is written,
+   `collections.write_id`: two nodes writing the same file agree on it), status ``swapping`` for a replace and
+   ``writing`` for a new document. From this one-row write on, readers take a swapping document's chunks from its
+   staged copy (searches exclude its rows in the chunks collection and search the staged ones), so they see the
+   new version whole while its chunks are overwritten;
 2. its chunks are upserted (keyed by chunk id), each carrying that write id;
 3. its chunks not in the new set are deleted (``doc_id in [D] and chunk_id not in [...]``);
-4. the row is upserted with ``status="ok"``; the staged copy is deleted.
+4. the row is upserted with ``status="ok"`` (readers back on the chunks collection); the staged copy is deleted.
+
+A reader therefore sees the old version until step 1 and the new one from then on, whichever step a ``kill -9``
+stops; a later write of the document (an ingest) first finishes a swap it finds. While a document swaps, its BM25
+scores come from the staging collection's statistics (a few documents) instead of the whole collection's.
 
 A delete marks the row ``deleting``, deletes the chunks by doc id, then the row. A process killed between steps leaves
 a row that is not ``ok``; `reconcile` (run on open for rows older than a grace period, so a write in progress on
-another node is left alone, and by ``ctxrag kb repair``) finishes a write whose chunks all arrived (or, for a replace,
-whose staged copy is whole: it is written again from there), finishes a delete, and drops a half-written new document
-(row and chunks) so the next ingest of its file adds it again. A replace interrupted while staging never touched the
-stored version: ``kb repair`` deletes the half-staged copy and the old version stays.
+another node is left alone, and by ``ctxrag kb repair``) finishes a swap from its staged copy, finishes a write whose
+chunks all arrived, finishes a delete, and drops a half-written new document (row and chunks) so the next ingest of
+its file adds it again. ``kb repair`` also settles staged copies no write is using (`staging.StagedCopy`: its writer
+gone): the stored version (the old one, never touched before step 1; or the new one, after step 4) stays and the copy
+is deleted. A staged copy whose writer still runs (on this host its pid, on another the grace period) and the swap
+it serves are left alone by both.
 
 Example::
 
@@ -38,7 +47,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -48,12 +57,13 @@ import scipy.sparse  # noqa: F401 - pymilvus imports it lazily on a search: two 
 # at once can see a half-initialized module (ImportError: isspmatrix); importing it here, once, avoids the race
 
 from ctxrag.errors import ConfigError, KnowledgeBaseDeleted
-from ctxrag.stores.docstore import ChunkRecord, DocumentRecord, DocumentRow
-from ctxrag.stores.document_keys import is_blank, pick_by_source
-from ctxrag.stores.milvus import _safe_uri, connect, is_server_uri
+from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord, DocumentRow
+from ctxrag.stores.documents.document_keys import is_blank, pick_by_source
+from ctxrag.stores.vectors.milvus import _safe_uri, connect, is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.analysis import analyzed_text, check_analysis
 from ctxrag.stores.milvus_resident.expressions import NOTHING
+from ctxrag.stores.milvus_resident.staging import CHUNKS_ONLY, MARKER_INDEX, StagedCopy, marker_record
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +76,14 @@ _FULLTEXT_SINCE = (2, 5)
 
 def _q(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def _and(*exprs: str) -> str:
+    return " and ".join(f"({e})" for e in exprs if e)
+
+
+def _best(hits: list[tuple[str, float]], k: int) -> list[tuple[str, float]]:
+    return sorted(hits, key=lambda h: -h[1])[:k]
 
 
 class DocumentState(NamedTuple):
@@ -90,8 +108,13 @@ class ReconcileReport:
     """Interrupted deletes finished."""
     orphans: list[str] = field(default_factory=list)
     """Chunk ids without a document, removed."""
-    unstaged: list[str] = field(default_factory=list)
-    """Documents whose replace stopped while staging: the half-staged new version deleted, the stored one kept."""
+    swapped: list[str] = field(default_factory=list)
+    """Replaces stopped after their row said ``swapping`` (the old version already being overwritten): finished from
+    their whole staged copy, the new version won (also in `finished`)."""
+    unstaged: dict[str, str] = field(default_factory=dict)
+    """Staged copies no write is using, deleted (the stored version kept): doc id -> what was done and why."""
+    in_flight: list[str] = field(default_factory=list)
+    """Documents staged or swapping by a writer that still runs: left alone."""
 
     @property
     def changed(self) -> bool:
@@ -113,6 +136,8 @@ class MilvusResidentStore:
         self._create_lock = threading.Lock()
         self.chunks_name, self.docs_name = cols.collection_names(kb_name)
         self.staging_name = cols.staging_name(kb_name)
+        self._staging_bm25: bool | None = None
+        """Whether the staging collection has BM25 (None: not looked at yet, or not there)."""
         self._client, self._finalizer = connect(self, self.uri, token)
         self.analysis = check_analysis(analysis)
         self.fulltext = True
@@ -189,13 +214,25 @@ class MilvusResidentStore:
         self.dim = dim
 
     def _ensure_staging(self) -> None:
-        """The staging collection (the chunks schema without BM25), made on the first replace."""
+        """The staging collection (the chunks schema: readers search a swapping document there), made on the first
+        replace."""
         assert self.dim is not None  # the chunks collection exists: staging follows its dimension
         with self._create_lock:
             if not self._client.has_collection(self.staging_name):
-                schema, index = cols.chunks_schema(self._client, self.dim, self.analysis, False, lite=self.lite)
+                schema, index = cols.chunks_schema(self._client, self.dim, self.analysis, self.fulltext,
+                                                   lite=self.lite)
                 self._create(self.staging_name, schema, index)
+            self._open_staging()
+
+    def _open_staging(self) -> bool:
+        """Load the staging collection once per store; False when there is none."""
+        if self._staging_bm25 is None:
+            if not self._client.has_collection(self.staging_name):
+                return False
+            fields = {f["name"] for f in self._client.describe_collection(self.staging_name)["fields"]}
             self._client.load_collection(self.staging_name)
+            self._staging_bm25 = "bm25" in fields  # a staging collection made before readers searched it has none
+        return True
 
     def _create(self, name: str, schema: Any, index: Any) -> bool:
         """Create a collection (Strong consistency); False when another process created it first (then wait until
@@ -263,6 +300,8 @@ class MilvusResidentStore:
             self._ensure_chunks(dims.pop())
         now = time.time()
         prior = {r["doc_id"]: r for r in self._docs_by_id([d.doc_id for d, _, _ in items])}
+        for doc_id in self._finish_swaps([r for r in prior.values() if r["status"] == cols.STATUS_SWAPPING]):
+            prior[doc_id]["status"] = cols.STATUS_OK  # an earlier replace of it stopped mid-swap: finished first
         old = {d: float(r["added_at"]) for d, r in prior.items()}
         analysis = self.analysis if self.fulltext else None
         for start in range(0, len(items), BATCH):
@@ -271,27 +310,34 @@ class MilvusResidentStore:
                         and prior[doc.doc_id]["status"] == cols.STATUS_OK
                         and prior[doc.doc_id]["write_id"] != cols.write_id(doc, records)]
             self._stage(replaced)  # step 0: the stored versions stay whole until the new ones exist whole
-            self._put_docs(part, cols.STATUS_WRITING, old, now)
+            swapping = {doc.doc_id for doc, _, _ in replaced}
+            self._put_docs(part, cols.STATUS_WRITING, old, now, swapping=swapping)  # step 1: readers flip to staging
             rows = [cols.chunk_row(r, v, cols.write_id(doc, records), analysis) for doc, records, vectors in part
                     for r, v in zip(records, np.asarray(vectors, dtype=np.float32))]
             self._upsert(self.chunks_name, rows)
             self._delete_stale(part)
             self._put_docs(part, cols.STATUS_OK, old, now)
-            self._unstage([doc.doc_id for doc, _, _ in replaced])
+            self._unstage(sorted(swapping))
 
     def _upsert(self, collection: str, rows: list[dict[str, Any]]) -> None:
         for at in range(0, len(rows), BATCH):
             self._client.upsert(collection, rows[at:at + BATCH])
 
     def _stage(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
-        """Step 0: the new chunks of replaced documents into the staging collection (a copy left by an earlier
-        interrupted replace of the same documents goes first, so only this write's rows are there)."""
+        """Step 0: a marker, then the new chunks of replaced documents, into the staging collection (a copy left by
+        an earlier interrupted replace of the same documents goes first, so only this write's rows are there)."""
         if not items:
             return
         self._ensure_staging()
         self._unstage([doc.doc_id for doc, _, _ in items])
+        analysis = self.analysis if self.fulltext and self._staging_bm25 else None
+        assert self.dim is not None
+        unit = np.eye(1, self.dim, dtype=np.float32)[0]  # a marker is never a search hit (CHUNKS_ONLY), but COSINE
+        self._upsert(self.staging_name, [  # needs a vector that is not zero
+            cols.chunk_row(marker_record(doc.doc_id, doc.source, len(records)), unit, cols.write_id(doc, records),
+                           analysis) for doc, records, _ in items])
         self._upsert(self.staging_name, [
-            cols.chunk_row(r, v, cols.write_id(doc, records), None) for doc, records, vectors in items
+            cols.chunk_row(r, v, cols.write_id(doc, records), analysis) for doc, records, vectors in items
             for r, v in zip(records, np.asarray(vectors, dtype=np.float32))])
 
     def _unstage(self, doc_ids: list[str]) -> None:
@@ -300,13 +346,54 @@ class MilvusResidentStore:
                 self._client.delete(self.staging_name, filter=f"doc_id in {cols.json_list(doc_ids[start:start + BATCH])}")
 
     def _staged(self, doc_id: str, write_id: str) -> list[dict[str, Any]]:
-        """Staged rows of `doc_id` from write `write_id`, with their vectors."""
-        if not self._client.has_collection(self.staging_name):
+        """Staged chunk rows of `doc_id` from write `write_id`, with their vectors."""
+        if not self._open_staging():
             return []
-        self._client.load_collection(self.staging_name)
-        rows = self._client.query(self.staging_name, filter=f"doc_id == {_q(doc_id)}",
-                                  output_fields=[*cols.CHUNK_FIELDS, "dense"], consistency_level="Strong")
-        return [r for r in rows if r["write_id"] == write_id]
+        return list(self._client.query(
+            self.staging_name, filter=f"doc_id == {_q(doc_id)} and write_id == {_q(write_id)} and {CHUNKS_ONLY}",
+            output_fields=[*cols.CHUNK_FIELDS, "dense"], consistency_level="Strong"))
+
+    def stagings(self) -> dict[str, StagedCopy]:
+        """Every staged copy, by doc id: its write, marker and how many of its chunk rows arrived."""
+        if not self._open_staging():
+            return {}
+        copies: dict[str, StagedCopy] = {}
+        for r in self._client.query(self.staging_name, filter=f"chunk_index == {MARKER_INDEX}",
+                                    output_fields=["doc_id", "write_id", "metadata"], consistency_level="Strong"):
+            md = dict(r["metadata"] or {})
+            copies[r["doc_id"]] = StagedCopy(r["doc_id"], str(md.get("source", "")), r["write_id"],
+                                             int(md["n_chunks"]), 0, {k: md[k] for k in ("host", "pid", "started")
+                                                                      if k in md})
+        it = self._client.query_iterator(self.staging_name, batch_size=BATCH, filter=CHUNKS_ONLY,
+                                         output_fields=["doc_id", "write_id", "source"])
+        try:
+            while batch := it.next():
+                for r in batch:
+                    copy = copies.setdefault(r["doc_id"], StagedCopy(r["doc_id"], r["source"], r["write_id"], None, 0))
+                    copy.staged += r["write_id"] == copy.write_id
+        finally:
+            it.close()
+        return copies
+
+    def _finish_swaps(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Finish the swaps of these ``swapping`` rows from their whole staged copies (steps 2-4 again, from the
+        staged rows); the doc ids finished. A row whose staged copy is not whole is left as it is."""
+        done = []
+        for row in rows:
+            staged = self._staged(row["doc_id"], row["write_id"])
+            if not staged or len(staged) != int(row["n_chunks"]):
+                continue
+            self._swap_in(row, staged)
+            done.append(row["doc_id"])
+        return done
+
+    def _swap_in(self, row: dict[str, Any], staged: list[dict[str, Any]]) -> None:
+        analysis = self.analysis if self.fulltext else None
+        self._upsert(self.chunks_name, [cols.chunk_row(cols.record_of(r), np.asarray(r["dense"]), row["write_id"],
+                                                       analysis) for r in staged])
+        self._delete_chunks(f"doc_id == {_q(row['doc_id'])}", keep=[r["chunk_id"] for r in staged])
+        self.update_row(row, status=cols.STATUS_OK)
+        self._unstage([row["doc_id"]])
 
     def _delete_stale(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
         """Step 3: each document's chunks that are not in its new set. By id, not by write id, so two processes
@@ -321,9 +408,11 @@ class MilvusResidentStore:
                 group, keep = [], []
 
     def _put_docs(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]], status: str,
-                  added: dict[str, float], now: float) -> None:
+                  added: dict[str, float], now: float, swapping: set[str] | frozenset[str] = frozenset()) -> None:
+        """Upsert the rows of `items` with `status` (``swapping`` for the doc ids in `swapping`)."""
         self._client.upsert(self.docs_name, [
-            cols.document_row(doc, n_chunks=len(records), status=status, write_id=cols.write_id(doc, records),
+            cols.document_row(doc, n_chunks=len(records), write_id=cols.write_id(doc, records),
+                              status=cols.STATUS_SWAPPING if doc.doc_id in swapping else status,
                               added_at=added.get(doc.doc_id, now), updated_at=now) for doc, records, _ in items])
 
     def _docs_by_id(self, doc_ids: list[str]) -> list[dict[str, Any]]:
@@ -362,33 +451,40 @@ class MilvusResidentStore:
 
     def reconcile(self, grace_s: float = RECONCILE_GRACE_S, *, orphans: bool = False) -> ReconcileReport:
         """Heal writes and deletes that stopped between steps more than `grace_s` ago (see the module docstring);
-        with `orphans`, also remove chunks whose document row is gone (a full scan: ``kb repair``)."""
+        with `orphans` (``kb repair``), also remove chunks whose document row is gone (a full scan) and staged
+        copies no write is using. A write whose staging writer still runs is left alone either way."""
         report = ReconcileReport()
-        cutoff = time.time() - grace_s
-        for row in self.doc_rows(f'status != "{cols.STATUS_OK}"'):
-            if float(row["updated_at"]) > cutoff:
-                continue
+        now = time.time()
+        rows = [r for r in self.doc_rows(f'status != "{cols.STATUS_OK}"') if float(r["updated_at"]) <= now - grace_s]
+        copies = self.stagings() if orphans or any(r["status"] == cols.STATUS_SWAPPING for r in rows) else {}
+        for row in rows:
             doc_id = row["doc_id"]
+            copy = copies.get(doc_id)
+            if copy is not None and copy.write_id == row["write_id"] and copy.alive(now, RECONCILE_GRACE_S):
+                report.in_flight.append(doc_id)
+                continue
             if row["status"] == cols.STATUS_DELETING:
                 self._delete_chunks(f"doc_id == {_q(doc_id)}")
+                self._unstage([doc_id])
                 self._client.delete(self.docs_name, filter=f"doc_id == {_q(doc_id)}")
                 report.deleted.append(doc_id)
                 continue
             got = self._query_chunks(f"doc_id == {_q(doc_id)}", ["chunk_id", "write_id"])
             mine = [r["chunk_id"] for r in got if r["write_id"] == row["write_id"]]
             staged = [] if len(mine) == int(row["n_chunks"]) else self._staged(doc_id, row["write_id"])
-            if len(staged) == int(row["n_chunks"]) and staged:  # a replace stopped after staging: write it again
-                analysis = self.analysis if self.fulltext else None
-                self._upsert(self.chunks_name, [cols.chunk_row(cols.record_of(r), np.asarray(r["dense"]),
-                                                               row["write_id"], analysis) for r in staged])
-                mine = [r["chunk_id"] for r in staged]
-            if len(mine) == int(row["n_chunks"]):
-                self._delete_chunks(f"doc_id == {_q(doc_id)}", keep=mine)
-                self.update_row(row, status=cols.STATUS_OK)
-                self._unstage([doc_id])
+            if len(mine) == int(row["n_chunks"]) or (staged and len(staged) == int(row["n_chunks"])):
+                if staged:  # the old version was being overwritten: the whole staged one wins
+                    self._swap_in(row, staged)
+                else:
+                    self._delete_chunks(f"doc_id == {_q(doc_id)}", keep=mine)
+                    self.update_row(row, status=cols.STATUS_OK)
+                    self._unstage([doc_id])
                 report.finished.append(doc_id)
+                if staged or row["status"] == cols.STATUS_SWAPPING:
+                    report.swapped.append(doc_id)
             else:
                 self._delete_chunks(f"doc_id == {_q(doc_id)}")
+                self._unstage([doc_id])
                 self._client.delete(self.docs_name, filter=f"doc_id == {_q(doc_id)}")
                 report.dropped.append(doc_id)
         if orphans:
@@ -397,30 +493,53 @@ class MilvusResidentStore:
             for start in range(0, len(stray), BATCH):
                 self._client.delete(self.chunks_name, ids=stray[start:start + BATCH])
             report.orphans = stray
-            report.unstaged = self._drop_unfinished_staging()
+            done = {*report.finished, *report.dropped, *report.deleted, *report.in_flight}
+            self._settle_stagings([c for d, c in copies.items() if d not in done], now, report)
         if report.changed:
-            log.warning("knowledge base %r in Milvus: finished %d interrupted writes, dropped %d half-written documents "
-                        "(ingest their files again), finished %d deletes, removed %d orphan chunks", self.kb_name,
-                        len(report.finished), len(report.dropped), len(report.deleted), len(report.orphans))
+            log.warning("knowledge base %r in Milvus: finished %d interrupted writes (%d from their staged copy), "
+                        "dropped %d half-written documents (ingest their files again), finished %d deletes, removed "
+                        "%d orphan chunks and %d unused staged copies", self.kb_name, len(report.finished),
+                        len(report.swapped), len(report.dropped), len(report.deleted), len(report.orphans),
+                        len(report.unstaged))
         return report
 
-    def _drop_unfinished_staging(self) -> list[str]:
-        """Delete staged copies no write is finishing (their replace stopped while staging; the stored version is
-        whole), returning their doc ids. For ``kb repair`` only: a live writer's staging is not told apart."""
-        if not self._client.has_collection(self.staging_name):
-            return []
-        self._client.load_collection(self.staging_name)
-        it = self._client.query_iterator(self.staging_name, batch_size=BATCH, filter="", output_fields=["doc_id"])
-        staged: set[str] = set()
-        try:
-            while batch := it.next():
-                staged.update(r["doc_id"] for r in batch)
-        finally:
-            it.close()
-        writing = {r["doc_id"] for r in self.doc_rows(f'status == "{cols.STATUS_WRITING}"', ["doc_id"])}
-        leftover = sorted(staged - writing)
-        self._unstage(leftover)
-        return leftover
+    def settle_stagings(self) -> ReconcileReport:
+        """What a writer does first (``ctxrag ingest``): finish the swaps and delete the staged copies that writers
+        now gone left (`StagedCopy.alive`), whatever their age; a live writer's are left alone."""
+        report = ReconcileReport()
+        now = time.time()
+        dead = {d: c for d, c in self.stagings().items() if not c.alive(now, RECONCILE_GRACE_S)}
+        if not dead:
+            return report
+        rows = [r for r in self._docs_by_id(sorted(dead))
+                if r["status"] == cols.STATUS_SWAPPING and r["write_id"] == dead[r["doc_id"]].write_id]
+        report.swapped = self._finish_swaps(rows)
+        report.finished = list(report.swapped)
+        self._settle_stagings([c for d, c in dead.items() if d not in report.swapped], now, report)
+        return report
+
+    def _settle_stagings(self, copies: list[StagedCopy], now: float, report: ReconcileReport) -> None:
+        """Delete the staged copies whose writer is gone and whose row does not swap to them (the stored version
+        stays), noting why in `report`; a copy whose writer runs is left alone."""
+        rows = {r["doc_id"]: r for r in self._docs_by_id([c.doc_id for c in copies])}
+        for copy in copies:
+            row = rows.get(copy.doc_id)
+            if copy.alive(now, RECONCILE_GRACE_S):
+                report.in_flight.append(copy.doc_id)
+                continue
+            if row is not None and row["status"] != cols.STATUS_OK:
+                continue  # a write younger than the grace period uses it
+            if row is None:
+                why = "deleted the staged copy (its document is gone)"
+            elif row["write_id"] == copy.write_id:
+                why = "kept the stored version, deleted the staged copy (the replace stopped after its swap: the " \
+                      "new version is stored whole)"
+            else:
+                why = "kept the stored version, deleted the staged copy (the replace stopped " + \
+                      ("after staging, before its swap" if copy.whole else "while staging") + \
+                      ": the old version is stored whole)"
+            self._unstage([copy.doc_id])
+            report.unstaged[copy.doc_id] = why
 
     def drop(self) -> None:
         """Drop the collections (deleting the knowledge base)."""
@@ -467,7 +586,7 @@ class MilvusResidentStore:
         return self.get_document(row.doc_id) if row else None
 
     def list_documents(self) -> list[DocumentRecord]:
-        return sorted((self._record(r) for r in self.doc_rows(f'status == "{cols.STATUS_OK}"')),
+        return sorted((self._record(r) for r in self.doc_rows(f"status in {cols.json_list(list(cols.VISIBLE))}")),
                       key=lambda d: d.source)
 
     def document_rows(self) -> list[DocumentRow]:
@@ -506,57 +625,103 @@ class MilvusResidentStore:
         return list(self._client.query(self.chunks_name, filter=expr, output_fields=fields,
                                        consistency_level=self.read_consistency, **kwargs))
 
-    def _iter_chunk_rows(self, fields: list[str], expr: str = "") -> Iterator[dict[str, Any]]:
-        if not self._has_chunks:
-            return
-        it = self._client.query_iterator(self.chunks_name, batch_size=BATCH, filter=expr, output_fields=fields)
+    def _iter_rows(self, collection: str, fields: list[str], expr: str = "") -> Iterator[dict[str, Any]]:
+        it = self._client.query_iterator(collection, batch_size=BATCH, filter=expr, output_fields=fields)
         try:
             while batch := it.next():
                 yield from batch
         finally:
             it.close()
 
-    def get_chunks(self, chunk_ids: list[str]) -> dict[str, ChunkRecord]:
-        out: dict[str, ChunkRecord] = {}
-        if not chunk_ids or not self._has_chunks:
-            return out
-        for start in range(0, len(chunk_ids), BATCH):
-            got = self._client.get(self.chunks_name, ids=list(chunk_ids[start:start + BATCH]),
-                                   output_fields=cols.CHUNK_FIELDS, consistency_level=self.read_consistency)
-            out.update((r["chunk_id"], cols.record_of(r)) for r in got)
+    def _iter_chunk_rows(self, fields: list[str], expr: str = "") -> Iterator[dict[str, Any]]:
+        """The chunks collection as stored (a swapping document's rows included: ``kb check``, orphans)."""
+        if self._has_chunks:
+            yield from self._iter_rows(self.chunks_name, fields, expr)
+
+    # -- what readers see: a swapping document's chunks come from its staged copy (module docstring, step 1) -----
+    def _swaps(self) -> dict[str, str]:
+        """doc id -> write id of each document whose row says ``swapping`` (one small query; usually none)."""
+        rows = self._client.query(self.docs_name, filter=f'status == "{cols.STATUS_SWAPPING}"',
+                                  output_fields=["doc_id", "write_id"], consistency_level=self.read_consistency)
+        return {r["doc_id"]: r["write_id"] for r in rows} if rows and self._open_staging() else {}
+
+    @staticmethod
+    def _sides(expr: str, swaps: dict[str, str]) -> tuple[str, str | None]:
+        """(the chunks collection's expression, the staging collection's or None) of a read under `expr`."""
+        if not swaps:
+            return expr, None
+        ids = cols.json_list(sorted(swaps))
+        return (_and(expr, f"doc_id not in {ids}"),
+                _and(expr, f"doc_id in {ids}", f"write_id in {cols.json_list(sorted(set(swaps.values())))}",
+                     CHUNKS_ONLY))
+
+    def _iter_visible(self, fields: list[str], expr: str = "") -> Iterator[dict[str, Any]]:
+        main, staged = self._sides(expr, self._swaps())
+        yield from self._iter_chunk_rows(fields, main)
+        if staged is not None:
+            yield from self._iter_rows(self.staging_name, fields, staged)
+
+    def _get(self, collection: str, ids: list[str], fields: list[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), BATCH):
+            got = self._client.get(collection, ids=ids[start:start + BATCH], output_fields=fields,
+                                   consistency_level=self.read_consistency)
+            out.update((r["chunk_id"], r) for r in got)
         return out
 
+    def _get_visible(self, chunk_ids: list[str], fields: list[str]) -> dict[str, dict[str, Any]]:
+        """Rows of these chunk ids as readers see them; a swapping document's from its staged copy."""
+        fields = sorted({*fields, "chunk_id", "doc_id", "write_id", "chunk_index"})
+        swaps = self._swaps()
+        rows = self._get(self.chunks_name, chunk_ids, fields)
+        if not swaps:
+            return rows
+        held = {c: r for c, r in rows.items() if r["doc_id"] in swaps}
+        rows = {c: r for c, r in rows.items() if r["doc_id"] not in swaps}
+        staged = {c: r for c, r in self._get(self.staging_name, [c for c in chunk_ids if c not in rows], fields).items()
+                  if swaps.get(r["doc_id"]) == r["write_id"] and r["chunk_index"] != MARKER_INDEX}
+        rows.update(staged)
+        ended = {r["doc_id"] for r in held.values()} - {r["doc_id"] for r in staged.values()}
+        if ended:  # the swap finished (staged copy deleted) since `_swaps`: the chunks collection is whole again
+            rows.update(self._get(self.chunks_name, [c for c, r in held.items() if r["doc_id"] in ended], fields))
+        return rows
+
+    def get_chunks(self, chunk_ids: list[str]) -> dict[str, ChunkRecord]:
+        if not chunk_ids or not self._has_chunks:
+            return {}
+        return {c: cols.record_of(r) for c, r in self._get_visible(list(chunk_ids), cols.CHUNK_FIELDS).items()}
+
     def chunks_of(self, doc_id: str) -> list[ChunkRecord]:
-        rows = self._query_chunks(f"doc_id == {_q(doc_id)}", cols.CHUNK_FIELDS)
+        write = self._swaps().get(doc_id)
+        rows = [] if write is None else list(self._client.query(
+            self.staging_name, filter=f"doc_id == {_q(doc_id)} and write_id == {_q(write)} and {CHUNKS_ONLY}",
+            output_fields=cols.CHUNK_FIELDS, consistency_level=self.read_consistency))
+        rows = rows or self._query_chunks(f"doc_id == {_q(doc_id)}", cols.CHUNK_FIELDS)
         return sorted((cols.record_of(r) for r in rows), key=lambda r: r.chunk_index)
 
     def iter_chunks(self, expr: str = "") -> Iterator[ChunkRecord]:
-        for row in self._iter_chunk_rows(cols.CHUNK_FIELDS, expr):
+        for row in self._iter_visible(cols.CHUNK_FIELDS, expr):
             yield cols.record_of(row)
 
     def chunk_ids(self, expr: str = "") -> set[str]:
-        return {r["chunk_id"] for r in self._iter_chunk_rows(["chunk_id"], expr)}
+        return {r["chunk_id"] for r in self._iter_visible(["chunk_id"], expr)}
 
     def fingerprints(self) -> dict[str, str]:
-        return {r["chunk_id"]: r["text_hash"] for r in self._iter_chunk_rows(["chunk_id", "text_hash"])}
+        return {r["chunk_id"]: r["text_hash"] for r in self._iter_visible(["chunk_id", "text_hash"])}
 
     def chunk_writes(self) -> Iterator[dict[str, Any]]:
-        """chunk id, doc id and write id of every chunk (for ``kb check``)."""
+        """chunk id, doc id and write id of every chunk in the chunks collection (for ``kb check``)."""
         return self._iter_chunk_rows(["chunk_id", "doc_id", "write_id"])
 
     def vectors(self, chunk_ids: list[str]) -> np.ndarray:
         """Stored dense vectors of these chunks, in order; `KeyError` for an unknown id."""
         if not chunk_ids or not self._has_chunks:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
-        by_id: dict[str, np.ndarray] = {}
-        for start in range(0, len(chunk_ids), BATCH):
-            got = self._client.get(self.chunks_name, ids=list(chunk_ids[start:start + BATCH]),
-                                   output_fields=["chunk_id", "dense"], consistency_level=self.read_consistency)
-            by_id.update((r["chunk_id"], np.asarray(r["dense"], dtype=np.float32)) for r in got)
-        unknown = [c for c in chunk_ids if c not in by_id]
+        got = self._get_visible(list(chunk_ids), ["chunk_index", "dense"])
+        unknown = [c for c in chunk_ids if c not in got]
         if unknown:
             raise KeyError(f"chunk ids not in knowledge base {self.kb_name!r} in Milvus: {unknown[:5]}")
-        return np.stack([by_id[c] for c in chunk_ids])
+        return np.stack([np.asarray(got[c]["dense"], dtype=np.float32) for c in chunk_ids])
 
     # -- searches -----------------------------------------------------------------------------------------------
     def _hits(self, res: Any, *, magnitude: bool = False) -> list[tuple[str, float]]:
@@ -569,6 +734,16 @@ class MilvusResidentStore:
             raise ValueError(f"k must be positive, got {k}")
         return expr != NOTHING and self._has_chunks
 
+    def _both(self, expr: str, k: int, search: Callable[[str, str], list[tuple[str, float]]], *,
+              bm25: bool = False) -> list[tuple[str, float]]:
+        """`search(collection, expression)` over the chunks collection and, when documents swap, over their staged
+        copies too (the best `k` of both)."""
+        main, staged = self._sides(expr, self._swaps())
+        hits = search(self.chunks_name, main)
+        if staged is not None and (self._staging_bm25 or not bm25):
+            hits = _best(hits + search(self.staging_name, staged), k)
+        return hits
+
     def dense_search(self, vector: np.ndarray, k: int, expr: str = "") -> list[tuple[str, float]]:
         """Top-k (chunk id, cosine) among the chunks `expr` selects ('' = all)."""
         if not self._can_match(k, expr):
@@ -577,10 +752,14 @@ class MilvusResidentStore:
         if q.shape[0] != self.dim:
             raise ValueError(f"query vector dimension {q.shape[0]} does not match knowledge base "
                              f"{self.kb_name!r}'s {self.dim}")
-        res = self._client.search(self.chunks_name, data=[q.tolist()], anns_field="dense", limit=min(k, TOPK_MAX),
-                                  filter=expr, output_fields=["chunk_id"], search_params={"metric_type": "COSINE"},
-                                  consistency_level=self.read_consistency)
-        return self._hits(res)
+
+        def search(collection: str, where: str) -> list[tuple[str, float]]:
+            return self._hits(self._client.search(
+                collection, data=[q.tolist()], anns_field="dense", limit=min(k, TOPK_MAX), filter=where,
+                output_fields=["chunk_id"], search_params={"metric_type": "COSINE"},
+                consistency_level=self.read_consistency))
+
+        return self._both(expr, k, search)
 
     def _query_text(self, query: str) -> str:
         if not self.fulltext:
@@ -594,16 +773,18 @@ class MilvusResidentStore:
         text = self._query_text(query)
         if not self._can_match(k, expr):
             return []
-        hits: list[tuple[str, float]] = []
-        if text:
-            res = self._client.search(self.chunks_name, data=[text], anns_field="bm25", limit=min(k, TOPK_MAX),
-                                      filter=expr, output_fields=["chunk_id"], search_params={"metric_type": "BM25"},
+
+        def search(collection: str, where: str) -> list[tuple[str, float]]:
+            res = self._client.search(collection, data=[text], anns_field="bm25", limit=min(k, TOPK_MAX),
+                                      filter=where, output_fields=["chunk_id"], search_params={"metric_type": "BM25"},
                                       consistency_level=self.read_consistency)
-            hits = [(cid, s) for cid, s in self._hits(res, magnitude=True) if s > 0]
+            return [(cid, s) for cid, s in self._hits(res, magnitude=True) if s > 0]
+
+        hits = self._both(expr, k, search, bm25=True) if text else []
         if fill and len(hits) < k:
             seen = [cid for cid, _ in hits]
             rest = f"chunk_id not in {cols.json_list(seen)}" if seen else ""
-            where = " and ".join(f"({e})" for e in (expr, rest) if e)
+            where = _and(self._sides(expr, self._swaps())[0], rest)
             hits += [(r["chunk_id"], 0.0) for r in self._query_chunks(where, ["chunk_id"], limit=k - len(hits))]
         return hits
 
@@ -611,7 +792,8 @@ class MilvusResidentStore:
                       weights: tuple[float, float] = (0.5, 0.5), rrf_k: int = 60, pool: int | None = None,
                       ) -> list[tuple[str, float]]:
         """Dense + BM25 fused inside Milvus (`hybrid_search`): ``ranker="rrf"`` (RRFRanker(rrf_k)) or
-        ``"weighted"`` (WeightedRanker(dense, bm25)); each side fetches `pool` candidates (default ``max(2k, 20)``)."""
+        ``"weighted"`` (WeightedRanker(dense, bm25)); each side fetches `pool` candidates (default ``max(2k, 20)``).
+        A swapping document's staged chunks are fused apart and merged by score."""
         from pymilvus import AnnSearchRequest, RRFRanker, WeightedRanker
 
         text = self._query_text(query)
@@ -621,19 +803,23 @@ class MilvusResidentStore:
             return self.dense_search(vector, k, expr)
         pool = min(max(pool or 2 * k, k, 20), TOPK_MAX)
         q = np.asarray(vector, dtype=np.float32).reshape(-1).tolist()
-        reqs = [AnnSearchRequest(data=[q], anns_field="dense", param={"metric_type": "COSINE"}, limit=pool,
-                                 expr=expr or None),
-                AnnSearchRequest(data=[text], anns_field="bm25", param={"metric_type": "BM25"}, limit=pool,
-                                 expr=expr or None)]
         if ranker == "rrf":
             rank: Any = RRFRanker(rrf_k)
         elif ranker == "weighted":
             rank = WeightedRanker(*weights)
         else:
             raise ConfigError(f"unknown Milvus ranker {ranker!r}; choose 'rrf' or 'weighted'")
-        res = self._client.hybrid_search(self.chunks_name, reqs, rank, limit=min(k, TOPK_MAX),
-                                         output_fields=["chunk_id"], consistency_level=self.read_consistency)
-        return self._hits(res)
+
+        def search(collection: str, where: str) -> list[tuple[str, float]]:
+            reqs = [AnnSearchRequest(data=[q], anns_field="dense", param={"metric_type": "COSINE"}, limit=pool,
+                                     expr=where or None),
+                    AnnSearchRequest(data=[text], anns_field="bm25", param={"metric_type": "BM25"}, limit=pool,
+                                     expr=where or None)]
+            return self._hits(self._client.hybrid_search(collection, reqs, rank, limit=min(k, TOPK_MAX),
+                                                         output_fields=["chunk_id"],
+                                                         consistency_level=self.read_consistency))
+
+        return self._both(expr, k, search, bm25=True)
 
     def __repr__(self) -> str:
         return f"MilvusResidentStore(uri={self.where!r}, kb={self.kb_name!r}, analysis={self.analysis!r})"

@@ -26,7 +26,7 @@ import numpy as np
 from langchain_core.documents import Document
 
 from ctxrag.stores.base import IndexedChunk
-from ctxrag.stores.chunk_lookup import chunks_as_documents
+from ctxrag.stores.documents.chunk_lookup import chunks_as_documents
 from ctxrag.stores.filters import MetadataFilter, check_filter, matcher, milvus_expression
 from ctxrag.stores.milvus_resident.expressions import FilteredIds, allowed_expression, ids_expression
 from ctxrag.stores.milvus_resident.store import MilvusResidentStore

@@ -1,0 +1,173 @@
+"""An answer's `[n]` markers set to the sources the citation check keeps, as the answer streams, so the text cites
+exactly the sources listed with it.
+
+The citation check (`ctxrag.chains.citations.check_citations`) may drop a cited chunk that does not hold its
+sentence, cite the one that does, or find that no chunk holds a sentence; the sources it lists then differ from the
+markers the model wrote. `CheckedMarkers` rewrites each sentence's markers to that sentence's checked sources once
+the sentence is complete: a wrong ``[1]`` becomes ``[2]``, a marker no chunk backs is removed, a sentence the check
+found a source for gets its marker after it. A Markdown link around a marker (``[here]([3])``) becomes plain text
+and the marker (``here [3]``). Text before a sentence's first ``[`` streams at once; from there to the sentence's end
+it is held until the sentence is complete. A ``[n]`` inside backticks or a fenced code block is code (``items[1]``),
+never rewritten.
+
+Example::
+
+    from langchain_core.documents import Document
+    from ctxrag.chains.checked_markers import checked_answer
+    docs = [Document("The office opens at 9."), Document("The default port is 7420.")]
+    checked_answer("The default port is 7420 [1].", docs)       # 'The default port is 7420 [2].'
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from langchain_core.documents import Document
+
+from ctxrag.chains.citations import CITATION_MARK, check_citations, cited_numbers, sentence_spans, source_entry
+
+LINKED_MARK = re.compile(r"\[([^\[\]\n]{1,80})\]\(\s*\[?(\d{1,3})\]?\s*\)")
+"""A Markdown link whose target is a citation number, ``[here]([3])`` or ``[here](3)``: group 1 the text, 2 the
+number."""
+_PARTIAL_MARK = re.compile(r"\[[\d\s,，、]*")
+_CJK_END = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]$")
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(r"`[^`]*`?", text)]
+
+
+def markers(text: str) -> list[re.Match[str]]:
+    """The citation markers of `text`, leaving out those inside backticks (``items[1]`` as code)."""
+    code = _code_spans(text)
+    return [m for m in CITATION_MARK.finditer(text) if not any(a <= m.start() < b for a, b in code)]
+
+
+def marker_numbers(text: str) -> list[int]:
+    """The numbers `markers` cite, in order of first appearance."""
+    return cited_numbers(" ".join(m.group(0) for m in markers(text)))
+
+
+def _format(ns: list[int]) -> str:
+    return "".join(f"[{n}]" for n in ns)
+
+
+def rewrite_sentence(sentence: str, sources: list[int], *, labels: bool = False) -> str:
+    """`sentence` citing exactly `sources`. Only its text from the first ``[`` on changes; a sentence without a marker
+    gets `sources` after it (before trailing white space), or, where markers label what follows them (`labels`: the
+    answer opens with one), before it.
+
+    >>> rewrite_sentence("Port 7420 [1].", [2]), rewrite_sentence("端口是 7420。", [2])
+    ('Port 7420 [2].', '端口是 7420。[2]')
+    >>> rewrite_sentence("See [here]([3]).", [])
+    'See here.'
+    """
+    first = sentence.find("[")
+    head_end = len(sentence) if first < 0 else len(sentence[:first].rstrip(" \t"))
+    head = sentence[:head_end]
+    text = head + LINKED_MARK.sub(r"\1 [\2]", sentence[head_end:])
+    found = [m for m in markers(text) if m.start() >= head_end]
+    if not found:
+        if not sources:
+            return text
+        if labels:
+            lead = len(text) - len(text.lstrip())
+            return text[:lead] + _format(sources) + " " + text[lead:]
+        body = text.rstrip()
+        return body + ("" if _CJK_END.search(body) else " ") + _format(sources) + text[len(body):]
+    if [n for m in found for n in cited_numbers(m.group(0))] == sources:
+        return text
+    kept: list[str] = []
+    pos, insert_at, lead = 0, -1, ""
+    for m in found:
+        before = text[pos:m.start()]
+        stripped = before.rstrip(" \t")
+        if insert_at < 0:
+            lead = before[len(stripped):]
+            insert_at = sum(map(len, kept)) + len(stripped)
+        kept.append(stripped)
+        pos = m.end()
+    kept.append(text[pos:])
+    out = "".join(kept)
+    mark = lead + _format(sources) if sources else ""
+    return out[:insert_at] + mark + out[insert_at:]
+
+
+class CheckedMarkers:
+    """Answer text in (`feed`, then `close`), the same text out with each sentence's markers set to its checked
+    sources (see the module docstring). `model_text` is what was fed, `text` what was returned."""
+
+    def __init__(self, docs: list[Document]) -> None:
+        self.docs = docs
+        self.model_text = ""
+        self._done = 0  # model_text[:_done] is whole sentences, rewritten into _fixed
+        self._fixed = ""
+        self._sent = 0  # characters of the output returned so far
+
+    @property
+    def text(self) -> str:
+        return self._fixed + self.model_text[self._done:]
+
+    def feed(self, delta: str) -> str:
+        """The output that can be given out now that `delta` was written."""
+        self.model_text += delta
+        return self._advance(final=False)
+
+    def close(self) -> str:
+        """The rest of the output, every sentence complete."""
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> str:
+        raw = self.model_text
+        if not final and (not raw.strip() or _PARTIAL_MARK.fullmatch(raw.lstrip())):
+            return ""  # whether the answer opens with a marker (which then labels what follows) is not known yet
+        labels = CITATION_MARK.match(raw.lstrip()) is not None
+        spans = sentence_spans(raw, self._done)
+        complete = spans if final else [s for s in spans if self._ends(raw, s[1])]
+        if complete:
+            checked = check_citations(raw[:complete[-1][1]], self.docs) if self.docs else []
+            offset = len(checked) - len(complete)
+            for i, (a, b) in enumerate(complete):
+                sources = checked[offset + i]["sources"] if checked else []
+                fenced = raw.count("```", 0, a) % 2 == 1  # a line of a code block: left as written
+                self._fixed += raw[self._done:a] + (raw[a:b] if fenced else
+                                                    rewrite_sentence(raw[a:b], sources, labels=labels))
+                self._done = b
+        if final:
+            self._fixed += raw[self._done:]
+            self._done = len(raw)
+            out = self._fixed
+        else:  # the open sentence up to its first "[" (all of it held where markers label what follows)
+            pending = "" if labels else raw[self._done:]
+            cut = pending.find("[")
+            out = self._fixed + (pending if cut < 0 else pending[:cut]).rstrip()
+        piece, self._sent = out[self._sent:], len(out)
+        return piece
+
+    @staticmethod
+    def _ends(raw: str, end: int) -> bool:
+        """Whether the sentence ending at `end` is complete: text follows that no marker of it can start."""
+        rest = raw[end:].lstrip(" \t")
+        return bool(rest) and not _PARTIAL_MARK.fullmatch(rest)
+
+
+def checked_answer(answer: str, docs: list[Document]) -> str:
+    """`answer` with each sentence's markers set to its checked sources (`CheckedMarkers` on the whole text)."""
+    cm = CheckedMarkers(docs)
+    cm.feed(answer)
+    cm.close()
+    return cm.text
+
+
+def sources_as_marked(answer: str, docs: list[Document], found: list[dict[str, Any]],
+                      model_cited: list[int]) -> list[dict[str, Any]]:
+    """The sources `answer`'s markers cite, in order of first use: the check's entry (`found`) for each, or a new
+    one, ``inferred`` unless the model cited it (`model_cited`)."""
+    by_n = {s["n"]: s for s in found}
+    out = []
+    for n in marker_numbers(answer):
+        if not 1 <= n <= len(docs):
+            continue
+        entry = by_n.get(n) or source_entry(n, docs[n - 1])
+        out.append(entry if n in model_cited or n in by_n else {**entry, "inferred": True})
+    return out

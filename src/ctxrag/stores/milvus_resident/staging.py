@@ -1,0 +1,95 @@
+"""Staged copies of a Milvus-resident replace: the marker row that opens one, what a staged copy is, and whether the
+writer that staged it is still alive.
+
+A replace writes the new version of a document whole to the staging collection before it touches the stored one
+(`ctxrag.stores.milvus_resident.store`). Its first staged row is a *marker* (chunk index -1, never a chunk): the
+write id, the chunk count the copy must reach, when staging started, and which process stages (host and pid). From
+the marker and the rows that carry its write id, `StagedCopy` says whether the copy is whole and whether its writer
+is alive, which is how ``kb check`` tells a replace in flight on another process from one a kill left behind.
+
+The writer is alive while staging is younger than the grace period a write gets everywhere in this store
+(``RECONCILE_GRACE_S``) and, on the host that staged it, its pid still runs (``kill -9`` ends the pid at once, so a
+killed writer is dead without waiting; another host's process cannot be probed and has the grace period).
+
+Example::
+
+    from ctxrag.stores.milvus_resident.staging import StagedCopy, writer_here
+    copy = StagedCopy("d1", "a.md", "9f2c", n_chunks=3, staged=3, writer={**writer_here(), "started": 0.0})
+    copy.whole, copy.alive(now=10.0, grace_s=600.0)      # (True, True): this process staged it
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxrag.stores.documents.docstore import ChunkRecord
+
+MARKER_INDEX = -1
+"""The chunk index of a marker row: real chunks count from 0, so ``chunk_index >= 0`` selects the staged chunks."""
+CHUNKS_ONLY = f"chunk_index > {MARKER_INDEX}"
+
+
+def marker_id(doc_id: str) -> str:
+    """The staging collection's primary key of `doc_id`'s marker."""
+    return f"~staging~{doc_id}"
+
+
+def writer_here() -> dict[str, Any]:
+    """This process as a writer: host and pid."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def marker_record(doc_id: str, source: str, n_chunks: int) -> ChunkRecord:
+    """The marker row's chunk record for staging `doc_id` (`n_chunks` chunks) from this process, now."""
+    md = {"source": source, "n_chunks": n_chunks, "started": time.time(), **writer_here()}
+    return ChunkRecord(marker_id(doc_id), doc_id, MARKER_INDEX, "", "", None, md)
+
+
+def _pid_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it runs
+        return True
+    return True
+
+
+@dataclass
+class StagedCopy:
+    """The staged rows of one document: from which write, how many of how many, and who staged them."""
+
+    doc_id: str
+    source: str
+    write_id: str
+    n_chunks: int | None
+    """From the marker; None when the marker is missing (rows staged before markers existed)."""
+    staged: int
+    """Staged chunk rows carrying `write_id`."""
+    writer: dict[str, Any] = field(default_factory=dict)
+    """host, pid, started (epoch seconds) from the marker; empty without one."""
+
+    @property
+    def whole(self) -> bool:
+        return self.n_chunks is not None and self.staged == self.n_chunks
+
+    def alive(self, now: float | None = None, grace_s: float = 600.0) -> bool:
+        """Whether the writer may still be staging or swapping (the module docstring's rule)."""
+        started = self.writer.get("started")
+        if started is None or (now if now is not None else time.time()) - float(started) >= grace_s:
+            return False
+        if self.writer.get("host") != socket.gethostname():
+            return True
+        pid = int(self.writer.get("pid", -1))
+        return pid == os.getpid() or (pid > 0 and _pid_runs(pid))
+
+    def describe(self, now: float | None = None, grace_s: float = 600.0) -> str:
+        """One line for ``kb check``: the document, the write, how much is staged and the writer's state."""
+        count = f"{self.staged} of {self.n_chunks}" if self.n_chunks is not None else f"{self.staged} (no marker)"
+        who = (f"pid {self.writer.get('pid')} on {self.writer.get('host')}" if self.writer else "an unknown writer")
+        state = "running" if self.alive(now, grace_s) else "gone"
+        return f"{self.source or self.doc_id} (doc {self.doc_id}): write {self.write_id}, {count} chunks staged, " \
+               f"writer {who} {state}"
