@@ -78,18 +78,18 @@ def rewrite_sentence(sentence: str, sources: list[int], *, labels: bool = False)
     if [n for m in found for n in cited_numbers(m.group(0))] == sources:
         return text
     kept: list[str] = []
-    pos, insert_at, lead = 0, -1, ""
+    pos, insert_at, gap = 0, -1, ""
     for m in found:
         before = text[pos:m.start()]
         stripped = before.rstrip(" \t")
         if insert_at < 0:
-            lead = before[len(stripped):]
+            gap = before[len(stripped):]
             insert_at = sum(map(len, kept)) + len(stripped)
         kept.append(stripped)
         pos = m.end()
     kept.append(text[pos:])
     out = "".join(kept)
-    mark = lead + _format(sources) if sources else ""
+    mark = gap + _format(sources) if sources else ""
     return out[:insert_at] + mark + out[insert_at:]
 
 
