@@ -58,7 +58,8 @@ class CheckReport:
                 out.append(f"  {d.index}: ERROR {d.error}")
                 continue
             status = "ok" if d.clean else "DIFFERS"
-            out.append(f"  {d.index}: {count} chunks, {status}")
+            unit = "documents" if d.index == "documents" else "chunks"  # a Milvus-resident base counts its rows
+            out.append(f"  {d.index}: {count} {unit}, {status}")
             for label, ids in (("missing from the index", d.missing), ("in the index but not stored", d.extra)):
                 for cid in ids[:MAX_LISTED]:
                     out.append(f"    {label}: {cid}")
