@@ -34,7 +34,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -377,9 +377,7 @@ def _new(rec: dict[str, Any], rule: Rule) -> bool:
         if rule.quote2 and "reply2" not in rec:
             # `requote` asks again only the questions the product rule answers; one it abstains on is an abstention
             # under the same thresholds with the answer test added
-            from dataclasses import replace as with_
-
-            if not _new(rec, with_(rule, quote2=False, answer=0.0, answer_chars=0)):
+            if not _new(rec, replace(rule, quote2=False, answer=0.0, answer_chars=0)):
                 return False
             raise ValueError(f"rule {rule} needs the quote-and-answer reply; {rec['id']} has none (run requote)")
         got = rec["reply2"] if rule.quote2 else rec["reply"]
@@ -577,36 +575,23 @@ def report(args: argparse.Namespace) -> None:
     grids[SENTENCE_KEY_RULE] = [
         Rule(x, f, c, w, key=k, sentence_key=sk) for x in crosses for f in (0.8,) for c in (0.0, 0.2, 0.3)
         for w in (0.4, 0.5, 0.6) for k in keys for sk in (0.05, 0.1, 0.15, 0.2, 0.3)]
-    ta, tf = _rates(cal, _today)
-    ha, hf = _rates(held, _today)
-    rule_rows = [["today: relevance gate alone", f"{TODAY_MARGIN} / {TODAY_OVERLAP}", round(100 * ta, 1),
-                  round(100 * tf, 1), round(100 * ha, 1), round(100 * hf, 1)]]
+    def row(name: str, thresholds: str, decide: Any) -> list[Any]:
+        ca, cf = _rates(cal, decide)
+        ha, hf = _rates(held, decide)
+        return [name, thresholds, round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1), round(100 * hf, 1)]
+
+    rule_rows = [row("today: relevance gate alone", f"{TODAY_MARGIN} / {TODAY_OVERLAP}", _today)]
     picks = {}
-    requoted = any("reply2" in r for r in recs)
-    for name, grid in list(grids.items()):
+    for name, grid in grids.items():
         rule = picks[name] = _choose(cal, grid)
-        ca, cf = _rates(cal, lambda r: _new(r, rule))
-        ha, hf = _rates(held, lambda r: _new(r, rule))
-        rule_rows.append([name, _describe(rule), round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1),
-                          round(100 * hf, 1)])
-        if name == SENTENCE_KEY_RULE and requoted:  # the answer test on top of that rule's thresholds
-            from dataclasses import replace as with_
-
-            grids[ANSWER_RULE] = [with_(rule, quote2=True, answer=a, answer_chars=n)
-                                  for a in (0.5, 0.8, 1.0) for n in (0, 8, 12, 16, 24)]
-    if ANSWER_RULE in grids and ANSWER_RULE not in picks:
-        from dataclasses import replace as with_
-
-        same = with_(picks[SENTENCE_KEY_RULE], quote2=True)  # the reply alone, before any answer test
-        ca, cf = _rates(cal, lambda r: _new(r, same))
-        ha, hf = _rates(held, lambda r: _new(r, same))
-        rule_rows.append([QUOTE2_RULE, _describe(same), round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1),
-                          round(100 * hf, 1)])
-        rule = picks[ANSWER_RULE] = _choose(cal, grids[ANSWER_RULE])
-        ca, cf = _rates(cal, lambda r: _new(r, rule))
-        ha, hf = _rates(held, lambda r: _new(r, rule))
-        rule_rows.append([ANSWER_RULE, _describe(rule), round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1),
-                          round(100 * hf, 1)])
+        rule_rows.append(row(name, _describe(rule), lambda r, rule=rule: _new(r, rule)))
+    if any("reply2" in r for r in recs):  # the answer test on top of the sentence-key rule's thresholds
+        base = picks[SENTENCE_KEY_RULE]
+        same = replace(base, quote2=True)  # the reply alone, before any answer test
+        rule_rows.append(row(QUOTE2_RULE, _describe(same), lambda r: _new(r, same)))
+        rule = picks[ANSWER_RULE] = _choose(cal, [replace(base, quote2=True, answer=a, answer_chars=n)
+                                                  for a in (0.5, 0.8, 1.0) for n in (0, 8, 12, 16, 24)])
+        rule_rows.append(row(ANSWER_RULE, _describe(rule), lambda r: _new(r, rule)))
     product = _product_rule()  # the by-case tables: the row whose thresholds are the product's, else the last
     chosen_name = args.rule or next((n for n, r in picks.items() if r == product), list(picks)[-1])
     chosen = picks[chosen_name]
