@@ -139,6 +139,12 @@ class CountingURL(str):
     def reset(self) -> None:
         self.proxy.reset()
 
+    def hold_after(self, n: int) -> None:
+        self.proxy.hold_after(n)
+
+    def release(self) -> None:
+        self.proxy.release()
+
 
 class ThreadedProxy:
     """Lifecycle of a proxy served by an HTTP server in a thread, with its own httpx client: `start`, `close`, and a
@@ -153,6 +159,9 @@ class ThreadedProxy:
         return self
 
     def close(self) -> None:
+        release = getattr(self, "release", None)
+        if release is not None:  # a held request must not keep a handler thread waiting past the proxy's life
+            release()
         self._server.shutdown()
         self._server.server_close()
         self._client.close()
@@ -169,7 +178,9 @@ class CountingProxy(ThreadedProxy):
 
     ``upstream`` is the server's base URL (``http://127.0.0.1:PORT/v1``); ``url`` is the proxy's base URL with the
     same path. Responses, streamed ones included, are buffered before they are passed on. ``requests`` holds the
-    JSON bodies of the counted calls (to check prompts). Usage: see the module docstring.
+    JSON bodies of the counted calls (to check prompts). ``hold_after(n)`` makes every counted call after the n-th
+    wait until ``release()``, so a test can stop a client at a known point however fast the server answers (replayed
+    replies come back in milliseconds). Usage: see the module docstring.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -177,6 +188,8 @@ class CountingProxy(ThreadedProxy):
         self._lock = threading.Lock()
         self._count = 0
         self._requests: list[dict[str, Any]] = []
+        self._hold_after: int | None = None
+        self._released = threading.Event()
         self._client = httpx.Client(timeout=httpx.Timeout(HANG_GUARD_S, connect=5.0))
         proxy = self
 
@@ -190,7 +203,8 @@ class CountingProxy(ThreadedProxy):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 if self.command == "POST" and self.path.rstrip("/").endswith("/chat/completions"):
-                    proxy._record(body)
+                    if proxy._record(body):
+                        proxy._released.wait()
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
                 target = proxy.upstream.copy_with(path=self.path.split("?")[0], query=self.path.partition("?")[2].encode() or None)
                 try:
@@ -209,8 +223,11 @@ class CountingProxy(ThreadedProxy):
                     if key.lower() not in _HOP_BY_HOP:
                         self.send_header(key, value)
                 self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
+                try:
+                    self.end_headers()
+                    self.wfile.write(content)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away (a test killed it)
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_DELETE = _forward
 
@@ -220,7 +237,8 @@ class CountingProxy(ThreadedProxy):
         port = self._server.server_address[1]
         self.url = CountingURL(str(self.upstream.copy_with(host="127.0.0.1", port=port)), self)
 
-    def _record(self, body: bytes) -> None:
+    def _record(self, body: bytes) -> bool:
+        """Count the call; True when it must wait for `release`."""
         try:
             parsed = json.loads(body or b"null")
         except ValueError:
@@ -228,6 +246,21 @@ class CountingProxy(ThreadedProxy):
         with self._lock:
             self._count += 1
             self._requests.append(parsed)
+            return self._hold_after is not None and self._count > self._hold_after
+
+    def hold_after(self, n: int) -> None:
+        """Counted calls after the ``n``-th (from now on, counting from the last `reset`) wait until `release`."""
+        if n < 0:
+            raise ValueError(f"hold_after needs n >= 0, got {n}")
+        with self._lock:
+            self._hold_after = n
+            self._released.clear()
+
+    def release(self) -> None:
+        """Let held calls through and stop holding."""
+        with self._lock:
+            self._hold_after = None
+            self._released.set()
 
     @property
     def count(self) -> int:
