@@ -172,6 +172,12 @@ def collect(args: argparse.Namespace) -> None:
     from ctxrag.settings import Settings
 
     texts, qs = questions(args.zh, args.en, args.cross, args.seed)
+    if args.no_demo:  # the demo corpus's questions are the same for every seed: a second split needs them once
+        texts.pop("demo")
+        qs = [q for q in qs if q.kb != "demo"]
+    if args.interleave:  # a run stopped early covers every group and both halves
+        by_id = {q.id: q for q in qs}
+        qs = [by_id[r["id"]] for r in _round_robin([asdict(q) for q in qs])]
     if args.take:  # the first N of each group only; the knowledge bases stay as --zh/--en/--cross made them
         seen: dict[tuple[str, str], int] = {}
         qs = [q for q in qs if seen.setdefault((q.kb, q.case), 0) < args.take
@@ -215,7 +221,7 @@ def collect(args: argparse.Namespace) -> None:
             rec["reply"] = None if reply is None else reply.model_dump()
             rec["texts"] = [d.page_content for d in docs]
             rec["titles"] = [d.metadata.get("title") for d in docs]
-            if q.case.startswith("answerable"):
+            if q.case.startswith("answerable") and not args.no_answers:
                 t2 = time.perf_counter()
                 res = today.invoke(q.question)
                 rec["answer_s"] = round(time.perf_counter() - t2, 2)
@@ -610,6 +616,7 @@ def report(args: argparse.Namespace) -> None:
             today = sum(not _today(r) for r in sel) / len(sel)
             new = sum(not _new(r, chosen) for r in sel) / len(sel)
             rows.append([name, split, len(sel), what, round(100 * today, 1), round(100 * new, 1)])
+    fresh_rows = _fresh_split(args, chosen)
     ans_rows = []
     for name, g in groups.items():
         if not _answerable(g[0]):
@@ -705,7 +712,11 @@ def report(args: argparse.Namespace) -> None:
                 f"--cross {args.cross} --seed {args.seed} (--take N: the first N of each group); "
                 f"python bench/bench_abstention.py judge --records R; "
                 f"python bench/bench_abstention.py requote --records R --replies R2; "
-                f"python bench/bench_abstention.py report --records R --replies R2" + (" --latency" if lat else ""),
+                f"python bench/bench_abstention.py report --records R --replies R2" + (" --latency" if lat else "")
+                + (f"; the second split: python bench/bench_abstention.py collect --records R3 --zh {args.zh} "
+                   f"--en {args.en} --cross 0 --seed {args.fresh_seed} --no-demo --interleave --no-answers --home H3, "
+                   f"then report with --fresh-records R3 --fresh-home H3 --fresh-seed {args.fresh_seed}"
+                   if fresh_rows else ""),
         tables=[
             Table(caption="Rules compared (thresholds chosen on the calibration half; % abstention on unanswerable / "
                           "% false abstention on answerable, all groups together)",
@@ -713,6 +724,10 @@ def report(args: argparse.Namespace) -> None:
                            "held-out abstention %", "held-out false abstention %"], rows=rule_rows),
             Table(caption="By question group: today (relevance gate) and new (the chosen rule)",
                   columns=["questions", "split", "n", "measure", "today", "new"], rows=rows),
+            *([Table(caption=f"A second split (seed {args.fresh_seed}: other articles and files in the knowledge "
+                             "bases, other questions), the chosen rule's thresholds as they are: none of these "
+                             "questions chose them",
+                     columns=["questions", "n", "measure", "today", "new"], rows=fresh_rows)] if fresh_rows else []),
             Table(caption="Answerable questions: answer scores, today / new",
                   columns=["questions", "n", "holds gold %", "F1 %", "cites gold %"], rows=ans_rows),
             *([Table(caption="What the evidence check costs per question (seconds, this machine)",
@@ -724,6 +739,29 @@ def report(args: argparse.Namespace) -> None:
     )
     for row in rule_rows + rows + ans_rows:
         print(row)
+
+
+def _fresh_split(args: argparse.Namespace, chosen: Rule) -> list[list[Any]]:
+    """The by-group table of a second split's records (``--fresh-records``, its knowledge bases in
+    ``--fresh-home``) under ``chosen``, whose thresholds none of them chose; empty without one."""
+    if not args.fresh_records:
+        return []
+    fargs = argparse.Namespace(records=args.fresh_records, max_quote=args.max_quote, home=args.fresh_home)
+    fresh = _load(fargs)
+    _key_terms(fargs, fresh)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in fresh:
+        groups.setdefault(_group(r), []).append(r)
+    rows: list[list[Any]] = []
+    for name, g in groups.items():
+        what = "false abstention %" if _answerable(g[0]) else "abstention %"
+        today = sum(not _today(r) for r in g) / len(g)
+        new = sum(not _new(r, chosen) for r in g) / len(g)
+        rows.append([name, len(g), what, round(100 * today, 1), round(100 * new, 1)])
+    (ta, tf), (na, nf) = _rates(fresh, _today), _rates(fresh, lambda r: _new(r, chosen))
+    rows.append(["all groups", len(fresh), "abstention % / false abstention %", f"{100 * ta:.1f} / {100 * tf:.1f}",
+                 f"{100 * na:.1f} / {100 * nf:.1f}"])
+    return rows
 
 
 def main() -> None:
@@ -740,6 +778,11 @@ def main() -> None:
     ap.add_argument("--all", action="store_true",
                     help="requote: every question the loosest gate passes, not only those the chosen rule answers")
     ap.add_argument("--take", type=int, default=0, help="collect: only the first N questions of each group")
+    ap.add_argument("--no-answers", action="store_true",
+                    help="collect: no answers to the answerable questions (abstention rates only, no answer scores)")
+    ap.add_argument("--no-demo", action="store_true", help="collect: leave out the demo corpus and its questions")
+    ap.add_argument("--interleave", action="store_true",
+                    help="collect: each group's first question, then each group's second, ... (see _round_robin)")
     ap.add_argument("--latency", action="store_true", help="report: also time the evidence check on the demo questions")
     ap.add_argument("--keep-latency", action="store_true",
                     help="report: keep the latency table of the current page data instead of measuring it")
@@ -747,6 +790,11 @@ def main() -> None:
     ap.add_argument("--max-quote", type=int, default=MAX_QUOTE_CHARS,
                     help="judge/report: quotes cut to this many characters (the product's grammar cap)")
     ap.add_argument("--home", type=Path, default=Path("/tmp/ctxrag_abstention_home"))
+    ap.add_argument("--fresh-records", type=Path, default=None,
+                    help="report: a second split's records (collected with another --seed), judged by the chosen rule")
+    ap.add_argument("--fresh-home", type=Path, default=Path("/tmp/ctxrag_abstention_home1"),
+                    help="report: the second split's knowledge bases")
+    ap.add_argument("--fresh-seed", type=int, default=1, help="report: the second split's --seed (for the page)")
     ap.add_argument("--out-dir", type=Path, default=None, help="page data folder (default docs/benchmarks/data)")
     args = ap.parse_args()
     if args.what == "show":  # the sampled questions, to write cross-language ones against
