@@ -1,7 +1,7 @@
 """The knowledge-base contract (`ctxrag.kb.protocol.KnowledgeBaseProtocol`) kept by both backends at the facade:
 the local store and Milvus (``store="milvus"``, a milvus-lite file in the knowledge base folder), each opened through
 the registry and driven only through the protocol: lifecycle, ingest, the default search mode, documents, deletes,
-check and repair, notes and the VectorStore face; and every protocol method's defaults are the backend's defaults.
+check and repair, notes, the document catalog and the VectorStore face; and every protocol method's defaults are the backend's defaults.
 
 Real parts: SQLite, FAISS, BM25, milvus-lite; the `fake` embeddings (this suite tests the contract, not ranking)."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from ctxrag.errors import DocumentNotFound, KnowledgeBaseNotFound
 from ctxrag.kb import BACKENDS, KnowledgeBaseProtocol, backend, delete_kb, list_names, open_kb
 from ctxrag.kb.protocol import KnowledgeBaseBackend
-from ctxrag.notes import NoteBook
+from ctxrag.kb.notes import NoteBook
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 
@@ -171,6 +171,20 @@ def test_notes_live_in_either_backend(kb: KnowledgeBaseProtocol) -> None:
         assert all(n.id != note.id for n, _ in book.search("quartzite gaskets", k=3))
     finally:
         book.close()
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_the_catalog_lists_every_document_and_finds_one_by_its_entry(kb: KnowledgeBaseProtocol) -> None:
+    """The document catalog the routers and the Assistant read (``kb.catalog()``): an entry per stored document,
+    its vectors kept in the knowledge base's folder, and a search over them (the fake embedding of an entry's own
+    text is its vector, so the entry comes first)."""
+    catalog = kb.catalog()
+    entries = catalog.entries()
+    assert sorted(Path(e.source).name for e in entries) == sorted(DOCS)
+    heron = next(e for e in entries if Path(e.source).name == "heron.md")
+    assert heron.title == "Heron valves" and "Heron-3" in heron.summary
+    assert catalog.search(heron.text, k=1)[0][0] == heron.doc_id
+    assert (kb.root / "catalog" / "vectors.npy").is_file()
 
 
 @pytest.mark.parametrize("settings", STORES, indirect=True)

@@ -21,7 +21,7 @@ notes_app = typer.Typer(help="Keep notes (retrievable like documents) and turn t
 
 def _book(kb: Optional[str]) -> Any:
     from ctxrag.kb import KnowledgeBase
-    from ctxrag.notes import NoteBook
+    from ctxrag.kb.notes import NoteBook
     return NoteBook(KnowledgeBase.open(kb_or_default(kb), get_settings(), create=True))
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
-from ctxrag.catalog import DocumentCatalog
+from ctxrag.kb.catalog import DocumentCatalog
 from ctxrag.chains.rewrite import QuestionRewriter
 from ctxrag.chains.router import SCENARIOS, Route, make_router
 from ctxrag.errors import ConfigError

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover - the embedding stack and langchain's retr
     from ctxrag.indexing.contexts.strategies import ChunkContextualizer
     from ctxrag.indexing.pipeline import IngestPipeline
     from ctxrag.indexing.sinks import IngestSink
+    from ctxrag.kb.catalog import DocumentCatalog
     from ctxrag.kb.vectorstore import KnowledgeBaseVectorStore
     from ctxrag.stores.graph import GraphIndex
 
@@ -198,3 +199,10 @@ class BaseKnowledgeBase(ABC):
         from ctxrag.kb.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
 
         return KnowledgeBaseVectorStore(self)
+
+    def catalog(self) -> DocumentCatalog:
+        """Its document catalog (`ctxrag.kb.catalog.DocumentCatalog`), what the routers, the summarizer and the
+        Assistant read when not given one: a new one each call, its summary vectors loaded from ``root/catalog``."""
+        from ctxrag.kb.catalog import DocumentCatalog  # numpy and the embedding helpers load on first use only
+
+        return DocumentCatalog(self)

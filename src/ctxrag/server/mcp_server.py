@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from ctxrag import __version__
 from ctxrag.chains.ask import RagAnswer
 from ctxrag.errors import CtxragError
-from ctxrag.notes import NoteBook
+from ctxrag.kb.notes import NoteBook
 from ctxrag.redact import redact
 from ctxrag.server.middleware import (BearerAuthMiddleware, LocalRequestGuardMiddleware, check_auth_token,
                                       may_see_paths)

@@ -32,7 +32,7 @@ from ctxrag.chains.ask import RagAnswer, build_ask_chain
 from ctxrag.chains.assistant import build_assistant_chain
 from ctxrag.enums import SearchMode
 from ctxrag.errors import DocumentNotFound
-from ctxrag.notes import NoteBook
+from ctxrag.kb.notes import NoteBook
 from ctxrag.retrievers.factory import make_multi_kb_retriever
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.text import check_query
