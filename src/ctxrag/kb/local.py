@@ -199,8 +199,12 @@ class KnowledgeBase(BaseKnowledgeBase):
             self.snapshots.commit(session)
         return doc
 
+    def count(self) -> tuple[int, int]:
+        """How many documents and chunks it holds (from the document store: no index is read)."""
+        return self.store.count()
+
     def stats(self) -> dict[str, Any]:
-        docs, chunks = self.store.count()
+        docs, chunks = self.count()
         return {"name": self.name, "path": str(self.root), "documents": docs, "chunks": chunks,
                 "generation": self.generation, "indexes": {k: len(v) for k, v in self.indexes.items()}}
 

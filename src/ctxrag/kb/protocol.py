@@ -73,6 +73,9 @@ class KnowledgeBaseProtocol(CatalogSource, NoteHost, Protocol):
     def stats(self) -> dict[str, Any]:
         """Name, where it lives, document and chunk counts, generation and per-index sizes."""
 
+    def count(self) -> tuple[int, int]:
+        """How many documents and chunks it holds (from the document store: no index is read)."""
+
     # -- writes -----------------------------------------------------------------------------------------------
     def ingest(self, paths: Iterable[str | Path], *, contextualize: bool | None = None,
                contextualizer: ChunkContextualizer | None = None,
