@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - the embedding stack and langchain's retr
     from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
+    from langchain_core.tools import BaseTool
 
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.indexing.contexts.strategies import ChunkContextualizer
@@ -193,6 +194,12 @@ class BaseKnowledgeBase(ABC):
         from ctxrag.retrievers.factory import make_retriever
 
         return make_retriever(self, mode=mode, k=k, **kwargs)
+
+    def as_tool(self, **kwargs: Any) -> BaseTool:
+        """This knowledge base's search as a LangChain tool for agents; see `ctxrag.tools.make_search_tool`."""
+        from ctxrag.tools import make_search_tool
+
+        return make_search_tool([self], **kwargs)
 
     def as_vectorstore(self) -> KnowledgeBaseVectorStore:
         """This knowledge base as a LangChain `VectorStore` (`ctxrag.kb.vectorstore.KnowledgeBaseVectorStore`)."""

@@ -45,7 +45,6 @@ from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, Key
 
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.embeddings import Embeddings  # the embedding stack loads on first embed, not on import
-    from langchain_core.tools import BaseTool
     from ctxrag.indexing.sinks import GenerationSink
     from ctxrag.stores.graph import GraphIndex
     from ctxrag.kb.protocol import KnowledgeBaseProtocol
@@ -263,13 +262,6 @@ class KnowledgeBase(BaseKnowledgeBase):
             except BaseException:
                 self.store.rollback()
                 raise
-
-    # -- search -----------------------------------------------------------------------
-    def as_tool(self, **kwargs: Any) -> BaseTool:
-        """This knowledge base's search as a LangChain tool for agents; see `ctxrag.tools.make_search_tool`."""
-        from ctxrag.tools import make_search_tool
-
-        return make_search_tool([self], **kwargs)
 
     # -- LangChain VectorStore face (`ctxrag.kb.vectorstore`: it sees this class as a `VectorStoreTarget`) ----------
     def delete_documents(self, doc_ids: list[str]) -> list[str]:

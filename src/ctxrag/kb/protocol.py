@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover - langchain's retriever and embeddings loa
     from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
+    from langchain_core.tools import BaseTool
 
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.indexing.contexts.strategies import ChunkContextualizer
@@ -118,6 +119,9 @@ class KnowledgeBaseProtocol(CatalogSource, NoteHost, Protocol):
 
     def as_retriever(self, mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> BaseRetriever:
         """A LangChain retriever over this knowledge base (`ctxrag.retrievers.factory.make_retriever`)."""
+
+    def as_tool(self, **kwargs: Any) -> BaseTool:
+        """Its search as a LangChain tool for agents (`ctxrag.tools.make_search_tool`)."""
 
     def as_vectorstore(self) -> KnowledgeBaseVectorStore:
         """This knowledge base as a LangChain ``VectorStore``."""
