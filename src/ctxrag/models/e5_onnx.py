@@ -164,16 +164,10 @@ class E5OnnxEngine:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         opts.log_severity_level = 3
-        try:
-            # one session for padded batches, one for batches of equal length (flash attention, no mask)
-            self._sessions = {
-                padded: ort.InferenceSession(
-                    build_graph(weights, padded=padded).SerializeToString(), opts, providers=["CPUExecutionProvider"]
-                )
-                for padded in (True, False)
-            }
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise ModelError(f"onnxruntime could not load the e5 graph: {exc}") from exc
+        self._options = opts
+        # padded batches (masked attention) and batches of equal length (flash attention), each built on first use
+        self._sessions: dict[bool, Any] = {}
+        self._session(padded=True)  # a broken graph or onnxruntime fails here, when the engine is made
         self._run_lock = threading.Lock()
 
     @classmethod
@@ -222,7 +216,21 @@ class E5OnnxEngine:
             ids[r, : len(win.ids)] = win.ids
             mask[r, : len(win.ids)] = 1
         emb = dequantize_q4(self._word[ids]) + self._pos_type[:length]
-        session = self._sessions[bool((mask == 0).any())]
         with self._run_lock:
+            session = self._session(padded=bool((mask == 0).any()))
             (pooled,) = session.run(["pooled"], {"emb": emb.astype(np.float32), "mask": mask})
         return pooled
+
+    def _session(self, *, padded: bool) -> Any:
+        """The onnxruntime session for padded batches or for unpadded ones, built on first use."""
+        if padded not in self._sessions:
+            import onnxruntime as ort
+
+            try:
+                self._sessions[padded] = ort.InferenceSession(
+                    build_graph(self.weights, padded=padded).SerializeToString(), self._options,
+                    providers=["CPUExecutionProvider"],
+                )
+            except Exception as exc:  # onnxruntime raises its own exception types
+                raise ModelError(f"onnxruntime could not load the e5 graph: {exc}") from exc
+        return self._sessions[padded]
