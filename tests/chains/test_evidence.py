@@ -401,13 +401,13 @@ def test_a_quote_not_found_whose_own_words_no_chunk_holds_gets_no_fallback() -> 
     # but it must not stand in for an invented claim
     question = "專業版的 P1 故障多久響應？"
     invented = EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 秒內響應，全年無休", answer="30 秒")
-    denied = _check(min_window=0.5).judge(question, DOCS, invented)
+    denied = _check(min_window=0.5, min_quote_words=0.5).judge(question, DOCS, invented)
     assert not denied.supported and denied.found < 0.8 and denied.source == 0
     assert "adds to the question's are not in the retrieved chunks" in denied.reason
-    off = _check(min_window=0.5, min_quote_words=0.0).judge(question, DOCS, invented)
-    assert off.supported  # the stage off: the retrieved sentence stands in, as before
+    off = _check(min_window=0.5).judge(question, DOCS, invented)
+    assert off.supported  # off by default: the retrieved sentence stands in
     echoed = EvidenceQuote(source=2, quote="專業版的 P1 故障多久響應", answer="")  # repeats the question: no claim
-    assert _check(min_window=0.5).judge(question, DOCS, echoed).supported
+    assert _check(min_window=0.5, min_quote_words=0.5).judge(question, DOCS, echoed).supported
 
 
 def test_quote_words_held_counts_only_the_words_the_quote_adds() -> None:
