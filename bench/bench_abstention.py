@@ -699,7 +699,7 @@ def report(args: argparse.Namespace) -> None:
         "with the held-out false abstention shown in the first table.",
         "The sentence's key terms (`EvidenceCheck(min_sentence_key=...)`): the same rarity weights over the one "
         "sentence the verdict rests on (the quote's, or the retrieved sentence standing in for a quote not found), "
-        "with its chunk's title, in place of the plain share of the question's words; a real sentence on a "
+        "with its chunk's title, beside the plain share of the question's words; a real sentence on a "
         "neighbouring subject shares the question's common words but not its rare ones. `default_evidence_check` "
         "runs it when the knowledge base has a BM25 index to weigh terms with.",
         "The quote's own words (`EvidenceCheck(min_quote_words=...)`, off by default): a quote the model wrote "
