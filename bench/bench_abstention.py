@@ -625,8 +625,8 @@ def report(args: argparse.Namespace) -> None:
     words = picks[QUOTE_WORDS_RULE] = _choose(cal, [replace(picks[SENTENCE_KEY_RULE], quote_words=q)
                                                     for q in (0.0, 0.25, 0.5, 0.75, 1.0)])
     rule_rows.append(row(QUOTE_WORDS_RULE, _describe(words), lambda r: _new(r, words)))
-    if any("reply2" in r for r in recs):  # the answer test on top of the sentence-key rule's thresholds
-        # asked again (`requote`) on the first split only: its rows are that split's halves
+    if any("reply2" in r for r in recs):  # the answer test on top of the thresholds `requote` ran with
+        # asked again on the first split only: its rows are that split's halves
         first = " (first split only)" if args.records2 else ""
         base = REQUOTE_BASE
         same = replace(base, quote2=True)  # the reply alone, before any answer test
@@ -641,10 +641,7 @@ def report(args: argparse.Namespace) -> None:
     rows = []
     for name, g in groups.items():
         for split, sel in (("held out", [r for r in g if not r["calibration"]]), ("all", g)):
-            what = "false abstention %" if _answerable(sel[0]) else "abstention %"
-            today = sum(not _today(r) for r in sel) / len(sel)
-            new = sum(not _new(r, chosen) for r in sel) / len(sel)
-            rows.append([name, split, len(sel), what, round(100 * today, 1), round(100 * new, 1)])
+            rows.append([name, split, len(sel), *_group_rates(sel, chosen)])
     split_rows = _by_split(recs, chosen) if args.records2 else []
     ans_rows = []
     for name, g in groups.items():
@@ -776,6 +773,15 @@ def report(args: argparse.Namespace) -> None:
         print(row)
 
 
+def _group_rates(sel: list[dict[str, Any]], chosen: Rule) -> list[Any]:
+    """What ``sel`` (one question group) is measured by, and today's and ``chosen``'s rate of it in %: false
+    abstention for answerable questions, abstention for the others."""
+    what = "false abstention %" if _answerable(sel[0]) else "abstention %"
+    today = sum(not _today(r) for r in sel) / len(sel)
+    new = sum(not _new(r, chosen) for r in sel) / len(sel)
+    return [what, round(100 * today, 1), round(100 * new, 1)]
+
+
 def _by_split(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
     """Per split (its seed) and question group, today's and the chosen rule's rates over both halves, and the split's
     overall abstention / false abstention."""
@@ -786,10 +792,7 @@ def _by_split(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
         for r in part:
             groups.setdefault(_group(r), []).append(r)
         for name, g in groups.items():
-            what = "false abstention %" if _answerable(g[0]) else "abstention %"
-            today = sum(not _today(r) for r in g) / len(g)
-            new = sum(not _new(r, chosen) for r in g) / len(g)
-            rows.append([seed, name, len(g), what, round(100 * today, 1), round(100 * new, 1)])
+            rows.append([seed, name, len(g), *_group_rates(g, chosen)])
         (ta, tf), (na, nf) = _rates(part, _today), _rates(part, lambda r: _new(r, chosen))
         rows.append([seed, "all groups", len(part), "abstention % / false abstention %",
                      f"{100 * ta:.1f} / {100 * tf:.1f}", f"{100 * na:.1f} / {100 * nf:.1f}"])

@@ -501,13 +501,13 @@ class EvidenceCheck:
         best = (self._best_sentence(asked, lang, docs)
                 if self.min_window <= 1.0 and cov is not None and not elsewhere else None)
         window = None if best is None else best[0]
-        own = (self.quote_words_held(question, quote, docs)
-               if best is not None and found < self.min_found and self.min_quote_words > 0 else None)
-        if best is not None and best[0] >= self.min_window and own is not None and own < self.min_quote_words:
-            return Evidence(False, 0, quote, found, cov, f"no retrieved chunk states the answer ({why}; the words it "
-                            f"adds to the question's are not in the retrieved chunks: {own:.2f}, min "
-                            f"{self.min_quote_words:.2f})", window=window, answer=ans, answer_found=in_quote)
         if best is not None and best[0] >= self.min_window:
+            own = (self.quote_words_held(question, quote, docs)
+                   if found < self.min_found and self.min_quote_words > 0 else None)
+            if own is not None and own < self.min_quote_words:
+                return Evidence(False, 0, quote, found, cov, f"no retrieved chunk states the answer ({why}; the words "
+                                f"it adds to the question's are not in the retrieved chunks: {own:.2f}, min "
+                                f"{self.min_quote_words:.2f})", window=window, answer=ans, answer_found=in_quote)
             held_answer = max(answer_found(ans, best[2]), in_quote or 0.0)
             if tested and held_answer < self.min_answer:
                 return Evidence(False, best[1], quote, found, cov, f"no retrieved chunk states the answer (a sentence "
