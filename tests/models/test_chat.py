@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -231,6 +232,25 @@ def test_local_model_logprobs_in_openai_format(small_chat_model: LocalLlamaChatM
         assert entry["top_logprobs"][0]["token"] == entry["token"]
         assert entry["top_logprobs"][0]["logprob"] == pytest.approx(entry["logprob"])
         assert [t["logprob"] for t in entry["top_logprobs"]] == sorted((t["logprob"] for t in entry["top_logprobs"]), reverse=True)
+
+
+@pytest.mark.llm
+def test_local_model_logprobs_keep_the_structured_output_grammar(small_chat_model: LocalLlamaChatModel) -> None:
+    # the evidence check reads the model's doubt about a structured reply: logprobs must not drop the grammar
+    schema = {"type": "object", "properties": {"source": {"type": "integer", "minimum": 0, "maximum": 9},
+                                               "city": {"type": "string", "maxLength": 20}},
+              "required": ["source", "city"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "Pick", "schema": schema}}
+    ask = "Sources: [1] Berlin is in Germany. [2] Paris is the capital of France. Which source names the capital of France?"
+    plain = small_chat_model.bind(response_format=fmt).invoke(ask, max_tokens=48)
+    reply = small_chat_model.bind(response_format=fmt, logprobs=True, top_logprobs=5).invoke(ask, max_tokens=48)
+    assert reply.content == plain.content  # the same grammar-constrained greedy path
+    data = json.loads(reply.content)
+    assert set(data) == {"source", "city"} and 0 <= data["source"] <= 9 and len(data["city"]) <= 20
+    content = reply.response_metadata["logprobs"]["content"]
+    assert "".join(e["token"] for e in content) == reply.content
+    digit = next(e for e in content if e["token"].strip().isdigit())
+    assert any(t["token"].strip().isdigit() and t["token"] != digit["token"] for t in digit["top_logprobs"])
 
 
 @pytest.mark.llm

@@ -243,8 +243,11 @@ class LocalLlamaChatModel(BaseChatModel):
             dicts = chat_dicts(messages)
             params = self._params(stop, kwargs)
             top = int(kwargs.get("top_logprobs") or 0)
+            request = ToolRequest.from_kwargs(kwargs)  # structured output keeps its grammar; tools are not offered
+            constraint = request.grammar() if request.json_schema is not None and not request.tools else None
             with shared.lock:
-                text, finish, usage, logprobs = complete_with_logprobs(shared.llama, dicts, top_logprobs=top, **params)
+                text, finish, usage, logprobs = complete_with_logprobs(shared.llama, dicts, top_logprobs=top,
+                                                                       grammar=constraint, **params)
             if run_manager:
                 run_manager.on_llm_new_token(text)
             metadata = {"finish_reason": finish, "model_name": self.model_name, "logprobs": logprobs}

@@ -61,11 +61,13 @@ def complete_with_logprobs(
     top_p: float = 0.95,
     top_k: int = 40,
     repeat_penalty: float = 1.0,
+    grammar: Any = None,
 ) -> tuple[str, str, dict[str, int], dict[str, Any]]:
     """Generate a chat reply and the logprob of each generated token (plus ``top_logprobs`` alternatives).
 
-    Returns (text, finish_reason, usage, logprobs) with logprobs in the OpenAI chat format. The caller holds the
-    model's lock.
+    ``grammar``: a ``LlamaGrammar`` the reply is constrained to (structured output); the logprobs stay those of the
+    model's raw logits, before the grammar masks them. Returns (text, finish_reason, usage, logprobs) with logprobs
+    in the OpenAI chat format. The caller holds the model's lock.
     """
     import llama_cpp
     from llama_cpp import LogitsProcessorList
@@ -97,6 +99,7 @@ def complete_with_logprobs(
         top_k=top_k,
         repeat_penalty=repeat_penalty,
         logits_processor=LogitsProcessorList([capture]),
+        grammar=grammar,
     ):
         logprobs = _log_softmax(captured[-1])
         if llama_cpp.llama_vocab_is_eog(llama._model.vocab, token):
