@@ -24,7 +24,10 @@ evidence thresholds on the calibration half (every other question of each case) 
 the key-term coverage (`ctxrag.chains.key_terms`, no model call) computed from the knowledge bases' BM25 frequencies.
 ``requote --replies R2`` asks the quote-and-answer request again for the recorded questions the product's rule
 answers (``--all``: every one the gate passes; round-robin over the in-genre groups, resumable); ``report --replies
-R2`` adds the rule with the answer-in-quote test.
+R2`` adds the rule with the answer-in-quote test. ``none --probs P`` records, for each question the product's rule
+asks a quote for, the local model's probability of source 0 ("no source states it") at the quote's first value
+(the answer prompt's chunks and the quote request, then ``{"source": `` as the start of the reply; resumable);
+``report --none-probs P`` adds that probability as a rule on top of the product's.
 """
 from __future__ import annotations
 
@@ -247,6 +250,54 @@ def _round_robin(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for *_, r in sorted(place, key=lambda x: x[:2])]
 
 
+def none_probs(args: argparse.Namespace) -> None:
+    """For each record the product's rule asks a quote for: the local model's probability that the quote's source is
+    0 ("no source states it"), read from its logits after the answer prompt's system message, the quote request and
+    ``{"source": `` (one forward pass, no decoding), renormalised over the ten digits. JSON lines ``{"id", "p"}``
+    to ``--probs`` (resumable); round-robin over the groups, so a stopped run covers every group."""
+    import itertools
+
+    import numpy as np
+
+    from ctxrag.chains.evidence import EvidenceCheck
+    from ctxrag.chains.rag import answer_messages
+    from ctxrag.models.chat import make_chat_model
+    from ctxrag.models.llamacpp_logprobs import _formatter, _log_softmax
+    from ctxrag.models.llamacpp_tools import chat_dicts
+    from ctxrag.settings import Settings
+
+    done = set()
+    if args.probs.exists():
+        done = {json.loads(line)["id"] for line in args.probs.read_text(encoding="utf-8").splitlines() if line}
+    recs = _split(args.records, args.home, args.seed, args.max_quote)
+    asks = replace(_product_rule(), found=None)  # the gate and the key terms: the questions the quote is asked for
+    todo: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        if r["id"] not in done and _new(r, asks):
+            todo.setdefault(_group(r), []).append(r)
+    order = [r for row in itertools.zip_longest(*todo.values()) for r in row if r is not None]
+    llm = make_chat_model(Settings(home=args.home))
+    llama = llm.load().llama  # type: ignore[attr-defined]
+    fmt, check = _formatter(llama), EvidenceCheck(llm)
+    digits = [llama.tokenize(d.encode(), add_bos=False, special=False)[0] for d in "0123456789"]
+    with args.probs.open("a", encoding="utf-8") as out:
+        for i, r in enumerate(order):
+            t0 = time.perf_counter()
+            msgs = check.messages(r["question"], answer_messages(
+                {"question": r["question"], "documents": _docs(r), "history": []}))
+            prompt = fmt(messages=chat_dicts(msgs)).prompt + '{"source": '
+            tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+            llama.reset()
+            llama.eval(tokens)
+            logits = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),))
+            p = np.exp(_log_softmax(np.array(logits, dtype=np.float32))[digits])
+            row = {"id": r["id"], "p": round(float(p[0] / p.sum()), 6), "tokens": len(tokens),
+                   "s": round(time.perf_counter() - t0, 2)}
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(f"{i + 1}/{len(order)} {row}", file=sys.stderr, flush=True)
+
+
 def requote(args: argparse.Namespace) -> None:
     """Ask the current evidence request (quote and short answer) again for each recorded question the gate lets
     through under the loosest rule, on the same retrieved chunks; replies go to ``--replies`` (resumable)."""
@@ -313,6 +364,8 @@ def judge(args: argparse.Namespace) -> None:
 SENTENCE_KEY_RULE = "+ key terms + quote found, its sentence on what the question names, or a retrieved sentence on it"
 QUOTE2_RULE = "the same thresholds on the quote-and-answer reply (no answer test)"
 ANSWER_RULE = "+ the same + the short answer in the quoted sentence (quote-and-answer reply)"
+NONE_RULE = "the product's rule + the model's P(no source) at the quote's source number (same-language questions)"
+NONE_THRESHOLDS = (0.1, 0.05, 0.03, 0.02, 0.01)
 QUOTE_WORDS_RULE = ("+ key terms + quote found, its sentence on what the question names, or a retrieved sentence on "
                     "it unless the quote's own words are not in the chunks")
 TODAY_MARGIN, TODAY_OVERLAP = 0.04, 0.35  # `RelevanceGate` defaults before the evidence check (today's chain)
@@ -336,6 +389,7 @@ class Rule:
     sentence_key: float = 0.0  # min key-term coverage of the sentence the verdict rests on; 0: off
     answer_chars: int = 0  # the answer test only for answers of at most this many folded characters; 0: all
     quote_words: float = 0.0  # min share of a quote-not-found's own words in the chunks for the fallback; 0: off
+    none: float | None = None  # max P(source 0) of a same-language question (`none` probs); None: off
 
 
 REQUOTE_BASE = Rule(0.0, 0.8, 0.0, 0.5, key=0.3, sentence_key=0.1)
@@ -399,6 +453,9 @@ def _new(rec: dict[str, Any], rule: Rule) -> bool:
         reply = None if got is None else EvidenceQuote(**{"answer": "", **got})
         cache[key] = check.judge(rec["question"], _docs(rec), reply)
     verdict = cache[key]
+    if (rule.none is not None and verdict.supported and not cross
+            and rec.get("p_none") is not None and rec["p_none"] > rule.none):
+        return False
     p = rec.get("judge_p")
     if rule.judge is None or p is None:
         return verdict.supported
@@ -528,8 +585,44 @@ def _load(args: argparse.Namespace) -> list[dict[str, Any]]:
     recs = [json.loads(line) for line in args.records.read_text(encoding="utf-8").splitlines() if line]
     for r in recs:
         if r.get("reply"):
+            r["quote_full"] = r["reply"]["quote"]
             r["reply"]["quote"] = r["reply"]["quote"][: args.max_quote]
     return recs
+
+
+QUOTE_CAPS = (80, 48, 32, 24, 16)
+"""Quote lengths compared in the report (the records' quotes were written under a cap of 80 characters)."""
+
+
+def _cap_rows(recs: list[dict[str, Any]], rule: Rule, keep: int) -> list[list[Any]]:
+    """``rule``'s rates with every recorded quote cut to each of `QUOTE_CAPS` characters (greedy decoding writes the
+    same characters up to the grammar's cap), and the mean tokens of the quote's JSON per language (the local
+    model's tokenizer): what each cap costs in decoding before the answer. Quotes are left cut to ``keep``."""
+    from ctxrag.models.gguf import local_model_path
+    from ctxrag.settings import Settings
+    from llama_cpp import Llama
+
+    vocab = Llama(model_path=str(local_model_path(Settings())), vocab_only=True, verbose=False)
+    rows = []
+    for cap in (*QUOTE_CAPS, keep):
+        for r in recs:
+            r.pop("_cache", None)
+            if r.get("reply"):
+                r["reply"]["quote"] = r["quote_full"][:cap]
+        if cap == keep:
+            break
+        tokens: dict[str, list[int]] = {}
+        for r in recs:
+            if r.get("reply"):
+                text = json.dumps({"source": r["reply"]["source"], "quote": r["reply"]["quote"]}, ensure_ascii=False)
+                tokens.setdefault(r["lang"], []).append(len(vocab.tokenize(text.encode("utf-8"), add_bos=False)))
+        cal = [r for r in recs if r["calibration"]]
+        held = [r for r in recs if not r["calibration"]]
+        (ca, cf), (ha, hf) = (_rates(part, lambda r: _new(r, rule)) for part in (cal, held))
+        rows.append([cap, *(round(sum(tokens.get(lang, [0])) / max(1, len(tokens.get(lang, []))), 1)
+                            for lang in ("zh", "en")),
+                     round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1), round(100 * hf, 1)])
+    return rows
 
 
 def _key_terms(args: argparse.Namespace, recs: list[dict[str, Any]]) -> None:
@@ -564,6 +657,7 @@ def _split(records: Path, home: Path, seed: int, max_quote: int) -> list[dict[st
 
 
 def report(args: argparse.Namespace) -> None:
+    p_none: dict[str, float] = {}
     recs = _split(args.records, args.home, args.seed, args.max_quote)
     if args.records2:
         recs += _split(args.records2, args.home2, args.seed2, args.max_quote)
@@ -577,6 +671,14 @@ def report(args: argparse.Namespace) -> None:
             if r["id"] in again and again[r["id"]]["same_chunks"]:
                 r["reply2"] = again[r["id"]]["reply2"]
                 r["quote2_s"] = again[r["id"]]["quote2_s"]
+    if args.none_probs:
+        for path in args.none_probs:
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line:
+                    row = json.loads(line)
+                    p_none[row["id"]] = float(row["p"])
+        for r in recs:
+            r["p_none"] = p_none.get(r["id"])
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
         groups.setdefault(_group(r), []).append(r)
@@ -636,6 +738,15 @@ def report(args: argparse.Namespace) -> None:
                                                   for a in (0.5, 0.8, 1.0) for n in (0, 8, 12, 16, 24)])
         rule_rows.append(row(ANSWER_RULE + first, _describe(rule), lambda r: _new(r, rule), True))
     product = _product_rule()  # the by-case tables: the row whose thresholds are the product's, else the last
+    if p_none:
+        nones = [*(replace(product, none=t) for t in NONE_THRESHOLDS), product]  # off is a choice too
+        none_pick = _choose(cal, nones)
+        rule_rows.append(row(NONE_RULE + " (chosen)", _describe(none_pick) + ", P(no source) max "
+                             + ("off" if none_pick.none is None else str(none_pick.none)),
+                             lambda r: _new(r, none_pick)))
+        for t in NONE_THRESHOLDS:
+            t_rule = replace(product, none=t)
+            rule_rows.append(row(f"{NONE_RULE}: P(no source) above {t}", "", lambda r, t_rule=t_rule: _new(r, t_rule)))
     chosen_name = args.rule or next((n for n, r in picks.items() if r == product), list(picks)[-1])
     chosen = picks[chosen_name]
     rows = []
@@ -643,6 +754,7 @@ def report(args: argparse.Namespace) -> None:
         for split, sel in (("held out", [r for r in g if not r["calibration"]]), ("all", g)):
             rows.append([name, split, len(sel), *_group_rates(sel, chosen)])
     split_rows = _by_split(recs, chosen) if args.records2 else []
+    cap_rows = _cap_rows(recs, product, args.max_quote)
     ans_rows = []
     for name, g in groups.items():
         if not _answerable(g[0]):
@@ -722,6 +834,20 @@ def report(args: argparse.Namespace) -> None:
         f"calibration half, for a second call ({med(ju_s)} median) per question; the SQuAD-2.0 null score "
         "(`ExtractiveAnswer`'s span against a no-answer option) was not measured in this run.",
     ]
+    if p_none:
+        asked = sum(r["p_none"] is not None for r in recs)
+        notes.append(
+            "P(no source) (`none`): the local model's probability, renormalised over the ten digits, that the quote's "
+            "source number is 0, read from one forward pass over the quote request and '{\"source\": ' (no decoding); "
+            f"measured for {asked} of the questions the product's rule asks a quote for. A question in the language "
+            "of its chunks whose probability is above the threshold is an abstention. The greedy reply almost never "
+            "says 0, but the probability is higher for absent-topic questions on the code set than for answerable "
+            "ones; it is also higher for answerable questions asked in the other language of their chunks (the demo "
+            "corpus mixes languages, so those count as same-language questions there). Chosen on the calibration "
+            "halves like every other rule: "
+            + ("off, since every threshold costs more false abstention than the criterion allows."
+               if none_pick.none is None else f"{none_pick.none}.")
+            + " Rows with a threshold after it show the whole range.")
     if args.run_note:
         notes.append(args.run_note)
     lat = latency(args) if args.latency else _kept_latency() if args.keep_latency else []
@@ -760,6 +886,12 @@ def report(args: argparse.Namespace) -> None:
                              "files the knowledge bases hold and which questions are asked",
                      columns=["split (seed)", "questions", "n", "measure", "today", "new"], rows=split_rows)]
               if split_rows else []),
+            Table(caption=f"The product's rule with the model's quotes cut shorter (the grammar's cap; the product's "
+                          f"is {args.max_quote} characters): mean tokens of the quote's JSON, decoded before the "
+                          "answer, and the rates (% abstention / % false abstention)",
+                  columns=["quote cap (characters)", "tokens, Chinese questions", "tokens, English questions",
+                           "calibration abstention %", "calibration false abstention %", "held-out abstention %",
+                           "held-out false abstention %"], rows=cap_rows),
             Table(caption="Answerable questions: answer scores, today / new",
                   columns=["questions", "n", "holds gold %", "F1 %", "cites gold %"], rows=ans_rows),
             *([Table(caption="What the evidence check costs per question (seconds, this machine)",
@@ -801,7 +933,10 @@ def _by_split(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["collect", "requote", "judge", "report", "show"])
+    ap.add_argument("what", choices=["collect", "requote", "judge", "none", "report", "show"])
+    ap.add_argument("--probs", type=Path, default=None, help="none: where the P(no source) lines go (JSON lines)")
+    ap.add_argument("--none-probs", type=Path, nargs="*", default=None,
+                    help="report: P(no source) files written by `none` (one per split)")
     ap.add_argument("--replies", type=Path, default=None,
                     help="requote/report: the quote-and-answer replies (JSON lines by question id)")
     ap.add_argument("--rule", default=None, help="report: the rule of the by-case tables (a first-table name)")
@@ -837,7 +972,7 @@ def main() -> None:
         for q in questions(args.zh, args.en, args.cross, args.seed)[1]:
             print(json.dumps(asdict(q), ensure_ascii=False))
         return
-    {"collect": collect, "requote": requote, "judge": judge, "report": report}[args.what](args)
+    {"collect": collect, "requote": requote, "judge": judge, "none": none_probs, "report": report}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -417,3 +417,17 @@ def test_quote_words_held_counts_only_the_words_the_quote_adds() -> None:
     assert check.quote_words_held("黃鐵礦由鐵和哪一元素所構成？", "黃鐵礦由鐵構成", DOCS) is None
     said_none = "The QL-7 drone's weight does not appear in the provided sources."
     assert check.quote_words_held("How much does the QL-7 drone weigh?", said_none, DOCS) == 0.0
+
+
+def test_a_quote_longer_than_the_cap_is_cut_not_refused() -> None:
+    # the grammar caps a local model's quote; an endpoint that ignores maxLength must not leave the question unjudged
+    from ctxrag.chains.evidence import MAX_QUOTE_CHARS
+
+    long = "The server listens on port 7420 by default, unless the settings file names another port."
+    assert len(long) > MAX_QUOTE_CHARS
+    reply = EvidenceQuote.model_validate({"source": 1, "quote": long})
+    assert reply.quote == long[:MAX_QUOTE_CHARS]
+    assert EvidenceQuote.model_json_schema()["properties"]["quote"]["maxLength"] == MAX_QUOTE_CHARS
+    verdict = EvidenceCheck(None).judge(  # type: ignore[arg-type]
+        "What port does the server listen on by default?", [Document(long)], reply)
+    assert verdict.judged and verdict.supported and verdict.found == 1.0
