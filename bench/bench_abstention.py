@@ -450,7 +450,8 @@ def _new(rec: dict[str, Any], rule: Rule) -> bool:
                 return False
             raise ValueError(f"rule {rule} needs the quote-and-answer reply; {rec['id']} has none (run requote)")
         got = rec["reply2"] if rule.quote2 else rec["reply"]
-        reply = None if got is None else EvidenceQuote(**{"answer": "", **got})
+        # model_construct: the quote as recorded (cut to the cap being measured), not to the product's cap
+        reply = None if got is None else EvidenceQuote.model_construct(**{"answer": "", **got})
         cache[key] = check.judge(rec["question"], _docs(rec), reply)
     verdict = cache[key]
     if (rule.none is not None and verdict.supported and not cross
@@ -603,14 +604,15 @@ def _cap_rows(recs: list[dict[str, Any]], rule: Rule, keep: int) -> list[list[An
     from llama_cpp import Llama
 
     vocab = Llama(model_path=str(local_model_path(Settings())), vocab_only=True, verbose=False)
-    rows = []
-    for cap in (*QUOTE_CAPS, keep):
+    def cut(cap: int) -> None:
         for r in recs:
             r.pop("_cache", None)
             if r.get("reply"):
                 r["reply"]["quote"] = r["quote_full"][:cap]
-        if cap == keep:
-            break
+
+    rows = []
+    for cap in QUOTE_CAPS:
+        cut(cap)
         tokens: dict[str, list[int]] = {}
         for r in recs:
             if r.get("reply"):
@@ -622,6 +624,7 @@ def _cap_rows(recs: list[dict[str, Any]], rule: Rule, keep: int) -> list[list[An
         rows.append([cap, *(round(sum(tokens.get(lang, [0])) / max(1, len(tokens.get(lang, []))), 1)
                             for lang in ("zh", "en")),
                      round(100 * ca, 1), round(100 * cf, 1), round(100 * ha, 1), round(100 * hf, 1)])
+    cut(keep)
     return rows
 
 
