@@ -30,9 +30,11 @@ from ctxrag.chains.multihop import MultiHopAnswer
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.enums import SearchMode
+from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.retrievers.factory import make_multi_kb_retriever
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings, get_settings
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import KnowledgeSource
 
 
@@ -83,6 +85,12 @@ def build_ask_chain(
     steps: Sequence[AnswerStep] = DEFAULT_STEPS,
     settings: Settings | None = None,
     multi_hop: int = 0,
+    filter: MetadataFilter | None = None,
+    lang: str = "auto",
+    prompts: Mapping[str, LayeredPrompt] | None = None,
+    max_words: int = 200,
+    max_chars_per_chunk: int | None = 1500,
+    max_tokens: int | None = None,
 ) -> Runnable[Any, Any]:
     """The chain `ctxrag ask` answers with over the open knowledge bases `kbs` (several are fused by RRF).
 
@@ -91,6 +99,10 @@ def build_ask_chain(
     default `EvidenceCheck` over ``llm`` with the key-term stage over the first knowledge base's BM25 frequencies
     (`ctxrag.chains.evidence.default_evidence_check`). ``steps`` run on the complete answer
     (`ctxrag.chains.rag.AnswerStep`).
+
+    ``filter``: retrieve only chunks whose metadata matches (e.g. ``{"doc_id": [...]}``, the assistant's selected
+    documents). ``lang``, ``prompts``, ``max_words``, ``max_chars_per_chunk`` and ``max_tokens`` shape the default
+    answer (`ctxrag.chains.rag.build_rag_chain`).
 
     ``multi_hop``: at most this many retrievals per question by `ctxrag.chains.multihop.MultiHopAnswer` (``k`` new
     chunks read per hop; the graph retriever when ``mode`` is the default and every knowledge base has a graph
@@ -101,12 +113,15 @@ def build_ask_chain(
     if multi_hop:
         graph = SearchMode.from_str(mode) is DEFAULT_MODE and all(kb.graph_index() is not None for kb in kbs)
         hop_retriever = make_multi_kb_retriever(list(kbs), mode=SearchMode.GRAPH if graph else mode, k=k + 2,
-                                                rerank=rerank, search_type="similarity")
+                                                rerank=rerank, search_type="similarity", filter=filter)
         return MultiHopAnswer(hop_retriever, llm, max_hops=multi_hop, passages_per_hop=k)
     s = settings or get_settings()
     gate = s.answer_gate if gate is None else gate
     evidence = s.answer_evidence if evidence is None else evidence
     checker = RelevanceGate(kbs[0].embeddings) if gate is True else gate
     evidence = default_evidence_check(llm, kbs[0]) if evidence is True else evidence
-    retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k, rerank=rerank, search_type="similarity")
-    return build_rag_chain(retriever, llm, gate=checker, evidence=evidence, steps=steps)
+    retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k, rerank=rerank, search_type="similarity",
+                                        filter=filter)
+    return build_rag_chain(retriever, llm, gate=checker, evidence=evidence, steps=steps, lang=lang,
+                           prompts=dict(prompts) if prompts else None, max_words=max_words,
+                           max_chars_per_chunk=max_chars_per_chunk, max_tokens=max_tokens)
