@@ -127,7 +127,7 @@ class Assistant(Runnable[Any, dict[str, Any]]):
         self.evidence: EvidenceCheck | None = (
             (default_evidence_check(llm, kb) if llm is not None else None) if evidence is True else (evidence or None))
         self.given_prompts = dict(prompts or {})
-        """The prompts given (by language); the RAG route's default is the ask chain's (`LayeredPrompt.for_question`)."""
+        """The prompts given, by language (the RAG route's default: the ask chain's, `LayeredPrompt.for_question`)."""
         self.prompts = {"zh": LayeredPrompt.default("zh"), "en": LayeredPrompt.default("en")}
         self.prompts.update(self.given_prompts)
         self.max_tokens = max_tokens
@@ -255,7 +255,8 @@ class Assistant(Runnable[Any, dict[str, Any]]):
             state.update({k: v for k, v in part.items() if k != "answer"})
         yield {k: v for k, v in state.items() if k not in _ASK_ONLY}
 
-    def ask_chain(self, question: str, selected: Sequence[str], doc_filter: MetadataFilter | None) -> Runnable[Any, Any]:
+    def ask_chain(self, question: str, selected: Sequence[str],
+                  doc_filter: MetadataFilter | None) -> Runnable[Any, Any]:
         """The ask chain (`ctxrag.chains.ask.build_ask_chain`) the RAG route answers `question` with: this
         assistant's knowledge base, ``k``, mode, gate (`_gate`), evidence check, answer steps and prompt options,
         over the chunks `doc_filter` allows."""
