@@ -167,7 +167,8 @@ def questions(zh: int, en: int, cross: int, seed: int) -> tuple[dict[str, Any], 
 
 def collect(args: argparse.Namespace) -> None:
     from ctxrag.chains.evidence import EvidenceCheck
-    from ctxrag.chains.rag import answer_messages, build_rag_chain
+    from ctxrag.chains.ask import build_ask_chain
+    from ctxrag.chains.rag import answer_messages
     from ctxrag.chains.relevance import RelevanceGate
     from ctxrag.kb import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
@@ -204,7 +205,7 @@ def collect(args: argparse.Namespace) -> None:
     for name, kb in kbs.items():
         retriever = make_multi_kb_retriever([kb], mode="hybrid", k=4, rerank="none", search_type="similarity")
         gate = RelevanceGate(kb.embeddings)
-        today = build_rag_chain(retriever, llm, gate=False, evidence=False)
+        today = build_ask_chain([kb], llm, k=4, mode="hybrid", rerank="none", gate=False, evidence=False)
         tools[name] = (retriever, gate, today)
     check = EvidenceCheck(llm)
     with args.records.open("a", encoding="utf-8") as out:

@@ -10,8 +10,9 @@ Arms, the same model (the default GGUF in process, temperature 0), the same ques
 (every arm answers question i before question i+1, so an interrupted run leaves the arms on the same questions):
 
 - ``single``: today's single-shot answer, as ``ctxrag eval answers --format musique --answer-style short -k 4``
-  builds it (`build_rag_chain` over the hybrid top 4, `ExtractiveAnswer`, the gate off, the evidence check on);
-- ``multihop``: `MultiHopAnswer` over the same hybrid retriever (at most ``--max-hops`` hops, ``--per-hop``
+  builds it (`build_ask_chain` over the hybrid top 4, `ExtractiveAnswer`, the gate off, the evidence check on);
+- ``multihop``: `MultiHopAnswer` (`build_ask_chain` with ``multi_hop``, as ``ctxrag ask --multi-hop``) over the
+  same hybrid retriever (at most ``--max-hops`` hops, ``--per-hop``
   new passages read per hop);
 - ``multihop-graph``: the same loop over the graph retriever (``--mode graph``: HippoRAG-style PageRank over the
   set's gpt-3.5 OpenIE triplets).
@@ -61,8 +62,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Each arm's chain over the product's retrievers for the set (`EvalRunner.build_retriever`)."""
-    from ctxrag.chains.multihop import MultiHopAnswer
-    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.chains.ask import build_ask_chain
+    from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.enums import SearchMode
     from ctxrag.evaluation.answers import answer_step
     from ctxrag.evaluation.experiments import ExperimentConfig
@@ -74,18 +75,22 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
     llm = make_chat_model(settings, max_tokens=48, temperature=0.0)
     runner = EvalRunner(dataset, [args.k], settings=settings, progress=sys.stderr.isatty())
 
+    def config(mode: SearchMode) -> Any:
+        return ExperimentConfig(name=mode.value, retrieval=mode)
+
     def retriever(mode: SearchMode, k: int) -> Any:
-        return runner.build_retriever(ExperimentConfig(name=mode.value, retrieval=mode), k)[0]
+        return runner.build_retriever(config(mode), k)[0]
 
     chains: dict[str, Any] = {}
     for arm in arms:
         if arm == "single":
-            chains[arm] = build_rag_chain(TopK(base=retriever(SearchMode.HYBRID, args.k), k=args.k), llm, gate=False,
-                                          answer=answer_step(llm, "short"))
+            chains[arm] = build_ask_chain([runner.source(config(SearchMode.HYBRID))], llm, gate=False,
+                                          evidence=EvidenceCheck(llm), answer=answer_step(llm, "short"),
+                                          retriever=TopK(base=retriever(SearchMode.HYBRID, args.k), k=args.k))
         elif arm in ("multihop", "multihop-graph"):
             mode = SearchMode.GRAPH if arm == "multihop-graph" else SearchMode.HYBRID
-            chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2), llm, max_hops=args.max_hops,
-                                         passages_per_hop=args.per_hop)
+            chains[arm] = build_ask_chain([runner.source(config(mode))], llm, multi_hop=args.max_hops,
+                                          k=args.per_hop, retriever=retriever(mode, args.per_hop + 2))
         else:
             raise SystemExit(f"--arms: unknown arm {arm!r} (one of {sorted(ARMS)})")
     return chains

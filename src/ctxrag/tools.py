@@ -45,11 +45,13 @@ class SearchQuery(BaseModel):
 class SearchArgs(SearchQuery):
     """A search over one served knowledge base or all of them: how many chunks, the mode and a metadata filter."""
 
-    k: int | None = Field(None, ge=1, le=50, description="How many chunks to return (default: the server's k).")
-    kb: str | None = Field(None, description="Knowledge base name (see list_knowledge_bases); default: all served.")
-    mode: Mode | None = Field(None, description="dense | bm25 | hybrid | graph (default: the server's mode).")
+    k: int | None = Field(default=None, ge=1, le=50, description="How many chunks to return (default: the server's k).")
+    kb: str | None = Field(
+        default=None, description="Knowledge base name (see list_knowledge_bases); default: all served.")
+    mode: Mode | None = Field(default=None, description="dense | bm25 | hybrid | graph (default: the server's mode).")
     filter: dict[str, Any] | None = Field(
-        None, description='Chunk metadata filter: key -> value or list of values, e.g. {"file_type": "markdown"}.')
+        default=None,
+        description='Chunk metadata filter: key -> value or list of values, e.g. {"file_type": "markdown"}.')
 
 
 class SearchHit(BaseModel):
@@ -91,9 +93,10 @@ class AskQuestion(BaseModel):
 class AskArgs(AskQuestion):
     """A question over one served knowledge base or all of them."""
 
-    kb: str | None = Field(None, description="Knowledge base name (see list_knowledge_bases); default: all served.")
-    k: int | None = Field(None, ge=1, le=20, description="Chunks given to the model (default: the server's k).")
-    mode: Mode | None = Field(None, description="dense | bm25 | hybrid | graph (default: the server's mode).")
+    kb: str | None = Field(
+        default=None, description="Knowledge base name (see list_knowledge_bases); default: all served.")
+    k: int | None = Field(default=None, ge=1, le=20, description="Chunks given to the model (default: the server's k).")
+    mode: Mode | None = Field(default=None, description="dense | bm25 | hybrid | graph (default: the server's mode).")
 
 
 ChatModelSource = BaseChatModel | Callable[[], BaseChatModel] | None

@@ -125,3 +125,34 @@ def test_the_key_term_stage_abstains_before_any_model_call(sample_kb) -> None:
     assert evidence["key"] is not None and evidence["key"] < 0.3 and "key terms" in out["relevance"]["reason"]
     bot = Assistant(sample_kb, StructuredFake.of(), router=FixedRouter(), rewrite=False)
     assert bot.evidence is not None and bot.evidence.key_terms is not None  # the assistant's route decides alike
+
+
+# -- options the assistant and the evaluation pass: filter, a retriever of their own, an answer step --------------
+
+def test_filter_restricts_what_the_chain_reads(sample_kb, kb_settings) -> None:
+    guide = sample_kb.get_document("deployment_guide.md").doc_id
+    out = build_ask_chain([sample_kb], ScriptedChat.of("默认端口是 7420 [1]。"), settings=_off(kb_settings),
+                          filter={"doc_id": [guide]}).invoke(QUESTION)
+    assert out["documents"] and {d.metadata["doc_id"] for d in out["documents"]} == {guide}
+
+
+def test_a_retriever_of_ones_own_replaces_the_built_one(sample_kb, kb_settings) -> None:
+    from langchain_core.documents import Document
+    from langchain_core.runnables import RunnableLambda
+
+    from ctxrag.chains.multihop import MultiHopAnswer
+
+    held = [Document("星河知识库支持六种文件格式。", id="own-1", metadata={"source": "own.md", "chunk_id": "own-1"})]
+    own = RunnableLambda(lambda q: held)
+
+    def short(x: dict[str, Any]) -> dict[str, Any]:  # an answer step of one's own (as ExtractiveAnswer is)
+        return {**x, "answer": "六种 [1]", "model_answer": "六种"}
+
+    out = build_ask_chain([sample_kb], ScriptedChat.of(), settings=_off(kb_settings), retriever=own,
+                          answer=RunnableLambda(short)).invoke(QUESTION)
+    assert [d.id for d in out["documents"]] == ["own-1"] and out["answer"] == "六种 [1]"
+    assert out["model_answer"] == "六种" and out["sources"][0]["chunk_id"] == "own-1"
+    hops = build_ask_chain([sample_kb], ScriptedChat.of(), retriever=own, multi_hop=2)
+    assert isinstance(hops, MultiHopAnswer) and hops.retriever is own
+    with pytest.raises(ValueError, match="filter"):
+        build_ask_chain([sample_kb], ScriptedChat.of(), retriever=own, filter={"doc_id": ["x"]})

@@ -139,10 +139,8 @@ def test_rag_route_answers_when_the_quote_is_found(sample_kb) -> None:
 
     quote = "星河知识库支持六种文件格式：PDF、Word（.docx）、Markdown"
     llm = StructuredFake.of({"source": 1, "quote": quote}, "支持六种格式 [1]。")
-    bot = Assistant(sample_kb, llm, router=FixedRouter(Route.RAG), rewrite=False)
-    docs = bot._retrieve("星河知识库支持哪些文件格式？", [])
-    assert any(quote in d.page_content for d in docs)  # the fixture holds the quoted sentence
-    out = bot.invoke("星河知识库支持哪些文件格式？")
+    out = Assistant(sample_kb, llm, router=FixedRouter(Route.RAG), rewrite=False).invoke("星河知识库支持哪些文件格式？")
+    assert any(quote in d.page_content for d in out["documents"])  # the retrieved chunks hold the quoted sentence
     assert out["route"] == "rag" and out["supported"] is True and out["answer"] == "支持六种格式 [1]。"
 
 
@@ -167,3 +165,86 @@ def test_rag_route_is_not_supported_when_no_chunk_holds_the_answer(sample_kb) ->
     held = Assistant(sample_kb, ScriptedChat.of("星河知识库支持六种文件格式 [1]。"), router=FixedRouter(Route.RAG),
                      rewrite=False, evidence=False).invoke("星河知识库支持哪些文件格式？")
     assert held["supported"] is True and "overruled_by" not in (held["relevance"] or {})
+
+
+# -- the RAG route is the ask chain (`ctxrag.chains.ask.build_ask_chain`); every route writes its output shape -----
+
+class RecordingChat(ScriptedChat):
+    """`ScriptedChat` that also records the call options (``max_tokens`` bound by the answer step)."""
+
+    options: list = []
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        self.options.append(kwargs)
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+@pytest.mark.parametrize("route, replies, selected", [
+    (Route.CHAT, ["Hello!"], []),
+    (Route.NO_KNOWLEDGE, [], []),
+    (Route.RAG, ["星河知识库支持六种文件格式 [1]。"], []),
+    (Route.SUMMARY, ["版本记录摘要。", "版本记录 [1]。"], ["release_notes.txt"]),
+])
+def test_every_route_writes_every_field_of_the_answer(sample_kb, route, replies, selected) -> None:
+    from ctxrag.chains.ask import RagAnswer
+    from ctxrag.server.runnables import ChatOutput
+
+    bot = Assistant(sample_kb, ScriptedChat.of(*replies), router=FixedRouter(route), rewrite=False, evidence=False)
+    out = bot.invoke({"question": "星河知识库支持哪些文件格式？",
+                      "selected_doc_ids": [doc_id(sample_kb, s) for s in selected]})
+    assert out["route"] == route.value
+    assert set(RagAnswer.model_fields) <= set(out), set(RagAnswer.model_fields) - set(out)
+    ChatOutput.model_validate(out)
+    if route in (Route.CHAT, Route.NO_KNOWLEDGE):
+        assert out["citations"] == [] and out["sources"] == [] and out["answer_as_written"] is None
+    if route is Route.RAG:  # the ask chain's fields: the checked answer and the model's own text
+        assert out["answer_as_written"] == replies[0] and out["citations"][0]["status"] == "ok"
+
+
+def test_rag_route_streams_the_ask_chain_head_first_verdict_last(sample_kb) -> None:
+    reply = "星河知识库支持六种文件格式 [1]。"
+    bot = Assistant(sample_kb, ScriptedChat.of(reply, reply), router=FixedRouter(Route.RAG), rewrite=False,
+                    evidence=False)
+    chunks = list(bot.stream("星河知识库支持哪些文件格式？"))
+    assert chunks[0]["route"] == "rag" and "supported" not in chunks[0] and "documents" not in chunks[0]
+    assert all(set(c) == {"answer"} for c in chunks[1:-1]) and len(chunks) > 2
+    assert chunks[-1]["supported"] is True and chunks[-1]["documents"] and chunks[-1]["citations"]
+    streamed = {k: v for c in chunks for k, v in c.items() if k != "answer"}
+    invoked = bot.invoke("星河知识库支持哪些文件格式？")
+    assert "".join(c.get("answer", "") for c in chunks) == invoked["answer"] == reply
+    assert {k: v for k, v in invoked.items() if k != "answer"} == streamed
+    assert "context" not in invoked and invoked["question"] == "星河知识库支持哪些文件格式？"
+
+
+def test_rag_route_runs_the_assistants_answer_steps(sample_kb) -> None:
+    from ctxrag.chains.rag import cite_sources
+
+    seen: list = []
+
+    def count_sources(x: dict) -> dict:
+        seen.append(x["question"])
+        return {"source_count": len(x["sources"])}
+
+    bot = Assistant(sample_kb, ScriptedChat.of("六种格式 [1]。"), router=FixedRouter(Route.RAG), rewrite=False,
+                    evidence=False, relevance_margin=-1.0, steps=[cite_sources, count_sources])
+    out = bot.invoke("星河知识库支持哪些文件格式？")
+    assert out["source_count"] == len(out["sources"]) == 1 and seen == ["星河知识库支持哪些文件格式？"]
+
+
+def test_rag_route_answers_with_the_ask_chains_prompt_and_token_limit(sample_kb) -> None:
+    """A Traditional Chinese question gets the ask chain's Traditional instructions (`LayeredPrompt.for_question`),
+    and ``max_tokens`` bounds the answer call only, as `ctxrag ask`'s chain does."""
+    llm = RecordingChat.of("預設連接埠是 7420 [1]。")
+    llm.options = []
+    bot = Assistant(sample_kb, llm, router=FixedRouter(Route.RAG), rewrite=False, evidence=False,
+                    relevance_margin=-1.0, max_tokens=33)
+    out = bot.invoke("星河知識庫的預設連接埠是多少？")
+    assert out["route"] == "rag" and out["documents"]
+    assert "請用繁體中文簡潔回答" in llm.prompts[0][-1].content
+    assert llm.options == [{"max_tokens": 33}]
+
+
+def test_rag_route_needs_a_chat_model(sample_kb) -> None:
+    bot = Assistant(sample_kb, None, router=FixedRouter(Route.RAG), rewrite=False)
+    with pytest.raises(ValueError, match="needs a chat model"):
+        bot.invoke("星河知识库支持哪些文件格式？")

@@ -91,3 +91,31 @@ def test_article_from_notes_cites_only_real_notes(tmp_path: Path, shared_embeddi
     for n, note_id in out["citations"].items():
         note = book.get(note_id)  # a real note
         assert f"[{n}] {note.title} ({note.source})" in refs
+
+
+def test_rag_route_answers_as_the_ask_chain(sample_kb, server_chat_model) -> None:
+    """The RAG route is the chain `ctxrag ask` answers with (`build_ask_chain`): over the same knowledge base, options
+    and model, the same chunks, answer, verdict, sources and per-sentence citations (the second run's model calls
+    are the first's, replayed), and ``supported`` agrees with the citation verdicts."""
+    from ctxrag.chains.ask import build_ask_chain
+    from ctxrag.chains.citations import nothing_held
+    from ctxrag.chains.evidence import default_evidence_check
+    from ctxrag.chains.relevance import RelevanceGate
+    from ctxrag.chains.router import EmbeddingRouter
+
+    question = "What port does the Xinghe server listen on by default?"
+    out = _ask(sample_kb, server_chat_model, question)
+    margin = EmbeddingRouter(sample_kb).thresholds.coverage_margin
+    chain = build_ask_chain([sample_kb], server_chat_model, k=2, gate=RelevanceGate(sample_kb.embeddings,
+                                                                                    min_margin=margin),
+                            evidence=default_evidence_check(server_chat_model, sample_kb), max_tokens=40,
+                            max_chars_per_chunk=500)
+    ask: dict = {}
+    for part in chain.stream(question):
+        for key, value in part.items():
+            ask[key] = ask.get(key, "") + value if key == "answer" else value
+    assert out["route"] == ask["route"] == "rag", out["decision"]
+    assert [d.id for d in out["documents"]] == [d.id for d in ask["documents"]]
+    for key in ("answer", "answer_as_written", "supported", "sources", "citations"):
+        assert out[key] == ask[key], key
+    assert not (out["supported"] is True and nothing_held(out["citations"]))

@@ -1,7 +1,10 @@
 """The knowledge-base contract (`ctxrag.kb.protocol.KnowledgeBaseProtocol`) kept by both backends at the facade:
 the local store and Milvus (``store="milvus"``, a milvus-lite file in the knowledge base folder), each opened through
 the registry and driven only through the protocol: lifecycle, ingest, the default search mode, documents, deletes,
-check and repair, notes, the document catalog and the VectorStore face; and every protocol method's defaults are the backend's defaults.
+check and repair, notes, the document catalog and the VectorStore face; and every protocol method's defaults are the
+backend's defaults. The facade behaviours first written for the local store (the caller's ids, contexts at ingest,
+bulk import, a long-lived reader, adds and searches from many threads) run here on both; what stays local-only is
+the local store's own machinery (generations and their folders, snapshots, legacy ids).
 
 Real parts: SQLite, FAISS, BM25, milvus-lite; the `fake` embeddings (this suite tests the contract, not ranking)."""
 from __future__ import annotations
@@ -265,3 +268,147 @@ def test_ingest_embeds_chunks_of_several_documents_per_call_and_reports_alike(se
                                                                ("skipped", "unchanged (same content hash)")]
         assert embed.calls == [4, 4, 2, 1]
         assert len(kb.list_documents()) == 10
+
+
+# ------------------------------------- facade behaviours first written for the local store, now run on both backends
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_the_vectorstore_face_keeps_the_callers_ids_everywhere(settings: Settings) -> None:
+    """(From tests/kb/test_kb_faces.py.) An id given through the VectorStore face is the chunk's id in search,
+    `get_by_ids` and the chunk metadata; the same id again replaces the text."""
+    with open_kb("ids", settings) as kb:
+        store = kb.as_vectorstore()
+        store.add_texts(["FAISS keeps dense vectors in memory.", "Paris is the capital of France."],
+                        ids=["faiss", "paris"])
+        store.add_documents([Document("Berlin is the capital of Germany.", id="berlin")])
+        top = kb.search("FAISS keeps dense vectors in memory.", k=1)[0]
+        assert top.id == top.metadata["chunk_id"] == "faiss"
+        assert store.similarity_search("FAISS keeps dense vectors in memory.", k=1)[0].id == "faiss"
+        assert [d.id for d in store.get_by_ids(["paris", "berlin", "nope"])] == ["paris", "berlin"]
+        store.add_texts(["Paris is the capital and largest city of France."], ids=["paris"])
+        assert [d.page_content for d in store.get_by_ids(["paris"])] == [
+            "Paris is the capital and largest city of France."]
+        assert kb.count() == (3, 3)
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_an_id_that_is_another_documents_chunk_id_is_refused(kb: KnowledgeBaseProtocol) -> None:
+    """(From tests/kb/test_kb_faces.py.) The face does not overwrite a chunk of an ingested document."""
+    taken = kb.search("Falcon-7 brine litres", k=1)[0].id
+    assert taken
+    with pytest.raises(ValueError, match=f"id {taken!r} is already the chunk id of"):
+        kb.as_vectorstore().add_texts(["other text"], ids=[taken])
+    assert kb.count()[0] == len(DOCS)
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_contexts_are_written_at_ingest_as_asked(settings: Settings, corpus: Path) -> None:
+    """(From tests/kb/test_kb_faces.py.) Contexts (the no-LLM ``header`` strategy) are stored for every chunk when
+    the ``contextualize`` argument asks, whatever the setting, and for none when it does not."""
+    settings = settings.model_copy(update={"context_strategy": "header"})
+    with open_kb("ctx-on", settings) as kb:
+        kb.ingest([corpus], contextualize=True, progress=False)
+        on = {Path(d.metadata["source"]).name: d.metadata.get("context") for d in kb.chunks.all_chunks()}
+    assert sorted(on) == sorted(DOCS) and None not in on.values()
+    assert on["falcon.md"].startswith("Falcon pumps")
+    with open_kb("ctx-off", settings.model_copy(update={"contextualize": True})) as kb:
+        kb.ingest([corpus], contextualize=False, progress=False)
+        assert {d.metadata.get("context") for d in kb.chunks.all_chunks()} == {None}
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_bulk_import_adds_skips_identical_and_replaces_changed_sources(settings: Settings, tmp_path: Path) -> None:
+    """(From tests/indexing/test_bulk_import.py.) Chunks with precomputed vectors: imported, searchable in every
+    mode, skipped when identical, replaced when changed (a document's stale chunks go)."""
+    import json
+
+    from ctxrag.indexing.bulk_import import kb_dimension, read_precomputed
+
+    with open_kb("bulk", settings) as kb:
+        dim = kb_dimension(kb.dense_index(), kb.settings)
+        assert dim
+
+        def vec(i: int) -> list[float]:
+            v = [0.0] * dim
+            v[i % dim], v[(i + 1) % dim] = 1.0, 0.25
+            return v
+
+        rows = [{"text": "The Falcon-7 pump moves 40 litres per minute.", "vector": vec(0), "source": "wiki://falcon"},
+                {"text": "Falcon pumps were designed in Oslo.", "vector": vec(1), "source": "wiki://falcon"},
+                {"text": "The Heron-3 valve closes in two seconds.", "vector": vec(2), "source": "wiki://heron"}]
+
+        def load(name: str, items: list[dict[str, object]]):  # noqa: ANN202
+            path = tmp_path / name
+            path.write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
+            return kb.import_precomputed(read_precomputed(path, kb.name, dim=dim))
+
+        assert [f.status for f in load("a.jsonl", rows).files] == ["added", "added"]
+        assert kb.count() == (2, 3) and kb.get_document("wiki://falcon").n_chunks == 2
+        assert any("Oslo" in d.page_content for d in kb.search("Oslo", k=3, mode="bm25"))
+        assert [f.status for f in load("a.jsonl", rows).files] == ["skipped", "skipped"]
+        changed = [dict(rows[0], vector=vec(5)), rows[2]]
+        assert [f.status for f in load("b.jsonl", changed).files] == ["updated", "skipped"]
+        assert kb.count() == (2, 2) and kb.get_document("wiki://falcon").n_chunks == 1
+        assert not any("Oslo" in d.page_content for d in kb.search("Oslo", k=3, mode="bm25"))
+        assert kb.search("Falcon-7 pump litres", k=1, mode="hybrid")[0].page_content == rows[0]["text"]
+
+
+def _marker_top(kb: KnowledgeBaseProtocol, word: str) -> str | None:
+    hits = kb.search(word, k=1, mode="bm25")  # BM25 fills to k with non-matching chunks: only a match counts
+    return Path(hits[0].metadata["source"]).stem if hits and word in hits[0].page_content.lower() else None
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_a_long_lived_reader_sees_new_updated_and_deleted_documents(settings: Settings, tmp_path: Path) -> None:
+    """(From tests/kb/test_kb_generations.py.) Two objects on one knowledge base: what one writes, the other finds
+    without reopening (the local store by switching to the new generation; Milvus has no generations, so its
+    ``generation`` stays 0 and only the reads are compared)."""
+    writer = open_kb("shared", settings)
+    reader = open_kb("shared", settings)
+    try:
+        doc = write_corpus(tmp_path / "d", {"delta.md": "# delta\n\nThe marker word of delta is marmotspline.\n"})
+        writer.ingest([doc], progress=False)
+        assert _marker_top(reader, "marmotspline") == "delta"
+        (doc / "delta.md").write_text("# delta\n\nThe marker word of delta is now heliumtango.\n", encoding="utf-8")
+        writer.ingest([doc], progress=False)
+        assert _marker_top(reader, "marmotspline") is None and _marker_top(reader, "heliumtango") == "delta"
+        writer.delete_document("delta.md")
+        assert reader.search("heliumtango", k=3, mode="bm25") == [] and reader.count() == (0, 0)
+        assert reader.generation == writer.generation and (reader.generation > 0) is (settings.store == "local")
+    finally:
+        reader.close()
+        writer.close()
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_searches_while_adding_texts_from_many_threads(settings: Settings) -> None:
+    """(From tests/kb/test_kb_generations.py.) The server's case on one object: adds and searches from many threads;
+    no search fails and every add is kept."""
+    import threading
+
+    errors: list[BaseException] = []
+    with open_kb("threads", settings) as kb:
+        kb.add_texts([{"text": "seed text about harbors", "source": "mem://seed"}])
+
+        def add(i: int) -> None:
+            try:
+                kb.add_texts([{"text": f"note {i} about topic{chr(97 + i)}word", "source": f"mem://n{i}"}])
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        def search() -> None:
+            try:
+                for _ in range(10):
+                    kb.search("note about topic", k=5, mode="hybrid")
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=add, args=(i,)) for i in range(8)]
+        threads += [threading.Thread(target=search) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        assert kb.count() == (9, 9) and _marker_top(kb, "topicdword") == "n3"

@@ -1,6 +1,8 @@
 """Knowledge base writers and readers in one process: no lost update between two objects on one knowledge base,
 long-lived readers switch to newer generations, readers never delete, a document missing from an index is
-re-indexed. Real FAISS, BM25 and SQLite; the deterministic `fake` embeddings (identical text -> identical vector)."""
+re-indexed. Real FAISS, BM25 and SQLite; the deterministic `fake` embeddings (identical text -> identical vector).
+Local-only by design (Milvus has no generations); what a reader and threaded writers see through the facade runs on
+both backends in tests/kb/test_conformance.py."""
 from __future__ import annotations
 
 import threading

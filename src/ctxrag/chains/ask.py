@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
+from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable
 from pydantic import BaseModel, Field
 
@@ -30,9 +31,11 @@ from ctxrag.chains.multihop import MultiHopAnswer
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.enums import SearchMode
+from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.retrievers.factory import make_multi_kb_retriever
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings, get_settings
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import KnowledgeSource
 
 
@@ -83,6 +86,14 @@ def build_ask_chain(
     steps: Sequence[AnswerStep] = DEFAULT_STEPS,
     settings: Settings | None = None,
     multi_hop: int = 0,
+    filter: MetadataFilter | None = None,
+    lang: str = "auto",
+    prompts: Mapping[str, LayeredPrompt] | None = None,
+    max_words: int = 200,
+    max_chars_per_chunk: int | None = 1500,
+    max_tokens: int | None = None,
+    retriever: RetrieverLike | None = None,
+    answer: Runnable[Any, Any] | None = None,
 ) -> Runnable[Any, Any]:
     """The chain `ctxrag ask` answers with over the open knowledge bases `kbs` (several are fused by RRF).
 
@@ -92,21 +103,37 @@ def build_ask_chain(
     (`ctxrag.chains.evidence.default_evidence_check`). ``steps`` run on the complete answer
     (`ctxrag.chains.rag.AnswerStep`).
 
+    ``filter``: retrieve only chunks whose metadata matches (e.g. ``{"doc_id": [...]}``, the assistant's selected
+    documents). ``lang``, ``prompts``, ``max_words``, ``max_chars_per_chunk`` and ``max_tokens`` shape the default
+    answer (`ctxrag.chains.rag.build_rag_chain`); ``answer`` replaces it (e.g. `ExtractiveAnswer`, the short answer).
+
+    ``retriever``: one built elsewhere instead of the one from ``kbs``, ``mode``, ``rerank`` and ``filter`` (the
+    evaluation's, with a configuration's fusion and reranker options); it returns the chunks read (``k`` per hop with
+    ``multi_hop``). ``kbs`` still give the gate's embeddings and the evidence check's key terms.
+
     ``multi_hop``: at most this many retrievals per question by `ctxrag.chains.multihop.MultiHopAnswer` (``k`` new
     chunks read per hop; the graph retriever when ``mode`` is the default and every knowledge base has a graph
     index); the gate, the evidence check and ``steps`` do not apply. 0: the single-shot chain.
     """
     if not kbs:
         raise ValueError("build_ask_chain needs at least one knowledge base, got none")
+    if retriever is not None and filter is not None:
+        raise ValueError(f"build_ask_chain: a filter ({filter!r:.100}) goes to the retriever it builds; with "
+                         "retriever= given, build that one with the filter")
     if multi_hop:
-        graph = SearchMode.from_str(mode) is DEFAULT_MODE and all(kb.graph_index() is not None for kb in kbs)
-        hop_retriever = make_multi_kb_retriever(list(kbs), mode=SearchMode.GRAPH if graph else mode, k=k + 2,
-                                                rerank=rerank, search_type="similarity")
-        return MultiHopAnswer(hop_retriever, llm, max_hops=multi_hop, passages_per_hop=k)
+        if retriever is None:
+            graph = SearchMode.from_str(mode) is DEFAULT_MODE and all(kb.graph_index() is not None for kb in kbs)
+            retriever = make_multi_kb_retriever(list(kbs), mode=SearchMode.GRAPH if graph else mode, k=k + 2,
+                                                rerank=rerank, search_type="similarity", filter=filter)
+        return MultiHopAnswer(retriever, llm, max_hops=multi_hop, passages_per_hop=k)
     s = settings or get_settings()
     gate = s.answer_gate if gate is None else gate
     evidence = s.answer_evidence if evidence is None else evidence
     checker = RelevanceGate(kbs[0].embeddings) if gate is True else gate
     evidence = default_evidence_check(llm, kbs[0]) if evidence is True else evidence
-    retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k, rerank=rerank, search_type="similarity")
-    return build_rag_chain(retriever, llm, gate=checker, evidence=evidence, steps=steps)
+    if retriever is None:
+        retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k, rerank=rerank, search_type="similarity",
+                                            filter=filter)
+    return build_rag_chain(retriever, llm, gate=checker, evidence=evidence, answer=answer, steps=steps, lang=lang,
+                           prompts=dict(prompts) if prompts else None, max_words=max_words,
+                           max_chars_per_chunk=max_chars_per_chunk, max_tokens=max_tokens)

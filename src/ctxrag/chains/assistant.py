@@ -5,28 +5,29 @@ Input ``{"question", "selected_doc_ids": [...], "history": [(role, text), ...], 
 (a bare string is a question). Flow: rewrite a follow-up into a standalone question -> route ->
 
 - ``chat``: plain answer, no sources;
-- ``rag``: hybrid retrieval (restricted to the selected documents when there are any; optionally after a catalog
-  first stage that picks documents), then the relevance gate `build_rag_chain` uses
-  (`ctxrag.chains.relevance.RelevanceGate`: best chunk cosine over a background null model or the question's words
-  in a chunk, and optionally an LLM yes/no), then the evidence check it uses (`ctxrag.chains.evidence.EvidenceCheck`:
-  the model quotes the sentence that states the answer; the quote must be in a chunk and about the question): a "no"
-  from either turns the route into ``no_knowledge``;
+- ``rag``: the ask chain `ctxrag ask` and ``/ask`` answer with (`ctxrag.chains.ask.build_ask_chain`), over the
+  standalone question and the history: hybrid retrieval (restricted to the selected documents when there are any;
+  optionally after a catalog first stage that picks documents), the relevance gate (with the router's margin, and
+  optionally an LLM yes/no), the evidence check (the model quotes the sentence that states the answer; the quote
+  must be in a chunk and about the question), the cited answer and its ``steps`` (default the citation check); a
+  "no" from the gate or the evidence check turns the route into ``no_knowledge``;
 - ``no_knowledge``: a fixed, plain "the knowledge base has no material on ..." notice, no sources; with
   ``allow_general_knowledge`` the model then answers from general knowledge, marked as such;
 - ``summary``: whole-document summaries of the selected documents (map-reduce when long), answered with ``[n]``
   citing documents.
 
 Output of `invoke`: ``{"route", "decision", "question", "standalone_question", "supported", "relevance", "answer",
-"documents", "sources", "invalid_citations", "citations"}`` (``supported``: True when answered from the knowledge
-base, False for the no-knowledge notice, whose reason is ``decision["reason"]``, None for chat and summaries), the
-shape of `ctxrag.chains.ask.RagAnswer` plus the decision. The RAG route decides and post-processes as the ask chain
-does (`ctxrag.chains.rag.support_verdict`, then its answer ``steps``, default the citation check), and its
-``supported`` agrees with the citation check as the ask chain's does (`ctxrag.chains.rag.final_verdict`: an answer no
-chunk holds a sentence of is not supported). `stream` yields ``{"route", "decision", ...}`` first, then
-``{"answer": delta}`` chunks, then ``{"documents", "sources", "invalid_citations", "citations"}``; on the RAG route
-``supported`` and ``relevance`` come with that last chunk, on the others with the first.
+"answer_as_written", "documents", "sources", "invalid_citations", "citations"}`` on every route (``supported``:
+True when answered from the knowledge base, False for the no-knowledge notice, whose reason is
+``decision["reason"]``, None for chat and summaries; ``answer_as_written`` None but on the RAG route), the shape of
+`ctxrag.chains.ask.RagAnswer` plus the decision. The RAG route's fields are the ask chain's own, so its ``supported``
+agrees with the citation check as the ask chain's does (`ctxrag.chains.rag.final_verdict`: an answer no chunk holds
+a sentence of is not supported). `stream` yields ``{"route", "decision", ...}`` first, then ``{"answer": delta}``
+chunks, then ``{"documents", "sources", "invalid_citations", "citations", ...}``; on the RAG route ``supported`` and
+``relevance`` come with that last chunk, on the others with the first.
 
-The steps are LCEL runnables named ``rewrite`` -> ``route`` -> ``retrieve`` -> ``answer`` (`Assistant.chain`); the
+The steps are LCEL runnables named ``rewrite`` -> ``route`` -> ``retrieve`` -> ``answer`` (`Assistant.chain`;
+on the RAG route ``retrieve`` picks the documents to search and the ask chain retrieves inside ``answer``); the
 caller's config (callbacks, tags, ``--debug`` tracing) reaches each of them and every LLM call inside, so
 ``astream_events`` shows the turn step by step.
 
@@ -50,16 +51,16 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator, RunnableLambda
 from langchain_core.runnables.utils import AddableDict
 
-from ctxrag.chains.checked_markers import CheckedMarkers
+from ctxrag.chains.ask import build_ask_chain
 from ctxrag.chains.citations import map_citations
 from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
-from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, final_verdict, support_verdict
+from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.chains.rewrite import QuestionRewriter
 from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
 from ctxrag.chains.summarize import DocumentSummarizer
 from ctxrag.prompts.layers import LayeredPrompt
-from ctxrag.retrievers.factory import make_retriever
+from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.protocols import CatalogSource, DocumentCatalogView
 from ctxrag.text import detect_language
 
@@ -67,6 +68,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger(__name__)
+
+
+_ASK_ONLY = frozenset({"question", "history", "context", "route", "input"})
+"""Fields of the ask chain's output the assistant's head already carries (or does not send)."""
 
 
 def _prepare(inp: Any) -> dict[str, Any]:
@@ -121,8 +126,10 @@ class Assistant(Runnable[Any, dict[str, Any]]):
         # True without a chat model: nothing to quote with, so no evidence check (True itself is no check)
         self.evidence: EvidenceCheck | None = (
             (default_evidence_check(llm, kb) if llm is not None else None) if evidence is True else (evidence or None))
+        self.given_prompts = dict(prompts or {})
+        """The prompts given, by language (the RAG route's default: the ask chain's, `LayeredPrompt.for_question`)."""
         self.prompts = {"zh": LayeredPrompt.default("zh"), "en": LayeredPrompt.default("en")}
-        self.prompts.update(prompts or {})
+        self.prompts.update(self.given_prompts)
         self.max_tokens = max_tokens
         self.max_words = max_words
         self.max_chars_per_chunk = max_chars_per_chunk
@@ -173,24 +180,16 @@ class Assistant(Runnable[Any, dict[str, Any]]):
         return {**x, "decision": decision}
 
     def _retrieve_step(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        """RAG: the documents to search (the ask chain retrieves in the answer step); summary: their summaries."""
         decision: RouteDecision = x["decision"]
         question, selected = x["standalone_question"], x["selected_doc_ids"]
         docs: list[Document] = []
-        relevance: dict[str, Any] | None = None
+        doc_filter: MetadataFilter | None = None
         if decision.route is Route.RAG:
-            docs = self._retrieve(question, selected, config)
-            found = docs
-            supported, relevance = support_verdict(
-                self._gate(bool(selected)), self.evidence, question, found,
-                lambda: self._messages(x, question, found, Route.RAG), config)
-            if supported is False:
-                why = (relevance or {}).get("reason", "")
-                decision = RouteDecision(Route.NO_KNOWLEDGE, decision.confidence, f"{decision.reason}; {why}",
-                                         decision.router_used, decision.fallback, decision.signals)
-                docs = []
+            doc_filter = self._scope(question, selected)
         elif decision.route is Route.SUMMARY:
             docs = self._summaries(selected, config)
-        return {**x, "decision": decision, "documents": docs, "relevance": relevance}
+        return {**x, "documents": docs, "doc_filter": doc_filter}
 
     def _answer_step(self, inputs: Iterator[dict[str, Any]], config: RunnableConfig) -> Iterator[AddableDict]:
         for x in inputs:
@@ -206,44 +205,79 @@ class Assistant(Runnable[Any, dict[str, Any]]):
 
     def _answer(self, x: dict[str, Any], config: RunnableConfig) -> Iterator[dict[str, Any]]:
         decision: RouteDecision = x["decision"]
-        question, docs = x["standalone_question"], x["documents"]
-        lang = detect_language(x["question"])
-        supported = {Route.RAG: True, Route.NO_KNOWLEDGE: False}.get(decision.route)
-        verdict = {"supported": supported, "relevance": x.get("relevance")}
-        rag = decision.route is Route.RAG  # its verdict comes last, once the citation check agrees (`final_verdict`)
-        yield {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
-               "standalone_question": question, **({} if rag else verdict),
-               "answer": ""}  # always in the output, also when the model writes nothing
-        if decision.route is Route.NO_KNOWLEDGE:
-            yield from self._no_knowledge(x, question, lang, config)
-            yield {"documents": [], "sources": [], "invalid_citations": [], "citations": []}
+        if decision.route is Route.RAG:
+            yield from self._rag(x, config)
             return
-        messages = self._messages(x, question, docs, decision.route)
+        if decision.route is Route.NO_KNOWLEDGE:
+            yield from self._abstained(x, decision, None, config)
+            return
+        question, docs = x["standalone_question"], x["documents"]
+        yield {**self._head(x, decision), "supported": None, "relevance": None, "answer_as_written": None}
         answer = ""
-        marked = CheckedMarkers(docs) if rag else None  # the RAG answer cites what the check keeps, as the ask chain's
-        for delta in self._llm_stream(messages, config):
+        for delta in self._llm_stream(self._messages(x, question, docs, decision.route), config):
             answer += delta
-            piece = marked.feed(delta) if marked else delta
-            if piece:
-                yield {"answer": piece}
-        if marked is not None:  # the ask chain's answer steps, on the same state
-            rest = marked.close()
-            yield {"answer": rest, "answer_as_written": answer}
-            state: dict[str, Any] = {"question": question, "documents": docs, "answer": marked.text,
-                                     "answer_as_written": answer}
-            cites: dict[str, Any] = {}
-            for step in self.steps:
-                added = step(state)
-                state.update(added)
-                cites.update(added)
-            cites.update(final_verdict({**verdict, **state}))
-        elif decision.route is Route.SUMMARY:  # summaries paraphrase: the model's own citations, unchecked
+            yield {"answer": delta}
+        cites: dict[str, Any] = {"sources": [], "invalid_citations": [], "citations": []}
+        if decision.route is Route.SUMMARY:  # summaries paraphrase: the model's own citations, unchecked
             cites = map_citations(answer, docs, check=False)
             for s in cites["sources"]:
                 s["doc_id"] = docs[s["n"] - 1].metadata.get("doc_id")
-        else:
-            cites = {"sources": [], "invalid_citations": [], "citations": []}
         yield {"documents": docs, **cites}
+
+    def _rag(self, x: dict[str, Any], config: RunnableConfig) -> Iterator[dict[str, Any]]:
+        """The RAG route: the ask chain's stream, with the assistant's head first; an abstention of the chain (the
+        gate or the evidence check said no) becomes the ``no_knowledge`` route."""
+        decision: RouteDecision = x["decision"]
+        chain = self.ask_chain(x["question"], x["selected_doc_ids"], x["doc_filter"])
+        parts = iter(chain.stream({"question": x["standalone_question"], "history": x["history"]}, config))
+        state: dict[str, Any] = {}
+        first = ""
+        for part in parts:  # up to the first answer piece: the chain's route is known by then
+            state.update({k: v for k, v in part.items() if k != "answer"})
+            if "answer" in part:
+                first = part["answer"]
+                break
+        if state.get("route") == "no_knowledge":
+            for part in parts:  # the abstention's verdict; no model call follows
+                state.update({k: v for k, v in part.items() if k != "answer"})
+            relevance = state.get("relevance")
+            why = (relevance or {}).get("reason", "")
+            no = RouteDecision(Route.NO_KNOWLEDGE, decision.confidence, f"{decision.reason}; {why}",
+                               decision.router_used, decision.fallback, decision.signals)
+            yield from self._abstained(x, no, relevance, config)
+            return
+        yield self._head(x, decision)  # the verdict comes last, once the citation check agrees (`final_verdict`)
+        if first:
+            yield {"answer": first}
+        for part in parts:
+            if part.get("answer"):
+                yield {"answer": part["answer"]}
+            state.update({k: v for k, v in part.items() if k != "answer"})
+        yield {k: v for k, v in state.items() if k not in _ASK_ONLY}
+
+    def ask_chain(self, question: str, selected: Sequence[str],
+                  doc_filter: MetadataFilter | None) -> Runnable[Any, Any]:
+        """The ask chain (`ctxrag.chains.ask.build_ask_chain`) the RAG route answers `question` with: this
+        assistant's knowledge base, ``k``, mode, gate (`_gate`), evidence check, answer steps and prompt options,
+        over the chunks `doc_filter` allows."""
+        if self.llm is None:
+            raise ValueError("the rag route needs a chat model; the Assistant was built with llm=None")
+        return build_ask_chain(
+            [self.kb], self.llm, k=self.k, mode=self.mode, gate=self._gate(bool(selected)),
+            evidence=self.evidence if self.evidence is not None else False, steps=self.steps, filter=doc_filter,
+            lang=detect_language(question), prompts=self.given_prompts, max_words=self.max_words,
+            max_chars_per_chunk=self.max_chars_per_chunk, max_tokens=self.max_tokens)
+
+    def _head(self, x: dict[str, Any], decision: RouteDecision) -> dict[str, Any]:
+        """The first chunk of every route (``answer`` is in the output also when the model writes nothing)."""
+        return {"route": decision.route.value, "decision": decision.to_dict(), "question": x["question"],
+                "standalone_question": x["standalone_question"], "answer": ""}
+
+    def _abstained(self, x: dict[str, Any], decision: RouteDecision, relevance: dict[str, Any] | None,
+                   config: RunnableConfig) -> Iterator[dict[str, Any]]:
+        yield {**self._head(x, decision), "supported": False, "relevance": relevance, "answer_as_written": None}
+        yield from self._no_knowledge(x, x["standalone_question"], detect_language(x["question"]), config)
+        yield {"documents": [], "sources": [], "invalid_citations": [], "citations": []}
 
     def _llm(self) -> Any:
         if self.llm is None:
@@ -256,13 +290,14 @@ class Assistant(Runnable[Any, dict[str, Any]]):
             if isinstance(text, str) and text:
                 yield text
 
-    def _retrieve(self, question: str, selected: Sequence[str], config: RunnableConfig | None = None) -> list[Document]:
-        doc_filter: dict[str, Any] | None = {"doc_id": list(selected)} if selected else None
-        if doc_filter is None and self.catalog_first_stage:
+    def _scope(self, question: str, selected: Sequence[str]) -> MetadataFilter | None:
+        """The RAG route's filter: the selected documents, else those the catalog first stage picks, else none."""
+        if selected:
+            return {"doc_id": list(selected)}
+        if self.catalog_first_stage:
             picked = [d for d, _ in self.catalog.search(question, self.catalog_first_stage)]
-            doc_filter = {"doc_id": picked} if picked else None
-        retriever = make_retriever(self.kb, mode=self.mode, k=self.k, filter=doc_filter)
-        return retriever.invoke(question, config)
+            return {"doc_id": picked} if picked else None
+        return None
 
     def _gate(self, selected: bool) -> RelevanceGate:
         """The relevance gate `build_rag_chain` uses (`RelevanceGate`), with the router's margin (a lower one when

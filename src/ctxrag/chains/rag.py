@@ -264,6 +264,7 @@ def build_rag_chain(
     max_words: int = 200,
     max_chars_per_chunk: int | None = 1500,
     steps: Sequence[AnswerStep] = DEFAULT_STEPS,
+    max_tokens: int | None = None,
 ) -> Runnable[Any, Any]:
     """Build the chain described in the module docstring.
 
@@ -273,7 +274,9 @@ def build_rag_chain(
     the state ``{"question", "documents", "history", ...}`` to the same with ``answer`` (e.g. `ExtractiveAnswer`).
     The default answer follows the question's language (``lang``), cites `[n]`, and streams; ``prompts`` (by
     language, ``"zh"``/``"en"``) replace its built-in prompts. ``steps``: what runs on the complete answer, in order
-    (`AnswerStep`; default `cite_sources`); an abstention runs none.
+    (`AnswerStep`; default `cite_sources`); an abstention runs none. ``max_tokens`` bounds the default answer's
+    reply (bound on that call only; the gate's and the evidence check's calls keep the model's own); None: the
+    model's own.
     """
     if lang not in ("auto", "zh", "en"):
         raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {lang!r}")
@@ -284,7 +287,8 @@ def build_rag_chain(
         return answer_messages(x, lang=lang, prompts=prompts, max_words=max_words,
                                max_chars_per_chunk=max_chars_per_chunk)
 
-    answer_step = answer or (RunnablePassthrough.assign(answer=RunnableLambda(to_messages) | llm | StrOutputParser())
+    writer: Runnable[Any, Any] = llm.bind(max_tokens=max_tokens) if max_tokens else llm
+    answer_step = answer or (RunnablePassthrough.assign(answer=RunnableLambda(to_messages) | writer | StrOutputParser())
                              | _checked_markers())
     return (
         RunnableLambda(_prepare)

@@ -208,7 +208,9 @@ def answers(
 def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: int, llm: BaseChatModel,
                answer_style: str, judge: bool) -> AnswerResult:
     """Ingest the folder into ``kb_name`` and answer the key-fact questions through the demo's chain."""
-    from ctxrag.chains.rag import build_rag_chain
+    from ctxrag.chains.ask import build_ask_chain
+    from ctxrag.chains.evidence import EvidenceCheck
+    from ctxrag.enums import SearchMode
     from ctxrag.evaluation.answers import answer_step, load_key_fact_questions, run_key_fact_eval
     from ctxrag.evaluation.judge import AnswerJudge
     from ctxrag.evaluation.experiments import builtin
@@ -223,7 +225,8 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
     report = kbase.ingest([paths[0]], contextualize=False)  # as `ctxrag demo` ingests
     typer.echo(f"ingested {paths[0]} into {kb_name!r}: {len(report.added)} added, {len(report.updated)} updated, "
                f"{len(report.skipped)} skipped, {len(report.failed)} failed", err=True)
-    chain = build_rag_chain(kbase.as_retriever(mode="hybrid", k=k), llm, gate=False,
+    # the demo's chain with the gate off (these questions are answerable) and the plain evidence thresholds
+    chain = build_ask_chain([kbase], llm, k=k, mode=SearchMode.HYBRID, gate=False, evidence=EvidenceCheck(llm),
                             answer=answer_step(llm, answer_style))
     cfg = builtin("hybrid")
     return run_key_fact_eval(chain, items, name=f"keyfacts:{questions.name}", config=cfg,

@@ -33,7 +33,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable
 from tqdm.auto import tqdm
 
-from ctxrag.chains.rag import build_rag_chain
+from ctxrag.chains.ask import build_ask_chain
+from ctxrag.chains.evidence import EvidenceCheck
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.chains.short_answer import READING_SCRIPTS, ExtractiveAnswer
 from ctxrag.enums import SearchMode
@@ -146,7 +147,7 @@ ANSWER_STYLES = ("full", "short")
 
 
 def answer_step(llm: BaseChatModel, answer_style: str, reading_script: str = "auto") -> Runnable[Any, Any] | None:
-    """The answer step of `build_rag_chain` for an answer style: None (the chain's own) for ``"full"``, an
+    """The answer step of `build_ask_chain` for an answer style: None (the chain's own) for ``"full"``, an
     `ExtractiveAnswer` for ``"short"``; ValueError naming a bad style or a reading script without short answers."""
     if answer_style not in ANSWER_STYLES:
         raise ValueError(f"answer_style must be one of {ANSWER_STYLES}, got {answer_style!r}")
@@ -211,7 +212,9 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
 
     EM/F1/cited_contains are always computed for queries with reference answers; the LLM judge runs when ``judge``.
     ``answer_style="short"`` answers through `ExtractiveAnswer` (with ``reading_script``) for short-answer sets.
-    ``gate`` goes to `build_rag_chain`: off by default, as these sets are answerable by construction (the gate is
+    Each config's chain is the ask chain (`ctxrag.chains.ask.build_ask_chain`) over the config's retriever (its top
+    ``k``), with the evidence check at its plain thresholds (`EvidenceCheck`, no key-term stage: what the answer pages
+    were measured with). ``gate`` goes to it: off by default, as these sets are answerable by construction (the gate is
     measured on its own by bench/bench_answer_gate.py). ``stock`` adds a row for the stock LangChain chain
     (`ctxrag.evaluation.stock_chain`) over the same corpus, queries, ``k`` and model.
     """
@@ -222,7 +225,8 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
     for cfg in configs:
         try:
             retriever, index_seconds = runner.build_retriever(cfg, k)
-            chain = build_rag_chain(TopK(base=retriever, k=k), llm, gate=gate, answer=step)
+            chain = build_ask_chain([runner.source(cfg)], llm, retriever=TopK(base=retriever, k=k), gate=gate,
+                                    evidence=EvidenceCheck(llm), answer=step)
             out.append(_answer_all(runner, cfg, chain, grader, index_seconds))
         except (CtxragError, ValueError, ImportError) as e:
             log.error("config %s failed: %s", cfg.name, e)
@@ -296,7 +300,7 @@ def load_key_fact_questions(path: str | Path) -> list[KeyFactQuestion]:
 def run_key_fact_eval(chain: Runnable[Any, Any], questions: Sequence[KeyFactQuestion], *, name: str,
                       config: ExperimentConfig, judge: AnswerJudge | None = None,
                       progress: bool = False) -> AnswerResult:
-    """Answer each question with ``chain`` (a `build_rag_chain` over the set's knowledge base) and check its key
+    """Answer each question with ``chain`` (the ask chain, `build_ask_chain`, over the set's knowledge base) and check its key
     facts; the judge, when given, scores each answer against the reference answer beside them."""
     records = []
     for i, q in enumerate(tqdm(questions, desc=f"answers {name}", unit="q", disable=not progress, leave=False)):
