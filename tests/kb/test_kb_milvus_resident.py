@@ -269,8 +269,9 @@ def patched_upsert(self, collection_name, data, *args, **kwargs):
     status = data[0].get("status") if collection_name.endswith("_docs") and data else None
     if status == "ok":
         swapped.append(True)
-    if (moment, collection_name.rsplit("_", 1)[-1]) in {("staging", "staged"), ("swapping", "chunks")} \\
-            and revised(data):  # the first rows of the new version, then stop
+    if (moment, collection_name.rsplit("_", 1)[-1]) in {("staging", "staged"), ("swapping", "chunks"),
+                                                        ("adding", "chunks")} \\
+            and revised(data):  # the first rows of the new version (adding: of a new document), then stop
         upsert(self, collection_name, data[:5], *args, **kwargs)
         stop()
     if moment == "staged" and status == "swapping":  # staged whole, the row not yet switched to it
@@ -413,3 +414,52 @@ def test_a_replace_in_flight_in_another_process_is_neither_damage_nor_repaired(t
     assert (version, staged) == ("revised", 0) and n == N_REVISED, n
     r = _run(env, "kb", "check", KB)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("how", ["paused", "killed"])
+def test_a_new_document_half_written_by_another_process_is_in_flight_while_it_runs_and_repaired_once_it_died(
+        tmp_path: Path, milvus: str, how: str) -> None:
+    """A `ctxrag ingest` adding a new 50-chunk document stops after its first 5 chunk rows. Paused (alive): `kb check`
+    exits 0 and lists it as in flight (the writer's pid), `kb repair` leaves it alone; let go, it finishes whole.
+    Killed -9: check exits 1 naming the unfinished write, repair drops it as before and the next ingest adds it.
+    Before: the row of a new document named no writer, so check called the live write damage and repair dropped
+    it under the writer."""
+    import socket
+
+    env = process_env(tmp_path / "home", "milvus", milvus)
+    folder = _long_document(tmp_path / "docs", "revised")  # no stored version: a new document, nothing staged
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    proc = _stop_replace(env, folder, "adding", how=str(gate) if how == "paused" else "kill")
+    if how == "killed":
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
+        assert proc.returncode == -signal.SIGKILL, out + err
+        r = _run(env, "kb", "check", KB)
+        assert r.returncode == 1 and "1 documents with an unfinished write" in r.stdout, r.stdout + r.stderr
+        assert "in flight" not in r.stdout, r.stdout
+        r = _run(env, "kb", "repair", KB)
+        assert r.returncode == 0 and "dropped 1 half-written" in r.stdout, r.stdout + r.stderr
+        assert "left alone" not in r.stdout, r.stdout
+        assert _run(env, "kb", "check", KB).returncode == 0
+        assert _run(env, "ingest", str(folder), "--kb", KB).returncode == 0  # the next ingest adds it again
+    else:
+        try:
+            while not (gate / "paused").exists():
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            r = _run(env, "kb", "check", KB)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert "in flight (a writer still running, not damage): " in r.stdout and "manual.md" in r.stdout
+            assert "a new document, 5 of " in r.stdout, r.stdout
+            assert f"writer pid {proc.pid} on {socket.gethostname()} running" in r.stdout, r.stdout
+            r = _run(env, "kb", "repair", KB)
+            assert r.returncode == 0 and "left alone, its writer is still running" in r.stdout, r.stdout + r.stderr
+            assert "dropped 0 half-written" in r.stdout, r.stdout
+        finally:
+            (gate / "go").touch()
+            out, err = proc.communicate(timeout=HANG_GUARD_S)
+        assert proc.returncode == 0, out + err
+    version, n, staged = _whole(tmp_path, milvus)
+    assert (version, staged) == ("revised", 0) and n == 50, n
+    r = _run(env, "kb", "check", KB)
+    assert r.returncode == 0 and "in flight" not in r.stdout, r.stdout + r.stderr

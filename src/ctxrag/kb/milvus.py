@@ -44,6 +44,7 @@ from ctxrag.stores.vectors.milvus import is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.staging import StagedCopy
 from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResidentStore
+from ctxrag.stores.milvus_resident.writers import describe_writer, writer_alive
 from ctxrag.stores.milvus_resident.expressions import FilteredIds
 from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
 
@@ -244,17 +245,22 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
     def check(self) -> CheckReport:
         """Each document row against its chunks: unfinished writes or deletes, chunk counts that differ, chunks of
         another write, chunks without a document, and staged copies a stopped replace left (`staged_leftovers`). A
-        write whose staging writer still runs (`StagedCopy.alive`) is in flight, not damage."""
+        write whose writer still runs (a replace's staging writer, `StagedCopy.alive`; a new document's, named by
+        its ``writing`` row) is in flight, listed as such, not damage."""
         rows = {r["doc_id"]: r for r in self.store.doc_rows('doc_id != ""', ["doc_id", "source", "n_chunks", "status",
                                                                               "write_id"])}
+        writers = {r["doc_id"]: cols.row_writer(r) for r in self.store.doc_rows(
+            f'status == "{cols.STATUS_WRITING}"', ["doc_id", "status", "metadata"])}
         by_doc: dict[str, list[dict[str, Any]]] = {}
         for r in self.store.chunk_writes():
             by_doc.setdefault(r["doc_id"], []).append(r)
         copies = self.store.stagings()
         live = {d for d, c in copies.items() if c.alive(grace_s=RECONCILE_GRACE_S)}
         report = CheckReport(self.name, 0, sum(len(v) for v in by_doc.values()))
-        pending = sorted(d for d, r in rows.items() if r["status"] != cols.STATUS_OK
-                         and not (d in live and copies[d].write_id == r["write_id"]))
+        adding = {d for d, r in rows.items() if r["status"] == cols.STATUS_WRITING
+                  and writer_alive(writers.get(d), grace_s=RECONCILE_GRACE_S)}
+        staging = {d for d, r in rows.items() if d in live and copies[d].write_id == r["write_id"]}
+        pending = sorted(d for d, r in rows.items() if r["status"] != cols.STATUS_OK and d not in adding | staging)
         broken: list[str] = []
         orphans: list[str] = []
         for doc_id, row in rows.items():
@@ -262,9 +268,17 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
             if row["status"] == cols.STATUS_OK and (len(got) != int(row["n_chunks"]) or
                                                     any(c["write_id"] != row["write_id"] for c in got)):
                 broken.append(f"{doc_id} ({row['source']}): {len(got)} of {row['n_chunks']} chunks from its last write")
+        since = {r["doc_id"] for r in self.store.docs_by_id(sorted(set(by_doc) - set(rows)), ["doc_id"])}
         for doc_id, got in by_doc.items():
-            if doc_id not in rows:
+            if doc_id not in rows and doc_id not in since:  # a row written since they were read: a new document
                 orphans.extend(c["chunk_id"] for c in got)
+        for doc_id in sorted(adding):
+            row = rows[doc_id]
+            mine = sum(c["write_id"] == row["write_id"] for c in by_doc.get(doc_id, []))
+            report.in_flight.append(f"{row['source'] or doc_id} (doc {doc_id}): a new document, {mine} of "
+                                    f"{row['n_chunks']} chunks written, writer "
+                                    f"{describe_writer(writers.get(doc_id), grace_s=RECONCILE_GRACE_S)}")
+        report.in_flight += [f"{copies[d].describe(grace_s=RECONCILE_GRACE_S)} (a replace)" for d in sorted(live)]
         leftovers = staged_leftovers(copies, rows, live)
         report.counts = {"documents": len(rows), "chunks": report.chunks,
                          "staged": sum(c.staged for c in copies.values())}
@@ -281,8 +295,8 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
         """Finish or undo every unfinished write and delete now, remove chunks without a document, settle staged
         copies no write uses (a swap whose old version was already being overwritten is finished from its whole
         staged copy; otherwise the stored version stays and the copy is deleted), and drop documents whose chunks
-        differ from their last write (ingest them again). A write whose staging writer still runs is left alone;
-        another ingest's new document half written is not told apart (run repair while nothing adds documents)."""
+        differ from their last write (ingest them again). A write whose writer still runs (a replace's staging
+        writer, a new document's named by its row) is left alone and listed as such."""
         report = RepairReport(self.name)
         fixed = self.store.reconcile(0.0, orphans=True)
         broken = [line.split(" ", 1)[0] for d in self.check().differences if d.index == "chunks" for line in d.missing]
@@ -295,9 +309,11 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
         staged = [f"{d}: new version swapped in from its whole staged copy (the old one was already being "
                   "overwritten)" for d in fixed.swapped]
         staged += [f"{d}: {what}" for d, what in sorted(fixed.unstaged.items())]
-        staged += [f"{d}: left alone, its writer is still running" for d in sorted(set(fixed.in_flight))]
         if staged:
             report.actions["staged"] = "; ".join(staged[:20])
+        if fixed.in_flight:
+            report.actions["in flight"] = "; ".join(f"{d}: left alone, its writer is still running"
+                                                    for d in sorted(set(fixed.in_flight))[:20])
         if fixed.changed or broken:
             report.generation = 0
         return report

@@ -45,6 +45,9 @@ class CheckReport:
     chunks: int
     counts: dict[str, int | None] = field(default_factory=dict)
     differences: list[IndexDifference] = field(default_factory=list)
+    in_flight: list[str] = field(default_factory=list)
+    """Writes another process is still doing (a Milvus-resident knowledge base's), one line each: shown, not
+    damage."""
 
     @property
     def clean(self) -> bool:
@@ -65,6 +68,10 @@ class CheckReport:
                     out.append(f"    {label}: {cid}")
                 if len(ids) > MAX_LISTED:
                     out.append(f"    ... and {len(ids) - MAX_LISTED} more {label}")
+        for line in self.in_flight[:MAX_LISTED]:
+            out.append(f"  in flight (a writer still running, not damage): {line}")
+        if len(self.in_flight) > MAX_LISTED:
+            out.append(f"  ... and {len(self.in_flight) - MAX_LISTED} more writes in flight")
         if not self.clean:
             out.append(f"run `ctxrag kb repair {self.kb}` to rebuild what is missing or damaged")
         return out

@@ -257,6 +257,40 @@ def test_a_live_writers_staged_copy_is_left_alone_and_the_next_write_finishes_a_
         s.close()
 
 
+def test_a_new_document_half_written_names_its_writer_left_alone_while_it_runs_dropped_once_gone(
+        tmp_path: Path) -> None:
+    """A new document stopped after its first chunk: its ``writing`` row names this process, so `reconcile` (kb
+    repair) leaves it alone; once that pid is gone it is dropped as before. Readers never see the writer."""
+    import os
+
+    s = MilvusResidentStore(tmp_path / "n.db", "n")
+    try:
+        s.write_document(*_doc("b", ["keep me one"]))
+        _stop_at(s, "swapping")  # no stored version of d-a: its first chunk, then stop
+        with pytest.raises(_Stopped):
+            s.write_document(*_doc("a", NEW))
+        del s._client.upsert, s._client.delete
+        (row,) = s.doc_rows('doc_id == "d-a"')
+        assert row["status"] == cols.STATUS_WRITING and cols.row_writer(row)["pid"] == os.getpid()
+        assert cols.ROW_WRITER not in s.get_document("d-a").metadata
+        report = s.reconcile(grace_s=0, orphans=True)
+        assert report.in_flight == ["d-a"] and not report.changed and s.chunk_ids() >= {"d-a:0"}
+        import subprocess
+        import sys
+
+        gone = subprocess.Popen([sys.executable, "-c", ""])
+        gone.wait()
+        s.update_row(row, metadata=cols.with_writer(row["metadata"], {**cols.row_writer(row), "pid": gone.pid}))
+        report = s.reconcile(grace_s=0, orphans=True)
+        assert report.dropped == ["d-a"] and s.document_state("d-a") is None and s.chunks_of("d-a") == []
+        s.write_document(*_doc("a", NEW))
+        (row,) = s.doc_rows('doc_id == "d-a"')
+        assert row["status"] == cols.STATUS_OK and cols.ROW_WRITER not in row["metadata"]
+        assert [r.content for r in s.chunks_of("d-b")] == ["keep me one"]
+    finally:
+        s.close()
+
+
 def test_reconcile_finishes_deletes_and_removes_orphans(tmp_path: Path) -> None:
     s = MilvusResidentStore(tmp_path / "o.db", "o")
     try:

@@ -15,7 +15,11 @@
 - documents (``..._docs``): doc id (primary key), source, title, content hash (ingest skips unchanged files), summary,
   the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata,
   `status` (``ok``, ``writing``, ``swapping``: a replace whose staged copy is whole, ``deleting``) and `write_id` of
-  the last write. Milvus needs a vector field in every collection: a constant 2-d `placeholder`.
+  the last write. A ``writing`` row names its writer (host, pid, started) in its metadata under `ROW_WRITER`, so
+  ``kb check`` / ``kb repair`` tell a new document another process is writing from one a kill left half written
+  (`ctxrag.stores.milvus_resident.writers`); the key is gone once the row says ``ok`` and never reaches a reader. Rows
+  written before writers were named have no such key (and no schema change was needed: metadata is JSON). Milvus
+  needs a vector field in every collection: a constant 2-d `placeholder`.
 
 Milvus 2.3 has no analyzers or functions: there the chunks collection is dense only (no `bm25` field) and BM25
 searches raise. Both collections carry the property ``ctxrag.kb`` (the knowledge base name, which may be CJK).
@@ -47,6 +51,8 @@ TEXT_MAX = 65535
 STATUS_OK, STATUS_WRITING, STATUS_DELETING = "ok", "writing", "deleting"
 STATUS_SWAPPING = "swapping"
 """A replace past staging: the new version is whole in the staging collection, where readers find it."""
+ROW_WRITER = "_ctxrag_writer"
+"""The metadata key of a ``writing`` documents row naming its writer (see the module docstring)."""
 VISIBLE = (STATUS_OK, STATUS_SWAPPING)
 """Row states `doc list` shows (a ``writing`` row is a new document not yet whole)."""
 CHUNK_FIELDS = ["chunk_id", "doc_id", "chunk_index", "content", "indexed_text", "context", "metadata", "write_id"]
@@ -198,14 +204,31 @@ def write_id(doc: DocumentRecord, records: list[ChunkRecord]) -> str:
 
 
 def document_row(doc: DocumentRecord, *, n_chunks: int, status: str, write_id: str, added_at: float,
-                 updated_at: float) -> dict[str, Any]:
+                 updated_at: float, writer: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The documents row of `doc`; a ``writing`` row names `writer` (`ROW_WRITER`), any other none."""
     return {
         "doc_id": doc.doc_id, "source": doc.source, "title": doc.title[:1000], "content_hash": doc.content_hash,
         "summary": _clip(doc.summary or "", TEXT_MAX), "n_chunks": n_chunks,
-        "text": doc.text if len(doc.text.encode("utf-8")) <= TEXT_MAX else "", "metadata": doc.metadata,
+        "text": doc.text if len(doc.text.encode("utf-8")) <= TEXT_MAX else "",
+        "metadata": with_writer(doc.metadata, writer if status == STATUS_WRITING else None),
         "status": status, "write_id": write_id, "added_at": added_at, "updated_at": updated_at,
         "placeholder": [0.0, 0.0],
     }
+
+
+def with_writer(metadata: dict[str, Any] | None, writer: dict[str, Any] | None) -> dict[str, Any]:
+    """A row's metadata naming `writer` (None: naming none, the document's own metadata)."""
+    own = {k: v for k, v in (metadata or {}).items() if k != ROW_WRITER}
+    return {**own, ROW_WRITER: writer} if writer else own
+
+
+def row_writer(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The writer a ``writing`` documents row names; None for any other row, or one written before writers were
+    named."""
+    if row.get("status") != STATUS_WRITING:
+        return None
+    writer = (row.get("metadata") or {}).get(ROW_WRITER)
+    return dict(writer) if isinstance(writer, dict) else None
 
 
 def stitch(records: list[ChunkRecord]) -> str:

@@ -7,9 +7,8 @@ write id, the chunk count the copy must reach, when staging started, and which p
 the marker and the rows that carry its write id, `StagedCopy` says whether the copy is whole and whether its writer
 is alive, which is how ``kb check`` tells a replace in flight on another process from one a kill left behind.
 
-The writer is alive while staging is younger than the grace period a write gets everywhere in this store
-(``RECONCILE_GRACE_S``) and, on the host that staged it, its pid still runs (``kill -9`` ends the pid at once, so a
-killed writer is dead without waiting; another host's process cannot be probed and has the grace period).
+The writer is alive by `ctxrag.stores.milvus_resident.writers.writer_alive`: while staging is younger than the grace
+period and, on the host that staged it, while its pid runs.
 
 Example::
 
@@ -19,13 +18,13 @@ Example::
 """
 from __future__ import annotations
 
-import os
-import socket
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ctxrag.stores.documents.docstore import ChunkRecord
+from ctxrag.stores.milvus_resident.writers import describe_writer, writer_alive, writer_here, writer_now
+
+__all__ = ["CHUNKS_ONLY", "MARKER_INDEX", "StagedCopy", "marker_id", "marker_record", "writer_here"]
 
 MARKER_INDEX = -1
 """The chunk index of a marker row: real chunks count from 0, so ``chunk_index >= 0`` selects the staged chunks."""
@@ -37,25 +36,10 @@ def marker_id(doc_id: str) -> str:
     return f"~staging~{doc_id}"
 
 
-def writer_here() -> dict[str, Any]:
-    """This process as a writer: host and pid."""
-    return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
 def marker_record(doc_id: str, source: str, n_chunks: int) -> ChunkRecord:
     """The marker row's chunk record for staging `doc_id` (`n_chunks` chunks) from this process, now."""
-    md = {"source": source, "n_chunks": n_chunks, "started": time.time(), **writer_here()}
+    md = {"source": source, "n_chunks": n_chunks, **writer_now()}
     return ChunkRecord(marker_id(doc_id), doc_id, MARKER_INDEX, "", "", None, md)
-
-
-def _pid_runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it runs
-        return True
-    return True
 
 
 @dataclass
@@ -77,19 +61,11 @@ class StagedCopy:
         return self.n_chunks is not None and self.staged == self.n_chunks
 
     def alive(self, now: float | None = None, grace_s: float = 600.0) -> bool:
-        """Whether the writer may still be staging or swapping (the module docstring's rule)."""
-        started = self.writer.get("started")
-        if started is None or (now if now is not None else time.time()) - float(started) >= grace_s:
-            return False
-        if self.writer.get("host") != socket.gethostname():
-            return True
-        pid = int(self.writer.get("pid", -1))
-        return pid == os.getpid() or (pid > 0 and _pid_runs(pid))
+        """Whether the writer may still be staging or swapping (`writers.writer_alive`)."""
+        return writer_alive(self.writer, now, grace_s)
 
     def describe(self, now: float | None = None, grace_s: float = 600.0) -> str:
         """One line for ``kb check``: the document, the write, how much is staged and the writer's state."""
         count = f"{self.staged} of {self.n_chunks}" if self.n_chunks is not None else f"{self.staged} (no marker)"
-        who = (f"pid {self.writer.get('pid')} on {self.writer.get('host')}" if self.writer else "an unknown writer")
-        state = "running" if self.alive(now, grace_s) else "gone"
         return f"{self.source or self.doc_id} (doc {self.doc_id}): write {self.write_id}, {count} chunks staged, " \
-               f"writer {who} {state}"
+               f"writer {describe_writer(self.writer or None, now, grace_s)}"

@@ -13,7 +13,7 @@ Milvus has no multi-row transactions, so a document is replaced in steps, each i
    (`collections.staging_name`), so the old version stays whole and listed until the new one exists whole there;
 1. its documents row is upserted with the new content hash, chunk count and write id (named by what is written,
    `collections.write_id`: two nodes writing the same file agree on it), status ``swapping`` for a replace and
-   ``writing`` for a new document. From this one-row write on, readers take a swapping document's chunks from its
+   ``writing`` for a new document (naming its writer: host, pid, when it started). From this one-row write on, readers take a swapping document's chunks from its
    staged copy (searches exclude its rows in the chunks collection and search the staged ones), so they see the
    new version whole while its chunks are overwritten;
 2. its chunks are upserted (keyed by chunk id), each carrying that write id;
@@ -31,7 +31,9 @@ chunks all arrived, finishes a delete, and drops a half-written new document (ro
 its file adds it again. ``kb repair`` also settles staged copies no write is using (`staging.StagedCopy`: its writer
 gone): the stored version (the old one, never touched before step 1; or the new one, after step 4) stays and the copy
 is deleted. A staged copy whose writer still runs (on this host its pid, on another the grace period) and the swap
-it serves are left alone by both.
+it serves are left alone by both, and so is a new document whose ``writing`` row names a writer that still runs
+(`ctxrag.stores.milvus_resident.writers`); a row naming none (written before writers were named) is settled as
+before.
 
 Example::
 
@@ -64,6 +66,7 @@ from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.analysis import analyzed_text, check_analysis
 from ctxrag.stores.milvus_resident.expressions import NOTHING
 from ctxrag.stores.milvus_resident.staging import CHUNKS_ONLY, MARKER_INDEX, StagedCopy, marker_record
+from ctxrag.stores.milvus_resident.writers import writer_alive, writer_now
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +117,7 @@ class ReconcileReport:
     unstaged: dict[str, str] = field(default_factory=dict)
     """Staged copies no write is using, deleted (the stored version kept): doc id -> what was done and why."""
     in_flight: list[str] = field(default_factory=list)
-    """Documents staged or swapping by a writer that still runs: left alone."""
+    """Documents staged, swapping or (new ones) being written by a writer that still runs: left alone."""
 
     @property
     def changed(self) -> bool:
@@ -299,7 +302,7 @@ class MilvusResidentStore:
         if dims:
             self._ensure_chunks(dims.pop())
         now = time.time()
-        prior = {r["doc_id"]: r for r in self._docs_by_id([d.doc_id for d, _, _ in items])}
+        prior = {r["doc_id"]: r for r in self.docs_by_id([d.doc_id for d, _, _ in items])}
         for doc_id in self._finish_swaps([r for r in prior.values() if r["status"] == cols.STATUS_SWAPPING]):
             prior[doc_id]["status"] = cols.STATUS_OK  # an earlier replace of it stopped mid-swap: finished first
         old = {d: float(r["added_at"]) for d, r in prior.items()}
@@ -311,7 +314,8 @@ class MilvusResidentStore:
                         and prior[doc.doc_id]["write_id"] != cols.write_id(doc, records)]
             self._stage(replaced)  # step 0: the stored versions stay whole until the new ones exist whole
             swapping = {doc.doc_id for doc, _, _ in replaced}
-            self._put_docs(part, cols.STATUS_WRITING, old, now, swapping=swapping)  # step 1: readers flip to staging
+            self._put_docs(part, cols.STATUS_WRITING, old, now, swapping=swapping,  # step 1: readers flip to staging
+                           writer=writer_now())
             rows = [cols.chunk_row(r, v, cols.write_id(doc, records), analysis) for doc, records, vectors in part
                     for r, v in zip(records, np.asarray(vectors, dtype=np.float32))]
             self._upsert(self.chunks_name, rows)
@@ -408,17 +412,21 @@ class MilvusResidentStore:
                 group, keep = [], []
 
     def _put_docs(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]], status: str,
-                  added: dict[str, float], now: float, swapping: set[str] | frozenset[str] = frozenset()) -> None:
-        """Upsert the rows of `items` with `status` (``swapping`` for the doc ids in `swapping`)."""
+                  added: dict[str, float], now: float, swapping: set[str] | frozenset[str] = frozenset(),
+                  writer: dict[str, Any] | None = None) -> None:
+        """Upsert the rows of `items` with `status` (``swapping`` for the doc ids in `swapping`); ``writing`` rows
+        name `writer` (a swapping one's staging marker does)."""
         self._client.upsert(self.docs_name, [
             cols.document_row(doc, n_chunks=len(records), write_id=cols.write_id(doc, records),
                               status=cols.STATUS_SWAPPING if doc.doc_id in swapping else status,
-                              added_at=added.get(doc.doc_id, now), updated_at=now) for doc, records, _ in items])
+                              added_at=added.get(doc.doc_id, now), updated_at=now, writer=writer)
+            for doc, records, _ in items])
 
-    def _docs_by_id(self, doc_ids: list[str]) -> list[dict[str, Any]]:
+    def docs_by_id(self, doc_ids: list[str], fields: list[str] | None = None) -> list[dict[str, Any]]:
+        """The documents rows of these doc ids (those that have one), `fields` as in `doc_rows`."""
         out: list[dict[str, Any]] = []
         for start in range(0, len(doc_ids), BATCH):
-            out += self.doc_rows(f"doc_id in {cols.json_list(doc_ids[start:start + BATCH])}")
+            out += self.doc_rows(f"doc_id in {cols.json_list(doc_ids[start:start + BATCH])}", fields)
         return out
 
     def _delete_chunks(self, expr: str, keep: list[str] | None = None) -> None:
@@ -446,13 +454,17 @@ class MilvusResidentStore:
             self.update_row(rows[0], summary=summary)
 
     def update_row(self, row: dict[str, Any], **changes: Any) -> None:
-        """Upsert a documents row read by `doc_rows` with `changes` applied."""
-        self._client.upsert(self.docs_name, [{**row, **changes, "placeholder": [0.0, 0.0]}])
+        """Upsert a documents row read by `doc_rows` with `changes` applied (a row no longer ``writing`` names no
+        writer)."""
+        new = {**row, **changes, "placeholder": [0.0, 0.0]}
+        new["metadata"] = cols.with_writer(new.get("metadata"), cols.row_writer(new))
+        self._client.upsert(self.docs_name, [new])
 
     def reconcile(self, grace_s: float = RECONCILE_GRACE_S, *, orphans: bool = False) -> ReconcileReport:
         """Heal writes and deletes that stopped between steps more than `grace_s` ago (see the module docstring);
         with `orphans` (``kb repair``), also remove chunks whose document row is gone (a full scan) and staged
-        copies no write is using. A write whose staging writer still runs is left alone either way."""
+        copies no write is using. A write whose writer still runs (named by its staging marker, or by a new
+        document's ``writing`` row) is left alone either way."""
         report = ReconcileReport()
         now = time.time()
         rows = [r for r in self.doc_rows(f'status != "{cols.STATUS_OK}"') if float(r["updated_at"]) <= now - grace_s]
@@ -460,7 +472,8 @@ class MilvusResidentStore:
         for row in rows:
             doc_id = row["doc_id"]
             copy = copies.get(doc_id)
-            if copy is not None and copy.write_id == row["write_id"] and copy.alive(now, RECONCILE_GRACE_S):
+            if copy is not None and copy.write_id == row["write_id"] and copy.alive(now, RECONCILE_GRACE_S) \
+                    or writer_alive(cols.row_writer(row), now, RECONCILE_GRACE_S):
                 report.in_flight.append(doc_id)
                 continue
             if row["status"] == cols.STATUS_DELETING:
@@ -488,8 +501,7 @@ class MilvusResidentStore:
                 self._client.delete(self.docs_name, filter=f"doc_id == {_q(doc_id)}")
                 report.dropped.append(doc_id)
         if orphans:
-            known = {r.doc_id for r in self.document_rows()}
-            stray = [r["chunk_id"] for r in self._iter_chunk_rows(["chunk_id", "doc_id"]) if r["doc_id"] not in known]
+            stray = self._orphans()
             for start in range(0, len(stray), BATCH):
                 self._client.delete(self.chunks_name, ids=stray[start:start + BATCH])
             report.orphans = stray
@@ -503,6 +515,15 @@ class MilvusResidentStore:
                         len(report.unstaged))
         return report
 
+    def _orphans(self) -> list[str]:
+        """Chunk ids whose document has no row. The rows are read before the chunks, so a document written meanwhile
+        (row, then chunks) is looked up again before its chunks count as orphans."""
+        known = {r.doc_id for r in self.document_rows()}
+        stray = [(r["chunk_id"], r["doc_id"]) for r in self._iter_chunk_rows(["chunk_id", "doc_id"])
+                 if r["doc_id"] not in known]
+        since = {r["doc_id"] for r in self.docs_by_id(sorted({d for _, d in stray}), ["doc_id"])}
+        return [c for c, d in stray if d not in since]
+
     def settle_stagings(self) -> ReconcileReport:
         """What a writer does first (``ctxrag ingest``): finish the swaps and delete the staged copies that writers
         now gone left (`StagedCopy.alive`), whatever their age; a live writer's are left alone."""
@@ -511,7 +532,7 @@ class MilvusResidentStore:
         dead = {d: c for d, c in self.stagings().items() if not c.alive(now, RECONCILE_GRACE_S)}
         if not dead:
             return report
-        rows = [r for r in self._docs_by_id(sorted(dead))
+        rows = [r for r in self.docs_by_id(sorted(dead))
                 if r["status"] == cols.STATUS_SWAPPING and r["write_id"] == dead[r["doc_id"]].write_id]
         report.swapped = self._finish_swaps(rows)
         report.finished = list(report.swapped)
@@ -521,7 +542,7 @@ class MilvusResidentStore:
     def _settle_stagings(self, copies: list[StagedCopy], now: float, report: ReconcileReport) -> None:
         """Delete the staged copies whose writer is gone and whose row does not swap to them (the stored version
         stays), noting why in `report`; a copy whose writer runs is left alone."""
-        rows = {r["doc_id"]: r for r in self._docs_by_id([c.doc_id for c in copies])}
+        rows = {r["doc_id"]: r for r in self.docs_by_id([c.doc_id for c in copies])}
         for copy in copies:
             row = rows.get(copy.doc_id)
             if copy.alive(now, RECONCILE_GRACE_S):
@@ -560,7 +581,7 @@ class MilvusResidentStore:
     def _record(self, row: dict[str, Any], with_text: bool = True) -> DocumentRecord:
         text = row.get("text") or (cols.stitch(self.chunks_of(row["doc_id"])) if with_text else "")
         return DocumentRecord(row["doc_id"], row["source"], row["title"], row["content_hash"], text,
-                              int(row["n_chunks"]), dict(row["metadata"] or {}), row["summary"] or None,
+                              int(row["n_chunks"]), cols.with_writer(row["metadata"], None), row["summary"] or None,
                               float(row["added_at"]), float(row["updated_at"]))
 
     def document_state(self, doc_id: str) -> DocumentState | None:
