@@ -189,3 +189,56 @@ def test_the_cli_gets_a_warm_model_unless_it_is_turned_off(tmp_path: Path, monke
     monkeypatch.setenv("CTXRAG_LLM__WARM_IDLE_S", "0")
     get_settings.cache_clear()
     assert type(make_chat_model(warm=True)) is LocalLlamaChatModel
+
+
+def test_a_call_that_finds_the_process_going_away_starts_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a process that reaches its idle time between a call reading its state and connecting drops the connection
+    # before any reply: the call asks again (here the same server, which answers the second time) instead of failing
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from langchain_core.messages import AIMessage, message_to_dict
+
+    from ctxrag.models.warm import _state_path
+    from ctxrag.settings import get_settings
+
+    monkeypatch.setenv("CTXRAG_HOME", str(tmp_path / "home"))
+    get_settings.cache_clear()
+    posts: list[int] = []
+
+    class Going(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # /health: the process looks alive when the call reads its state
+            self.send_response(200)
+            self.end_headers()
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            posts.append(1)
+            if len(posts) == 1:  # going away: the connection closes with no reply
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            self.send_response(200)
+            self.end_headers()
+            line = {"message": message_to_dict(AIMessage("second try"))}
+            self.wfile.write((json.dumps(line) + "\n").encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Going)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        gguf = tmp_path / "m.gguf"
+        gguf.write_bytes(b"never loaded")
+        path = _state_path(str(gguf), N_CTX, None)
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}", "pid": os.getpid(),
+                                    "token": "t", "model_path": str(gguf), "n_ctx": N_CTX}))
+        reply = WarmChatModel(model_path=str(gguf), n_ctx=N_CTX, max_tokens=2, idle_s=1).invoke("hi")
+    finally:
+        server.shutdown()
+        get_settings.cache_clear()
+    assert reply.content == "second try" and len(posts) == 2

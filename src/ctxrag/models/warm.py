@@ -84,6 +84,11 @@ def _auth(state: dict[str, Any]) -> dict[str, str]:
     return {"Authorization": f"Bearer {state['token']}"}
 
 
+CONNECT_RETRIES = 4
+"""Times a call starts or finds the model process again when it cannot reach it before any reply (the process
+exited on its idle time as the call found it)."""
+
+
 def ensure_warm_process(model_path: str, n_ctx: int, n_threads: int | None, idle_s: float) -> dict[str, Any]:
     """The running model process for this model (started and loaded first when there is none): its state."""
     from filelock import FileLock
@@ -174,22 +179,32 @@ class WarmChatModel(LocalLlamaChatModel):
                                "stream": stream}, ensure_ascii=False)
         except TypeError as exc:
             raise ModelError(f"the warm model cannot send this call's options {sorted(kwargs)}: {exc}") from exc
-        state = ensure_warm_process(self.model_path, self.n_ctx, self.n_threads, self.idle_s)
-        try:
-            with httpx.stream("POST", f"{state['url']}/generate", content=body.encode("utf-8"),
-                              headers={**_auth(state), "Content-Type": "application/json"}, timeout=None) as resp:
-                if resp.status_code != 200:
-                    raise ModelError(f"the warm model process answered HTTP {resp.status_code}: "
-                                     f"{resp.read().decode('utf-8', 'replace')[:300]}")
-                for line in resp.iter_lines():
-                    if not line:
-                        continue
-                    item = json.loads(line)
-                    if "error" in item:
-                        raise ModelError(item["error"])
-                    yield item
-        except httpx.HTTPError as exc:
-            raise ModelError(f"the warm model process at {state['url']} failed: {exc}") from exc
+        for attempt in range(CONNECT_RETRIES + 1):
+            state = ensure_warm_process(self.model_path, self.n_ctx, self.n_threads, self.idle_s)
+            replied = False
+            try:
+                with httpx.stream("POST", f"{state['url']}/generate", content=body.encode("utf-8"),
+                                  headers={**_auth(state), "Content-Type": "application/json"},
+                                  timeout=None) as resp:
+                    if resp.status_code != 200:
+                        raise ModelError(f"the warm model process answered HTTP {resp.status_code}: "
+                                         f"{resp.read().decode('utf-8', 'replace')[:300]}")
+                    for line in resp.iter_lines():
+                        if not line:
+                            continue
+                        item = json.loads(line)
+                        if "error" in item:
+                            raise ModelError(item["error"])
+                        replied = True
+                        yield item
+                return
+            except httpx.HTTPError as exc:
+                if not replied and attempt < CONNECT_RETRIES:
+                    # it reached its idle time as this call found it (a busy machine can take longer than that
+                    # between reading its state and connecting): start another, nothing was generated yet
+                    time.sleep(0.2 * (attempt + 1))
+                    continue
+                raise ModelError(f"the warm model process at {state['url']} failed: {exc}") from exc
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
