@@ -124,7 +124,7 @@ def test_commits_every_commit_every_documents_with_batched_embedding(tmp_path: P
     finally:
         kb.close()
     assert len(report.added) == 7 and len(commits) == 3  # 3 + 3 + 1, as before batching
-    assert [len(c) for c in embed.calls] == [3, 3, 1]  # each commit's documents embedded before it is applied
+    assert [len(c) for c in embed.calls] == [7]  # one batch across the commits: they no longer cut the model's calls
 
 
 def test_batched_vectors_equal_per_document_embedding(tmp_path: Path) -> None:
