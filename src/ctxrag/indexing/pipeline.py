@@ -248,14 +248,18 @@ class _EmbedQueue:
         return len(self.batches) > self.depth
 
     def collect(self, *, wait: bool = False) -> None:
-        """Count the batches that finished (`done`, `embedded`), raising what embedding raised; with `wait`, wait
-        for the oldest first."""
+        """Count the batches that finished (`done`, `embedded`); with `wait`, wait for the oldest first. A batch
+        whose embedding failed raises here only once the batches before it are counted (and so can be written)."""
+        counted = False
         while self.batches and (wait or self.batches[0][2].done()):
-            docs, chunks, future = self.batches.popleft()
+            docs, chunks, future = self.batches[0]
+            if counted and future.exception() is not None:
+                return
             future.result()
+            self.batches.popleft()
             self.done += docs
             self.embedded += chunks
-            wait = False
+            wait, counted = False, True
 
     def rate(self) -> str:
         """Chunks embedded per second so far, for the progress bar (nothing before the first batch is embedded)."""
