@@ -21,6 +21,21 @@ SKIP_REASON = "pymilvus and milvus-lite are not installed (pip install 'ctxrag[m
 
 _SERVER = """
 import sys
+import grpc
+
+_server = grpc.server
+
+
+def server_accepting_keepalive_pings(*args, options=(), **kwargs):
+    # pymilvus pings every 10 s, also between calls; grpc's Python server refuses pings without data more often than
+    # every 5 minutes and, after two, closes the connection ("too_many_pings"): a client idle for a while (a paused
+    # writer, a busy machine) then fails its next call. A Milvus server accepts them; so does this one
+    options = [*options, ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_ping_strikes", 0),
+               ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000)]
+    return _server(*args, options=options, **kwargs)
+
+
+grpc.server = server_accepting_keepalive_pings
 from milvus_lite.adapter.grpc.server import start_server_in_thread
 server, db, port = start_server_in_thread(sys.argv[1], host="127.0.0.1", port=0)
 print(port, flush=True)
