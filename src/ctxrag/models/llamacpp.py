@@ -99,6 +99,29 @@ def shared_llama(model_path: str | Path, n_ctx: int, n_threads: int | None = Non
         return shared
 
 
+def _reset_timings(llama: Any) -> None:
+    """Zero llama.cpp's performance counters of ``llama``'s context, so `_timings` reads one call's."""
+    ctx = getattr(getattr(llama, "_ctx", None), "ctx", None)
+    if ctx is not None:
+        import llama_cpp
+
+        llama_cpp.llama_perf_context_reset(ctx)
+
+
+def _timings(llama: Any) -> dict[str, float | int] | None:
+    """Where one call's time went, from llama.cpp's counters since `_reset_timings`: the prompt tokens it evaluated
+    (those not already in its context from the previous call) and their seconds, the tokens it decoded one by one
+    and theirs. None where the context has no counters."""
+    ctx = getattr(getattr(llama, "_ctx", None), "ctx", None)
+    if ctx is None:
+        return None
+    import llama_cpp
+
+    perf = llama_cpp.llama_perf_context(ctx)
+    return {"prompt_eval_tokens": int(perf.n_p_eval), "prompt_eval_s": round(perf.t_p_eval_ms / 1000, 4),
+            "decode_tokens": int(perf.n_eval), "decode_s": round(perf.t_eval_ms / 1000, 4)}
+
+
 def _usage(usage: dict[str, int] | None) -> UsageMetadata | None:
     if not usage:
         return None
@@ -266,17 +289,21 @@ class LocalLlamaChatModel(BaseChatModel):
     def _complete(self, shared: _SharedLlama, request: ToolRequest, dicts: list[dict[str, str]],
                   params: dict[str, Any]) -> AIMessage:
         with shared.lock:
+            _reset_timings(shared.llama)
             try:
                 response = shared.llama.create_chat_completion(messages=dicts, **params)
             except ValueError as exc:  # e.g. the prompt exceeds n_ctx
                 raise ModelError(f"local chat model {Path(self.model_path).name}: {exc}") from exc
+            timings = _timings(shared.llama)
         choice = response["choices"][0]
         text = choice["message"].get("content") or ""
         finish = choice.get("finish_reason")
         if "logits_processor" in params:
             text, trimmed = trim_loop(text, self.loop_limits)
             finish = LOOP_FINISH if trimmed else finish
-        metadata = {"finish_reason": finish, "model_name": self.model_name}
+        metadata: dict[str, Any] = {"finish_reason": finish, "model_name": self.model_name}
+        if timings is not None:
+            metadata["timings"] = timings
         return self._message(request, text, metadata, _usage(response.get("usage")))
 
     def _stream(
@@ -299,10 +326,13 @@ class LocalLlamaChatModel(BaseChatModel):
         generated = 0
 
         def emit(delta: str, finish: str | None) -> ChatGenerationChunk:
-            metadata = {"finish_reason": finish, "model_name": self.model_name} if finish else {}
+            metadata: dict[str, Any] = {"finish_reason": finish, "model_name": self.model_name} if finish else {}
             usage = None
             if finish:
                 usage = self._stream_usage(shared, dicts, generated)
+                timings = _timings(shared.llama)
+                if timings is not None:
+                    metadata["timings"] = timings
             if calls is not None:
                 pieces = calls.feed(delta) + (calls.finish() if finish else [])
                 if finish == "stop" and calls.name is not None:
@@ -319,6 +349,7 @@ class LocalLlamaChatModel(BaseChatModel):
 
         # hold the lock for the whole stream: the shared context can serve one generation at a time
         with shared.lock:
+            _reset_timings(shared.llama)
             try:
                 stream = shared.llama.create_chat_completion(messages=dicts, stream=True, **params)
                 try:
