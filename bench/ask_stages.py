@@ -58,13 +58,16 @@ def main(argv: list[str]) -> None:
     class Clock(BaseCallbackHandler):
         def __init__(self) -> None:
             self.call: dict[str, Any] | None = None
+            self.retriever: Any = None
 
         def on_retriever_start(self, *a: Any, **kw: Any) -> None:
-            if kw.get("parent_run_id") is not None and "retrieval start" not in marks:
+            if self.retriever is None:  # the outermost retriever: the others run inside it
+                self.retriever = kw.get("run_id")
                 marks["retrieval start"] = time.monotonic()
 
         def on_retriever_end(self, *a: Any, **kw: Any) -> None:
-            marks.setdefault("retrieval end", time.monotonic())
+            if kw.get("run_id") == self.retriever:
+                marks["retrieval end"] = time.monotonic()
 
         def on_chat_model_start(self, serialized: Any, messages: Any, **kw: Any) -> None:
             self.call = {"start": time.monotonic() - T0}
@@ -93,7 +96,7 @@ def main(argv: list[str]) -> None:
         cli_main.app(argv, standalone_mode=False)
     finally:
         end = time.monotonic()
-        out = {"imports": marks["imports"] - T0, "end": end - T0, "calls": calls,
+        out = {"t0": T0, "imports": marks["imports"] - T0, "end": end - T0, "calls": calls,
                **{k: round(v, 3) for k, v in spans.items()}}
         if "retrieval start" in marks and "retrieval end" in marks:
             out["retrieval"] = round(marks["retrieval end"] - marks["retrieval start"], 3)
