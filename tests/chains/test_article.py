@@ -9,7 +9,7 @@ import pytest
 
 from ctxrag.chains.article import ArticleWriter, remap_citations
 from ctxrag.kb.local import KnowledgeBase
-from ctxrag.notes import NoteBook
+from ctxrag.kb.notes import NoteBook
 from ctxrag.settings import Settings
 
 from assistant_helpers import ScriptedChat

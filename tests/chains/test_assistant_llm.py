@@ -13,7 +13,7 @@ from ctxrag.chains.article import ArticleWriter
 from ctxrag.chains.assistant import Assistant
 from ctxrag.chains.summarize import DocumentSummarizer
 from ctxrag.kb.local import KnowledgeBase
-from ctxrag.notes import NoteBook
+from ctxrag.kb.notes import NoteBook
 from ctxrag.settings import Settings
 
 from assistant_helpers import doc_id

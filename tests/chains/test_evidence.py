@@ -224,7 +224,8 @@ def test_an_unreadable_reply_is_not_judged() -> None:
 
 @pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}, {"min_window": 2.0},
                                  {"min_judge": 1.5}, {"min_answer": 1.2}, {"min_key": 2.5},
-                                 {"min_fallback_coverage": 1.7}, {"min_sentence_key": 1.3}])
+                                 {"min_fallback_coverage": 1.7}, {"min_sentence_key": 1.3},
+                                 {"min_quote_words": -0.5}])
 def test_bad_thresholds_are_refused_naming_the_value(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=str(next(iter(bad.values())))):
         _check(**bad)
@@ -393,3 +394,26 @@ def test_a_short_answer_length_leaves_room_for_the_quote() -> None:
     assert _room_for_the_quote(short).max_tokens == QUOTE_MAX_TOKENS and short.max_tokens == 48
     roomy = LocalLlamaChatModel(model_path="/nonexistent.gguf", max_tokens=512)
     assert _room_for_the_quote(roomy) is roomy
+
+
+def test_a_quote_not_found_whose_own_words_no_chunk_holds_gets_no_fallback() -> None:
+    # the model wrote an answer of its own: "30 秒" is in no chunk; a retrieved sentence holds the question's words,
+    # but it must not stand in for an invented claim
+    question = "專業版的 P1 故障多久響應？"
+    invented = EvidenceQuote(source=2, quote="專業版的 P1 故障在 30 秒內響應，全年無休", answer="30 秒")
+    denied = _check(min_window=0.5, min_quote_words=0.5).judge(question, DOCS, invented)
+    assert not denied.supported and denied.found < 0.8 and denied.source == 0
+    assert "adds to the question's are not in the retrieved chunks" in denied.reason
+    off = _check(min_window=0.5).judge(question, DOCS, invented)
+    assert off.supported  # off by default: the retrieved sentence stands in
+    echoed = EvidenceQuote(source=2, quote="專業版的 P1 故障多久響應", answer="")  # repeats the question: no claim
+    assert _check(min_window=0.5, min_quote_words=0.5).judge(question, DOCS, echoed).supported
+
+
+def test_quote_words_held_counts_only_the_words_the_quote_adds() -> None:
+    check = _check()
+    assert check.quote_words_held("黃鐵礦由鐵和哪一元素所構成？", "黃鐵礦由鐵和硫構成", DOCS) == 1.0
+    assert check.quote_words_held("黃鐵礦由鐵和哪一元素所構成？", "黃鐵礦由鐵和碳構成", DOCS) == 0.0
+    assert check.quote_words_held("黃鐵礦由鐵和哪一元素所構成？", "黃鐵礦由鐵構成", DOCS) is None
+    said_none = "The QL-7 drone's weight does not appear in the provided sources."
+    assert check.quote_words_held("How much does the QL-7 drone weigh?", said_none, DOCS) == 0.0

@@ -78,14 +78,14 @@ def test_make_router_errors(sample_kb) -> None:
 def test_fast_router_embeds_the_question_once(sample_kb, monkeypatch: pytest.MonkeyPatch) -> None:
     """Routing (intents, catalog coverage, best chunk) and the relevance check of the retrieved chunks share one
     query embedding; the router reads the dense index through the knowledge base's typed view."""
-    import ctxrag.catalog
+    import ctxrag.kb.catalog
     import ctxrag.chains.router
 
     router = EmbeddingRouter(sample_kb)
     router.route("warm-up")  # intent and background vectors are built once per router
     question = "星河知识库支持哪些文件格式？"
     queried: list[str] = []
-    for module in (ctxrag.chains.router, ctxrag.catalog):
+    for module in (ctxrag.chains.router, ctxrag.kb.catalog):
         real = module.embed_array
 
         def counting(emb, texts, *, is_query=False, _real=real):  # noqa: ANN001, ANN202

@@ -135,7 +135,7 @@ def test_kb_summarize_writes_catalog_summaries_once(scripted: Scripted) -> None:
     res = runner.invoke(app, ["kb", "summarize", "support", "--force"])
     assert "wrote 2 summaries" in res.output and len(scripted.prompts) == calls + 2
     # the router's catalog reads them from the knowledge base
-    from ctxrag.catalog import DocumentCatalog
+    from ctxrag.kb.catalog import DocumentCatalog
     from ctxrag.kb.local import KnowledgeBase
 
     catalog = DocumentCatalog(KnowledgeBase.open("support", create=False))

@@ -59,12 +59,26 @@ def test_a_demo_that_fails_midway_removes_its_knowledge_base(tmp_path: Path, mon
 
 @pytest.mark.llm
 @pytest.mark.slow
-def test_demo_answers_from_any_folder_with_the_local_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_answers_from_any_folder_with_the_local_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           llm_endpoint_env) -> None:  # noqa: ANN001 - CountingURL
+    """The whole demo, one question, answered by the real 1.5B through the run's ``llama_cpp.server`` (its reply
+    recorded and replayed, so the run loads no model for it); the in-process model the demo picks by default is named
+    the same way (`describe_model`, nothing loaded)."""
+    from ctxrag.cli.query import describe_model
+    from ctxrag.models.chat import make_chat_model
+    from ctxrag.settings import get_settings
+    from ctxrag.testing.llm_server import SERVER_MODEL_ALIAS
+
+    default = make_chat_model(get_settings(), warm=True, provider="local")  # the local GGUF: not loaded until called
+    assert describe_model(default).startswith("the local model qwen2.5-coder-1.5b-instruct")
+    assert "(in-process llama.cpp;" in describe_model(default)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CTXRAG_LLM__MAX_TOKENS", "48")
+    get_settings.cache_clear()
     (tmp_path / "one.json").write_text(json.dumps([{"question": "星河知识库的默认端口是多少？"}], ensure_ascii=False),
                                        encoding="utf-8")
     r = CliRunner().invoke(app, ["demo", "--questions", str(tmp_path / "one.json")])
     assert r.exit_code == 0, r.output
-    assert "6 added" in r.output and "answering with the local model" in r.output and "Sources" in r.output
+    assert "6 added" in r.output and f"answering with {SERVER_MODEL_ALIAS} at {llm_endpoint_env}" in r.output
+    assert "Sources" in r.output and llm_endpoint_env.count >= 1  # the answer came from the real model
     assert "demo" in KnowledgeBase.list_names()

@@ -1,7 +1,7 @@
 """The knowledge-base contract (`ctxrag.kb.protocol.KnowledgeBaseProtocol`) kept by both backends at the facade:
 the local store and Milvus (``store="milvus"``, a milvus-lite file in the knowledge base folder), each opened through
 the registry and driven only through the protocol: lifecycle, ingest, the default search mode, documents, deletes,
-check and repair, notes and the VectorStore face; and every protocol method's defaults are the backend's defaults.
+check and repair, notes, the document catalog and the VectorStore face; and every protocol method's defaults are the backend's defaults.
 
 Real parts: SQLite, FAISS, BM25, milvus-lite; the `fake` embeddings (this suite tests the contract, not ranking)."""
 from __future__ import annotations
@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from langchain_core.documents import Document
 
-from ctxrag.errors import DocumentNotFound, KnowledgeBaseNotFound
+from ctxrag.errors import DocumentNotFound, KnowledgeBaseNotFound, PathNotFound
 from ctxrag.kb import BACKENDS, KnowledgeBaseProtocol, backend, delete_kb, list_names, open_kb
 from ctxrag.kb.protocol import KnowledgeBaseBackend
-from ctxrag.notes import NoteBook
+from ctxrag.kb.notes import NoteBook
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import EmbeddingSettings, LLMSettings, Settings
 
@@ -121,6 +122,17 @@ def test_ingest_again_skips_and_a_changed_file_is_updated(kb: KnowledgeBaseProto
     assert "slowly" in kb.get_document("heron.md").text
     stats = kb.stats()
     assert stats["documents"] == len(DOCS) and stats["chunks"] >= len(DOCS)
+    assert kb.count() == (stats["documents"], stats["chunks"])
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_a_path_that_does_not_exist_raises_before_anything_is_written(settings: Settings, tmp_path: Path) -> None:
+    real = write_corpus(tmp_path / "real", {"real.md": "# Real\n\nA real file.\n"}) / "real.md"
+    with open_kb("loud", settings) as kb:
+        with pytest.raises(PathNotFound, match="no-such-folder") as e:
+            kb.ingest([real, tmp_path / "no-such-folder"], progress=False)
+        assert isinstance(e.value, FileNotFoundError)
+        assert kb.list_documents() == [] and kb.count() == (0, 0)
 
 
 @pytest.mark.parametrize("settings", STORES, indirect=True)
@@ -174,6 +186,28 @@ def test_notes_live_in_either_backend(kb: KnowledgeBaseProtocol) -> None:
 
 
 @pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_the_catalog_lists_every_document_and_finds_one_by_its_entry(kb: KnowledgeBaseProtocol) -> None:
+    """The document catalog the routers and the Assistant read (``kb.catalog()``): an entry per stored document,
+    its vectors kept in the knowledge base's folder, and a search over them (the fake embedding of an entry's own
+    text is its vector, so the entry comes first)."""
+    catalog = kb.catalog()
+    entries = catalog.entries()
+    assert sorted(Path(e.source).name for e in entries) == sorted(DOCS)
+    heron = next(e for e in entries if Path(e.source).name == "heron.md")
+    assert heron.title == "Heron valves" and "Heron-3" in heron.summary
+    assert catalog.search(heron.text, k=1)[0][0] == heron.doc_id
+    assert (kb.root / "catalog" / "vectors.npy").is_file()
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_search_as_an_agent_tool(kb: KnowledgeBaseProtocol) -> None:
+    tool = kb.as_tool(name="pumps", k=2)
+    msg = tool.invoke({"type": "tool_call", "id": "1", "name": tool.name, "args": {"query": "Falcon-7 brine litres"}})
+    assert tool.name == "pumps" and len(msg.artifact) == 2
+    assert Path(msg.artifact[0].metadata["source"]).name == "falcon.md" and "Falcon-7" in msg.content
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
 def test_the_vectorstore_face_adds_and_finds_by_id(kb: KnowledgeBaseProtocol) -> None:
     store = kb.as_vectorstore()
     assert store.add_texts(["Basalt tiles line the Heron-3 housing."], ids=["basalt"]) == ["basalt"]
@@ -195,6 +229,21 @@ class CountingEmbed:
         out = np.zeros((len(texts), 8), dtype=np.float32)
         out[:, 0] = np.arange(1, len(texts) + 1)
         return out
+
+
+@pytest.mark.parametrize("settings", STORES, indirect=True)
+def test_every_mode_returns_the_callers_ids(settings: Settings) -> None:
+    """Texts added through the VectorStore face with ids of the caller's come back under those ids from the
+    retrievers of every mode, not as chunk ids of the backend's making."""
+    with open_kb("ids", settings) as kb:
+        store = kb.as_vectorstore()
+        store.add_texts(["FAISS keeps dense vectors in memory.", "Paris is the capital of France."],
+                        ids=["faiss", "paris"])
+        store.add_documents([Document("Berlin is the capital of Germany.", id="berlin")])
+        assert kb.count() == (3, 3)
+        for mode in ("dense", "bm25", "hybrid"):
+            got = [d.id for d in kb.as_retriever(mode=mode, k=3).invoke("Paris capital of France")]
+            assert "paris" in got and set(got) <= {"faiss", "paris", "berlin"}, (mode, got)
 
 
 @pytest.mark.parametrize("settings", STORES, indirect=True)

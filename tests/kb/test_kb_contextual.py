@@ -78,7 +78,8 @@ def test_rebuild_from_cache_makes_no_llm_request(tmp_path: Path, doc: Path, coun
     from ctxrag.models.chat import chat_openai_compatible
 
     s = Settings(home=tmp_path / "h")
-    llm = chat_openai_compatible(base_url=str(counting_llm_url), model="m", api_key="x", max_tokens=40, timeout=HANG_GUARD_S)
+    llm = chat_openai_compatible(base_url=str(counting_llm_url), model="m", api_key="x", max_tokens=40,
+                                 temperature=0, timeout=HANG_GUARD_S)  # greedy: its replies are recorded and replayed
     kb = KnowledgeBase.open("one", s)
     first = kb.ingest([doc], contextualizer=Contextualizer(llm, settings=s, max_tokens=40), progress=False)
     n_chunks = len(kb.chunks.all_chunks())

@@ -1,6 +1,9 @@
 """`mypy --strict` holds on the knowledge-base package (`ctxrag.kb`: the protocol, the registry, both backends and
-their rooms) and on the chains (`ctxrag.chains`: the ask chain, the assistant and their steps). Imports from the rest of ctxrag are followed for their types but not reported (``--follow-imports
-silent``). mypy comes with the dev extra (pyproject.toml); without it the test is skipped, named as such."""
+their rooms), on the chains (`ctxrag.chains`: the ask chain, the assistant and their steps) and on the layers that
+pass knowledge bases and chat models to them (`ctxrag.cli`, `ctxrag.server`, `ctxrag.evaluation`: typed against
+`KnowledgeBaseProtocol` and `BaseChatModel`, not `Any`). Imports from the rest of ctxrag are followed for their types
+but not reported (``--follow-imports silent``). mypy comes with the dev extra (pyproject.toml); without it the test is
+skipped, named as such."""
 from __future__ import annotations
 
 import os
@@ -33,6 +36,12 @@ def test_kb_package_is_strictly_typed() -> None:
 
 def test_chains_package_is_strictly_typed() -> None:
     run = mypy_strict("src/ctxrag/chains")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Success: no issues found" in run.stdout, run.stdout
+
+
+def test_cli_server_and_evaluation_are_strictly_typed() -> None:
+    run = mypy_strict("src/ctxrag/cli", "src/ctxrag/server", "src/ctxrag/evaluation")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Success: no issues found" in run.stdout, run.stdout
 

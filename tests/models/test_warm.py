@@ -1,6 +1,7 @@
 """`ctxrag.models.warm`: one background model process, reused by later commands, replying as the in-process model.
 
-Real processes and a real model (the 0.5B: these tests are about the mechanics, not answer quality).
+Real processes and a real model (the 0.5B: these tests are about the mechanics, not answer quality), one model
+process for the module; the idle-exit test runs the same process code without a model (`STAND_IN`).
 """
 from __future__ import annotations
 
@@ -133,11 +134,41 @@ def test_a_request_without_the_token_is_refused(home: Path, small_model_path: Pa
     assert refused.status_code == 401
 
 
-def test_the_process_exits_by_itself_after_its_idle_time(tmp_path: Path, small_model_path: Path,
-                                                         record_load: Callable[[str], None]) -> None:
-    WarmChatModel(model_path=str(small_model_path), n_ctx=N_CTX, max_tokens=2, idle_s=1).invoke("hi")
+STAND_IN = """\
+import runpy, sys
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from ctxrag.models.llamacpp import LocalLlamaChatModel
+
+# ctxrag.models.warm's own process (server, token, idle watch, state file) with no model behind it
+LocalLlamaChatModel.load = lambda self: None
+LocalLlamaChatModel._generate = lambda self, messages, stop=None, run_manager=None, **kw: ChatResult(
+    generations=[ChatGeneration(message=AIMessage("stand-in reply"))])
+assert sys.argv[1:3] == ["-m", "ctxrag.models.warm"], sys.argv
+sys.argv = [sys.argv[0], *sys.argv[3:]]
+runpy.run_module("ctxrag.models.warm", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.fixture
+def model_free_warm_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm model process `ensure_warm_process` starts (``sys.executable -m ctxrag.models.warm ...``) runs
+    without loading a model: the real process code, its model load and generation replaced (`STAND_IN`). For the
+    tests about the process's life, not its replies (the real-model process is the module's other tests')."""
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN, encoding="utf-8")
+    python = tmp_path / "python-stand-in"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n', encoding="utf-8")
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(python))
+
+
+def test_the_process_exits_by_itself_after_its_idle_time(model_free_warm_process: None, tmp_path: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"not loaded by the stand-in")
+    reply = WarmChatModel(model_path=str(gguf), n_ctx=N_CTX, max_tokens=2, idle_s=1).invoke("hi")
+    assert reply.content == "stand-in reply"  # the process this call started answered it
     [proc] = warm_processes()
-    record_load(f"{small_model_path.name} in a warm model process with idle_s=1 (pid {proc['pid']})")
     assert _gone(int(proc["pid"]))
     assert list(warm_dir().glob("*.json")) == []  # it removed its state file
 

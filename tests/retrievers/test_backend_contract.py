@@ -18,6 +18,9 @@ from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever
 from contract_fixtures import QUERY, build_kb, doc_ids
 
 NEEDS = {"chroma": ("chromadb",), "milvus": ("pymilvus", "milvus_lite")}
+# one xdist worker runs the module, so each module-scoped store (a Chroma, a Milvus Lite) is built once, not once
+# per worker
+pytestmark = pytest.mark.xdist_group("retriever-backends")
 
 
 def _need(backend: str) -> None:

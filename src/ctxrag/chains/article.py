@@ -13,7 +13,7 @@ model's raw text, before citation mapping), then ``{"article": markdown, "citati
 Example::
 
     from ctxrag.chains.article import ArticleWriter
-    from ctxrag.notes import NoteBook
+    from ctxrag.kb.notes import NoteBook
     book = NoteBook(kb)
     writer = ArticleWriter(llm)
     out = writer.write("混合检索笔记", book.select(tag="retrieval"))
@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ctxrag.chains.citations import cited_numbers
 from ctxrag.models.parsing import extract_json
-from ctxrag.notes import Note
 from ctxrag.prompts.notes import REFERENCES, outline_messages, section_messages
 from ctxrag.text import detect_language
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from langchain_core.language_models import BaseChatModel
+
+    from ctxrag.kb.notes import Note
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,6 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableGenerator, RunnableLambda
 from langchain_core.runnables.utils import AddableDict
 
-from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.checked_markers import CheckedMarkers
 from ctxrag.chains.citations import map_citations
 from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
@@ -61,7 +60,7 @@ from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
 from ctxrag.chains.summarize import DocumentSummarizer
 from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.retrievers.factory import make_retriever
-from ctxrag.stores.protocols import KnowledgeSource
+from ctxrag.stores.protocols import CatalogSource, DocumentCatalogView
 from ctxrag.text import detect_language
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,11 +87,11 @@ class Assistant(Runnable[Any, dict[str, Any]]):
 
     def __init__(
         self,
-        kb: KnowledgeSource,
+        kb: CatalogSource,
         llm: BaseChatModel | None,
         *,
         router: Router | None = None,
-        catalog: DocumentCatalog | None = None,
+        catalog: DocumentCatalogView | None = None,
         rewrite: bool = True,
         k: int = 4,
         mode: str = "hybrid",
@@ -109,7 +108,7 @@ class Assistant(Runnable[Any, dict[str, Any]]):
     ) -> None:
         self.kb = kb
         self.llm = llm
-        self.catalog = catalog or DocumentCatalog(kb)
+        self.catalog = catalog or kb.catalog()
         fallback = router if isinstance(router, EmbeddingRouter) else getattr(router, "fallback", None)
         self.fast = fallback if isinstance(fallback, EmbeddingRouter) else EmbeddingRouter(kb, catalog=self.catalog)
         self.router: Router = router or self.fast
@@ -312,12 +311,12 @@ class Assistant(Runnable[Any, dict[str, Any]]):
 
 
 def build_assistant_chain(
-    kb: KnowledgeSource, llm: BaseChatModel | None, router: Router | str | None = None, **kwargs: Any
+    kb: CatalogSource, llm: BaseChatModel | None, router: Router | str | None = None, **kwargs: Any
 ) -> Assistant:
     """An `Assistant`; `router` may be a router object or ``"fast"`` / ``"llm"``."""
     if isinstance(router, str):
         from ctxrag.chains.router import make_router
 
-        catalog = kwargs.pop("catalog", None) or DocumentCatalog(kb)
+        catalog = kwargs.pop("catalog", None) or kb.catalog()
         return Assistant(kb, llm, router=make_router(router, kb, llm, catalog=catalog), catalog=catalog, **kwargs)
     return Assistant(kb, llm, router=router, **kwargs)

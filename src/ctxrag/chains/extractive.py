@@ -119,7 +119,7 @@ def _best_span(answer_units: Counter[str], text: str, cjk: bool, max_len: int) -
 @lru_cache(maxsize=4096)
 def _is_word(text: str) -> bool:
     """Whether jieba's dictionary knows `text` as a word (Traditional folded to Simplified): "植物" yes, "所高" no."""
-    import jieba  # type: ignore[import-untyped]
+    import jieba
 
     jieba.dt.check_initialized()
     return bool(jieba.dt.FREQ.get(text, 0) > 0 or jieba.dt.FREQ.get(to_simplified(text), 0) > 0)

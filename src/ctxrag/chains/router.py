@@ -35,7 +35,6 @@ import numpy as np
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
-from ctxrag.catalog import DocumentCatalog
 from ctxrag.enums import ChoiceEnum
 from ctxrag.fileio import atomic_write_bytes, atomic_write_json
 from ctxrag.history import with_last_user_turn
@@ -44,7 +43,7 @@ from ctxrag.models.parsing import extract_json
 from ctxrag.models.structured import structured_reply
 from ctxrag.prompts.router import router_messages
 from ctxrag.resource_paths import routing_dir
-from ctxrag.stores.protocols import KnowledgeSource
+from ctxrag.stores.protocols import CatalogSource, DocumentCatalogView
 from ctxrag.text import detect_language
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
@@ -176,12 +175,12 @@ class EmbeddingRouter:
 
     name = "fast"
 
-    def __init__(self, kb: KnowledgeSource, *, catalog: DocumentCatalog | None = None,
+    def __init__(self, kb: CatalogSource, *, catalog: DocumentCatalogView | None = None,
                  thresholds: RouterThresholds | None = None,
                  examples: dict[str, list[str]] | None = None,
                  background: list[str] | None = None) -> None:
         self.kb = kb
-        self.catalog = catalog or DocumentCatalog(kb)
+        self.catalog = catalog or kb.catalog()
         self.thresholds = thresholds or RouterThresholds()
         self.examples = examples or INTENT_EXAMPLES
         self.background = background or BACKGROUND_PASSAGES
@@ -384,12 +383,12 @@ class LLMRouter:
 
     name = "llm"
 
-    def __init__(self, kb: KnowledgeSource, llm: BaseChatModel | None, *, catalog: DocumentCatalog | None = None,
+    def __init__(self, kb: CatalogSource, llm: BaseChatModel | None, *, catalog: DocumentCatalogView | None = None,
                  fallback: EmbeddingRouter | None = None, max_tokens: int = 40, max_catalog_chars: int = 1200,
                  structured: bool = True) -> None:
         self.kb = kb
         self.llm = llm
-        self.catalog = catalog or DocumentCatalog(kb)
+        self.catalog = catalog or kb.catalog()
         self.fallback = fallback or EmbeddingRouter(kb, catalog=self.catalog)
         self.max_tokens = max_tokens
         self.max_catalog_chars = max_catalog_chars
@@ -433,9 +432,9 @@ class LLMRouter:
         return RouteDecision(route, 0.7, str(data.get("reason") or "")[:200], self.name)
 
 
-def make_router(kind: str, kb: KnowledgeSource, llm: BaseChatModel | None = None, *, catalog: DocumentCatalog | None = None) -> Router:
+def make_router(kind: str, kb: CatalogSource, llm: BaseChatModel | None = None, *, catalog: DocumentCatalogView | None = None) -> Router:
     """``"fast"`` -> `EmbeddingRouter`; ``"llm"`` -> `LLMRouter` (needs `llm`)."""
-    cat = catalog or DocumentCatalog(kb)
+    cat = catalog or kb.catalog()
     if kind == "fast":
         return EmbeddingRouter(kb, catalog=cat)
     if kind == "llm":

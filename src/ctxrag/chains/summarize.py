@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
-from ctxrag.catalog import DocumentCatalog, extractive_summary
-from ctxrag.stores.protocols import KnowledgeSource
-from ctxrag.text import detect_language
+from ctxrag.stores.protocols import CatalogSource, DocumentCatalogView
+from ctxrag.text import detect_language, extractive_summary
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from langchain_core.language_models import BaseChatModel
@@ -31,7 +30,7 @@ log = logging.getLogger(__name__)
 class DocumentSummarizer:
     """Whole-document summaries for the summary route (see the module docstring)."""
 
-    def __init__(self, kb: KnowledgeSource, llm: BaseChatModel | None = None, *, catalog: DocumentCatalog | None = None,
+    def __init__(self, kb: CatalogSource, llm: BaseChatModel | None = None, *, catalog: DocumentCatalogView | None = None,
                  window_chars: int = 3000, reduce_group: int = 6, max_tokens: int = 120,
                  use_stored: bool = True) -> None:
         if window_chars < 200:
@@ -40,7 +39,7 @@ class DocumentSummarizer:
             raise ValueError(f"reduce_group must be at least 2, got {reduce_group}")
         self.kb = kb
         self.llm = llm
-        self.catalog = catalog or DocumentCatalog(kb)
+        self.catalog = catalog or kb.catalog()
         self.window_chars = window_chars
         self.reduce_group = reduce_group
         self.max_tokens = max_tokens

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -52,7 +52,7 @@ def write(
             raise CtxragError("no notes matched; see `ctxrag notes list`")
         llm = make_chat_model(get_settings())
         writer = ArticleWriter(llm, max_sections=sections)
-        final: dict = {}
+        final: dict[str, Any] = {}
         with wrap_model_errors(llm):
             for chunk in writer.stream(topic, chosen):
                 if "outline" in chunk and not json_out:

@@ -9,7 +9,7 @@ Example::
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, TypeVar
 
 import typer
 
@@ -18,7 +18,12 @@ from ctxrag.errors import CtxragError, is_disk_full
 from ctxrag.settings import get_settings
 
 if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.retrievers import BaseRetriever
+
     from ctxrag.kb import KnowledgeBaseProtocol
+
+T = TypeVar("T")
 
 STATE: dict[str, Any] = {"debug": False}
 
@@ -31,14 +36,14 @@ def mode_option() -> Any:
     return typer.Option(DEFAULT_MODE.value, "--mode", parser=SearchMode.from_str, help=mode_help())
 
 
-def fail(msg: str, code: int = 1) -> None:
+def fail(msg: str, code: int = 1) -> NoReturn:
     from ctxrag.redact import redact
 
     typer.echo(f"error: {redact(msg)}", err=True)
     raise typer.Exit(code)
 
 
-def callbacks() -> list:
+def callbacks() -> list[BaseCallbackHandler]:
     if not STATE["debug"]:
         return []
     from ctxrag.debug import DebugLogHandler
@@ -66,7 +71,7 @@ def check_text(text: str, what: str) -> str:
     return check_query(text, get_settings().max_query_chars, what=what)
 
 
-def guard(fn: Any) -> Any:
+def guard(fn: Callable[[], T]) -> T:
     """Run a command body, turning expected failures into a one-line error and exit code 1."""
     try:
         return fn()
@@ -97,7 +102,7 @@ def _fail_if_model_error(error: Exception) -> None:
         fail(str(model_error))
 
 
-def retriever_for(kbs: list[str], mode: SearchMode, k: int, rerank: str, search_type: str) -> Any:
+def retriever_for(kbs: list[str], mode: SearchMode, k: int, rerank: str, search_type: str) -> BaseRetriever:
     """A retriever over the named knowledge bases; the shared default one (``general``) is created, empty, on first
     use, so ``--kb general`` and no ``--kb`` work before anything was ingested there. Any other name must exist."""
     from ctxrag.retrievers.factory import make_multi_kb_retriever

@@ -10,12 +10,17 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from ctxrag.errors import CtxragError
 from ctxrag.settings import get_settings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.language_models import BaseChatModel
+
+    from ctxrag.evaluation.answers import AnswerResult
 
 eval_app = typer.Typer(help="Evaluate retrieval and answer quality on benchmark datasets.", no_args_is_help=True)
 
@@ -171,7 +176,8 @@ def answers(
             raise CtxragError(f"--reading-script {reading_script!r}: choose {', '.join(READING_SCRIPTS)}")
         if reading_script == "simplified" and answer_style != "short":
             raise CtxragError("--reading-script simplified needs --answer-style short")
-        llm = make_chat_model(**({"max_tokens": max_tokens} if max_tokens else {}))
+        overrides: dict[str, Any] = {"max_tokens": max_tokens} if max_tokens else {}
+        llm = make_chat_model(**overrides)
         if fmt.strip().lower() == KEYFACTS:
             results = [_key_facts(paths, questions, kb, k, llm, answer_style, judge is not False)]
             dataset_name = results[0].dataset
@@ -199,11 +205,12 @@ def answers(
         raise typer.Exit(1)
 
 
-def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: int, llm: Any, answer_style: str,
-               judge: bool) -> Any:
+def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: int, llm: BaseChatModel,
+               answer_style: str, judge: bool) -> AnswerResult:
     """Ingest the folder into ``kb_name`` and answer the key-fact questions through the demo's chain."""
     from ctxrag.chains.rag import build_rag_chain
-    from ctxrag.evaluation.answers import AnswerJudge, answer_step, load_key_fact_questions, run_key_fact_eval
+    from ctxrag.evaluation.answers import answer_step, load_key_fact_questions, run_key_fact_eval
+    from ctxrag.evaluation.judge import AnswerJudge
     from ctxrag.evaluation.experiments import builtin
     from ctxrag.kb import KnowledgeBase
 

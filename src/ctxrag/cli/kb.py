@@ -99,7 +99,7 @@ def kb_summarize(
 ) -> None:
     """Have the chat model write the 1-2 sentence document summaries the router and catalog use (extractive ones are
     the default); documents that already have one are skipped unless --force."""
-    from ctxrag.catalog import DocumentCatalog
+    from ctxrag.kb.catalog import DocumentCatalog
     from ctxrag.models.chat import make_chat_model
 
     def body() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -16,16 +16,19 @@ from ctxrag.errors import CtxragError
 from ctxrag.cli.common import guard, kb_or_default
 from ctxrag.settings import get_settings
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ctxrag.kb.notes import Note, NoteBook
+
 notes_app = typer.Typer(help="Keep notes (retrievable like documents) and turn them into articles.", no_args_is_help=True)
 
 
-def _book(kb: Optional[str]) -> Any:
+def _book(kb: Optional[str]) -> NoteBook:
     from ctxrag.kb import KnowledgeBase
-    from ctxrag.notes import NoteBook
+    from ctxrag.kb.notes import NoteBook
     return NoteBook(KnowledgeBase.open(kb_or_default(kb), get_settings(), create=True))
 
 
-def _show(note: Any, json_out: bool) -> None:
+def _show(note: Note, json_out: bool) -> None:
     if json_out:
         typer.echo(json.dumps(note.to_dict(), ensure_ascii=False, indent=1))
         return

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
 
@@ -16,6 +16,13 @@ from ctxrag.cli.display import printable
 from ctxrag.enums import SearchMode
 from ctxrag.errors import CtxragError
 from ctxrag.settings import get_settings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import Runnable, RunnableConfig
+
+    from ctxrag.ingest_report import IngestReport
+    from ctxrag.kb import KnowledgeBaseProtocol
 
 def search(
     query: str = typer.Argument(...),
@@ -74,7 +81,7 @@ def ask(
         llm = make_chat_model(get_settings(), warm=True)
         names = kb_names(kb)
         chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank, multi_hop=max_hops if multi_hop else 0)
-        cfg = {"callbacks": callbacks()}
+        cfg: RunnableConfig = {"callbacks": callbacks()}
         if json_out:
             with wrap_model_errors(llm):
                 out = chain.invoke(checked, config=cfg)
@@ -89,8 +96,9 @@ def ask(
     guard(body)
 
 
-def answer_chain(kbs: list[Any], llm: Any, *, k: int = 4, mode: SearchMode | str = SearchMode.HYBRID,
-                 rerank: str = "none", multi_hop: int = 0) -> Any:
+def answer_chain(kbs: Sequence[str | KnowledgeBaseProtocol], llm: BaseChatModel, *, k: int = 4,
+                 mode: SearchMode | str = SearchMode.HYBRID, rerank: str = "none",
+                 multi_hop: int = 0) -> Runnable[Any, Any]:
     """`ctxrag.chains.ask.build_ask_chain` over `kbs`: names, or knowledge bases already open (each is opened once
     either way)."""
     from ctxrag.chains.ask import build_ask_chain
@@ -99,7 +107,8 @@ def answer_chain(kbs: list[Any], llm: Any, *, k: int = 4, mode: SearchMode | str
     return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank, multi_hop=multi_hop)
 
 
-def stream_answer(chain: Any, llm: Any, question: str, config: dict[str, Any]) -> dict[str, Any]:
+def stream_answer(chain: Runnable[Any, Any], llm: BaseChatModel, question: str,
+                  config: RunnableConfig) -> dict[str, Any]:
     """Print the answer as the model writes it, then its sources; returns the non-answer fields."""
     from ctxrag.models.chat import wrap_model_errors
 
@@ -190,7 +199,8 @@ def demo(
     guard(body)
 
 
-def demo_ingest(kbase: Any, folder: Path, *, contextualize: bool = False, progress: bool = True) -> Any:
+def demo_ingest(kbase: KnowledgeBaseProtocol, folder: Path, *, contextualize: bool = False,
+                progress: bool = True) -> IngestReport:
     """How `ctxrag demo` fills its knowledge base (contexts off by default: the demo answers sooner)."""
     return kbase.ingest([folder], contextualize=contextualize, progress=progress)
 
@@ -207,10 +217,10 @@ def read_questions(path: Path) -> list[str]:
     bad = next((i for i, q in enumerate(out) if not isinstance(q, str) or not q.strip()), None)
     if bad is not None:
         raise CtxragError(f"--questions {path}: item {bad} has no question text: {items[bad]!r}")
-    return out
+    return [str(q) for q in out]  # each checked to be a non-blank string above
 
 
-def describe_model(llm: Any) -> str:
+def describe_model(llm: BaseChatModel) -> str:
     """One line naming the chat model for the demo: the local GGUF (and how to switch) or the endpoint's model."""
     path = getattr(llm, "model_path", None)
     if path:

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from ctxrag.chains.rag import build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.chains.short_answer import READING_SCRIPTS, ExtractiveAnswer
+from ctxrag.enums import SearchMode
 from ctxrag.errors import CtxragError, LoadError
 from ctxrag.evaluation.answer_metrics import contains_answer, exact_match, f1_score, key_fact_hits
 from ctxrag.evaluation.datasets import EvalQuery
@@ -144,7 +145,7 @@ ANSWER_STYLES = ("full", "short")
 """``full``: the chain's cited answer; ``short``: the source span from `ExtractiveAnswer`."""
 
 
-def answer_step(llm: BaseChatModel, answer_style: str, reading_script: str = "auto") -> Runnable | None:
+def answer_step(llm: BaseChatModel, answer_style: str, reading_script: str = "auto") -> Runnable[Any, Any] | None:
     """The answer step of `build_rag_chain` for an answer style: None (the chain's own) for ``"full"``, an
     `ExtractiveAnswer` for ``"short"``; ValueError naming a bad style or a reading script without short answers."""
     if answer_style not in ANSWER_STYLES:
@@ -159,7 +160,7 @@ def answer_step(llm: BaseChatModel, answer_style: str, reading_script: str = "au
     return ExtractiveAnswer(llm, reading_script=reading_script)
 
 
-def answer_one(chain: Runnable, question: str) -> tuple[dict[str, Any], float]:
+def answer_one(chain: Runnable[Any, Any], question: str) -> tuple[dict[str, Any], float]:
     """Run the chain on one question; its output dict and the milliseconds it took."""
     start = time.perf_counter()
     res = chain.invoke(question)
@@ -227,7 +228,7 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
             log.error("config %s failed: %s", cfg.name, e)
             out.append(AnswerResult(config=cfg, dataset=ds.name, queries=0, error=str(e)))
     if stock:
-        cfg = ExperimentConfig(name=STOCK_NAME, retrieval="bm25")
+        cfg = ExperimentConfig(name=STOCK_NAME, retrieval=SearchMode.BM25)
         try:
             start = time.perf_counter()
             chain = stock_answer_chain(ds.corpus, llm, k=k)
@@ -238,7 +239,7 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
     return out
 
 
-def _answer_all(runner: EvalRunner, cfg: ExperimentConfig, chain: Runnable, grader: AnswerJudge | None,
+def _answer_all(runner: EvalRunner, cfg: ExperimentConfig, chain: Runnable[Any, Any], grader: AnswerJudge | None,
                 index_seconds: float) -> AnswerResult:
     ds = runner.dataset
     records: list[AnswerRecord] = []
@@ -292,7 +293,7 @@ def load_key_fact_questions(path: str | Path) -> list[KeyFactQuestion]:
     return out
 
 
-def run_key_fact_eval(chain: Runnable, questions: Sequence[KeyFactQuestion], *, name: str,
+def run_key_fact_eval(chain: Runnable[Any, Any], questions: Sequence[KeyFactQuestion], *, name: str,
                       config: ExperimentConfig, judge: AnswerJudge | None = None,
                       progress: bool = False) -> AnswerResult:
     """Answer each question with ``chain`` (a `build_rag_chain` over the set's knowledge base) and check its key

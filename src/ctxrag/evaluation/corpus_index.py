@@ -19,7 +19,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -38,6 +38,9 @@ from ctxrag.stores.graph import GraphIndex
 from ctxrag.stores.protocols import ChunkScores, DenseIndex, KeywordIndex
 
 EMBED_BATCH = 32
+
+Index = TypeVar("Index")
+"""An index kind a corpus builds on first use (`_index`)."""
 
 
 def indexed_text(text: str, context: str | None) -> str:
@@ -210,9 +213,10 @@ class CorpusSource:
         return self._index("bm25", self._build_bm25)
 
     def graph_index(self) -> GraphIndex | None:
-        if self._graph_builder is None:
+        builder = self._graph_builder
+        if builder is None:
             return None
-        return self._index("graph", lambda: self._graph_builder(self._embeddings))  # type: ignore[misc]
+        return self._index("graph", lambda: builder(self._embeddings))
 
     def set_summaries(self, summaries: dict[str, str]) -> None:
         raise ConfigError(f"benchmark corpus {self.name!r} has no documents to summarize")
@@ -225,12 +229,12 @@ class CorpusSource:
             build[kind]()
         return sum(self.seconds.get(kind, 0.0) for kind in kinds)
 
-    def _index(self, kind: str, build: Callable[[], Any]) -> Any:
+    def _index(self, kind: str, build: Callable[[], Index]) -> Index:
         if kind not in self._built:
             start = time.perf_counter()
             self._built[kind] = build()
             self.seconds[kind] = time.perf_counter() - start
-        return self._built[kind]
+        return cast(Index, self._built[kind])  # what `build` made for this kind
 
     def _indexed(self) -> list[IndexedChunk]:
         return [IndexedChunk(cid, cid, text, self._chunks.contents[cid], dict(self._chunks.metadata[cid]))

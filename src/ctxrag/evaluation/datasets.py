@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ctxrag.errors import ConfigError, LoadError
 
@@ -413,5 +413,7 @@ def load_dataset(format: str, paths: Sequence[str | Path] | str | Path, **kw: An
         return load_squad(paths, **kw)
     if len(paths) != 1:
         raise ConfigError(f"--format {fmt} takes one folder, got {len(paths)} paths")
-    loader = {"anthropic": load_anthropic, "beir": load_beir, "musique": load_musique}[fmt]
+    loaders: dict[str, Callable[..., EvalDataset]] = {"anthropic": load_anthropic, "beir": load_beir,
+                                                      "musique": load_musique}
+    loader = loaders[fmt]
     return loader(paths[0], **kw)

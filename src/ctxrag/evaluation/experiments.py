@@ -10,7 +10,7 @@ Example::
 
     from ctxrag.evaluation.experiments import ExperimentConfig, resolve_config
     resolve_config("contextual-hybrid").retrieval     # SearchMode.HYBRID
-    ExperimentConfig(name="mine", retrieval="hybrid", weights=[0.7, 0.3], rerank="llm", rerank_pool=40)
+    ExperimentConfig(name="mine", retrieval=SearchMode.HYBRID, weights=[0.7, 0.3], rerank=Reranker.LLM, rerank_pool=40)
 
 A configuration is run as ``make_retriever(source, mode=retrieval, k=..., fusion=..., weights=..., c=...,
 rerank=..., rerank_pool=...)`` (`ctxrag.retrievers.factory`): the retriever ``kb.as_retriever`` builds with the same
@@ -34,7 +34,7 @@ class ExperimentConfig(BaseModel):
 
     Example::
 
-        ExperimentConfig(name="hybrid-0.7", retrieval="hybrid", weights=[0.7, 0.3])
+        ExperimentConfig(name="hybrid-0.7", retrieval=SearchMode.HYBRID, weights=[0.7, 0.3])
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -90,12 +90,12 @@ class ExperimentConfig(BaseModel):
 BUILTINS: dict[str, ExperimentConfig] = {
     c.name: c
     for c in [
-        ExperimentConfig(name="dense", retrieval="dense"),
-        ExperimentConfig(name="bm25", retrieval="bm25"),
-        ExperimentConfig(name="hybrid", retrieval="hybrid"),
-        ExperimentConfig(name="hybrid-rerank-llm", retrieval="hybrid", rerank="llm"),
-        ExperimentConfig(name="hybrid-rerank-jina", retrieval="hybrid", rerank="jina"),
-        ExperimentConfig(name="graph", retrieval="graph"),
+        ExperimentConfig(name="dense", retrieval=SearchMode.DENSE),
+        ExperimentConfig(name="bm25", retrieval=SearchMode.BM25),
+        ExperimentConfig(name="hybrid", retrieval=SearchMode.HYBRID),
+        ExperimentConfig(name="hybrid-rerank-llm", retrieval=SearchMode.HYBRID, rerank=Reranker.LLM),
+        ExperimentConfig(name="hybrid-rerank-jina", retrieval=SearchMode.HYBRID, rerank=Reranker.JINA),
+        ExperimentConfig(name="graph", retrieval=SearchMode.GRAPH),
     ]
 }
 

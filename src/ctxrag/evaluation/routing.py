@@ -19,16 +19,21 @@ import json
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tqdm.auto import tqdm
 
-from ctxrag.catalog import DocumentCatalog
 from ctxrag.chains.rewrite import QuestionRewriter
-from ctxrag.chains.router import SCENARIOS, Route, make_router
-from ctxrag.errors import ConfigError
+from ctxrag.chains.router import SCENARIOS, Route, Router, make_router
+from ctxrag.errors import ConfigError, DocumentNotFound
 from ctxrag.kb import open_kb
 from ctxrag.resource_paths import default_routing_set, offtopic_corpus
+
+if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.language_models import BaseChatModel
+
+    from ctxrag.kb import KnowledgeBaseProtocol
+    from ctxrag.settings import Settings
 
 KB_NAMES = {"sample": "routing-sample", "offtopic": "routing-offtopic"}
 
@@ -53,7 +58,7 @@ def load_routing_set(path: str | Path | None = None) -> list[dict[str, Any]]:
     return items
 
 
-def build_routing_kbs(corpus: str | Path, settings: Any = None) -> dict[str, Any]:
+def build_routing_kbs(corpus: str | Path, settings: Settings | None = None) -> dict[str, KnowledgeBaseProtocol]:
     """Open (and ingest, skipping unchanged files) the two knowledge bases the set refers to."""
     corpus = Path(corpus)
     if not corpus.is_dir():
@@ -68,23 +73,24 @@ def build_routing_kbs(corpus: str | Path, settings: Any = None) -> dict[str, Any
     return kbs
 
 
-def resolve_selected(kb: Any, names: list[str]) -> list[str]:
+def resolve_selected(kb: KnowledgeBaseProtocol, names: list[str]) -> list[str]:
     ids = []
     for name in names:
-        doc = kb.store.find_document(name)
-        if doc is None:
-            raise ConfigError(f"selected document {name!r} is not in knowledge base {kb.name!r}")
-        ids.append(doc.doc_id)
+        try:
+            ids.append(kb.get_document(name).doc_id)
+        except DocumentNotFound:
+            raise ConfigError(f"selected document {name!r} is not in knowledge base {kb.name!r}") from None
     return ids
 
 
-def evaluate_router(kind: str, items: list[dict[str, Any]], kbs: dict[str, Any], llm: Any = None,
-                    *, progress: bool = False, router_factory: Callable[..., Any] | None = None) -> dict[str, Any]:
+def evaluate_router(kind: str, items: list[dict[str, Any]], kbs: dict[str, KnowledgeBaseProtocol],
+                    llm: BaseChatModel | None = None, *, progress: bool = False,
+                    router_factory: Callable[..., Router] | None = None) -> dict[str, Any]:
     """Route every item with router `kind` ('fast' or 'llm'); follow-ups are rewritten first when `llm` is given."""
     factory = router_factory or make_router
     routers = {}
     for key, kb in kbs.items():
-        cat = DocumentCatalog(kb)
+        cat = kb.catalog()
         cat.refresh()
         routers[key] = factory(kind, kb, llm, catalog=cat)
     rewriter = QuestionRewriter(llm if kind == "llm" else None)

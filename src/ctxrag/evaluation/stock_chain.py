@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.output_parsers import StrOutputParser
@@ -35,7 +35,7 @@ PROMPT = ChatPromptTemplate.from_messages([
 ])
 
 
-def _jieba_without_stopwords() -> Any:
+def _jieba_without_stopwords() -> Callable[[str], list[str]]:
     import jieba
 
     from ctxrag.stores.bm25.tokenize import load_stopwords
@@ -48,7 +48,12 @@ def _jieba_without_stopwords() -> Any:
     return tokens
 
 
-def stock_answer_chain(corpus: Mapping[str, CorpusItem], llm: BaseChatModel, *, k: int = 1) -> Runnable:
+def _joined_documents(x: dict[str, Any]) -> str:
+    """The retrieved documents' texts as the prompt's context."""
+    return "\n\n".join(d.page_content for d in x["documents"])
+
+
+def stock_answer_chain(corpus: Mapping[str, CorpusItem], llm: BaseChatModel, *, k: int = 1) -> Runnable[Any, Any]:
     """The stock chain over `corpus` (see the module docstring); input a question string, output a dict with
     ``question``, ``documents`` and ``answer``."""
     try:
@@ -61,7 +66,7 @@ def stock_answer_chain(corpus: Mapping[str, CorpusItem], llm: BaseChatModel, *, 
     if not docs:
         raise ValueError("stock_answer_chain: the corpus is empty")
     retriever = BM25Retriever.from_documents(docs, preprocess_func=_jieba_without_stopwords(), k=k)
-    context = RunnableLambda(lambda x: "\n\n".join(d.page_content for d in x["documents"]))
+    context = RunnableLambda(_joined_documents)
     return (
         {"question": RunnablePassthrough()}
         | RunnablePassthrough.assign(documents=itemgetter("question") | retriever)

@@ -1,5 +1,6 @@
 """Knowledge bases: one contract (`protocol`), its backends (`local`, `milvus`) behind one registry (`registry`),
-and their rooms: maintenance (``kb check``/``kb repair``), the LangChain ``VectorStore`` face (`vectorstore`).
+and their rooms: maintenance (``kb check``/``kb repair``), the LangChain ``VectorStore`` face (`vectorstore`), the
+document catalog (`catalog`, ``kb.catalog()``) and notes (`notes`, ``NoteBook(kb)``).
 
 Code above this package (CLI, server, evaluation, tools) imports from ``ctxrag.kb`` only, never a backend module
 (an import-linter contract in pyproject.toml), and types a knowledge base as `KnowledgeBaseProtocol`.

@@ -33,11 +33,13 @@ if TYPE_CHECKING:  # pragma: no cover - the embedding stack and langchain's retr
     from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
+    from langchain_core.tools import BaseTool
 
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.indexing.contexts.strategies import ChunkContextualizer
     from ctxrag.indexing.pipeline import IngestPipeline
     from ctxrag.indexing.sinks import IngestSink
+    from ctxrag.kb.catalog import DocumentCatalog
     from ctxrag.kb.vectorstore import KnowledgeBaseVectorStore
     from ctxrag.stores.graph import GraphIndex
 
@@ -193,8 +195,21 @@ class BaseKnowledgeBase(ABC):
 
         return make_retriever(self, mode=mode, k=k, **kwargs)
 
+    def as_tool(self, **kwargs: Any) -> BaseTool:
+        """This knowledge base's search as a LangChain tool for agents; see `ctxrag.tools.make_search_tool`."""
+        from ctxrag.tools import make_search_tool
+
+        return make_search_tool([self], **kwargs)
+
     def as_vectorstore(self) -> KnowledgeBaseVectorStore:
         """This knowledge base as a LangChain `VectorStore` (`ctxrag.kb.vectorstore.KnowledgeBaseVectorStore`)."""
         from ctxrag.kb.vectorstore import KnowledgeBaseVectorStore  # loads langchain's VectorStore on first use only
 
         return KnowledgeBaseVectorStore(self)
+
+    def catalog(self) -> DocumentCatalog:
+        """Its document catalog (`ctxrag.kb.catalog.DocumentCatalog`), what the routers, the summarizer and the
+        Assistant read when not given one: a new one each call, its summary vectors loaded from ``root/catalog``."""
+        from ctxrag.kb.catalog import DocumentCatalog  # numpy and the embedding helpers load on first use only
+
+        return DocumentCatalog(self)

@@ -45,7 +45,6 @@ from ctxrag.stores.protocols import ChunkLookup, DenseIndex, DocumentLookup, Key
 
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.embeddings import Embeddings  # the embedding stack loads on first embed, not on import
-    from langchain_core.tools import BaseTool
     from ctxrag.indexing.sinks import GenerationSink
     from ctxrag.stores.graph import GraphIndex
     from ctxrag.kb.protocol import KnowledgeBaseProtocol
@@ -199,8 +198,12 @@ class KnowledgeBase(BaseKnowledgeBase):
             self.snapshots.commit(session)
         return doc
 
+    def count(self) -> tuple[int, int]:
+        """How many documents and chunks it holds (from the document store: no index is read)."""
+        return self.store.count()
+
     def stats(self) -> dict[str, Any]:
-        docs, chunks = self.store.count()
+        docs, chunks = self.count()
         return {"name": self.name, "path": str(self.root), "documents": docs, "chunks": chunks,
                 "generation": self.generation, "indexes": {k: len(v) for k, v in self.indexes.items()}}
 
@@ -259,13 +262,6 @@ class KnowledgeBase(BaseKnowledgeBase):
             except BaseException:
                 self.store.rollback()
                 raise
-
-    # -- search -----------------------------------------------------------------------
-    def as_tool(self, **kwargs: Any) -> BaseTool:
-        """This knowledge base's search as a LangChain tool for agents; see `ctxrag.tools.make_search_tool`."""
-        from ctxrag.tools import make_search_tool
-
-        return make_search_tool([self], **kwargs)
 
     # -- LangChain VectorStore face (`ctxrag.kb.vectorstore`: it sees this class as a `VectorStoreTarget`) ----------
     def delete_documents(self, doc_ids: list[str]) -> list[str]:

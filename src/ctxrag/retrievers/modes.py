@@ -196,7 +196,7 @@ def build_document(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:
 
 def build_milvus_hybrid(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:
     """`milvus_hybrid`: fusion inside Milvus (`MilvusHybridRetriever`), dense + sparse with
-    ``CTXRAG_VECTOR_STORE=milvus``, dense + Milvus's full-text BM25 with ``CTXRAG_STORE=milvus``."""
+    ``CTXRAG_DENSE_BACKEND=milvus``, dense + Milvus's full-text BM25 with ``CTXRAG_STORE=milvus``."""
     from ctxrag.retrievers.milvus_hybrid import MilvusHybridRetriever
 
     return MilvusHybridRetriever(kb=kb, k=o.k, filter=o.filter, name="milvus_hybrid")

@@ -109,7 +109,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
     # model failures get their own entry: Starlette re-raises what only the catch-all `Exception` handler takes,
     # which closes the client's keep-alive connection after the 503
-    for exc_type in (CtxragError, ValueError, *model_failure_types(), Exception):
+    handled: tuple[type[Exception], ...] = (CtxragError, ValueError, *model_failure_types(), Exception)
+    for exc_type in handled:
         app.add_exception_handler(exc_type, known_error)
 
 
@@ -221,8 +222,9 @@ def create_app(
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=s.server.max_body_bytes)
     app.add_middleware(LocalRequestGuardMiddleware, check_origin=token is None,
                        allowed_hosts=[s.server.host, *s.server.allowed_hosts])
-    if token is not None:
-        app.add_middleware(BearerAuthMiddleware, token=s.server.auth_token, public_paths=("/health",))
+    secret = s.server.auth_token  # passed as the SecretStr, so the token never shows in a repr of the middleware
+    if token is not None and secret is not None:  # check_auth_token returns the secret's value or None
+        app.add_middleware(BearerAuthMiddleware, token=secret, public_paths=("/health",))
     app.add_middleware(CloseConnectionMiddleware)  # outermost: every response, refusals included
     return app
 

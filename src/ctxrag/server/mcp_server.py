@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from ctxrag import __version__
 from ctxrag.chains.ask import RagAnswer
 from ctxrag.errors import CtxragError
-from ctxrag.notes import NoteBook
+from ctxrag.kb.notes import NoteBook
 from ctxrag.redact import redact
 from ctxrag.server.middleware import (BearerAuthMiddleware, LocalRequestGuardMiddleware, check_auth_token,
                                       may_see_paths)
@@ -134,7 +134,8 @@ def _signature(args_model: type[BaseModel], returns: Any) -> tuple[inspect.Signa
     plus the request context: what the SDK builds the tool's input schema from."""
     params, hints = [], {}
     for name, f in args_model.model_fields.items():
-        ann = Annotated[(f.annotation, *f.metadata, Field(description=f.description))]
+        # a type built at run time from the model's fields: mypy cannot follow it, the MCP SDK reads it as usual
+        ann = Annotated[(f.annotation, *f.metadata, Field(description=f.description))]  # type: ignore[name-defined]
         default = inspect.Parameter.empty if f.is_required() else f.get_default(call_default_factory=True)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=ann, default=default))
         hints[name] = ann
@@ -194,7 +195,7 @@ class CtxragMCP:
         """The knowledge bases this server serves, with their document and chunk counts."""
         infos = []
         for kb in self.kbs.values():
-            docs, chunks = kb.store.count()
+            docs, chunks = kb.count()
             infos.append(KnowledgeBaseInfo(name=kb.name, documents=docs, chunks=chunks))
         return KnowledgeBaseList(knowledge_bases=infos)
 

@@ -245,7 +245,8 @@ LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers") or []:
         if key.lower() == name:
-            return value.decode("latin-1")
+            decoded: str = value.decode("latin-1")  # ASGI headers are (bytes, bytes) pairs
+            return decoded
     return None
 
 

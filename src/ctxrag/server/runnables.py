@@ -32,7 +32,7 @@ from ctxrag.chains.ask import RagAnswer, build_ask_chain
 from ctxrag.chains.assistant import build_assistant_chain
 from ctxrag.enums import SearchMode
 from ctxrag.errors import DocumentNotFound
-from ctxrag.notes import NoteBook
+from ctxrag.kb.notes import NoteBook
 from ctxrag.retrievers.factory import make_multi_kb_retriever
 from ctxrag.retrievers.modes import DEFAULT_MODE
 from ctxrag.text import check_query
@@ -101,7 +101,7 @@ class NotesOutput(BaseModel):
     notes: list[dict[str, Any]] = Field(default_factory=list)
 
 
-def _question_checker(max_chars: int) -> Runnable:
+def _question_checker(max_chars: int) -> Runnable[Any, Any]:
     """Refuses a blank or over-long ``question`` (a `QueryError`, HTTP 400) before any model or index runs."""
 
     def check(inp: Any) -> Any:
@@ -172,7 +172,7 @@ def _exposes_paths(config: RunnableConfig | None) -> bool:
     return False
 
 
-def _path_filter() -> Runnable:
+def _path_filter() -> Runnable[Any, Any]:
     """Passes outputs (and stream chunks) through, cut by `hide_paths` when the request's config says so."""
 
     def transform(chunks: Iterator[Any], config: RunnableConfig) -> Iterator[Any]:
@@ -185,11 +185,12 @@ def _path_filter() -> Runnable:
         async for chunk in chunks:
             yield chunk if expose else hide_paths(chunk)
 
-    return RunnableGenerator(transform, atransform, name="source_paths")
+    # langchain-core's annotations leave out the config argument its runtime passes to a generator that takes one
+    return RunnableGenerator(transform, atransform, name="source_paths")  # type: ignore[arg-type]
 
 
 def search_runnable(kbs: Sequence[KnowledgeBaseProtocol], *, mode: SearchMode | str = DEFAULT_MODE, k: int = 5,
-                    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
+                    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable[Any, Any]:
     """Query string -> ranked chunks (`Document` with ``score`` metadata) over the knowledge bases `kbs`."""
 
     retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k)
@@ -204,7 +205,7 @@ def search_runnable(kbs: Sequence[KnowledgeBaseProtocol], *, mode: SearchMode | 
 
 def ask_runnable(kbs: Sequence[KnowledgeBaseProtocol], llm: BaseChatModel, *, mode: SearchMode | str = DEFAULT_MODE,
                  k: int = 4, rerank: str = "none", max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True,
-                 evidence: bool = True) -> Runnable:
+                 evidence: bool = True) -> Runnable[Any, Any]:
     """`ctxrag.chains.ask.build_ask_chain` over the knowledge bases `kbs`, typed for serving: the question checked
     first, source paths cut by the request's policy."""
 
@@ -213,7 +214,7 @@ def ask_runnable(kbs: Sequence[KnowledgeBaseProtocol], llm: BaseChatModel, *, mo
     return chain.with_types(input_type=AskInput, output_type=AskOutput)
 
 
-def streaming_adapter(runnable: Runnable, *, name: str) -> Runnable:
+def streaming_adapter(runnable: Runnable[Any, Any], *, name: str) -> Runnable[Any, Any]:
     """Wrap a runnable whose ``stream`` is a plain sync generator (the `Assistant`) so ``astream`` streams too.
 
     The sync stream runs in a worker thread and its chunks cross to the event loop one by one; when the async
@@ -261,11 +262,12 @@ def streaming_adapter(runnable: Runnable, *, name: str) -> Runnable:
             stop.set()  # the worker ends at its next chunk; nobody waits for it (a cancelled stream must not block)
             del worker
 
-    return RunnableLambda(stream, afunc=astream, name=name)
+    # as above: an async generator taking the config is what RunnableLambda runs, not what its annotations list
+    return RunnableLambda(stream, afunc=astream, name=name)  # type: ignore[arg-type]
 
 
 def chat_runnable(kb: KnowledgeBaseProtocol, llm: BaseChatModel, *, k: int = 4, router: str = "fast",
-                  max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, evidence: bool = True) -> Runnable:
+                  max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, evidence: bool = True) -> Runnable[Any, Any]:
     """The routing assistant (`ctxrag.chains.assistant.Assistant`) over `kb`, streaming sync and async, typed.
 
     Unknown ``selected_doc_ids`` raise `DocumentNotFound` naming them (HTTP 404) before the assistant runs."""
@@ -290,7 +292,7 @@ WRITER_THREADS = 1
 """Threads of the executor that runs note adds (writes wait there for the knowledge base's write lock)."""
 
 
-def notes_runnable(kb: KnowledgeBaseProtocol, *, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable:
+def notes_runnable(kb: KnowledgeBaseProtocol, *, max_query_chars: int = DEFAULT_MAX_QUERY_CHARS) -> Runnable[Any, Any]:
     """Add, search and list notes of `kb` (see `NotesInput`); returns `NotesOutput` as a dict.
 
     Served asynchronously, an ``add`` runs on its own small executor: while another process holds the write lock,

@@ -8,7 +8,9 @@ thin retrievers are the model): a retriever takes an index plus a `ChunkLookup`,
   (`ctxrag.stores.documents.chunk_lookup.DocStoreChunkLookup`).
 - `DocumentLookup`: whole documents, their chunks and stored summaries (`DocStore`).
 - `KnowledgeSource`: what a knowledge base offers readers (the pieces above plus its name, settings and embedding
-  model); `KnowledgeBase` is one, and `make_retriever`, the routers and the Assistant take any.
+  model); `KnowledgeBase` is one, and `make_retriever` takes any.
+- `DocumentCatalogView` and `CatalogSource`: what the routers, the summarizer and the Assistant read of a document
+  catalog, and a `KnowledgeSource` that hands one out (`ctxrag.kb.catalog.DocumentCatalog`, ``kb.catalog()``).
 
 Every index also is a `ChunkIndex` (add, delete, save; `ctxrag.stores.base`); each kind loads with its own
 ``load(directory, ...)`` classmethod. A search takes ``allowed_chunk_ids`` (from `ChunkLookup.allowed_chunk_ids`) so
@@ -188,3 +190,35 @@ class KnowledgeSource(Protocol):
 
     def set_summaries(self, summaries: dict[str, str]) -> None:
         """Store model-written document summaries (doc id -> summary) in one transaction."""
+
+
+class CatalogEntryView(Protocol):
+    """One document as a catalog lists it."""
+
+    doc_id: str
+    title: str
+    summary: str
+
+
+class DocumentCatalogView(Protocol):
+    """What the routers, the summarizer and the Assistant read of a document catalog (titles and summaries, and a
+    vector index over them): `ctxrag.kb.catalog.DocumentCatalog` is one."""
+
+    def entries(self, doc_ids: Iterable[str] | None = None) -> Sequence[CatalogEntryView]:
+        """Catalog entries (all, or these documents in the given order)."""
+
+    def search(self, query: str, k: int = 5, doc_ids: Iterable[str] | None = None) -> list[tuple[str, float]]:
+        """Top-k documents for `query` by catalog similarity: [(doc_id, cosine)]."""
+
+    def coverage(self, query: str, doc_ids: Iterable[str] | None = None, *,
+                 query_vector: np.ndarray | None = None) -> float:
+        """How well the knowledge base (or these documents) covers `query`: the max catalog cosine."""
+
+
+@runtime_checkable
+class CatalogSource(KnowledgeSource, Protocol):
+    """A `KnowledgeSource` that keeps a document catalog: what the routers, the summarizer and the Assistant take
+    (every knowledge base backend is one)."""
+
+    def catalog(self) -> DocumentCatalogView:
+        """A document catalog of this knowledge base."""

