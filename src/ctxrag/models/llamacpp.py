@@ -94,7 +94,10 @@ def shared_llama(model_path: str | Path, n_ctx: int, n_threads: int | None = Non
             llama = Llama(model_path=str(path), n_ctx=int(n_ctx), verbose=False, **kwargs)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
-        shared = _SharedLlama(llama=llama, load_seconds=time.perf_counter() - start)
+        from ctxrag.models.llamacpp_prefix import reuse_whole_batches
+
+        # a reply must not depend on what the context held before (the warm process keeps one for every command)
+        shared = _SharedLlama(llama=reuse_whole_batches(llama), load_seconds=time.perf_counter() - start)
         _SHARED[key] = shared
         return shared
 
