@@ -16,6 +16,7 @@ recorded, since a loaded machine stretches every number.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import secrets
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pagedata import Table, write_page_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+DEMO_QUESTIONS = ROOT / "src" / "ctxrag" / "resources" / "demo" / "sample_questions.json"
 EN = "What is the default port?"
 ZH = "星河知识库的默认端口是多少？"
 COMMANDS = {
@@ -92,6 +94,66 @@ def _first_token(env: dict[str, str]) -> float:
     return elapsed
 
 
+def _staged_ask(env: dict[str, str], question: str) -> tuple[float, dict[str, object]]:
+    """`_first_token` through ``bench/ask_stages.py`` (the same command with a clock on each stage): the seconds to
+    the first byte of the answer and the stages it printed."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "ask_stages.py"), "ask", question, "--kb", "bench"],
+                            env=env, cwd=tempfile.gettempdir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    first = proc.stdout.read(1)
+    elapsed = time.monotonic() - t0
+    rest, err = proc.communicate()
+    lines = [ln for ln in (first + rest).decode("utf-8", "replace").splitlines() if ln.startswith("STAGES ")]
+    if not first or proc.returncode != 0 or not lines:
+        raise SystemExit(f"ctxrag ask failed ({proc.returncode}):\n{err.decode('utf-8', 'replace')[-2000:]}")
+    stages = json.loads(lines[-1][len("STAGES "):])
+    stages["process start"] = stages.pop("t0") - t0
+    return elapsed, stages
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def _stage_rows(cases: dict[str, list[dict[str, object]]]) -> tuple[list[str], list[list[object]]]:
+    """One row per stage, one column per case: the median over the case's runs (seconds unless the row says)."""
+    def calls(run: dict[str, object]) -> tuple[dict, dict]:
+        """The quote call and the answer's call ({} for one that did not happen: an abstention)."""
+        made = list(run["calls"])  # type: ignore[call-overload]
+        quote = made.pop(0) if "quote call" in run and made else {}
+        return quote, made[0] if made else {}
+
+    def timing(call: dict, key: str) -> float:
+        return float((call.get("timings") or {}).get(key, 0.0))
+
+    stages: list[tuple[str, object]] = [
+        ("process start (interpreter, until the first import)", lambda r: r["process start"]),
+        ("imports (ctxrag CLI, LangChain)", lambda r: r["imports"]),
+        ("knowledge base open", lambda r: r.get("kb open", 0.0)),
+        ("chat model set-up (the warm process found or started)", lambda r: r.get("model set-up", 0.0)),
+        ("retrieval, hybrid k=4 (query embedding included)", lambda r: r.get("retrieval", 0.0)),
+        ("relevance gate", lambda r: r.get("relevance gate", 0.0)),
+        ("key terms (BM25 frequencies read, then the check)",
+         lambda r: r.get("key terms set-up", 0.0) + r.get("key terms", 0.0)),
+        ("quote call: prompt tokens", lambda r: calls(r)[0].get("prompt_tokens") or 0),
+        ("quote call: prompt tokens evaluated (the rest were in llama.cpp's context)",
+         lambda r: timing(calls(r)[0], "prompt_eval_tokens")),
+        ("quote call: prompt evaluation", lambda r: timing(calls(r)[0], "prompt_eval_s")),
+        ("quote call: tokens decoded", lambda r: timing(calls(r)[0], "decode_tokens")),
+        ("quote call: decode", lambda r: timing(calls(r)[0], "decode_s")),
+        ("quote call, whole (as the command waits for it)", lambda r: r.get("quote call", 0.0)),
+        ("answer: prompt tokens evaluated", lambda r: timing(calls(r)[1], "prompt_eval_tokens")),
+        ("answer: prompt evaluation", lambda r: timing(calls(r)[1], "prompt_eval_s")),
+        ("answer: first token, from process start", lambda r: calls(r)[1].get("first token", 0.0)),
+        ("answer: end, from process start", lambda r: calls(r)[1].get("end", 0.0)),
+        ("command: end, from process start", lambda r: r["end"]),
+    ]
+    rows = [[name, *[_median([float(get(r)) for r in runs]) for runs in cases.values()]]  # type: ignore[operator]
+            for name, get in stages]
+    return ["stage (median over the runs; seconds unless named)", *cases], rows
+
+
 def _source(before: str, into: Path) -> Path:
     """The older version's ``src`` folder: `before` itself when it is a folder, else exported from git at that ref."""
     if Path(before).is_dir():
@@ -111,6 +173,8 @@ def main() -> None:
     parser.add_argument("--before", help="an older version to time in the same run: a git ref, or a src folder")
     parser.add_argument("--ask", action="store_true", help="also time ask's first token with the real local model")
     parser.add_argument("--ask-runs", type=int, default=3, help="runs of ask (each loads the model; at most --runs)")
+    parser.add_argument("--focus-chars", type=int, default=300,
+                        help="answer_focus_chars of the focused ask rows (the option's effect on the first token)")
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -146,22 +210,41 @@ def main() -> None:
     loads.append(_load())
     rows.append(_row(FLOOR[0], "LangChain (floor)", runs))
     print(rows[-1], "load", loads[-1], flush=True)
+    stage_cases: dict[str, list[dict[str, object]]] = {}
     if args.ask:
         ask_runs = max(1, min(args.runs, args.ask_runs))
+        questions = [q["question"] for q in json.loads(DEMO_QUESTIONS.read_text(encoding="utf-8"))]
         for variant, src in variants:
             env = _env(src, homes[src], model)
-            cases = [("ask, first token", {})]
-            if src == ROOT / "src":  # this commit: the model loaded by the command itself, then the warm model process
-                cases = [("ask, first token (warm model off: loaded by the command)", {"CTXRAG_LLM__WARM_IDLE_S": "0"}),
-                         ("ask, first token (first call: starts the warm model)", {"CTXRAG_LLM__WARM_IDLE_S": "600"}),
-                         ("ask, first token (next calls: the warm model)", {"CTXRAG_LLM__WARM_IDLE_S": "600"})]
-            for label, extra in cases:
+            if src != ROOT / "src":  # an older version: the command as it was, the model loaded by the command
                 loads.append(_load())
-                n = 1 if "first call" in label else ask_runs
-                runs = [(_first_token({**env, **extra}), None) for _ in range(n)]
+                runs = [(_first_token(env), None) for _ in range(ask_runs)]
                 loads.append(_load())
+                rows.append(_row("ask, first token", variant, runs))
+                continue
+            warm = {"CTXRAG_LLM__WARM_IDLE_S": "600"}
+            focus = {**warm, "CTXRAG_ANSWER_FOCUS_CHARS": str(args.focus_chars)}
+            # this commit: the model loaded by the command itself; then the warm model process, started by the
+            # first call; then next calls, each a question other than the one before (its chunks are new to
+            # llama.cpp's context; only the instructions before them are reused), with whole chunks and focused
+            cases = [("ask, first token (warm model off: loaded by the command)", {"CTXRAG_LLM__WARM_IDLE_S": "0"}, 1),
+                     ("ask, first token (first call: starts the warm model)", warm, 1),
+                     ("ask, first token (next calls: the warm model, another question each)", warm, ask_runs),
+                     (f"ask, first token (next calls, answer_focus_chars={args.focus_chars})", focus, ask_runs)]
+            for i, (label, extra, n) in enumerate(cases):
+                runs, staged = [], []
+                for j in range(n):
+                    # both 'next calls' cases ask the same questions, none the one asked just before
+                    asked = i if i < 2 else 2 + j
+                    loads.append(_load())
+                    wall, stages = _staged_ask({**env, **extra}, questions[asked % len(questions)])
+                    loads.append(_load())
+                    runs.append((wall, None))
+                    staged.append(stages)
+                    print(label, round(wall, 2), "load", loads[-2], json.dumps(stages, ensure_ascii=False), flush=True)
                 rows.append(_row(label, variant, runs))
-                print(rows[-1], "load", loads[-1], flush=True)
+                if "next calls" in label:
+                    stage_cases["whole chunks" if "focus" not in label else f"focus {args.focus_chars} chars"] = staged
             subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "model", "stop"], env=env, capture_output=True)
     notes = [f"1-minute load average while measuring: {min(loads)} to {max(loads)} on {os.cpu_count()} cores "
              "(other work was running: compare the variants within this run, and read the min).",
@@ -171,20 +254,32 @@ def main() -> None:
              "(it imports langsmith's tracing): a search cannot start faster than it."]
     if args.ask:
         notes.append("ask's first token: the first byte of the answer on stdout (the whole process: imports, "
-                     "knowledge base, retrieval, the model, the prompt). 'next calls' are commands run after one that "
-                     "left the warm model process loaded (`llm.warm_idle_s`); 'warm model off' loads the model in each "
-                     "command, as every command did before.")
+                     "knowledge base, retrieval, the evidence check's quote call, the answer's prompt). 'next calls' "
+                     "are commands run after one that left the warm model process loaded (`llm.warm_idle_s`), each "
+                     "asking the demo's next question, so its chunks are new to llama.cpp's context (a repeated "
+                     "question would find them there); 'warm model off' loads the model in the command, as every "
+                     "command did before the warm process. Each ask runs through bench/ask_stages.py: the same "
+                     "command in the same kind of process, with a clock on each stage (the stage table).")
+        notes.append(f"answer_focus_chars={args.focus_chars}: chunks longer than that are given to the model as "
+                     "their sentences holding the question's terms (`ctxrag.chains.focus.SentenceFocus`); off by "
+                     "default, since the answers, citations and abstention benchmarks have not measured it.")
     if not args.ask:
         notes.append("ask's first token was not timed in this run (--ask loads the real local model).")
+    tables = [Table(caption="wall seconds per process (min, median, max over the runs) and its least CPU time (user + "
+                            "system; what other work on the machine stretches least)",
+                    columns=["command", "code", "min s", "median s", "max s", "min CPU s", "runs"], rows=rows)]
+    if stage_cases:
+        columns, stage_rows = _stage_rows(stage_cases)
+        tables.append(Table(caption="where a warm `ctxrag ask` spends its time (the 'next calls' rows above), stage by "
+                                    "stage, from bench/ask_stages.py",
+                            columns=columns, rows=stage_rows))
     write_page_data(
         "command_latency",
         title="Command latency",
         measures="wall and CPU seconds of whole ctxrag processes: import, --help, cold search (English, Chinese; repeated "
                  "and new query), ask's first token",
         data="the shipped demo corpus (6 files, contexts off) in a temporary CTXRAG_HOME",
-        tables=[Table(caption="wall seconds per process (min, median, max over the runs) and its least CPU time (user + "
-                              "system; what other work on the machine stretches least)",
-                      columns=["command", "code", "min s", "median s", "max s", "min CPU s", "runs"], rows=rows)],
+        tables=tables,
         notes=notes,
         out_dir=args.out_dir,
     )

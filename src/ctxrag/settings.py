@@ -208,6 +208,11 @@ class Settings(BaseSettings):
     after the relevance gate passes, the model first quotes the sentence that states the answer; when the quote is not
     in a retrieved chunk or is about something else, the answer is "the knowledge base has nothing on this"
     (`ctxrag.chains.evidence.EvidenceCheck`; one more short model call per question). See docs/answers.md."""
+    answer_focus_chars: int = Field(default=0, ge=0)
+    """Fewer prompt tokens for `ctxrag ask`, ``/ask`` and `build_ask_chain` (``CTXRAG_ANSWER_FOCUS_CHARS``): a
+    retrieved chunk longer than this many characters is given to the model as its sentences holding the question's
+    terms (`ctxrag.chains.focus.SentenceFocus`); 0 (default): whole chunks. Off until the answer benchmarks measure
+    it; the command latency page gives its effect on the first token."""
     max_file_bytes: int = Field(100_000_000, ge=1)
     """Files larger than this are refused at ingest (reported by name, the others still ingested)."""
     max_query_chars: int = Field(4000, ge=1)

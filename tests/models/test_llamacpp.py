@@ -162,6 +162,17 @@ def test_streamed_tool_call_comes_as_tool_call_chunks(llm: LocalLlamaChatModel) 
 
 
 @pytest.mark.llm
+def test_replies_carry_llama_cpp_s_timings_whole_and_streamed(llm: LocalLlamaChatModel) -> None:
+    whole = llm.invoke("Name a colour.")
+    timings = whole.response_metadata["timings"]
+    assert set(timings) == {"prompt_eval_tokens", "prompt_eval_s", "decode_tokens", "decode_s"}
+    assert timings["decode_tokens"] > 0 and timings["decode_s"] > 0
+    chunks = list(llm.stream("Name a fruit."))
+    assert chunks[-1].response_metadata["timings"]["decode_tokens"] > 0
+    assert all("timings" not in c.response_metadata for c in chunks[:-1])
+
+
+@pytest.mark.llm
 def test_streamed_structured_output_ends_with_the_whole_object(llm: LocalLlamaChatModel) -> None:
     parts = list(llm.with_structured_output(CAPITAL_SCHEMA).stream(QUESTION))
     assert len(parts) > 1  # JSON parsed as it grows

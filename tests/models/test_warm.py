@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from langchain_core.messages import HumanMessage, SystemMessage
 
 from ctxrag.models.chat import make_chat_model
 from ctxrag.models.llamacpp import LocalLlamaChatModel
@@ -106,6 +107,24 @@ def test_the_warm_reply_is_the_in_process_reply_whole_streamed_and_as_a_tool_cal
     same = local.bind_tools([add], tool_choice="add", max_tokens=40).invoke("What is 2 plus 3?")
     assert call.tool_calls[0]["args"] == same.tool_calls[0]["args"]
     assert [p["pid"] for p in warm_processes()] == [warm_processes()[0]["pid"]]  # still the one process
+
+
+NOTES = SystemMessage("Answer from these notes only.\n" + "\n".join(
+    f"Note {i}: the shipment {i} left the port of Ningbo on day {i} with {i * 3} crates of tea." for i in range(1, 50)))
+
+
+def test_the_warm_process_keeps_the_prompt_prefix_between_calls(home: Path, small_model_path: Path) -> None:
+    """Two commands asking over the same system message (the ask chain's instructions and chunks): the second call
+    reuses the notes' whole batches of llama.cpp's context (`ctxrag.models.llamacpp_prefix`) and evaluates what
+    follows them; llama.cpp's counters come back with each reply."""
+    warm = WarmChatModel(model_path=str(small_model_path), n_ctx=N_CTX, max_tokens=4)
+    first = warm.invoke([NOTES, HumanMessage("How many crates left on day 3?")])
+    second = warm.invoke([NOTES, HumanMessage("Which port did shipment 7 leave from?")])
+    t1, t2 = first.response_metadata["timings"], second.response_metadata["timings"]
+    assert t1["prompt_eval_tokens"] > 1024 and t1["decode_tokens"] > 0 and t1["prompt_eval_s"] > 0
+    assert second.usage_metadata["input_tokens"] > 1024
+    # the notes' first whole batches (llama.cpp's n_batch is 512) are not read again
+    assert 0 < t2["prompt_eval_tokens"] <= second.usage_metadata["input_tokens"] - 1024
 
 
 def test_a_request_without_the_token_is_refused(home: Path, small_model_path: Path) -> None:

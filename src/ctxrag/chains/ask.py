@@ -27,6 +27,8 @@ from langchain_core.runnables import Runnable
 from pydantic import BaseModel, Field
 
 from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
+from ctxrag.chains.focus import SentenceFocus
+from ctxrag.chains.key_terms import KeyTerms
 from ctxrag.chains.multihop import MultiHopAnswer
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
@@ -94,6 +96,7 @@ def build_ask_chain(
     max_tokens: int | None = None,
     retriever: RetrieverLike | None = None,
     answer: Runnable[Any, Any] | None = None,
+    focus: SentenceFocus | int | None = None,
 ) -> Runnable[Any, Any]:
     """The chain `ctxrag ask` answers with over the open knowledge bases `kbs` (several are fused by RRF).
 
@@ -114,6 +117,10 @@ def build_ask_chain(
     ``multi_hop``: at most this many retrievals per question by `ctxrag.chains.multihop.MultiHopAnswer` (``k`` new
     chunks read per hop; the graph retriever when ``mode`` is the default and every knowledge base has a graph
     index); the gate, the evidence check and ``steps`` do not apply. 0: the single-shot chain.
+
+    ``focus``: None follows the ``answer_focus_chars`` setting; a number of characters is a
+    `ctxrag.chains.focus.SentenceFocus` over the first knowledge base's BM25 frequencies (0: off, whole chunks up to
+    the prompt's per-chunk cut); or a focus of your own.
     """
     if not kbs:
         raise ValueError("build_ask_chain needs at least one knowledge base, got none")
@@ -131,9 +138,12 @@ def build_ask_chain(
     evidence = s.answer_evidence if evidence is None else evidence
     checker = RelevanceGate(kbs[0].embeddings) if gate is True else gate
     evidence = default_evidence_check(llm, kbs[0]) if evidence is True else evidence
+    focus = s.answer_focus_chars if focus is None else focus
+    if isinstance(focus, int):
+        focus = SentenceFocus(focus, terms=KeyTerms.from_knowledge_base(kbs[0])) if focus > 0 else None
     if retriever is None:
         retriever = make_multi_kb_retriever(list(kbs), mode=mode, k=k, rerank=rerank, search_type="similarity",
                                             filter=filter)
     return build_rag_chain(retriever, llm, gate=checker, evidence=evidence, answer=answer, steps=steps, lang=lang,
                            prompts=dict(prompts) if prompts else None, max_words=max_words,
-                           max_chars_per_chunk=max_chars_per_chunk, max_tokens=max_tokens)
+                           max_chars_per_chunk=max_chars_per_chunk, max_tokens=max_tokens, focus=focus)

@@ -98,6 +98,11 @@ class KeyTerms:
     def _statistics(self) -> tuple[Tokenizer, Mapping[str, int], int]:
         return self._tokenize, self._df, self._n
 
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the frequencies were counted with (text -> terms, folded as the weights' terms are)."""
+        return self._statistics()[0]
+
     def weights(self, question: str) -> dict[str, float]:
         """The question's terms (question words left out) and their weights, ``log((N + 1) / (df + 0.5))``."""
         tokenize, df, n = self._statistics()

@@ -55,6 +55,7 @@ from langchain_core.runnables.utils import AddableDict
 from ctxrag.chains.checked_markers import CheckedMarkers, sources_as_marked
 from ctxrag.chains.citations import cited_numbers, format_knowledge, map_citations, nothing_held
 from ctxrag.chains.evidence import EvidenceCheck
+from ctxrag.chains.focus import SentenceFocus
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.prompts.layers import LayeredPrompt
 from ctxrag.text import detect_language, is_traditional_chinese, to_simplified
@@ -265,6 +266,7 @@ def build_rag_chain(
     max_chars_per_chunk: int | None = 1500,
     steps: Sequence[AnswerStep] = DEFAULT_STEPS,
     max_tokens: int | None = None,
+    focus: SentenceFocus | None = None,
 ) -> Runnable[Any, Any]:
     """Build the chain described in the module docstring.
 
@@ -276,7 +278,9 @@ def build_rag_chain(
     language, ``"zh"``/``"en"``) replace its built-in prompts. ``steps``: what runs on the complete answer, in order
     (`AnswerStep`; default `cite_sources`); an abstention runs none. ``max_tokens`` bounds the default answer's
     reply (bound on that call only; the gate's and the evidence check's calls keep the model's own); None: the
-    model's own.
+    model's own. ``focus``: the prompt (of the evidence check and of the answer) gives long chunks as their
+    sentences that hold the question's terms (`ctxrag.chains.focus.SentenceFocus`); the output's ``documents`` and
+    the checks keep the whole chunks.
     """
     if lang not in ("auto", "zh", "en"):
         raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {lang!r}")
@@ -284,6 +288,8 @@ def build_rag_chain(
     quoter = EvidenceCheck(llm) if evidence is True else (evidence or None)
 
     def to_messages(x: dict[str, Any]) -> list[BaseMessage]:
+        if focus is not None:
+            x = {**x, "documents": focus.focus(x["question"], x["documents"])}
         return answer_messages(x, lang=lang, prompts=prompts, max_words=max_words,
                                max_chars_per_chunk=max_chars_per_chunk)
 

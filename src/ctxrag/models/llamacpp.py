@@ -94,9 +94,35 @@ def shared_llama(model_path: str | Path, n_ctx: int, n_threads: int | None = Non
             llama = Llama(model_path=str(path), n_ctx=int(n_ctx), verbose=False, **kwargs)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
-        shared = _SharedLlama(llama=llama, load_seconds=time.perf_counter() - start)
+        from ctxrag.models.llamacpp_prefix import reuse_whole_batches
+
+        # a reply must not depend on what the context held before (the warm process keeps one for every command)
+        shared = _SharedLlama(llama=reuse_whole_batches(llama), load_seconds=time.perf_counter() - start)
         _SHARED[key] = shared
         return shared
+
+
+def _perf_counters(llama: Any) -> tuple[float, int, float, int] | None:
+    """llama.cpp's cumulative performance counters of ``llama``'s context (prompt ms, prompt tokens, decode ms,
+    decoded tokens); None where the context has none. Read, never reset: `_timings` takes the difference."""
+    ctx = getattr(getattr(llama, "_ctx", None), "ctx", None)
+    if ctx is None:
+        return None
+    import llama_cpp
+
+    perf = llama_cpp.llama_perf_context(ctx)
+    return float(perf.t_p_eval_ms), int(perf.n_p_eval), float(perf.t_eval_ms), int(perf.n_eval)
+
+
+def _timings(llama: Any, before: tuple[float, int, float, int] | None) -> dict[str, float | int] | None:
+    """Where one call's time went, from llama.cpp's counters since ``before`` (`_perf_counters`): the prompt tokens it
+    evaluated (those not already in its context from the previous call) and their seconds, the tokens it decoded one
+    by one and theirs. None where the context has no counters."""
+    after = _perf_counters(llama)
+    if after is None or before is None:
+        return None
+    return {"prompt_eval_tokens": after[1] - before[1], "prompt_eval_s": round((after[0] - before[0]) / 1000, 4),
+            "decode_tokens": after[3] - before[3], "decode_s": round((after[2] - before[2]) / 1000, 4)}
 
 
 def _usage(usage: dict[str, int] | None) -> UsageMetadata | None:
@@ -269,17 +295,21 @@ class LocalLlamaChatModel(BaseChatModel):
     def _complete(self, shared: _SharedLlama, request: ToolRequest, dicts: list[dict[str, str]],
                   params: dict[str, Any]) -> AIMessage:
         with shared.lock:
+            before = _perf_counters(shared.llama)
             try:
                 response = shared.llama.create_chat_completion(messages=dicts, **params)
             except ValueError as exc:  # e.g. the prompt exceeds n_ctx
                 raise ModelError(f"local chat model {Path(self.model_path).name}: {exc}") from exc
+            timings = _timings(shared.llama, before)
         choice = response["choices"][0]
         text = choice["message"].get("content") or ""
         finish = choice.get("finish_reason")
         if "logits_processor" in params:
             text, trimmed = trim_loop(text, self.loop_limits)
             finish = LOOP_FINISH if trimmed else finish
-        metadata = {"finish_reason": finish, "model_name": self.model_name}
+        metadata: dict[str, Any] = {"finish_reason": finish, "model_name": self.model_name}
+        if timings is not None:
+            metadata["timings"] = timings
         return self._message(request, text, metadata, _usage(response.get("usage")))
 
     def _stream(
@@ -302,10 +332,13 @@ class LocalLlamaChatModel(BaseChatModel):
         generated = 0
 
         def emit(delta: str, finish: str | None) -> ChatGenerationChunk:
-            metadata = {"finish_reason": finish, "model_name": self.model_name} if finish else {}
+            metadata: dict[str, Any] = {"finish_reason": finish, "model_name": self.model_name} if finish else {}
             usage = None
             if finish:
                 usage = self._stream_usage(shared, dicts, generated)
+                timings = _timings(shared.llama, before)
+                if timings is not None:
+                    metadata["timings"] = timings
             if calls is not None:
                 pieces = calls.feed(delta) + (calls.finish() if finish else [])
                 if finish == "stop" and calls.name is not None:
@@ -322,6 +355,7 @@ class LocalLlamaChatModel(BaseChatModel):
 
         # hold the lock for the whole stream: the shared context can serve one generation at a time
         with shared.lock:
+            before = _perf_counters(shared.llama)
             try:
                 stream = shared.llama.create_chat_completion(messages=dicts, stream=True, **params)
                 try:

@@ -6,7 +6,8 @@ process on 127.0.0.1: the first call starts it (and pays the load once), later c
 exits by itself after ``idle_s`` seconds without a request. The process runs the same `LocalLlamaChatModel` code
 (grammars, tool turns, loop guard, logprobs), so a reply is the one the in-process model gives; only the messages and
 the chunks travel (LangChain's message dicts). llama.cpp reuses the prompt prefix the previous request left in its
-context, so the fixed system prompt is read once per process, not once per command.
+context, in whole batches only (`ctxrag.models.llamacpp_prefix`: a reply depends on its prompt, not on the requests
+before it), so most of the fixed system prompt is read once per process, not once per command.
 
 One process per (model file, ``n_ctx``, ``n_threads``) and home; its state file (URL, pid, a random token every
 request must carry) sits in ``<home>/warm/``, readable by its owner only. Two commands starting one at the same moment
