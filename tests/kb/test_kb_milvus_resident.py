@@ -310,6 +310,13 @@ def _revise(tmp_path: Path, milvus: str) -> tuple[dict[str, str], Path]:
     return env, folder
 
 
+def _wait_paused(gate: Path, proc: subprocess.Popen) -> None:
+    """Until the writer `_stop_replace` started with a gate folder says it is paused (it must not exit first)."""
+    while not (gate / "paused").exists():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+
+
 def _stop_replace(env: dict[str, str], folder: Path, moment: str, how: str = "kill") -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", _STOP_AT, str(folder), moment, how], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -397,9 +404,7 @@ def test_a_replace_in_flight_in_another_process_is_neither_damage_nor_repaired(t
     gate.mkdir()
     proc = _stop_replace(env, folder, moment, how=str(gate))
     try:
-        while not (gate / "paused").exists():
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
+        _wait_paused(gate, proc)
         r = _run(env, "kb", "check", KB)
         assert r.returncode == 0, r.stdout + r.stderr
         r = _run(env, "kb", "repair", KB)
@@ -444,9 +449,7 @@ def test_a_new_document_half_written_by_another_process_is_in_flight_while_it_ru
         assert _run(env, "ingest", str(folder), "--kb", KB).returncode == 0  # the next ingest adds it again
     else:
         try:
-            while not (gate / "paused").exists():
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.05)
+            _wait_paused(gate, proc)
             r = _run(env, "kb", "check", KB)
             assert r.returncode == 0, r.stdout + r.stderr
             assert "in flight (a writer still running, not damage): " in r.stdout and "manual.md" in r.stdout

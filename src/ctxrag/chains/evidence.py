@@ -127,7 +127,7 @@ JUDGE_MODES = ("never", "cross-language", "uncertain", "always")
 MAX_QUOTE_CHARS = 32
 """Longest quote the grammar lets the model write: enough to find it in a chunk (its sentence is then read there, and
 every test but `quote_found` reads that sentence), and short, since every token of it is decoded before the answer's
-first. Chosen on the abstention benchmark's records (quotes cut to each length): the same verdicts as at 80."""
+first. Chosen on the abstention benchmark's records (quotes cut to each length; its page compares the caps)."""
 
 _QUESTION_WORDS = QUESTION_WORDS | frozenset("何 为何 何时 何時 哪里 哪裡 谁 誰 时候 時候".split())
 _NOT_TEXT = re.compile(r"[\W_]+", re.UNICODE)
