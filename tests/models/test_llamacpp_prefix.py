@@ -3,10 +3,12 @@ only, so a reply depends on its prompt alone. The rule without a model; the ``ll
 session's ``small_chat_model``)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from ctxrag.models.llamacpp import LocalLlamaChatModel
+from ctxrag.models.llamacpp import PROMPT_BATCH, LocalLlamaChatModel, shared_llama
 from ctxrag.models.llamacpp_prefix import reusable_prefix
 
 
@@ -43,4 +45,36 @@ def test_the_same_prompt_gets_the_same_logprobs_whatever_the_context_held_before
     assert again.content == first.content
     # the notes' whole batches were still reused: the other question evaluated far fewer tokens than its prompt
     assert other.usage_metadata["input_tokens"] > 1024
-    assert other.response_metadata["timings"]["prompt_eval_tokens"] <= other.usage_metadata["input_tokens"] - 512
+    assert other.response_metadata["timings"]["prompt_eval_tokens"] <= other.usage_metadata["input_tokens"] - 1024
+
+
+def _last_logits(llama, tokens: list[int]) -> list[float]:  # noqa: ANN001 - a llama_cpp.Llama
+    """The logits after reading ``tokens`` in a fresh context (llama.cpp's, as the sampler reads them)."""
+    import numpy as np
+
+    llama.reset()
+    llama.eval(tokens)
+    return np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),)).tolist()
+
+
+@pytest.mark.llm
+def test_reading_a_prompt_in_small_batches_gives_the_logits_of_llama_cpps_default_batch(
+        small_chat_model: LocalLlamaChatModel, small_model_path: Path) -> None:
+    """The shared model reads prompts in batches of `PROMPT_BATCH` tokens (so a call re-reads fewer tokens of a kept
+    prefix); a fresh prompt longer than llama.cpp's default batch gets the same logits, to the bit, as the default
+    (512) gives it, so no reply changes with the batch size."""
+    from llama_cpp import Llama
+
+    shared = shared_llama(small_model_path, small_chat_model.n_ctx)
+    assert shared.llama.n_batch == PROMPT_BATCH < 512
+    tokens = shared.llama.tokenize(str(NOTES.content).encode("utf-8"))
+    assert len(tokens) > 512 + PROMPT_BATCH
+    with shared.lock:
+        ours = _last_logits(shared.llama, tokens)
+        shared.llama.reset()
+    default = Llama(model_path=str(small_model_path), n_ctx=small_chat_model.n_ctx, n_batch=512, verbose=False)
+    try:
+        assert default.n_batch == 512
+        assert _last_logits(default, tokens) == ours
+    finally:
+        default.close()

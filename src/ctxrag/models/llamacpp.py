@@ -64,6 +64,13 @@ class _SharedLlama:
     load_seconds: float = 0.0
 
 
+PROMPT_BATCH = 64
+"""llama.cpp's ``n_batch`` for the shared model. A prompt is read in batches of this many tokens, and a kept prompt
+prefix is reused in whole batches only (`ctxrag.models.llamacpp_prefix`), so a call re-reads fewer than this many
+tokens of what an earlier call left in the context (the ask chain's answer after its quote call). llama.cpp's
+default is 512; a fresh prompt's logits are the same to the bit at either size (tests/models/test_llamacpp_prefix.py),
+so replies do not change."""
+
 _SHARED: dict[tuple[str, int], _SharedLlama] = {}
 _SHARED_LOCK = threading.Lock()
 
@@ -91,7 +98,7 @@ def shared_llama(model_path: str | Path, n_ctx: int, n_threads: int | None = Non
         # waiting for a core generate far slower than fewer threads.
         kwargs: dict[str, Any] = {"n_threads": n_threads} if n_threads else {}
         try:
-            llama = Llama(model_path=str(path), n_ctx=int(n_ctx), verbose=False, **kwargs)
+            llama = Llama(model_path=str(path), n_ctx=int(n_ctx), n_batch=PROMPT_BATCH, verbose=False, **kwargs)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"llama.cpp could not load {path}: {exc}") from exc
         from ctxrag.models.llamacpp_prefix import reuse_whole_batches
