@@ -34,6 +34,16 @@ CASES = [
     ("Set the port 7420 [2]:\n```\nport = ports[1]\n```\n", "Set the port 7420 [2]:\n```\nport = ports[1]\n```\n"),
     ("The office opens at 9 [2]. The default port is 7420 [1].",
      "The office opens at 9 [1]. The default port is 7420 [2]."),                              # swapped numbers
+    # labels: a sentence the label in force covers gets none; a blank line ends a label; a list item's after its bullet
+    ("[2] The default port is 7420. Change it in xinghe.toml. [1] The office opens at 9.",
+     "[2] The default port is 7420. Change it in xinghe.toml. [1] The office opens at 9."),
+    ("[2] The default port is 7420:\n- 7420 by default\n- change it in xinghe.toml",
+     "[2] The default port is 7420:\n- 7420 by default\n- change it in xinghe.toml"),
+    ("[2] The default port is 7420.\n\nChange it in xinghe.toml.",
+     "[2] The default port is 7420.\n\n[2] Change it in xinghe.toml."),
+    ("[2] The default port is 7420.\n- The office opens at 9 in the morning.",
+     "[2] The default port is 7420.\n- [1] The office opens at 9 in the morning."),
+    ("[1] The default port is 7420. Change it in xinghe.toml.", "[2] The default port is 7420. Change it in xinghe.toml."),
 ]
 
 

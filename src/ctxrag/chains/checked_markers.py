@@ -5,7 +5,9 @@ The citation check (`ctxrag.chains.citations.check_citations`) may drop a cited 
 sentence, cite the one that does, or find that no chunk holds a sentence; the sources it lists then differ from the
 markers the model wrote. `CheckedMarkers` rewrites each sentence's markers to that sentence's checked sources once
 the sentence is complete: a wrong ``[1]`` becomes ``[2]``, a marker no chunk backs is removed, a sentence the check
-found a source for gets its marker after it. A Markdown link around a marker (``[here]([3])``) becomes plain text
+found a source for gets its marker after it. Where the model writes markers as labels of what follows them (the
+answer opens with one), a sentence gets its marker before it (after a list item's bullet), and none where the label
+in force in its paragraph already names its sources (``[1] A. B.``, not ``[1] A. [1] B.``). A Markdown link around a marker (``[here]([3])``) becomes plain text
 and the marker (``here [3]``). Text before a sentence's first ``[`` streams at once; from there to the sentence's end
 it is held until the sentence is complete. A ``[n]`` inside backticks or a fenced code block is code (``items[1]``),
 never rewritten.
@@ -31,6 +33,8 @@ LINKED_MARK = re.compile(r"\[([^\[\]\n]{1,80})\]\(\s*\[?(\d{1,3})\]?\s*\)")
 number."""
 _PARTIAL_MARK = re.compile(r"\[[\d\s,，、]*")
 _CJK_END = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]$")
+_BULLET = re.compile(r"(?:[-*+\u2022]|\d{1,3}[.)])[ \t]+")
+"""A Markdown list item's bullet (``- ``, ``* ``, ``1. ``): a label goes after it, so the item stays a list item."""
 
 
 def _code_spans(text: str) -> list[tuple[int, int]]:
@@ -61,6 +65,8 @@ def rewrite_sentence(sentence: str, sources: list[int], *, labels: bool = False)
     ('Port 7420 [2].', '端口是 7420。[2]')
     >>> rewrite_sentence("See [here]([3]).", [])
     'See here.'
+    >>> rewrite_sentence("- 向量检索", [1], labels=True)
+    '- [1] 向量检索'
     """
     first = sentence.find("[")
     head_end = len(sentence) if first < 0 else len(sentence[:first].rstrip(" \t"))
@@ -72,7 +78,9 @@ def rewrite_sentence(sentence: str, sources: list[int], *, labels: bool = False)
             return text
         if labels:
             lead = len(text) - len(text.lstrip())
-            return text[:lead] + _format(sources) + " " + text[lead:]
+            bullet = _BULLET.match(text, lead)
+            at = bullet.end() if bullet else lead
+            return text[:at] + _format(sources) + " " + text[at:]
         body = text.rstrip()
         return body + ("" if _CJK_END.search(body) else " ") + _format(sources) + text[len(body):]
     if [n for m in found for n in cited_numbers(m.group(0))] == sources:
@@ -103,6 +111,7 @@ class CheckedMarkers:
         self._done = 0  # model_text[:_done] is whole sentences, rewritten into _fixed
         self._fixed = ""
         self._sent = 0  # characters of the output returned so far
+        self._label: list[int] | None = None  # where markers are labels: the sources the one in force names
 
     @property
     def text(self) -> str:
@@ -130,8 +139,7 @@ class CheckedMarkers:
             for i, (a, b) in enumerate(complete):
                 sources = checked[offset + i]["sources"] if checked else []
                 fenced = raw.count("```", 0, a) % 2 == 1  # a line of a code block: left as written
-                self._fixed += raw[self._done:a] + (raw[a:b] if fenced else
-                                                    rewrite_sentence(raw[a:b], sources, labels=labels))
+                self._fixed += raw[self._done:a] + (raw[a:b] if fenced else self._rewrite(raw, a, b, sources, labels))
                 self._done = b
         if final:
             self._fixed += raw[self._done:]
@@ -143,6 +151,19 @@ class CheckedMarkers:
             out = self._fixed + (pending if cut < 0 else pending[:cut]).rstrip()
         piece, self._sent = out[self._sent:], len(out)
         return piece
+
+    def _rewrite(self, raw: str, a: int, b: int, sources: list[int], labels: bool) -> str:
+        """The sentence ``raw[a:b]`` citing ``sources``; where markers are labels, unmarked when the label in force in
+        its paragraph (a blank line ends one) already names them."""
+        if not labels:
+            return rewrite_sentence(raw[a:b], sources)
+        if "\n\n" in raw[self._done:a] or raw[a:b].startswith("\n\n"):
+            self._label = None
+        sentence = raw[a:b]
+        if sources and sources == self._label and not markers(LINKED_MARK.sub(r"\1 [\2]", sentence)):
+            return sentence
+        self._label = sources
+        return rewrite_sentence(sentence, sources, labels=True)
 
     @staticmethod
     def _ends(raw: str, end: int) -> bool:
