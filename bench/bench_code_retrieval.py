@@ -34,8 +34,9 @@ from ctxrag.evaluation.datasets import EvalDataset, load_dataset, load_squad
 from ctxrag.evaluation.experiments import ExperimentConfig
 from ctxrag.evaluation.runner import ConfigResult, EvalRunner
 from ctxrag.models.embeddings import make_embeddings
-from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
+from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionPreset
 from ctxrag.settings import Settings, get_settings
+from ctxrag.text import detect_kind
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_document_ranking import DRCD, CachedQueries, half  # noqa: E402
@@ -135,18 +136,24 @@ def main() -> int:
     variants: dict[str, Path | None] = {"no contexts": None,
                                         "DeepSeek's": args.data / "contexts_deepseek_extracted.jsonl"}
     ds = load_dataset("anthropic", [args.data], contexts=None)
-    tokenizers = {"split (default)": base_settings, "split + stem": base_settings.model_copy(update={"bm25_stem": True})}
+    tokenizers = {"split": base_settings.model_copy(update={"bm25_stem": False}),
+                  "split + stem": base_settings.model_copy(update={"bm25_stem": True})}
+    today = {"weights": [0.5, 0.5], "c": 60}  # the English preset before the `code` one
     runners = {name: EvalRunner(ds, KS, settings=s, embeddings=embeddings, progress=False)
                for name, s in tokenizers.items()}
     no_split = {  # lever 1's baseline: the whole word only, as an index built with split_identifiers=False
         label: _no_split_result(ds, path, embeddings) for label, path in variants.items()}
 
-    base = {label: run(runners["split (default)"], f"hybrid [{label}]", path) for label, path in variants.items()}
-    stem = {label: run(runners["split + stem"], f"hybrid stem [{label}]", path) for label, path in variants.items()}
+    base = {label: run(runners["split"], f"hybrid [{label}]", path, **today) for label, path in variants.items()}
+    stem = {label: run(runners["split + stem"], f"hybrid stem [{label}]", path, **today)
+            for label, path in variants.items()}
     with tempfile.TemporaryDirectory() as tmp:
-        header = {label: run(runners["split (default)"], f"hybrid header [{label}]",
-                             header_contexts(args.data, path, ds, Path(tmp) / f"header-{i}.jsonl"))
+        header = {label: run(runners["split"], f"hybrid header [{label}]",
+                             header_contexts(args.data, path, ds, Path(tmp) / f"header-{i}.jsonl"), **today)
                   for i, (label, path) in enumerate(variants.items())}
+    preset = LANGUAGE_DEFAULTS.get("code")
+    auto = {label: run(runners["split + stem"], f"hybrid auto stem [{label}]", path)
+            for label, path in variants.items()}
     fused: dict[tuple[str, float, float], dict[str, ConfigResult]] = {}
     for tok, (wd, c) in product(tokenizers, grid()):
         fused[(tok, wd, c)] = {label: run(runners[tok], f"rrf {tok} {wd} c={c} [{label}]", path,
@@ -164,8 +171,10 @@ def main() -> int:
             ("today: split identifiers, keep the whole, equal RRF c=60", base, "baseline"),
             ("+ chunk indexed with its enclosing definitions (header)", header, "no"),
             ("+ Snowball stemming (`bm25_stem`)", stem, "yes"),
-            (f"+ stemming and RRF [dense {wd}, bm25 {round(1 - wd, 2)}], c={c} (`code` preset)",
-             fused[chosen], "yes")]
+            (f"+ stemming and RRF [dense {wd}, bm25 {round(1 - wd, 2)}], c={c} for every query (the grid's choice)",
+             fused[chosen], "as the `code` preset"),
+            (f"+ stemming, the `code` preset ({_describe(preset)}) for code queries (`detect_kind`), `en`'s for the "
+             "rest: the default `hybrid` mode", auto, "yes")]
     for name, results, kept in rows:
         steps.rows.append([name, *[cell(results[label], p) for label in variants for p in (0, 1, None)],
                            round(float(np.median([results[label].query_ms_p50 for label in variants])), 2), kept])
@@ -176,13 +185,17 @@ def main() -> int:
         rows=[[tk, w, *[round(tuning_score(list(fused[(tk, w, cc)].values())), 2) for cc in CS]]
               for tk in tokenizers for w in DENSE_WEIGHTS])
     tables = [steps, grid_table]
+    code_queries = sum(detect_kind(q.text) == "code" for q in ds.queries)
     notes = [f"Chosen on the tuning half: tokenizer `{tok}`, RRF weights [dense {wd}, bm25 {round(1 - wd, 2)}], "
-             f"c={c}. English preset in the code when this ran: {LANGUAGE_DEFAULTS['en']!r}."]
-    stem_on = tok != "split (default)"
+             f"c={c}. Presets in the code when this ran: `code` {_describe(preset)}, `en` "
+             f"{_describe(LANGUAGE_DEFAULTS['en'])}; {code_queries} of the {len(ds.queries)} queries are code "
+             "queries by `ctxrag.text.detect_kind` (they name an identifier).",
+             "Baseline and lever rows use RRF [0.5, 0.5] c=60 (the English preset before this page) for every query; "
+             "the last row is the default `hybrid` mode as shipped, no options."]
     if args.drcd_articles:
-        tables.append(drcd_table(args.drcd_articles, args.drcd_sample, embeddings, base_settings, stem_on))
+        tables.append(drcd_table(args.drcd_articles, args.drcd_sample, embeddings, base_settings))
     if args.musique_questions:
-        tables.append(musique_table(args.musique_questions, embeddings, base_settings, stem_on, wd, c))
+        tables.append(musique_table(args.musique_questions, embeddings, base_settings))
     for t in tables:
         print(f"\n{t.caption}\n{t.columns}\n" + "\n".join(map(str, t.rows)))
     if not args.no_page:
@@ -209,21 +222,28 @@ FINDINGS = (
 )
 
 
+def _describe(preset: FusionPreset | None) -> str:
+    if preset is None:
+        return "none"
+    return f"{preset.mode.value} {list(preset.weights or ())} c={preset.c:g}"
+
+
 def _no_split_result(ds: EvalDataset, contexts: Path | None, embeddings: CachedQueries) -> ConfigResult:
     """`hybrid` over an index whose BM25 keeps identifiers whole (the tokenizer's ``split_identifiers=False``)."""
     from ctxrag.stores.bm25 import BM25ChunkIndex
 
-    runner = EvalRunner(ds, KS, embeddings=embeddings, progress=False)
+    runner = EvalRunner(ds, KS, settings=get_settings().model_copy(update={"bm25_stem": False}),
+                        embeddings=embeddings, progress=False)
     source = runner.source(ExperimentConfig(name="x", retrieval="hybrid", contexts_file=contexts))
     index = BM25ChunkIndex("mixed", split_identifiers=False)
     index.add(source._indexed())
     source._built["bm25"] = index
     source.seconds["bm25"] = 0.0
     label = "none" if contexts is None else contexts.stem
-    return run(runner, f"hybrid no-split [{label}]", contexts)
+    return run(runner, f"hybrid no-split [{label}]", contexts, weights=[0.5, 0.5], c=60)
 
 
-def drcd_table(articles: int, sample: int, embeddings: CachedQueries, settings: Settings, stem: bool) -> Table:
+def drcd_table(articles: int, sample: int, embeddings: CachedQueries, settings: Settings) -> Table:
     raw = json.loads(DRCD.read_text(encoding="utf-8-sig"))
     with tempfile.TemporaryDirectory() as tmp:
         sliced = Path(tmp) / DRCD.name
@@ -231,33 +251,32 @@ def drcd_table(articles: int, sample: int, embeddings: CachedQueries, settings: 
         ds = load_squad([sliced]).sample(sample, 0)
     table = Table(
         caption=f"Check, DRCD dev (Chinese, the `zh` preset; not tuned on): the first {articles} articles "
-                f"({len(ds.corpus)} paragraphs, {len(ds.queries)} questions, seed 0), `hybrid`, R@1 / R@5 / MRR@10 "
-                "in %",
-        columns=["BM25 tokenizer", "R@1", "R@5", "MRR@10", "ms/query p50"], rows=[])
-    for name, s in (("split (default)", settings), ("split + stem", settings.model_copy(update={"bm25_stem": True}))):
-        if name != "split (default)" and not stem:
-            continue
-        r = EvalRunner(ds, [1, 5, 10], settings=s, embeddings=embeddings, progress=False).run(
+                f"({len(ds.corpus)} paragraphs, {len(ds.queries)} questions, seed 0), default `hybrid` mode, "
+                "R@1 / R@5 / MRR@10 in %",
+        columns=["BM25", "R@1", "R@5", "MRR@10", "ms/query p50"], rows=[])
+    for name, stem in (("no stemming (before)", False), ("`bm25_stem` (Latin words stemmed, jieba unchanged)", True)):
+        r = EvalRunner(ds, [1, 5, 10], settings=settings.model_copy(update={"bm25_stem": stem}),
+                       embeddings=embeddings, progress=False).run(
             ExperimentConfig(name=f"hybrid [drcd, {name}]", retrieval="hybrid"))
         table.rows.append([name, round(100 * r.metrics["recall@1"], 2), round(100 * r.metrics["recall@5"], 2),
                            round(100 * r.metrics["mrr@10"], 2), round(r.query_ms_p50, 2)])
     return table
 
 
-def musique_table(questions: int, embeddings: CachedQueries, settings: Settings, stem: bool, wd: float,
-                  c: float) -> Table:
+def musique_table(questions: int, embeddings: CachedQueries, settings: Settings) -> Table:
     ds = load_dataset("musique", [MUSIQUE])
     ds = dataclasses.replace(ds, queries=ds.queries[:questions])
+    code = sum(detect_kind(q.text) == "code" for q in ds.queries)
     table = Table(
         caption=f"Check, MuSiQue ({len(ds.queries)} questions, {len(ds.corpus)} passages; English prose, not tuned "
-                "on): Recall@2 / Recall@5 in % of `hybrid` today and with the chosen setting",
+                f"on; {code} questions read as code queries): Recall@2 / Recall@5 in % of the `hybrid` mode",
         columns=["setting", "Recall@2", "Recall@5", "ms/query p50"], rows=[])
-    chosen = settings.model_copy(update={"bm25_stem": stem})
-    for name, s, cfg in (
-            ("today (equal RRF c=60, no stemming)", settings, {}),
-            ("chosen (stemming, RRF weights and c as above)", chosen, {"weights": [wd, round(1 - wd, 2)], "c": c})):
-        r = EvalRunner(ds, [2, 5], settings=s, embeddings=embeddings, progress=False).run(
-            ExperimentConfig(name=f"hybrid [musique, {name}]", retrieval="hybrid", **cfg))
+    for name, stem, options in (("before: no stemming, RRF [0.5, 0.5] c=60", False, {"weights": [0.5, 0.5], "c": 60}),
+                                ("`bm25_stem`, RRF [0.5, 0.5] c=60", True, {"weights": [0.5, 0.5], "c": 60}),
+                                ("`bm25_stem` and the presets (the default `hybrid` mode)", True, {})):
+        r = EvalRunner(ds, [2, 5], settings=settings.model_copy(update={"bm25_stem": stem}), embeddings=embeddings,
+                       progress=False).run(ExperimentConfig(name=f"hybrid [musique, {name}]", retrieval="hybrid",
+                                                            **options))
         table.rows.append([name, round(100 * r.metrics["recall@2"], 2), round(100 * r.metrics["recall@5"], 2),
                            round(r.query_ms_p50, 2)])
     return table

@@ -367,7 +367,24 @@ def test_language_defaults_pick_the_preset_of_the_query_language():
     # without by_language (or for a language it lacks) the retriever's own settings apply
     assert FusionRetriever(retrievers=[dense, bm25], mode="dbsf").preset_for("台湾").mode is FusionMode.DBSF
     assert FusionRetriever(retrievers=[dense, bm25], by_language={"zh": presets["zh"]}).preset_for("hi").weights is None
-    assert set(LANGUAGE_DEFAULTS) == {"zh", "en"}
+    assert set(LANGUAGE_DEFAULTS) == {"zh", "en", "code"}
+
+
+def test_a_code_query_takes_the_code_preset_or_else_the_english_one():
+    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionPreset
+
+    # dense ranks d1 first and b1 fifth, BM25 b1 first (an exact identifier match) and d1 fourth: equal RRF at c=60
+    # puts d1 first, the BM25-heavy code preset with its small c puts b1 first
+    dense = ListRetriever(docs=[chunk(c, 0.9 - i / 10) for i, c in enumerate(["d1", "x1", "x2", "x3", "b1"])],
+                          name="dense")
+    bm25 = ListRetriever(docs=[chunk(c, 12.0 - i) for i, c in enumerate(["b1", "y1", "y2", "d1"])], name="bm25")
+    hybrid = FusionRetriever(retrievers=[dense, bm25], by_language=dict(LANGUAGE_DEFAULTS))
+    assert hybrid.preset_for("What does the DiffExecutor do?") == LANGUAGE_DEFAULTS["code"]
+    assert hybrid.preset_for("What does the executor do?") == LANGUAGE_DEFAULTS["en"]
+    assert ids(hybrid.invoke("What does the DiffExecutor do?"))[0] == "b1"
+    assert ids(hybrid.invoke("What does the executor do?"))[0] == "d1"
+    en_only = FusionRetriever(retrievers=[dense, bm25], by_language={"en": FusionPreset(mode="dbsf")})
+    assert en_only.preset_for("What does run_target do?").mode is FusionMode.DBSF
 
 
 def test_chinese_default_keeps_a_confident_bm25_first_where_equal_rrf_flips_it():

@@ -34,7 +34,7 @@ from ctxrag.enums import ChoiceEnum
 from ctxrag.retrievers.base import CtxragRetriever, sub_call_kwargs
 from ctxrag.schema import SCORE, chunk_key
 from ctxrag.stores.filters import MetadataFilter
-from ctxrag.text import detect_language
+from ctxrag.text import detect_kind
 
 FUSION_SCORE = "fusion_score"
 FUSION_SOURCES = "fusion_sources"
@@ -79,9 +79,14 @@ LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
     # BM25's top hit is, so a confident BM25 win loses to a dense first place; relative-score fusion weighted towards
     # BM25 keeps that margin and lets dense break near-ties (docs/benchmarks/chinese_retrieval.md).
     "zh": FusionPreset(mode="relative_score", weights=(0.4, 0.6)),
+    # Code queries (they name an identifier): BM25's exact identifier matches count for more than the prose-trained
+    # embedding's guess, and a small c lets a chunk that both lists put near the top win clearly; weights and c
+    # chosen on half of the codebase set's queries and held out on the other half (docs/benchmarks/code_retrieval.md).
+    "code": FusionPreset(mode="rrf", weights=(0.4, 0.6), c=5),
 }
-"""Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen on the
-benchmark pages docs/benchmarks/chinese_retrieval.md and docs/benchmarks/contextual_retrieval.md."""
+"""Hybrid fusion per query kind (`ctxrag.text.detect_kind`: Chinese, code, English), weights as [dense, bm25];
+chosen on the benchmark pages docs/benchmarks/chinese_retrieval.md, docs/benchmarks/code_retrieval.md and
+docs/benchmarks/contextual_retrieval.md."""
 
 
 def _check_weights(weights: list[float] | None, n: int) -> list[float]:
@@ -240,8 +245,9 @@ class FusionRetriever(CtxragRetriever):
     k: int | None = Field(default=None, gt=0)  # type: ignore[assignment]
     """How many fused documents to return (None: all)."""
     by_language: dict[str, FusionPreset] | None = None
-    """When set, the query's language (``"zh"`` or ``"en"``, `ctxrag.text.detect_language`) picks mode, weights
-    and c from here (e.g. `LANGUAGE_DEFAULTS`); a language missing from it falls back to mode/weights/c."""
+    """When set, the query's kind (``"zh"``, ``"code"`` or ``"en"``, `ctxrag.text.detect_kind`) picks mode, weights
+    and c from here (e.g. `LANGUAGE_DEFAULTS`); a code query without a ``"code"`` entry takes ``"en"``'s, and a kind
+    missing from it falls back to mode/weights/c."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -265,7 +271,8 @@ class FusionRetriever(CtxragRetriever):
     def preset_for(self, query: str) -> FusionPreset:
         """The fusion setting used for `query`."""
         if self.by_language:
-            preset = self.by_language.get(detect_language(query))
+            kind = detect_kind(query)
+            preset = self.by_language.get(kind) or (self.by_language.get("en") if kind == "code" else None)
             if preset is not None:
                 return preset
         return FusionPreset(mode=self.mode, weights=tuple(self.weights) if self.weights else None, c=self.c)
