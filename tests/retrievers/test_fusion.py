@@ -367,19 +367,19 @@ def test_language_defaults_pick_the_preset_of_the_query_language():
     # without by_language (or for a language it lacks) the retriever's own settings apply
     assert FusionRetriever(retrievers=[dense, bm25], mode="dbsf").preset_for("台湾").mode is FusionMode.DBSF
     assert FusionRetriever(retrievers=[dense, bm25], by_language={"zh": presets["zh"]}).preset_for("hi").weights is None
-    assert set(LANGUAGE_DEFAULTS) == {"zh", "en", "code"}
+    assert set(LANGUAGE_DEFAULTS) == {"zh", "en"}
 
 
 def test_a_code_query_takes_the_code_preset_or_else_the_english_one():
-    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionPreset
+    from ctxrag.retrievers.fusion import CODE_PRESET, LANGUAGE_DEFAULTS, FusionPreset
 
     # dense ranks d1 first and b1 fifth, BM25 b1 first (an exact identifier match) and d1 fourth: equal RRF at c=60
     # puts d1 first, the BM25-heavy code preset with its small c puts b1 first
     dense = ListRetriever(docs=[chunk(c, 0.9 - i / 10) for i, c in enumerate(["d1", "x1", "x2", "x3", "b1"])],
                           name="dense")
     bm25 = ListRetriever(docs=[chunk(c, 12.0 - i) for i, c in enumerate(["b1", "y1", "y2", "d1"])], name="bm25")
-    hybrid = FusionRetriever(retrievers=[dense, bm25], by_language=dict(LANGUAGE_DEFAULTS))
-    assert hybrid.preset_for("What does the DiffExecutor do?") == LANGUAGE_DEFAULTS["code"]
+    hybrid = FusionRetriever(retrievers=[dense, bm25], by_language={**LANGUAGE_DEFAULTS, "code": CODE_PRESET})
+    assert hybrid.preset_for("What does the DiffExecutor do?") == CODE_PRESET
     assert hybrid.preset_for("What does the executor do?") == LANGUAGE_DEFAULTS["en"]
     assert ids(hybrid.invoke("What does the DiffExecutor do?"))[0] == "b1"
     assert ids(hybrid.invoke("What does the executor do?"))[0] == "d1"
@@ -414,7 +414,8 @@ def test_language_presets_are_checked_against_the_retriever_count():
 
 def test_make_retriever_hybrid_defaults_to_the_language_presets():
     from ctxrag.retrievers.factory import make_retriever
-    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
+    from ctxrag.retrievers.fusion import CODE_PRESET, LANGUAGE_DEFAULTS
+    from ctxrag.settings import Settings
 
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
@@ -442,5 +443,8 @@ def test_make_retriever_hybrid_defaults_to_the_language_presets():
 
     hybrid = make_retriever(KB(), mode="hybrid", k=5)
     assert hybrid.by_language == LANGUAGE_DEFAULTS
+    stemmed = KB()
+    stemmed.settings = Settings(bm25_stem=True)  # a knowledge base of code: stemmed BM25 and the code preset
+    assert make_retriever(stemmed, mode="hybrid", k=5).by_language == {**LANGUAGE_DEFAULTS, "code": CODE_PRESET}
     explicit = make_retriever(KB(), mode="hybrid", k=5, fusion="dbsf", weights=(0.3, 0.7))
     assert explicit.by_language is None and explicit.mode is FusionMode.DBSF and explicit.weights == [0.3, 0.7]

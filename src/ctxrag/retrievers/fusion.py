@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ctxrag.enums import ChoiceEnum
 from ctxrag.retrievers.base import CtxragRetriever, sub_call_kwargs
 from ctxrag.schema import SCORE, chunk_key
+from ctxrag.settings import Settings
 from ctxrag.stores.filters import MetadataFilter
 from ctxrag.text import detect_kind
 
@@ -79,14 +80,30 @@ LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
     # BM25's top hit is, so a confident BM25 win loses to a dense first place; relative-score fusion weighted towards
     # BM25 keeps that margin and lets dense break near-ties (docs/benchmarks/chinese_retrieval.md).
     "zh": FusionPreset(mode="relative_score", weights=(0.4, 0.6)),
-    # Code queries (they name an identifier): BM25's exact identifier matches count for more than the prose-trained
-    # embedding's guess, and a small c lets a chunk that both lists put near the top win clearly; weights and c
-    # chosen on half of the codebase set's queries and held out on the other half (docs/benchmarks/code_retrieval.md).
-    "code": FusionPreset(mode="rrf", weights=(0.4, 0.6), c=5),
 }
-"""Hybrid fusion per query kind (`ctxrag.text.detect_kind`: Chinese, code, English), weights as [dense, bm25];
-chosen on the benchmark pages docs/benchmarks/chinese_retrieval.md, docs/benchmarks/code_retrieval.md and
+"""Hybrid fusion per query language (`ctxrag.text.detect_kind`: Chinese or English; a code query takes English's),
+weights as [dense, bm25]; chosen on the benchmark pages docs/benchmarks/chinese_retrieval.md and
 docs/benchmarks/contextual_retrieval.md."""
+
+CODE_PRESET = FusionPreset(mode=FusionMode.RRF, weights=(0.4, 0.6), c=5)
+"""Fusion of a code query (one that names an identifier, `ctxrag.text.detect_kind`) over a stemmed BM25 index
+(``Settings.bm25_stem``): BM25's exact identifier matches count for more than the prose-trained embedding's guess,
+and a small c lets a chunk both lists put near the top win clearly. Chosen with stemming on half of a codebase set's
+queries and held out on the other half; without stemming it lost a held-out cell, so it comes with the setting
+(docs/benchmarks/code_retrieval.md)."""
+
+
+def fusion_presets(settings: Settings | None) -> dict[str, FusionPreset]:
+    """The presets ``fusion="auto"`` uses under `settings`: `LANGUAGE_DEFAULTS`, plus ``"code"`` (`CODE_PRESET`)
+    when the knowledge base's BM25 stems (``bm25_stem``).
+
+    >>> sorted(fusion_presets(None)), sorted(fusion_presets(Settings(bm25_stem=True)))
+    (['en', 'zh'], ['code', 'en', 'zh'])
+    """
+    presets = dict(LANGUAGE_DEFAULTS)
+    if settings is not None and settings.bm25_stem:
+        presets["code"] = CODE_PRESET
+    return presets
 
 
 def _check_weights(weights: list[float] | None, n: int) -> list[float]:
