@@ -232,6 +232,11 @@ FINDINGS = (
     "Not built, measured above: the enclosing-definition header (`enclosing_definitions` in the bench) lowers Pass@5 "
     "on the tuning half with both contexts variants and held out without contexts; the set carries no file paths "
     "to add. Not splitting identifiers wins some held-out cells but loses every cell of the tuning half.",
+    "Tried in an analysis outside this command, on the same vectors and RRF: what the embedding sees. The e5 "
+    "tokenizer cuts `DiffExecutor` into `▁Diff`, `Execut`, `or` and `differential executor` into other pieces; "
+    "embedding queries and chunks with their identifiers split into words (`Diff Executor`, `run target`) lowered "
+    "hybrid's Pass@10 on the tuning half with and without contexts, and its held-out Pass@5 with DeepSeek's "
+    "contexts; not built.",
 )
 
 
