@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxrag.text import count_cjk, detect_language, estimate_tokens, is_traditional_chinese
+from ctxrag.text import count_cjk, detect_kind, detect_language, estimate_tokens, is_traditional_chinese
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,24 @@ from ctxrag.text import count_cjk, detect_language, estimate_tokens, is_traditio
 )
 def test_detect_language(text: str, lang: str) -> None:
     assert detect_language(text) == lang
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("What is the purpose of the DiffExecutor struct?", "code"),
+        ("How do I create a new `OomObserver`?", "code"),
+        ("What happens in the run_target method?", "code"),
+        ("What do SIGNALS_PTR and std::mem hold?", "code"),
+        ("When is setup() called?", "code"),
+        ("How does the harness closure work?", "en"),
+        ("Who founded the city where the U.S. Open is held in 2019?", "en"),
+        ("", "en"),
+        ("DiffExecutor 是做什么的？", "zh"),
+    ],
+)
+def test_detect_kind(text: str, kind: str) -> None:
+    assert detect_kind(text) == kind
 
 
 def test_estimate_tokens() -> None:

@@ -185,6 +185,12 @@ class Settings(BaseSettings):
     (title > heading path), ``...+header`` both; ``auto`` (default) ``header`` for Chinese documents and ``document``
     for the others, as docs/benchmarks/golden_chunks.md and golden_chunks_chinese.md measured. ``language``
     overrides the detection."""
+    bm25_stem: bool = False
+    """Stem English words (Snowball) in the BM25 index and its queries (Chinese goes through jieba unchanged), and fuse
+    code queries in ``hybrid`` with `ctxrag.retrievers.fusion.CODE_PRESET`: for a knowledge base of code. The index
+    reads it when a knowledge base writes its first BM25 segment; later segments keep the tokenizer the first was
+    built with. Off by default: it lifts a codebase set but lowered English prose recall
+    (docs/benchmarks/code_retrieval.md)."""
     graph: bool = False
     """Keep a Graph RAG index (entities, relations, passages) at ingest; triplets are extracted by the chat model."""
     graph_rerank: Literal["ppr", "path", "embedding", "llm"] = "ppr"

@@ -1,9 +1,11 @@
-"""Tiny text helpers shared by several stages: language detection, a cheap token estimate and an extractive summary.
+"""Tiny text helpers shared by several stages: language and query-kind detection, a cheap token estimate and an
+extractive summary.
 
 Example::
 
-    from ctxrag.text import detect_language, estimate_tokens, extractive_summary
+    from ctxrag.text import detect_kind, detect_language, estimate_tokens, extractive_summary
     detect_language("使用 LangChain 构建检索增强生成系统")  # 'zh'
+    detect_kind("What does DiffExecutor do?")  # 'code'
     estimate_tokens("hello world")  # 3
     extractive_summary("端口", "# 端口\n默认端口是 7420。可以在配置中修改。")  # '端口: 默认端口是 7420。可以在配置中修改。'
 """
@@ -36,6 +38,25 @@ def detect_language(text: str) -> Literal["zh", "en"]:
     sample = text[:_SAMPLE_CHARS]
     cjk = count_cjk(sample)
     return "zh" if cjk > 0 and cjk >= len(_LATIN_WORD.findall(sample)) else "en"
+
+
+# a name as code writes it: `backticked`, camelCase / PascalCase with an inner capital, snake_case, a::path, call()
+_CODE_NAME = re.compile(r"`[^`\n]+`|\b[a-z]+[A-Z]\w*|\b[A-Z][a-z0-9]+[A-Z]\w*|\b[A-Za-z][A-Za-z0-9]*_\w+|\w+::\w+"
+                        r"|\b\w+\(\)")
+
+
+def detect_kind(text: str) -> Literal["zh", "code", "en"]:
+    """'zh' when `detect_language` says so; else 'code' when the text names something as code does (a backticked
+    span, ``camelCase``, ``PascalCase`` with an inner capital, ``snake_case``, ``a::path``, ``call()``); else 'en'.
+
+    >>> detect_kind("What does the `run_target` method do?"), detect_kind("Who founded the city?")
+    ('code', 'en')
+    >>> detect_kind("DiffExecutor 是做什么的？")
+    'zh'
+    """
+    if detect_language(text) == "zh":
+        return "zh"
+    return "code" if _CODE_NAME.search(text[:_SAMPLE_CHARS]) else "en"
 
 
 def estimate_tokens(text: str, chars_per_token: float = 4.0) -> int:

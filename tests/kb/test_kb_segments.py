@@ -285,3 +285,34 @@ def test_a_segment_list_names_its_generation_and_a_list_of_another_is_refused(tm
     index = SegmentedKeywordIndex("bm25", BM25ChunkIndex, BM25ChunkIndex.load, kb_name="stamp")
     with pytest.raises(IndexCorruptError, match=rf"segments\.json.*generation {gen - 1}.*gen-{gen:06d}"):
         index.load_set(listing.parent)
+
+
+def test_bm25_stem_is_read_when_the_first_segment_is_written(tmp_path: Path) -> None:
+    """``bm25_stem=True`` makes the knowledge base's BM25 match word forms ("indexes" finds "indexing"); a later
+    session with the setting off adds documents tokenized the same way, so old and new documents still match."""
+    def settings(stem: bool) -> Settings:
+        return _settings(tmp_path / "home").model_copy(update={"bm25_stem": stem, "contextualize": False})
+
+    def bm25_hits(kb: KnowledgeBase, query: str) -> set[str]:
+        return {Path(d.metadata["source"]).name for d in kb.search(query, k=4, mode="bm25") if d.metadata["score"] > 0}
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (first / "a.md").write_text("# A\n\nNotes on indexing the tables.\n", encoding="utf-8")
+    (second / "b.md").write_text("# B\n\nTwo indexes of rows.\n", encoding="utf-8")
+    for folder, words in ((first, WORDS[:3]), (second, WORDS[3:5])):  # other documents, so the terms weigh > 0
+        for word in words:
+            (folder / f"{word}.md").write_text(f"# {word}\n\nA note about {word}.\n", encoding="utf-8")
+    plain = KnowledgeBase.open("plain", settings(False))
+    plain.ingest([first], progress=False)
+    assert bm25_hits(plain, "indexes") == set()
+    plain.close()
+    kb = KnowledgeBase.open("stemmed", settings(True))
+    kb.ingest([first], progress=False)
+    assert bm25_hits(kb, "indexes") == {"a.md"}
+    kb.close()
+    kb = KnowledgeBase.open("stemmed", settings(False))
+    kb.ingest([second], progress=False)
+    assert bm25_hits(kb, "indexing") == {"a.md", "b.md"}
+    kb.close()

@@ -370,6 +370,23 @@ def test_language_defaults_pick_the_preset_of_the_query_language():
     assert set(LANGUAGE_DEFAULTS) == {"zh", "en"}
 
 
+def test_a_code_query_takes_the_code_preset_or_else_the_english_one():
+    from ctxrag.retrievers.fusion import CODE_PRESET, LANGUAGE_DEFAULTS, FusionPreset
+
+    # dense ranks d1 first and b1 fifth, BM25 b1 first (an exact identifier match) and d1 fourth: equal RRF at c=60
+    # puts d1 first, the BM25-heavy code preset with its small c puts b1 first
+    dense = ListRetriever(docs=[chunk(c, 0.9 - i / 10) for i, c in enumerate(["d1", "x1", "x2", "x3", "b1"])],
+                          name="dense")
+    bm25 = ListRetriever(docs=[chunk(c, 12.0 - i) for i, c in enumerate(["b1", "y1", "y2", "d1"])], name="bm25")
+    hybrid = FusionRetriever(retrievers=[dense, bm25], by_language={**LANGUAGE_DEFAULTS, "code": CODE_PRESET})
+    assert hybrid.preset_for("What does the DiffExecutor do?") == CODE_PRESET
+    assert hybrid.preset_for("What does the executor do?") == LANGUAGE_DEFAULTS["en"]
+    assert ids(hybrid.invoke("What does the DiffExecutor do?"))[0] == "b1"
+    assert ids(hybrid.invoke("What does the executor do?"))[0] == "d1"
+    en_only = FusionRetriever(retrievers=[dense, bm25], by_language={"en": FusionPreset(mode="dbsf")})
+    assert en_only.preset_for("What does run_target do?").mode is FusionMode.DBSF
+
+
 def test_chinese_default_keeps_a_confident_bm25_first_where_equal_rrf_flips_it():
     """The measured failure of equal-weight RRF on Chinese (docs/chinese_retrieval.md): BM25 is sure of its top
     hit, dense ranks it third; RRF 0.5/0.5 puts dense's first instead, the zh default keeps BM25's."""
@@ -397,7 +414,8 @@ def test_language_presets_are_checked_against_the_retriever_count():
 
 def test_make_retriever_hybrid_defaults_to_the_language_presets():
     from ctxrag.retrievers.factory import make_retriever
-    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS
+    from ctxrag.retrievers.fusion import CODE_PRESET, LANGUAGE_DEFAULTS
+    from ctxrag.settings import Settings
 
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
@@ -425,5 +443,8 @@ def test_make_retriever_hybrid_defaults_to_the_language_presets():
 
     hybrid = make_retriever(KB(), mode="hybrid", k=5)
     assert hybrid.by_language == LANGUAGE_DEFAULTS
+    stemmed = KB()
+    stemmed.settings = Settings(bm25_stem=True)  # a knowledge base of code: stemmed BM25 and the code preset
+    assert make_retriever(stemmed, mode="hybrid", k=5).by_language == {**LANGUAGE_DEFAULTS, "code": CODE_PRESET}
     explicit = make_retriever(KB(), mode="hybrid", k=5, fusion="dbsf", weights=(0.3, 0.7))
     assert explicit.by_language is None and explicit.mode is FusionMode.DBSF and explicit.weights == [0.3, 0.7]

@@ -248,6 +248,6 @@ class CorpusSource:
         return index
 
     def _build_bm25(self) -> BM25ChunkIndex:
-        index = BM25ChunkIndex()
+        index = BM25ChunkIndex("mixed", stem=self.settings.bm25_stem)  # what a knowledge base's registry makes
         index.add(self._indexed())
         return index

@@ -33,8 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ctxrag.enums import ChoiceEnum
 from ctxrag.retrievers.base import CtxragRetriever, sub_call_kwargs
 from ctxrag.schema import SCORE, chunk_key
+from ctxrag.settings import Settings
 from ctxrag.stores.filters import MetadataFilter
-from ctxrag.text import detect_language
+from ctxrag.text import detect_kind
 
 FUSION_SCORE = "fusion_score"
 FUSION_SOURCES = "fusion_sources"
@@ -80,8 +81,29 @@ LANGUAGE_DEFAULTS: dict[str, FusionPreset] = {
     # BM25 keeps that margin and lets dense break near-ties (docs/benchmarks/chinese_retrieval.md).
     "zh": FusionPreset(mode="relative_score", weights=(0.4, 0.6)),
 }
-"""Hybrid fusion per query language (`ctxrag.text.detect_language`), weights as [dense, bm25]; chosen on the
-benchmark pages docs/benchmarks/chinese_retrieval.md and docs/benchmarks/contextual_retrieval.md."""
+"""Hybrid fusion per query language (`ctxrag.text.detect_kind`: Chinese or English; a code query takes English's),
+weights as [dense, bm25]; chosen on the benchmark pages docs/benchmarks/chinese_retrieval.md and
+docs/benchmarks/contextual_retrieval.md."""
+
+CODE_PRESET = FusionPreset(mode=FusionMode.RRF, weights=(0.4, 0.6), c=5)
+"""Fusion of a code query (one that names an identifier, `ctxrag.text.detect_kind`) over a stemmed BM25 index
+(``Settings.bm25_stem``): BM25's exact identifier matches count for more than the prose-trained embedding's guess,
+and a small c lets a chunk both lists put near the top win clearly. Chosen with stemming on half of a codebase set's
+queries and held out on the other half; without stemming it lost a held-out cell, so it comes with the setting
+(docs/benchmarks/code_retrieval.md)."""
+
+
+def fusion_presets(settings: Settings | None) -> dict[str, FusionPreset]:
+    """The presets ``fusion="auto"`` uses under `settings`: `LANGUAGE_DEFAULTS`, plus ``"code"`` (`CODE_PRESET`)
+    when the knowledge base's BM25 stems (``bm25_stem``).
+
+    >>> sorted(fusion_presets(None)), sorted(fusion_presets(Settings(bm25_stem=True)))
+    (['en', 'zh'], ['code', 'en', 'zh'])
+    """
+    presets = dict(LANGUAGE_DEFAULTS)
+    if settings is not None and settings.bm25_stem:
+        presets["code"] = CODE_PRESET
+    return presets
 
 
 def _check_weights(weights: list[float] | None, n: int) -> list[float]:
@@ -240,8 +262,9 @@ class FusionRetriever(CtxragRetriever):
     k: int | None = Field(default=None, gt=0)  # type: ignore[assignment]
     """How many fused documents to return (None: all)."""
     by_language: dict[str, FusionPreset] | None = None
-    """When set, the query's language (``"zh"`` or ``"en"``, `ctxrag.text.detect_language`) picks mode, weights
-    and c from here (e.g. `LANGUAGE_DEFAULTS`); a language missing from it falls back to mode/weights/c."""
+    """When set, the query's kind (``"zh"``, ``"code"`` or ``"en"``, `ctxrag.text.detect_kind`) picks mode, weights
+    and c from here (e.g. `LANGUAGE_DEFAULTS`); a code query without a ``"code"`` entry takes ``"en"``'s, and a kind
+    missing from it falls back to mode/weights/c."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -265,7 +288,8 @@ class FusionRetriever(CtxragRetriever):
     def preset_for(self, query: str) -> FusionPreset:
         """The fusion setting used for `query`."""
         if self.by_language:
-            preset = self.by_language.get(detect_language(query))
+            kind = detect_kind(query)
+            preset = self.by_language.get(kind) or (self.by_language.get("en") if kind == "code" else None)
             if preset is not None:
                 return preset
         return FusionPreset(mode=self.mode, weights=tuple(self.weights) if self.weights else None, c=self.c)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover - the CLI reads the table for its help: th
     from ctxrag.retrievers.dense import DenseRetriever
     from ctxrag.retrievers.fusion import FusionRetriever
     from ctxrag.retrievers.kb_bm25 import KBBM25Retriever
+    from ctxrag.settings import Settings
     from ctxrag.stores.protocols import KnowledgeSource
 
 log = logging.getLogger(__name__)
@@ -103,22 +104,23 @@ def bm25_retriever(kb: KnowledgeSource, **kwargs: Any) -> KBBM25Retriever:
 
 def fusion_retriever(retrievers: Sequence[BaseRetriever], *, k: int, fusion: str = "auto",
                      weights: Sequence[float] | None = None, c: float = 60, filter: Any = None,
-                     name: str = "hybrid") -> FusionRetriever:
+                     name: str = "hybrid", settings: Settings | None = None) -> FusionRetriever:
     """The hybrid stage over ranked `retrievers` ([dense, bm25]), as the ``hybrid`` mode and the evaluation build it.
 
-    ``fusion="auto"`` without `weights` takes mode, weights and c per query language from `LANGUAGE_DEFAULTS`;
-    otherwise `fusion` names the mode (``"rrf"``, ``"relative_score"``, ``"dbsf"``) and `weights` default to equal.
+    ``fusion="auto"`` without `weights` takes mode, weights and c per query kind from `fusion_presets(settings)`
+    (`LANGUAGE_DEFAULTS`, and the code preset when ``settings.bm25_stem``); otherwise `fusion` names the mode
+    (``"rrf"``, ``"relative_score"``, ``"dbsf"``) and `weights` default to equal.
 
     Example: ``fusion_retriever([dense, bm25], k=10)`` fuses by the query's language defaults.
     """
-    from ctxrag.retrievers.fusion import LANGUAGE_DEFAULTS, FusionRetriever
+    from ctxrag.retrievers.fusion import FusionRetriever, fusion_presets
 
     parts = list(retrievers)
     auto = fusion == "auto"
     return FusionRetriever(
         retrievers=parts, weights=list(weights) if weights is not None else [1.0 / len(parts)] * len(parts),
         mode="rrf" if auto else fusion, c=c, k=k, filter=filter, name=name,
-        by_language=dict(LANGUAGE_DEFAULTS) if auto and weights is None else None,
+        by_language=fusion_presets(settings) if auto and weights is None else None,
     )
 
 
@@ -146,7 +148,7 @@ def build_hybrid(kb: KnowledgeSource, o: ModeOptions) -> FusionRetriever:
     # each side contributes a deeper list than k so fusion has overlap to work with
     depth = max(o.k, 2 * o.k if o.k < 50 else o.k)
     return fusion_retriever([build_dense(kb, replace(o, k=depth)), bm25.model_copy(update={"k": depth})], k=o.k,
-                            fusion=o.fusion, weights=o.weights, c=o.c, filter=o.filter)
+                            fusion=o.fusion, weights=o.weights, c=o.c, filter=o.filter, settings=kb.settings)
 
 
 def build_graph(kb: KnowledgeSource, o: ModeOptions) -> BaseRetriever:

@@ -72,8 +72,9 @@ def index_factories(setup: IndexSetup | None = None) -> IndexFactories:
     except ImportError:  # pragma: no cover - bm25 ships with ctxrag; guard for partial installs
         pass
     else:
-        factories["bm25"] = segmented("bm25", SegmentedKeywordIndex, BM25ChunkIndex, BM25ChunkIndex.load,
-                                      setup.kb_name if setup is not None else "NAME")
+        stem = setup is not None and setup.settings.bm25_stem
+        factories["bm25"] = segmented("bm25", SegmentedKeywordIndex, lambda: BM25ChunkIndex("mixed", stem=stem),
+                                      BM25ChunkIndex.load, setup.kb_name if setup is not None else "NAME")
     if setup is not None and setup.settings.graph:
         factories["graph"] = _graph_factories(setup)
     return factories

@@ -345,3 +345,25 @@ def test_sealed_bm25_segment_is_one_postings_block_with_the_same_results(tmp_pat
         for result in (got, seg.search(q, k), loaded.search(q, k)):  # type: ignore[attr-defined]
             assert [c for c, _ in result] == [c for c, _ in want], q
             assert np.allclose([s for _, s in result], [s for _, s in want], rtol=1e-12, atol=1e-12), q
+
+
+def test_bm25_segments_and_merges_keep_the_tokenizer_of_the_oldest_segment(tmp_path: Path) -> None:
+    """Queries go through the oldest segment's tokenizer, so a segment added after `make` changed (``bm25_stem``
+    turned off for a knowledge base built with it) and a merge of segments tokenize as the oldest one does."""
+    stem = {"on": True}
+    seg: SegmentedIndex = SegmentedKeywordIndex(
+        "bm25", lambda: BM25ChunkIndex("english", stem=stem["on"]), lambda d: BM25ChunkIndex.load(d))
+    gens = GenerationStore(tmp_path, "t")
+    seg.add([IndexedChunk("a:0", "a", "indexing the tables", "indexing the tables")])
+    with gens.write_lock():
+        gens.write(1, {"bm25": seg})
+    seg = SegmentedKeywordIndex("bm25", seg._make, seg._load_segment).load_set(gens.gen_dir(1) / "bm25")
+    stem["on"] = False
+    seg.add([IndexedChunk("b:0", "b", "two indexes of rows", "two indexes of rows")])
+    assert {c for c, _ in seg.search("indexing", 5)} == {"a:0", "b:0"}  # type: ignore[attr-defined]
+    seg.merge_all()
+    with gens.write_lock():
+        gens.write(2, {"bm25": seg})
+    merged = SegmentedKeywordIndex("bm25", seg._make, seg._load_segment).load_set(gens.gen_dir(2) / "bm25")
+    assert len(merged.sealed) == 1
+    assert {c for c, _ in merged.search("indexing", 5)} == {"a:0", "b:0"}  # type: ignore[attr-defined]

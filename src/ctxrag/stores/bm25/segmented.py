@@ -48,6 +48,18 @@ class SegmentedKeywordIndex(SegmentedIndex):
         self._global_idf = np.zeros(0)
         self._lock = threading.Lock()
 
+    def _new_segment(self) -> BM25ChunkIndex:
+        return self._like(self.sealed[0].index if self.sealed else None)
+
+    def _like(self, first: ChunkIndex | None) -> BM25ChunkIndex:
+        """An empty index tokenizing as `first` (the oldest segment) does: queries go through the first segment's
+        tokenizer, so a knowledge base keeps the tokenizer it was first built with (``bm25_stem`` changed later
+        does not mix two in one index)."""
+        fresh = cast(BM25ChunkIndex, self._make())
+        if first is not None:
+            fresh.index.tokenizer = cast(BM25ChunkIndex, first).index.tokenizer
+        return fresh
+
     def _indexes(self) -> list[BM25Index]:
         return [cast(BM25ChunkIndex, index).index for index, _ in self.parts()]
 
@@ -144,7 +156,7 @@ class SegmentedKeywordIndex(SegmentedIndex):
         tokens = [t for t, i in vocab.items() if used[i]]
         matrix = sp.csr_matrix((np.concatenate(tfs) if tfs else np.zeros(0), (np.concatenate(rows) if rows else col,
                                 renumber[col])), shape=(offset, len(tokens)))
-        base = self._make()
-        merged = cast(BM25ChunkIndex, base).index.with_postings(
+        base = self._like(parts[0][0] if parts else None)
+        merged = base.index.with_postings(
             matrix, np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64), ids, tokens)
         return BM25ChunkIndex.from_index(merged)

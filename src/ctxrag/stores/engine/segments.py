@@ -186,9 +186,13 @@ class SegmentedIndex:
             return
         self._tombstone([c.chunk_id for c in chunks])
         if self.fresh is None:
-            self.fresh = self._make()
+            self.fresh = self._new_segment()
         self.fresh.add(chunks)
         self.version += 1
+
+    def _new_segment(self) -> ChunkIndex:
+        """An empty segment for this write's adds (the kind may match it to the sealed ones)."""
+        return self._make()
 
     def delete(self, chunk_ids: list[str]) -> None:
         if self.fresh is not None:
