@@ -9,16 +9,16 @@ this process fails at teardown; the run ends with the list of chat model loads (
 whole run, ``$CTXRAG_TEST_MODEL_LOADS`` when set), per in-process model the test files that decoded on it (a load
 names only the first), and the number of processes the tests started.
 
-One run, several processes: the run's controller (the only pytest process, or pytest-xdist's controller) makes a run
-folder (``$CTXRAG_TEST_RUN_DIR``) that its workers inherit; the one ``llama_cpp.server`` of the run lives there
-(`ctxrag.testing.shared_server`), started by the first worker that needs it and stopped by the controller at the
-end. The server sits behind the run's reply cache (`ctxrag.testing.reply_cache`): deterministic requests
-(temperature 0 or a fixed seed) are answered from ``tests/llm_replies`` when recorded, decoded and recorded when
-not (``CTXRAG_TEST_LLM_CACHE``: ``on``, ``record``, ``replay-only``, ``off``); the model loads only on the first
-request it must decode; the summary counts replays and decodes, and ``CTXRAG_TEST_LLM_USED=<file>`` keeps the used
-keys for ``python -m ctxrag.testing.reply_cache prune --used <file> tests/llm_replies``. The ``llm`` tests share
-one xdist group (``llm-in-process``: one worker, one in-process load); tests of a Milvus standalone share another
-(one embedded etcd per machine).
+One run, several processes (one OpenMP thread each, ``$OMP_THREAD_LIMIT``, unless the shell sets it): the run's
+controller (the only pytest process, or pytest-xdist's controller) makes a run folder (``$CTXRAG_TEST_RUN_DIR``)
+that its workers inherit; the one ``llama_cpp.server`` of the run lives there (`ctxrag.testing.shared_server`),
+started by the first worker that needs it and stopped by the controller at the end. The server sits behind the run's
+reply cache (`ctxrag.testing.reply_cache`): deterministic requests (temperature 0 or a fixed seed) are answered from
+``tests/llm_replies`` when recorded, decoded and recorded when not (``CTXRAG_TEST_LLM_CACHE``: ``on``, ``record``,
+``replay-only``, ``off``); the model loads only on the first request it must decode; the summary counts replays and
+decodes, and ``CTXRAG_TEST_LLM_USED=<file>`` keeps the used keys for ``python -m ctxrag.testing.reply_cache prune
+--used <file> tests/llm_replies``. The ``llm`` tests share one xdist group (``llm-in-process``: one worker, one
+in-process load); tests of a Milvus standalone share another (one embedded etcd per machine).
 
 Local LLM: the default GGUF (Qwen2.5-Coder-1.5B, ``ctxrag.models.gguf.DEFAULT_LOCAL_MODEL``) is assembled ONCE into
 the product's shared models cache, ``$CTXRAG_MODELS_CACHE`` or ``~/.cache/ctxrag/models`` (1.1 GB, seconds the first
@@ -128,6 +128,9 @@ MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_
 IN_PROCESS_GROUP = "llm-in-process"
 MILVUS_GROUP = "milvus-standalone"
 RUN_DIR_ENV, OWNER_ENV, LOADS_ENV = "CTXRAG_TEST_RUN_DIR", "CTXRAG_TEST_RUN_OWNER", "CTXRAG_TEST_MODEL_LOADS"
+OMP_THREADS_ENV = "OMP_THREAD_LIMIT"
+"""OpenMP's cap on a process's threads (llama.cpp's CPU backend and FAISS use OpenMP); set for the run unless the
+shell sets it."""
 USED_ENV = "CTXRAG_TEST_LLM_USED"
 REPLIES_DIR = Path(__file__).resolve().parent / "llm_replies"
 """The recorded replies of the run's model server (`ctxrag.testing.reply_cache`), committed with the tests."""
@@ -176,6 +179,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if _is_controller(config):
         os.environ[RUN_DIR_ENV] = tempfile.mkdtemp(prefix="ctxrag-test-run-")
         os.environ[OWNER_ENV] = str(os.getpid())
+        # one OpenMP thread per process (workers, model server, warm process, CLI runs inherit it): llama.cpp reads
+        # a prompt on every logical CPU by default, and with both cores taken by the two workers its second thread
+        # spins at a barrier waiting for a core, which costs CPU and wall on every prompt (docs/testing.md)
+        os.environ.setdefault(OMP_THREADS_ENV, "1")
     _RUN.update({k: os.environ[k] for k in (RUN_DIR_ENV, OWNER_ENV, LOADS_ENV, CACHE_ENV, USED_ENV)
                  if os.environ.get(k)})
     CacheMode.from_str(_RUN.get(CACHE_ENV))  # a wrong value fails the run at once, naming it
