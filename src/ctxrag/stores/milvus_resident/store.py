@@ -147,6 +147,7 @@ class MilvusResidentStore:
         self.chunks_name, self.docs_name = cols.collection_names(kb_name)
         self.staging_name = cols.staging_name(kb_name)
         self.writers_name = cols.writers_name(kb_name)
+        self._writers_ready = False
         self._staging_bm25: bool | None = None
         """Whether the staging collection has BM25 (None: not looked at yet, or not there)."""
         self._client, self._finalizer = connect(self, self.uri, token)
@@ -350,11 +351,15 @@ class MilvusResidentStore:
             yield writer
 
     def _ensure_writers(self) -> None:
+        """The writers collection, made and loaded once per store (every write of an ingest beats into it)."""
         with self._create_lock:
+            if self._writers_ready:
+                return
             if not self._client.has_collection(self.writers_name):
                 schema, index = cols.writers_schema(self._client)
                 self._create(self.writers_name, schema, index)
             self._client.load_collection(self.writers_name)
+            self._writers_ready = True
 
     def _beat(self, writer: dict[str, Any], at: float) -> None:
         self._client.upsert(self.writers_name, [cols.heartbeat_row(writer, at)])
@@ -634,6 +639,7 @@ class MilvusResidentStore:
             if self._client.has_collection(name):
                 self._client.drop_collection(name)
         self.dim = None
+        self._writers_ready = False
 
     def close(self) -> None:
         self._finalizer()
