@@ -175,6 +175,10 @@ class Settings(BaseSettings):
     ``milvus`` (Milvus's jieba analyzer over the OpenCC-simplified text). Fixed when the collection is created."""
     milvus_read_consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = "Strong"
     """``store=milvus``: consistency level of searches and reads (writes are always Strong)."""
+    milvus_writer_grace_s: float = Field(default=600.0, gt=0)
+    """``store=milvus``: how long a write on another host may go without a heartbeat before ``kb check`` / ``kb
+    repair`` take its writer as dead (a writer beats several times per period while it writes; on the same host
+    the writer's process is probed instead, whatever the write's age)."""
     contextualize: bool = True
     """Give chunks a context at ingest (contextual retrieval), written as `context_strategy` says. On by default for
     `ctxrag ingest` (why: docs/benchmarks/golden_chunks.md); ``CTXRAG_CONTEXTUALIZE=false`` or ``--no-contextualize``

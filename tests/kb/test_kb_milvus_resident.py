@@ -249,10 +249,13 @@ def test_a_replace_killed_after_staging_is_finished_from_the_staged_copy(tmp_pat
 
 
 _STOP_AT = """
-import os, signal, sys, time
+import os, signal, socket, sys, time
 from pathlib import Path
 from pymilvus import MilvusClient
 folder, moment, how = sys.argv[1], sys.argv[2], sys.argv[3]
+host, command = (sys.argv[4], sys.argv[5:]) if len(sys.argv) > 4 else ("", ["ingest", folder, "--kb", "%s"])
+if host:  # this process plays a node on another host: it names itself so
+    socket.gethostname = lambda: host
 upsert, delete, swapped = MilvusClient.upsert, MilvusClient.delete, []
 
 def stop():  # kill -9 this process, or (how = a folder) say so there and wait until the test lets it go on
@@ -286,7 +289,7 @@ def patched_delete(self, collection_name, *args, **kwargs):
 
 MilvusClient.upsert, MilvusClient.delete = patched_upsert, patched_delete
 from ctxrag.cli.main import app
-app(["ingest", folder, "--kb", "%s"])
+app(command)
 """ % KB
 
 N_REVISED = 30
@@ -464,5 +467,87 @@ def test_a_new_document_half_written_by_another_process_is_in_flight_while_it_ru
         assert proc.returncode == 0, out + err
     version, n, staged = _whole(tmp_path, milvus)
     assert (version, staged) == ("revised", 0) and n == 50, n
+    r = _run(env, "kb", "check", KB)
+    assert r.returncode == 0 and "in flight" not in r.stdout, r.stdout + r.stderr
+
+
+WRITER_GRACE_S = 3.0
+"""The writer grace period of the long-write test (``CTXRAG_MILVUS_WRITER_GRACE_S``): short, so the test outlives it."""
+
+
+def _revised_import(path: Path, pages: int = 2, per_page: int = 10) -> Path:
+    """A `ctxrag import` JSONL of `pages` new documents (their text says "revised", where `_STOP_AT` stops)."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(pages * per_page):
+            f.write(json.dumps({"text": f"Record {i} of the revised page {i // per_page}.", "source":
+                                f"wiki://{i // per_page}", "vector": rng.normal(size=64).tolist()}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("host", ["this", "another"])
+def test_a_bulk_import_running_longer_than_the_writer_grace_is_in_flight_while_its_writer_lives(
+        tmp_path: Path, milvus: str, host: str) -> None:
+    """Issue #43, fourth pass, still open: one `ctxrag import` batch (two new documents) stops after its first chunk
+    rows, alive, and stays so for twice the writer grace period. Its writer on this host (probed by process) or on
+    another (its heartbeat, beaten while the import runs): `kb check` exits 0 listing the documents in flight with
+    the writer running, `kb repair` leaves them alone. This host's writer let go finishes both documents whole;
+    the other host's writer killed -9 stops beating, so after the grace period opening the knowledge base (`kb
+    check`) drops the two half-written documents, `kb repair` its heartbeat, and the next import adds them. Before: a write older than the grace
+    period was taken as dead whatever its writer did, so check called a live import damage and repair deleted its
+    documents under it."""
+    import json
+    import socket
+
+    env = {**process_env(tmp_path / "home", "milvus", milvus), "CTXRAG_MILVUS_WRITER_GRACE_S": str(WRITER_GRACE_S)}
+    path = _revised_import(tmp_path / "chunks.jsonl")
+    node = "" if host == "this" else "node-b.elsewhere"
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", _STOP_AT, str(path), "adding", str(gate), node,
+                             "import", str(path), "--kb", KB, "--json"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_paused(gate, proc)
+        time.sleep(2 * WRITER_GRACE_S)  # the write is now older than the grace period; its writer still runs
+        r = _run(env, "kb", "check", KB)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "in flight (a writer still running, not damage): " in r.stdout and "wiki://1" in r.stdout, r.stdout
+        assert f"writer pid {proc.pid} on {node or socket.gethostname()} running" in r.stdout, r.stdout
+        r = _run(env, "kb", "repair", KB)
+        assert r.returncode == 0 and "left alone, its writer is still running" in r.stdout, r.stdout + r.stderr
+        assert "dropped 0 half-written" in r.stdout, r.stdout
+        if host == "another":  # the other node dies: its heartbeat stops and ages out
+            proc.kill()
+            proc.communicate(timeout=HANG_GUARD_S)
+            time.sleep(2 * WRITER_GRACE_S)
+            r = _run(env, "kb", "check", KB)  # opening settles writes whose writer is gone for the grace period
+            assert "dropped 2 half-written documents" in r.stderr and "in flight" not in r.stdout, r.stdout + r.stderr
+            assert r.returncode == 0 and "0 documents" in r.stdout, r.stdout + r.stderr
+            r = _run(env, "kb", "repair", KB)
+            assert r.returncode == 0, r.stdout + r.stderr
+            kb = _milvus_kb(tmp_path, milvus, "reader")
+            try:
+                assert kb.store.beats() == {} and kb.list_documents() == []  # the dead writer's heartbeat is gone
+            finally:
+                kb.close()
+            assert _run(env, "import", str(path), "--kb", KB).returncode == 0  # the next import adds them again
+    finally:
+        (gate / "go").touch()
+        out, err = proc.communicate(timeout=HANG_GUARD_S) if proc.returncode is None else ("", "")
+    if host == "this":
+        assert proc.returncode == 0, out + err
+        assert json.loads(out.strip().splitlines()[-1])["chunks"] == 20, out
+    kb = _milvus_kb(tmp_path, milvus, "reader")
+    try:
+        docs = kb.list_documents()
+        assert [d.source for d in docs] == ["wiki://0", "wiki://1"] and [d.n_chunks for d in docs] == [10, 10]
+        assert kb.store.beats() == {}  # a finished writer removes its heartbeat
+    finally:
+        kb.close()
     r = _run(env, "kb", "check", KB)
     assert r.returncode == 0 and "in flight" not in r.stdout, r.stdout + r.stderr

@@ -22,7 +22,8 @@ from ctxrag.settings import Settings
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,8 +44,8 @@ from ctxrag.stores.filters import MetadataFilter
 from ctxrag.stores.vectors.milvus import is_server_uri
 from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.staging import StagedCopy
-from ctxrag.stores.milvus_resident.store import RECONCILE_GRACE_S, MilvusResidentStore
-from ctxrag.stores.milvus_resident.writers import describe_writer, writer_alive
+from ctxrag.stores.milvus_resident.store import MilvusResidentStore
+from ctxrag.stores.milvus_resident.writers import describe_writer
 from ctxrag.stores.milvus_resident.expressions import FilteredIds
 from ctxrag.stores.milvus_resident.views import MilvusChunkLookup, MilvusDenseIndex, MilvusKeywordIndex
 
@@ -81,11 +82,12 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
             raise KnowledgeBaseNotFound(name, settings.kb_root)  # before Milvus Lite makes an empty file
         self.store = MilvusResidentStore(_uri(settings, self.root), name, token=_token(settings),
                                          analysis=settings.milvus_analysis,
-                                         read_consistency=settings.milvus_read_consistency, create=create)
+                                         read_consistency=settings.milvus_read_consistency, create=create,
+                                         writer_grace_s=settings.milvus_writer_grace_s)
         if not self.store.exists:
             self.store.close()
             raise KnowledgeBaseNotFound(name, settings.kb_root)
-        self.store.reconcile(RECONCILE_GRACE_S)  # writes another process left half done long ago
+        self.store.reconcile()  # writes another process left half done long ago
         self._chunks = MilvusChunkLookup(self.store)
 
     @classmethod
@@ -255,10 +257,11 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
         for r in self.store.chunk_writes():
             by_doc.setdefault(r["doc_id"], []).append(r)
         copies = self.store.stagings()
-        live = {d for d, c in copies.items() if c.alive(grace_s=RECONCILE_GRACE_S)}
+        now, grace, beats = time.time(), self.store.writer_grace_s, self.store.beats()
+        live = {d for d, c in copies.items() if c.alive(now, grace, beats)}
         report = CheckReport(self.name, 0, sum(len(v) for v in by_doc.values()))
         adding = {d for d, r in rows.items() if r["status"] == cols.STATUS_WRITING
-                  and writer_alive(writers.get(d), grace_s=RECONCILE_GRACE_S)}
+                  and self.store.writer_alive(writers.get(d), now, beats)}
         staging = {d for d, r in rows.items() if d in live and copies[d].write_id == r["write_id"]}
         pending = sorted(d for d, r in rows.items() if r["status"] != cols.STATUS_OK and d not in adding | staging)
         broken: list[str] = []
@@ -277,9 +280,9 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
             mine = sum(c["write_id"] == row["write_id"] for c in by_doc.get(doc_id, []))
             report.in_flight.append(f"{row['source'] or doc_id} (doc {doc_id}): a new document, {mine} of "
                                     f"{row['n_chunks']} chunks written, writer "
-                                    f"{describe_writer(writers.get(doc_id), grace_s=RECONCILE_GRACE_S)}")
-        report.in_flight += [f"{copies[d].describe(grace_s=RECONCILE_GRACE_S)} (a replace)" for d in sorted(live)]
-        leftovers = staged_leftovers(copies, rows, live)
+                                    f"{describe_writer(writers.get(doc_id), now, grace, beats)}")
+        report.in_flight += [f"{copies[d].describe(now, grace, beats)} (a replace)" for d in sorted(live)]
+        leftovers = staged_leftovers(copies, rows, live, lambda c: c.describe(now, grace, beats))
         report.counts = {"documents": len(rows), "chunks": report.chunks,
                          "staged": sum(c.staged for c in copies.values())}
         report.differences.append(IndexDifference("chunks", missing=sorted(broken), extra=sorted(orphans)))
@@ -319,7 +322,8 @@ class MilvusKnowledgeBase(BaseKnowledgeBase):
         return report
 
 
-def staged_leftovers(copies: dict[str, StagedCopy], rows: dict[str, dict[str, Any]], live: set[str]) -> list[str]:
+def staged_leftovers(copies: dict[str, StagedCopy], rows: dict[str, dict[str, Any]], live: set[str],
+                     describe: Callable[[StagedCopy], str]) -> list[str]:
     """``kb check``'s line for each staged copy whose writer is gone, with what ``kb repair`` will do with it."""
     out = []
     for doc_id, copy in sorted(copies.items()):
@@ -335,7 +339,7 @@ def staged_leftovers(copies: dict[str, StagedCopy], rows: dict[str, dict[str, An
             todo = "the old version is stored whole: repair keeps it and deletes the copy"
         else:
             todo = "repair deletes the copy"
-        out.append(f"{copy.describe(grace_s=RECONCILE_GRACE_S)}; {todo}")
+        out.append(f"{describe(copy)}; {todo}")
     return out
 
 

@@ -1,5 +1,5 @@
-"""`StagedCopy`: whole when every chunk of its marker's count arrived; its writer alive while younger than the grace
-period and, on this host, while its pid runs."""
+"""`StagedCopy`: whole when every chunk of its marker's count arrived; its writer alive on this host while its process
+runs, on another while its heartbeat is younger than the grace period."""
 from __future__ import annotations
 
 import socket
@@ -8,6 +8,7 @@ import sys
 import time
 
 from ctxrag.stores.milvus_resident.staging import CHUNKS_ONLY, MARKER_INDEX, StagedCopy, marker_record, writer_here
+from ctxrag.stores.milvus_resident.writers import writer_now
 
 
 def _dead_pid() -> int:
@@ -24,19 +25,20 @@ def test_a_copy_is_whole_when_its_markers_count_arrived() -> None:
     assert _copy({}).whole and not _copy({}, staged=2).whole and not _copy({}, n_chunks=None).whole
 
 
-def test_the_writer_is_alive_while_its_pid_runs_here_and_younger_than_the_grace_period() -> None:
+def test_the_writer_is_alive_while_its_process_runs_here_however_old_its_write() -> None:
     now = time.time()
     assert _copy({**writer_here(), "started": now}).alive(now, 600.0)
-    assert not _copy({**writer_here(), "started": now - 601}).alive(now, 600.0)  # too old, even if it runs
+    assert _copy({**writer_here(), "started": now - 6000}).alive(now, 600.0)  # a long write of a live process
     assert not _copy({"host": socket.gethostname(), "pid": _dead_pid(), "started": now}).alive(now, 600.0)
     assert not _copy({}).alive(now, 600.0)  # no marker: nothing says a writer runs
 
 
-def test_another_hosts_writer_cannot_be_probed_and_has_the_grace_period() -> None:
+def test_another_hosts_writer_cannot_be_probed_and_lives_by_its_heartbeat() -> None:
     now = time.time()
-    elsewhere = {"host": socket.gethostname() + "-other", "pid": _dead_pid()}
+    elsewhere = {"host": socket.gethostname() + "-other", "pid": _dead_pid(), "id": "w-b"}
     assert _copy({**elsewhere, "started": now - 10}).alive(now, 600.0)
     assert not _copy({**elsewhere, "started": now - 600}).alive(now, 600.0)
+    assert _copy({**elsewhere, "started": now - 6000}).alive(now, 600.0, beats={"w-b": now - 5})
 
 
 def test_describe_names_the_document_the_write_and_the_writer() -> None:
@@ -46,6 +48,7 @@ def test_describe_names_the_document_the_write_and_the_writer() -> None:
 
 
 def test_a_marker_is_no_chunk() -> None:
-    m = marker_record("d1", "a.md", 3)
+    writer = writer_now()
+    m = marker_record("d1", "a.md", 3, writer)
     assert m.chunk_index == MARKER_INDEX and CHUNKS_ONLY == f"chunk_index > {MARKER_INDEX}"
-    assert m.metadata["n_chunks"] == 3 and m.metadata["pid"] == writer_here()["pid"]
+    assert m.metadata == {"source": "a.md", "n_chunks": 3, **writer} and writer["pid"] == writer_here()["pid"]

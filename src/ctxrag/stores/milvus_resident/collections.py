@@ -1,4 +1,4 @@
-"""The two Milvus collections of a Milvus-resident knowledge base: their names, schemas and rows.
+"""The Milvus collections of a Milvus-resident knowledge base: their names, schemas and rows.
 
 - chunks (``ctxkb_<name>_<hash>_chunks``): chunk id (primary key); the filterable scalars doc id, kb, source, title,
   heading path, language, chunk index; the chunk as cited (`content`), its `context`, the text the indexes see
@@ -15,11 +15,14 @@
 - documents (``..._docs``): doc id (primary key), source, title, content hash (ingest skips unchanged files), summary,
   the text when it fits a VARCHAR (a longer one is stitched back from its chunks when read), chunk count, metadata,
   `status` (``ok``, ``writing``, ``swapping``: a replace whose staged copy is whole, ``deleting``) and `write_id` of
-  the last write. A ``writing`` row names its writer (host, pid, started) in its metadata under `ROW_WRITER`, so
+  the last write. A ``writing`` row names its writer (host, pid, proc, started, id) in its metadata under `ROW_WRITER`, so
   ``kb check`` / ``kb repair`` tell a new document another process is writing from one a kill left half written
   (`ctxrag.stores.milvus_resident.writers`); the key is gone once the row says ``ok`` and never reaches a reader. Rows
   written before writers were named have no such key (and no schema change was needed: metadata is JSON). Milvus
   needs a vector field in every collection: a constant 2-d `placeholder`.
+- writers (``..._writers``, on a Milvus server only): one row per write in progress, its writer id (primary key),
+  the writer (host, pid, ...) and `beat`, when it last said it is alive (`writers.Heartbeat`): how a process on
+  another host tells a long write that still runs from one whose writer died. Made by the first write.
 
 Milvus 2.3 has no analyzers or functions: there the chunks collection is dense only (no `bm25` field) and BM25
 searches raise. Both collections carry the property ``ctxrag.kb`` (the knowledge base name, which may be CJK).
@@ -71,6 +74,30 @@ def collection_names(kb_name: str) -> tuple[str, str]:
 def staging_name(kb_name: str) -> str:
     """The staging collection of a knowledge base (see the module docstring)."""
     return collection_names(kb_name)[0].removesuffix("_chunks") + "_staged"
+
+
+def writers_name(kb_name: str) -> str:
+    """The writers (heartbeat) collection of a knowledge base (see the module docstring)."""
+    return collection_names(kb_name)[0].removesuffix("_chunks") + "_writers"
+
+
+def writers_schema(client: Any) -> tuple[Any, Any]:
+    """(schema, index params) of a writers collection."""
+    from pymilvus import DataType
+
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("writer_id", DataType.VARCHAR, is_primary=True, max_length=64)
+    schema.add_field("writer", DataType.JSON)
+    schema.add_field("beat", DataType.DOUBLE)
+    schema.add_field("placeholder", DataType.FLOAT_VECTOR, dim=2)
+    index = client.prepare_index_params()
+    index.add_index("placeholder", index_type="FLAT", metric_type="L2")
+    return schema, index
+
+
+def heartbeat_row(writer: dict[str, Any], beat: float) -> dict[str, Any]:
+    """The writers row saying `writer` was alive at `beat` (epoch seconds)."""
+    return {"writer_id": str(writer["id"]), "writer": writer, "beat": beat, "placeholder": [0.0, 0.0]}
 
 
 def json_list(values: list[str]) -> str:

@@ -7,8 +7,8 @@ write id, the chunk count the copy must reach, when staging started, and which p
 the marker and the rows that carry its write id, `StagedCopy` says whether the copy is whole and whether its writer
 is alive, which is how ``kb check`` tells a replace in flight on another process from one a kill left behind.
 
-The writer is alive by `ctxrag.stores.milvus_resident.writers.writer_alive`: while staging is younger than the grace
-period and, on the host that staged it, while its pid runs.
+The writer is alive by `ctxrag.stores.milvus_resident.writers.writer_alive`: on the host that staged it while its
+process runs, on another while its heartbeat is younger than the grace period.
 
 Example::
 
@@ -18,11 +18,12 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ctxrag.stores.documents.docstore import ChunkRecord
-from ctxrag.stores.milvus_resident.writers import describe_writer, writer_alive, writer_here, writer_now
+from ctxrag.stores.milvus_resident.writers import describe_writer, writer_alive, writer_here
 
 __all__ = ["CHUNKS_ONLY", "MARKER_INDEX", "StagedCopy", "marker_id", "marker_record", "writer_here"]
 
@@ -36,9 +37,9 @@ def marker_id(doc_id: str) -> str:
     return f"~staging~{doc_id}"
 
 
-def marker_record(doc_id: str, source: str, n_chunks: int) -> ChunkRecord:
-    """The marker row's chunk record for staging `doc_id` (`n_chunks` chunks) from this process, now."""
-    md = {"source": source, "n_chunks": n_chunks, **writer_now()}
+def marker_record(doc_id: str, source: str, n_chunks: int, writer: dict[str, Any]) -> ChunkRecord:
+    """The marker row's chunk record for staging `doc_id` (`n_chunks` chunks) by `writer` (`writers.writer_now`)."""
+    md = {"source": source, "n_chunks": n_chunks, **writer}
     return ChunkRecord(marker_id(doc_id), doc_id, MARKER_INDEX, "", "", None, md)
 
 
@@ -54,18 +55,21 @@ class StagedCopy:
     staged: int
     """Staged chunk rows carrying `write_id`."""
     writer: dict[str, Any] = field(default_factory=dict)
-    """host, pid, started (epoch seconds) from the marker; empty without one."""
+    """host, pid, proc, started (epoch seconds) and id from the marker; empty without one."""
 
     @property
     def whole(self) -> bool:
         return self.n_chunks is not None and self.staged == self.n_chunks
 
-    def alive(self, now: float | None = None, grace_s: float = 600.0) -> bool:
-        """Whether the writer may still be staging or swapping (`writers.writer_alive`)."""
-        return writer_alive(self.writer, now, grace_s)
+    def alive(self, now: float | None = None, grace_s: float = 600.0,
+              beats: Mapping[str, float] | None = None) -> bool:
+        """Whether the writer may still be staging or swapping (`writers.writer_alive`; `beats`: writer id -> last
+        heartbeat)."""
+        return writer_alive(self.writer, now, grace_s, beats)
 
-    def describe(self, now: float | None = None, grace_s: float = 600.0) -> str:
+    def describe(self, now: float | None = None, grace_s: float = 600.0,
+                 beats: Mapping[str, float] | None = None) -> str:
         """One line for ``kb check``: the document, the write, how much is staged and the writer's state."""
         count = f"{self.staged} of {self.n_chunks}" if self.n_chunks is not None else f"{self.staged} (no marker)"
         return f"{self.source or self.doc_id} (doc {self.doc_id}): write {self.write_id}, {count} chunks staged, " \
-               f"writer {describe_writer(self.writer or None, now, grace_s)}"
+               f"writer {describe_writer(self.writer or None, now, grace_s, beats)}"

@@ -30,7 +30,8 @@ another node is left alone, and by ``ctxrag kb repair``) finishes a swap from it
 chunks all arrived, finishes a delete, and drops a half-written new document (row and chunks) so the next ingest of
 its file adds it again. ``kb repair`` also settles staged copies no write is using (`staging.StagedCopy`: its writer
 gone): the stored version (the old one, never touched before step 1; or the new one, after step 4) stays and the copy
-is deleted. A staged copy whose writer still runs (on this host its pid, on another the grace period) and the swap
+is deleted. A staged copy whose writer still runs (on this host its process, on another its heartbeat younger than
+the writer grace period) and the swap
 it serves are left alone by both, and so is a new document whose ``writing`` row names a writer that still runs
 (`ctxrag.stores.milvus_resident.writers`); a row naming none (written before writers were named) is settled as
 before.
@@ -66,14 +67,16 @@ from ctxrag.stores.milvus_resident import collections as cols
 from ctxrag.stores.milvus_resident.analysis import analyzed_text, check_analysis
 from ctxrag.stores.milvus_resident.expressions import NOTHING
 from ctxrag.stores.milvus_resident.staging import CHUNKS_ONLY, MARKER_INDEX, StagedCopy, marker_record
-from ctxrag.stores.milvus_resident.writers import writer_alive, writer_now
+from ctxrag.stores.milvus_resident.writers import (BEATS_PER_GRACE, WRITER_KEYS, Heartbeat, writer_alive,
+                                                   writer_now)
 
 log = logging.getLogger(__name__)
 
 BATCH = 1000
 TOPK_MAX = 16384
 RECONCILE_GRACE_S = 600.0
-"""A write not finished after this long is taken as crashed (a live one takes seconds per document)."""
+"""The default writer grace period (``Settings.milvus_writer_grace_s``): a write whose writer cannot be probed (another
+host's) and has not beaten its heartbeat for this long is taken as crashed (`writers`)."""
 _FULLTEXT_SINCE = (2, 5)
 
 
@@ -128,7 +131,11 @@ class MilvusResidentStore:
     """The chunks and documents collections of knowledge base `kb_name` at `uri` (a Milvus Lite file or a server)."""
 
     def __init__(self, uri: str | Path, kb_name: str, *, token: str | None = None, analysis: str = "ctxrag",
-                 read_consistency: str = "Strong", create: bool = True) -> None:
+                 read_consistency: str = "Strong", create: bool = True,
+                 writer_grace_s: float = RECONCILE_GRACE_S) -> None:
+        if not writer_grace_s > 0:
+            raise ValueError(f"writer grace period must be positive seconds, got {writer_grace_s!r}")
+        self.writer_grace_s = float(writer_grace_s)
         self.uri = str(uri)
         self.is_server = is_server_uri(self.uri)
         if not self.is_server:
@@ -139,6 +146,8 @@ class MilvusResidentStore:
         self._create_lock = threading.Lock()
         self.chunks_name, self.docs_name = cols.collection_names(kb_name)
         self.staging_name = cols.staging_name(kb_name)
+        self.writers_name = cols.writers_name(kb_name)
+        self._writers_ready = False
         self._staging_bm25: bool | None = None
         """Whether the staging collection has BM25 (None: not looked at yet, or not there)."""
         self._client, self._finalizer = connect(self, self.uri, token)
@@ -301,6 +310,11 @@ class MilvusResidentStore:
             raise ValueError(f"vectors of different dimensions {sorted(dims)} in one write")
         if dims:
             self._ensure_chunks(dims.pop())
+        with self._heartbeat() as writer:
+            self._write_as(writer, items)
+
+    def _write_as(self, writer: dict[str, Any], items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]
+                  ) -> None:
         now = time.time()
         prior = {r["doc_id"]: r for r in self.docs_by_id([d.doc_id for d, _, _ in items])}
         for doc_id in self._finish_swaps([r for r in prior.values() if r["status"] == cols.STATUS_SWAPPING]):
@@ -312,10 +326,10 @@ class MilvusResidentStore:
             replaced = [(doc, records, vectors) for doc, records, vectors in part if doc.doc_id in prior
                         and prior[doc.doc_id]["status"] == cols.STATUS_OK
                         and prior[doc.doc_id]["write_id"] != cols.write_id(doc, records)]
-            self._stage(replaced)  # step 0: the stored versions stay whole until the new ones exist whole
+            self._stage(replaced, writer)  # step 0: the stored versions stay whole until the new ones exist whole
             swapping = {doc.doc_id for doc, _, _ in replaced}
             self._put_docs(part, cols.STATUS_WRITING, old, now, swapping=swapping,  # step 1: readers flip to staging
-                           writer=writer_now())
+                           writer=writer)
             rows = [cols.chunk_row(r, v, cols.write_id(doc, records), analysis) for doc, records, vectors in part
                     for r, v in zip(records, np.asarray(vectors, dtype=np.float32))]
             self._upsert(self.chunks_name, rows)
@@ -323,11 +337,61 @@ class MilvusResidentStore:
             self._put_docs(part, cols.STATUS_OK, old, now)
             self._unstage(sorted(swapping))
 
+    @contextlib.contextmanager
+    def _heartbeat(self) -> Iterator[dict[str, Any]]:
+        """This process as the writer of the write inside the block (`writers.writer_now`). On a Milvus server, which
+        processes on other hosts share, the writer beats its heartbeat into the writers collection while the block
+        runs (`writers.Heartbeat`) and removes it at the end; a Milvus Lite file has one host, where the pid says."""
+        writer = writer_now()
+        if not self.is_server:
+            yield writer
+            return
+        self._ensure_writers()
+        with Heartbeat(writer, self._beat, self._end_beat, self.writer_grace_s / BEATS_PER_GRACE):
+            yield writer
+
+    def _ensure_writers(self) -> None:
+        """The writers collection, made and loaded once per store (every write of an ingest beats into it)."""
+        with self._create_lock:
+            if self._writers_ready:
+                return
+            if not self._client.has_collection(self.writers_name):
+                schema, index = cols.writers_schema(self._client)
+                self._create(self.writers_name, schema, index)
+            self._client.load_collection(self.writers_name)
+            self._writers_ready = True
+
+    def _beat(self, writer: dict[str, Any], at: float) -> None:
+        self._client.upsert(self.writers_name, [cols.heartbeat_row(writer, at)])
+
+    def _end_beat(self, writer: dict[str, Any]) -> None:
+        self._client.delete(self.writers_name, ids=[str(writer["id"])])
+
+    def beats(self) -> dict[str, float]:
+        """writer id -> last heartbeat (epoch seconds) of every write that beats or beat (`writers.writer_alive`)."""
+        if not self.is_server or not self._client.has_collection(self.writers_name):
+            return {}
+        self._client.load_collection(self.writers_name)
+        return {r["writer_id"]: float(r["beat"]) for r in self._iter_rows(self.writers_name, ["writer_id", "beat"])}
+
+    def writer_alive(self, writer: dict[str, Any] | None, now: float | None = None,
+                     beats: dict[str, float] | None = None) -> bool:
+        """`writers.writer_alive` with this store's grace period and heartbeats (`beats`: read now when None)."""
+        return writer_alive(writer, now, self.writer_grace_s, self.beats() if beats is None else beats)
+
+    def _forget_beats(self, now: float, beats: dict[str, float]) -> int:
+        """Delete heartbeats older than the grace period (writers killed mid-write); how many."""
+        old = [w for w, at in beats.items() if now - at >= self.writer_grace_s]
+        if old:
+            self._client.delete(self.writers_name, ids=old)
+        return len(old)
+
     def _upsert(self, collection: str, rows: list[dict[str, Any]]) -> None:
         for at in range(0, len(rows), BATCH):
             self._client.upsert(collection, rows[at:at + BATCH])
 
-    def _stage(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]]) -> None:
+    def _stage(self, items: list[tuple[DocumentRecord, list[ChunkRecord], np.ndarray]],
+               writer: dict[str, Any]) -> None:
         """Step 0: a marker, then the new chunks of replaced documents, into the staging collection (a copy left by
         an earlier interrupted replace of the same documents goes first, so only this write's rows are there)."""
         if not items:
@@ -338,7 +402,7 @@ class MilvusResidentStore:
         assert self.dim is not None
         unit = np.eye(1, self.dim, dtype=np.float32)[0]  # a marker is never a search hit (CHUNKS_ONLY), but COSINE
         self._upsert(self.staging_name, [  # needs a vector that is not zero
-            cols.chunk_row(marker_record(doc.doc_id, doc.source, len(records)), unit, cols.write_id(doc, records),
+            cols.chunk_row(marker_record(doc.doc_id, doc.source, len(records), writer), unit, cols.write_id(doc, records),
                            analysis) for doc, records, _ in items])
         self._upsert(self.staging_name, [
             cols.chunk_row(r, v, cols.write_id(doc, records), analysis) for doc, records, vectors in items
@@ -366,8 +430,7 @@ class MilvusResidentStore:
                                     output_fields=["doc_id", "write_id", "metadata"], consistency_level="Strong"):
             md = dict(r["metadata"] or {})
             copies[r["doc_id"]] = StagedCopy(r["doc_id"], str(md.get("source", "")), r["write_id"],
-                                             int(md["n_chunks"]), 0, {k: md[k] for k in ("host", "pid", "started")
-                                                                      if k in md})
+                                             int(md["n_chunks"]), 0, {k: md[k] for k in WRITER_KEYS if k in md})
         it = self._client.query_iterator(self.staging_name, batch_size=BATCH, filter=CHUNKS_ONLY,
                                          output_fields=["doc_id", "write_id", "source"])
         try:
@@ -460,20 +523,23 @@ class MilvusResidentStore:
         new["metadata"] = cols.with_writer(new.get("metadata"), cols.row_writer(new))
         self._client.upsert(self.docs_name, [new])
 
-    def reconcile(self, grace_s: float = RECONCILE_GRACE_S, *, orphans: bool = False) -> ReconcileReport:
-        """Heal writes and deletes that stopped between steps more than `grace_s` ago (see the module docstring);
-        with `orphans` (``kb repair``), also remove chunks whose document row is gone (a full scan) and staged
-        copies no write is using. A write whose writer still runs (named by its staging marker, or by a new
-        document's ``writing`` row) is left alone either way."""
+    def reconcile(self, grace_s: float | None = None, *, orphans: bool = False) -> ReconcileReport:
+        """Heal writes and deletes that stopped between steps more than `grace_s` ago (default: the writer grace
+        period; see the module docstring); with `orphans` (``kb repair``), also remove chunks whose document row is
+        gone (a full scan), staged copies no write is using and stale heartbeats. A write whose writer still runs
+        (named by its staging marker, or by a new document's ``writing`` row; `writers.writer_alive`) is left alone
+        either way."""
         report = ReconcileReport()
+        grace_s = self.writer_grace_s if grace_s is None else grace_s
         now = time.time()
         rows = [r for r in self.doc_rows(f'status != "{cols.STATUS_OK}"') if float(r["updated_at"]) <= now - grace_s]
         copies = self.stagings() if orphans or any(r["status"] == cols.STATUS_SWAPPING for r in rows) else {}
+        beats = self.beats() if rows or copies else {}
         for row in rows:
             doc_id = row["doc_id"]
             copy = copies.get(doc_id)
-            if copy is not None and copy.write_id == row["write_id"] and copy.alive(now, RECONCILE_GRACE_S) \
-                    or writer_alive(cols.row_writer(row), now, RECONCILE_GRACE_S):
+            if copy is not None and copy.write_id == row["write_id"] and self.writer_alive(copy.writer, now, beats) \
+                    or self.writer_alive(cols.row_writer(row), now, beats):
                 report.in_flight.append(doc_id)
                 continue
             if row["status"] == cols.STATUS_DELETING:
@@ -506,7 +572,9 @@ class MilvusResidentStore:
                 self._client.delete(self.chunks_name, ids=stray[start:start + BATCH])
             report.orphans = stray
             done = {*report.finished, *report.dropped, *report.deleted, *report.in_flight}
-            self._settle_stagings([c for d, c in copies.items() if d not in done], now, report)
+            beats = self.beats()
+            self._settle_stagings([c for d, c in copies.items() if d not in done], now, report, beats)
+            self._forget_beats(now, beats)
         if report.changed:
             log.warning("knowledge base %r in Milvus: finished %d interrupted writes (%d from their staged copy), "
                         "dropped %d half-written documents (ingest their files again), finished %d deletes, removed "
@@ -529,23 +597,26 @@ class MilvusResidentStore:
         now gone left (`StagedCopy.alive`), whatever their age; a live writer's are left alone."""
         report = ReconcileReport()
         now = time.time()
-        dead = {d: c for d, c in self.stagings().items() if not c.alive(now, RECONCILE_GRACE_S)}
+        copies = self.stagings()
+        beats = self.beats() if copies else {}
+        dead = {d: c for d, c in copies.items() if not self.writer_alive(c.writer, now, beats)}
         if not dead:
             return report
         rows = [r for r in self.docs_by_id(sorted(dead))
                 if r["status"] == cols.STATUS_SWAPPING and r["write_id"] == dead[r["doc_id"]].write_id]
         report.swapped = self._finish_swaps(rows)
         report.finished = list(report.swapped)
-        self._settle_stagings([c for d, c in dead.items() if d not in report.swapped], now, report)
+        self._settle_stagings([c for d, c in dead.items() if d not in report.swapped], now, report, beats)
         return report
 
-    def _settle_stagings(self, copies: list[StagedCopy], now: float, report: ReconcileReport) -> None:
+    def _settle_stagings(self, copies: list[StagedCopy], now: float, report: ReconcileReport,
+                         beats: dict[str, float]) -> None:
         """Delete the staged copies whose writer is gone and whose row does not swap to them (the stored version
         stays), noting why in `report`; a copy whose writer runs is left alone."""
         rows = {r["doc_id"]: r for r in self.docs_by_id([c.doc_id for c in copies])}
         for copy in copies:
             row = rows.get(copy.doc_id)
-            if copy.alive(now, RECONCILE_GRACE_S):
+            if self.writer_alive(copy.writer, now, beats):
                 report.in_flight.append(copy.doc_id)
                 continue
             if row is not None and row["status"] != cols.STATUS_OK:
@@ -564,10 +635,11 @@ class MilvusResidentStore:
 
     def drop(self) -> None:
         """Drop the collections (deleting the knowledge base)."""
-        for name in (self.chunks_name, self.docs_name, self.staging_name):
+        for name in (self.chunks_name, self.docs_name, self.staging_name, self.writers_name):
             if self._client.has_collection(name):
                 self._client.drop_collection(name)
         self.dim = None
+        self._writers_ready = False
 
     def close(self) -> None:
         self._finalizer()
