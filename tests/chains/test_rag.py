@@ -207,3 +207,27 @@ def test_supported_agrees_with_the_citation_verdicts(kb: KnowledgeBase) -> None:
                 _collect(list(held.stream("How many litres per minute does the Falcon-7 pump move?")))):
         assert out["supported"] is True and "overruled_by" not in out["relevance"]
         assert [c["status"] for c in out["citations"]] == ["ok"]
+
+
+def test_a_short_answer_no_chunk_holds_is_not_called_supported(kb: KnowledgeBase) -> None:
+    """Issue #43, fifth pass: a padded question answered with a one-word phrase from memory ("Leonardo") got
+    the citation verdict ``no_facts`` (a bare phrase has too little to check), so ``supported`` stayed True. The
+    short answer step's phrase must be in a retrieved chunk; one that is (the span is cited) stays supported. The
+    real gate over the real embeddings and chunks; the model's phrase is given."""
+    from ctxrag.chains.relevance import RelevanceGate
+    from ctxrag.chains.short_answer import ExtractiveAnswer
+
+    gate = RelevanceGate(kb.embeddings)
+
+    def chain(phrase: str):  # noqa: ANN202 - a runnable
+        llm = _fake(phrase)
+        return build_rag_chain(kb.as_retriever(mode="hybrid", k=2), llm, gate=gate, evidence=False,
+                               answer=ExtractiveAnswer(llm))
+
+    for out in (chain("Leonardo").invoke(PADDED), _collect(list(chain("Leonardo").stream(PADDED)))):
+        assert out["answer"] == "Leonardo" and out["snapped"] is False
+        assert out["supported"] is False and out["relevance"]["overruled_by"] == "short_answer"
+        assert "no retrieved chunk holds the short answer" in out["relevance"]["reason"]
+    held = chain("40 litres").invoke("How many litres per minute does the Falcon-7 pump move?")
+    assert held["snapped"] is True and held["answer"].endswith("[1]") and "40 litres" in held["answer"]
+    assert held["supported"] is True and "overruled_by" not in held["relevance"]

@@ -58,7 +58,7 @@ from ctxrag.chains.evidence import EvidenceCheck
 from ctxrag.chains.focus import SentenceFocus
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.prompts.layers import LayeredPrompt
-from ctxrag.text import detect_language, is_traditional_chinese, to_simplified
+from ctxrag.text import count_cjk, detect_language, is_traditional_chinese, to_simplified
 
 
 def _prepare(inp: Any) -> dict[str, Any]:
@@ -219,14 +219,31 @@ def _after_answer(acc: dict[str, Any], steps: Sequence[AnswerStep]) -> Iterator[
         yield AddableDict(final_verdict(acc))
 
 
+def _checkable_phrase(phrase: str, documents: Sequence[Document]) -> bool:
+    """Whether a short answer can be looked for in ``documents``: a Chinese phrase where a chunk has Chinese, another
+    where a chunk is not Chinese (an English phrase over Chinese chunks may be a translation: not judged)."""
+    if not phrase.strip():
+        return False
+    cjk = count_cjk(phrase) > 0
+    return any((count_cjk(d.page_content) > 0) if cjk else detect_language(d.page_content[:2000]) != "zh"
+               for d in documents)
+
+
 def final_verdict(acc: dict[str, Any]) -> dict[str, Any]:
     """``supported`` and ``relevance`` of an answered state (with its ``citations``), with ``supported`` False where
-    no chunk holds any sentence of the answer. The assistant's RAG route ends with the same verdict."""
+    no chunk holds any sentence of the answer, or holds the short answer (`ExtractiveAnswer`'s phrase, in the
+    chunks' language, that no chunk's span matches: a name the model gave from memory). The assistant's RAG route
+    ends with the same verdict."""
     supported, relevance = acc.get("supported"), acc.get("relevance")
     if supported is True and nothing_held(acc.get("citations") or []):
         supported = False
         relevance = {**(relevance or {}), "supported": False, "overruled_by": "citations",
                      "reason": "no retrieved chunk holds any sentence of the answer (every citation check: unsupported)"}
+    elif (supported is True and acc.get("snapped") is False
+          and _checkable_phrase(str(acc.get("model_answer") or ""), acc.get("documents") or [])):
+        supported = False
+        relevance = {**(relevance or {}), "supported": False, "overruled_by": "short_answer",
+                     "reason": "no retrieved chunk holds the short answer"}
     return {"supported": supported, "relevance": relevance}
 
 

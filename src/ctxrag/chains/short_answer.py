@@ -6,7 +6,8 @@ the answer phrase alone; a phrase that only echoes the question or restates it a
 the phrase is then snapped to the source span (`ctxrag.chains.extractive.snap`: Simplified characters for a
 Traditional source, a dropped word or different quotes come back as the source writes them, a Chinese span keeps the
 measure word the question asks for, 幾所 -> "14所", a cut bracket pair is closed) and cited as `` [n]`` after it. The
-model's own phrase is kept as ``model_answer``.
+model's own phrase is kept as ``model_answer``; ``snapped`` says whether a chunk holds it (the chain's verdict calls a
+phrase no chunk holds unsupported, `ctxrag.chains.rag.final_verdict`).
 
 ``reading_script="simplified"`` gives the model a Chinese question and its chunks in Simplified script (OpenCC
 ``t2s``) with the Simplified instructions; the answer is still snapped to the Traditional source. ``"auto"`` (the
@@ -95,7 +96,7 @@ class ExtractiveAnswer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
     def _snapped(x: dict[str, Any], raw: str) -> dict[str, Any]:
         found = snap(raw, x.get("documents", []), question=x.get("question", ""))
         answer = raw.strip() if found is None else f"{found.text} [{found.n}]"
-        return {**x, "answer": answer, "model_answer": raw}
+        return {**x, "answer": answer, "model_answer": raw, "snapped": found is not None}
 
     def invoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
         return self._call_with_config(self._run, input, config, run_type="chain")  # type: ignore[arg-type]
