@@ -211,6 +211,23 @@ def test_real_model_retrieves_for_a_second_hop(llama_server_url: str) -> None:
     assert "1961" in out["answer"] and out["supported"] is True, out
 
 
+@pytest.mark.llm
+def test_real_model_decomposes_and_answers_each_sub_question(llama_server_url: str) -> None:
+    """The local 1.5B (replies recorded in tests/llm_replies) plans the two-hop question as two sub-questions, the
+    second naming the first's answer, and answers each from its own passage."""
+    from ctxrag.models.chat import chat_openai_compatible
+    from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
+
+    llm = chat_openai_compatible(base_url=llama_server_url, api_key="unused", model=SERVER_MODEL_ALIAS,
+                                 temperature=0.0, timeout=HANG_GUARD_S, max_retries=0)
+    out = MultiHopAnswer(BM25Retriever.from_documents(PASSAGES, tokenizer="english", k=2), llm, max_hops=3,
+                         passages_per_hop=1, decompose=True).invoke(QUESTION)
+    hops = out["hops"]
+    assert len(hops) >= 2 and "Mara Velt" in hops[-1]["query"], json.dumps(hops, indent=1)
+    assert [d.id for d in out["documents"]] == ["song", "singer"], json.dumps(hops, indent=1)
+    assert out["model_answer"] == "1961" and out["answer"] == "1961 [2]" and out["supported"] is True, out
+
+
 class _TripletScript(GenericFakeChatModel):
     """Answers a triplet-extraction prompt with the hand-written triplets of the passage it holds."""
 
