@@ -214,7 +214,8 @@ def _diagnosis_row(arm: str, mine: list[dict[str, Any]]) -> list[Any]:
     rest = [r for r in mine if r not in every]
     gold = sum(r.get("gold", 0) for r in mine)
     return [ARMS[arm], len(mine), round(100 * sum(r.get("gold_read", 0) for r in mine) / gold, 1) if gold else 0.0,
-            len(every), _pct([r["f1"] for r in every]) if every else "-", _pct([r["f1"] for r in rest]) if rest else "-",
+            len(every), _pct([r["f1"] for r in every]) if every else "-",
+            _pct([r["f1"] for r in rest]) if rest else "-",
             sum(1 for r in mine if 0 < r["f1"] < 1), sum(1 for r in mine if r["model_f1"] > r["f1"])]
 
 

@@ -148,7 +148,8 @@ def test_decomposition_answers_each_sub_question_over_its_own_retrieval(retrieve
     llm = _chat({"questions": ["Who is the singer of Hollow Crown?", "In which year was #1 born?"]},
                 {"answer": "Mara Velt"}, {"answer": "1961"})
     out = MultiHopAnswer(retriever, llm, passages_per_hop=1, decompose=True).invoke(QUESTION)
-    assert [h["query"] for h in out["hops"]] == ["Who is the singer of Hollow Crown?", "In which year was Mara Velt born?"]
+    assert [h["query"] for h in out["hops"]] == ["Who is the singer of Hollow Crown?",
+                                                 "In which year was Mara Velt born?"]
     assert [h["answer"] for h in out["hops"]] == ["Mara Velt", "1961"]
     assert [d.id for d in out["documents"]] == ["song", "singer"] and out["answer"] == "1961 [2]"
     assert out["supported"] is True and out["hops"][0]["next_question"] == "In which year was #1 born?"
