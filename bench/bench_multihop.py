@@ -274,6 +274,19 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
                    "above were chosen here.", *args.dev_note]))
         tables.append(Table(caption=f"diagnosis, development slice ({label})", columns=DIAGNOSIS_COLUMNS,
                             rows=[_diagnosis_row(a, m) for a, m in dev_records.items()]))
+    if args.retrieval_diagnosis:
+        got = json.loads(args.retrieval_diagnosis.read_text("utf-8"))
+        k, label = got["k"], f"questions {got['start']}-{got['start'] + got['questions'] - 1}"
+        tables.append(Table(
+            caption=f"retrieval alone ({label}, no chat model): supporting paragraphs found, top {k} per retrieval",
+            columns=["mode", "questions", "supporting paragraphs", f"whole question, top {k} %",
+                     f"whole question, top {k} x its hops %", f"each gold sub-question, top {k} %",
+                     "first sub-question %", "later sub-questions %"],
+            rows=[[r["mode"], r["questions"], r["supporting"], r["whole_top_k"], r["whole_top_k_hops"],
+                   r["sub_top_k"], r["sub_first_top_k"], r["sub_later_top_k"]] for r in got["rows"]],
+            notes=["`bench/multihop_retrieval_diagnosis.py`: the gold sub-questions are MuSiQue's own decomposition "
+                   "with the gold answers of earlier steps filled in, each judged by its own supporting paragraph: "
+                   "what a perfect plan would retrieve.", *args.retrieval_note]))
     n_arg = f" --questions {args.questions}" if args.questions != 30 else ""
     write_page_data(
         "multihop_answers", title="Multi-hop answers: iterative retrieval vs single shot vs an agent",
@@ -307,6 +320,9 @@ def main() -> None:
     parser.add_argument("--dev-start", type=int, default=40)
     parser.add_argument("--dev-questions", type=int, default=8)
     parser.add_argument("--dev-note", action="append", default=[], help="a note under the development slice")
+    parser.add_argument("--retrieval-diagnosis", type=Path,
+                        help="JSON of bench/multihop_retrieval_diagnosis.py, reported beside")
+    parser.add_argument("--retrieval-note", action="append", default=[], help="a note under the retrieval table")
     parser.add_argument("--command", help="the command shown on the page (default: built from the options)")
     parser.add_argument("--out-dir", type=Path, help="where the page data goes (default docs/benchmarks/data)")
     args = parser.parse_args()
