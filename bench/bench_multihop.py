@@ -4,6 +4,7 @@ single-shot answer, on MuSiQue, with the local 1.5B: EM / F1, hops used, seconds
     python bench/bench_multihop.py --questions 30               # first 30 of the seeded sample, both arms
     python bench/bench_multihop.py --questions 100              # every question (hours on 2 cores)
     python bench/bench_multihop.py --arms multihop-graph        # the loop over Graph RAG retrieval
+    python bench/bench_multihop.py --start 40 --questions 8 --arms plan,agent --records dev.jsonl  # a dev slice
     python bench/bench_multihop.py --report-only                # the page from the records so far
 
 Arms, the same model (the default GGUF in process, temperature 0), the same questions, one question at a time
@@ -15,7 +16,15 @@ Arms, the same model (the default GGUF in process, temperature 0), the same ques
   same hybrid retriever (at most ``--max-hops`` hops, ``--per-hop``
   new passages read per hop);
 - ``multihop-graph``: the same loop over the graph retriever (``--mode graph``: HippoRAG-style PageRank over the
-  set's gpt-3.5 OpenIE triplets).
+  set's gpt-3.5 OpenIE triplets);
+- ``plan`` / ``plan-graph``: `MultiHopAnswer` with ``decompose`` (as ``ctxrag ask --multi-hop --decompose``): one
+  call splits the question into sub-questions, each answered in a few words over its own top ``--per-hop``;
+- ``agent`` / ``agent-graph``: LangChain's ``create_agent`` with the same local model and
+  `ctxrag.tools.make_search_tool` over the set (top ``--per-hop``), at most ``--max-hops`` search calls; its last
+  reply is the answer as it is.
+
+``--start`` picks a slice further down the order (development slices, outside the reported questions); the diagnosis
+fields of each record say, per hop, how many of MuSiQue's supporting paragraphs the passages read hold.
 
 Questions: the MuSiQue sample of ``../shared/data/multihop`` (100 questions, 1,890 passages) in the order of
 ``--sample 100 --seed 0`` (the order `ctxrag eval answers` uses), the first ``--questions``. Scores: SQuAD v1.1 EM
@@ -44,8 +53,8 @@ OUT = ROOT / "bench" / "out" / "multihop"
 ARMS = {"single": "single shot (hybrid top 4, short answer)",
         "multihop": "iterative retrieval (hybrid)",
         "multihop-graph": "iterative retrieval (graph, PageRank)",
-        "plan": "decomposition, then one hop per sub-question (hybrid)",
-        "plan-graph": "decomposition, then one hop per sub-question (graph, PageRank)",
+        "plan": "iterative retrieval, decomposition first (hybrid)",
+        "plan-graph": "iterative retrieval, decomposition first (graph, PageRank)",
         "agent": "create_agent + search tool (hybrid)",
         "agent-graph": "create_agent + search tool (graph, PageRank)"}
 AGENT_SYSTEM = ("Answer the question with the search tool: search for one fact at a time, then for the next fact "
@@ -265,10 +274,14 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
                "higher than the answer after snapping to a passage span.", *args.diagnosis_note]))
     if args.dev_records:
         _, dev = load_questions(args.dev_questions, args.seed, args.dev_start)
-        dev_records, dev_n = _by_arm(read_records(args.dev_records), [q.id for q in dev])
+        ids = {q.id for q in dev}
+        dev_records = {a: [r for r in read_records(args.dev_records) if r["arm"] == a and r["id"] in ids]
+                       for a in ARMS}
+        dev_records = {a: m for a, m in dev_records.items() if m}
         label = f"questions {args.dev_start}-{args.dev_start + args.dev_questions - 1}"
         tables.append(Table(
-            caption=f"development slice ({label} of the seed-0 order, {dev_n} questions): what chose the settings",
+            caption=f"development slice ({label} of the seed-0 order; each arm on the questions it answered there): "
+                    "what chose the settings",
             columns=SCORE_COLUMNS, rows=[_score_row(a, m) for a, m in dev_records.items()],
             notes=["Measured before the run above, on questions outside it; the arms and settings of the run "
                    "above were chosen here.", *args.dev_note]))
