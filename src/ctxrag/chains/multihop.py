@@ -67,7 +67,7 @@ MAX_ANSWER_CHARS = 40
 MAX_QUESTION_CHARS = 120
 """Longest sub-question the grammar lets the model write."""
 MAX_SUB_QUESTIONS = 4
-"""Most sub-questions a decomposition may list (MuSiQue's questions take two to four facts)."""
+"""Most sub-questions a decomposition may list (the multi-hop questions measured chain two to four facts)."""
 _REFERENCE = re.compile(r"#(\d)")
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 _NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
