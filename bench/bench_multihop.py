@@ -69,10 +69,18 @@ def load_questions(n: int, seed: int, start: int = 0) -> tuple[Any, list[Any]]:
     return dataset, dataset.queries[start:start + n]
 
 
+def _hops(arm: str, queries: list[str]) -> int:
+    """Retrievals used: the agent's search calls (none is possible); a chain's hops with a query (single shot: 1)."""
+    if arm.startswith("agent"):
+        return len(queries)
+    return sum(1 for q in queries if q) if queries else 1
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    records = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    return [{**r, "hops": _hops(r["arm"], r["queries"])} for r in records]
 
 
 def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -174,7 +182,7 @@ def answer(arm: str, chain: Any, query: Any, args: argparse.Namespace) -> dict[s
             "model_answer": str(out.get("model_answer", "")), "references": refs,
             "em": exact_match(text, refs), "f1": f1_score(text, refs),
             "model_f1": f1_score(str(out.get("model_answer", "")), refs),
-            "hops": sum(1 for h in hops if h["query"]) if hops else 1, "queries": [h["query"] for h in hops],
+            "hops": _hops(arm, [h["query"] for h in hops]), "queries": [h["query"] for h in hops],
             "facts": [h["fact"] for h in hops], "answered": bool(out.get("model_answer")),
             "supported": out.get("supported"), "seconds": round(seconds, 1)}
 
