@@ -4,6 +4,7 @@ single-shot answer, on MuSiQue, with the local 1.5B: EM / F1, hops used, seconds
     python bench/bench_multihop.py --questions 30               # first 30 of the seeded sample, both arms
     python bench/bench_multihop.py --questions 100              # every question (hours on 2 cores)
     python bench/bench_multihop.py --arms multihop-graph        # the loop over Graph RAG retrieval
+    python bench/bench_multihop.py --start 40 --questions 8 --arms plan,agent --records dev.jsonl  # a dev slice
     python bench/bench_multihop.py --report-only                # the page from the records so far
 
 Arms, the same model (the default GGUF in process, temperature 0), the same questions, one question at a time
@@ -15,7 +16,15 @@ Arms, the same model (the default GGUF in process, temperature 0), the same ques
   same hybrid retriever (at most ``--max-hops`` hops, ``--per-hop``
   new passages read per hop);
 - ``multihop-graph``: the same loop over the graph retriever (``--mode graph``: HippoRAG-style PageRank over the
-  set's gpt-3.5 OpenIE triplets).
+  set's gpt-3.5 OpenIE triplets);
+- ``plan`` / ``plan-graph``: `MultiHopAnswer` with ``decompose`` (as ``ctxrag ask --multi-hop --decompose``): one
+  call splits the question into sub-questions, each answered in a few words over its own top ``--per-hop``;
+- ``agent`` / ``agent-graph``: LangChain's ``create_agent`` with the same local model and
+  `ctxrag.tools.make_search_tool` over the set (top ``--per-hop``), at most ``--max-hops`` search calls; its last
+  reply is the answer as it is.
+
+``--start`` picks a slice further down the order (development slices, outside the reported questions); the diagnosis
+fields of each record say, per hop, how many of MuSiQue's supporting paragraphs the passages read hold.
 
 Questions: the MuSiQue sample of ``../shared/data/multihop`` (100 questions, 1,890 passages) in the order of
 ``--sample 100 --seed 0`` (the order `ctxrag eval answers` uses), the first ``--questions``. Scores: SQuAD v1.1 EM
@@ -43,26 +52,43 @@ DATA = SHARED_DATA / "multihop"
 OUT = ROOT / "bench" / "out" / "multihop"
 ARMS = {"single": "single shot (hybrid top 4, short answer)",
         "multihop": "iterative retrieval (hybrid)",
-        "multihop-graph": "iterative retrieval (graph, PageRank)"}
+        "multihop-graph": "iterative retrieval (graph, PageRank)",
+        "plan": "iterative retrieval, decomposition first (hybrid)",
+        "plan-graph": "iterative retrieval, decomposition first (graph, PageRank)",
+        "agent": "create_agent + search tool (hybrid)",
+        "agent-graph": "create_agent + search tool (graph, PageRank)"}
+AGENT_SYSTEM = ("Answer the question with the search tool: search for one fact at a time, then for the next fact "
+                "with the names the results give. End with the answer in a few words.")
 
 
-def load_questions(n: int, seed: int) -> tuple[Any, list[Any]]:
-    """The MuSiQue dataset and its first ``n`` questions in the seeded sample's order."""
+def load_questions(n: int, seed: int, start: int = 0) -> tuple[Any, list[Any]]:
+    """The MuSiQue dataset and ``n`` of its questions in the seeded sample's order, from position ``start``."""
     from ctxrag.evaluation.datasets import load_dataset
 
     dataset = load_dataset("musique", [DATA]).sample(100, seed)
-    return dataset, dataset.queries[:n]
+    return dataset, dataset.queries[start:start + n]
+
+
+def _hops(arm: str, queries: list[str]) -> int:
+    """Retrievals used: the agent's search calls (none is possible); a chain's hops with a query (single shot: 1)."""
+    if arm.startswith("agent"):
+        return len(queries)
+    return sum(1 for q in queries if q) if queries else 1
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    records = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    return [{**r, "hops": _hops(r["arm"], r["queries"])} for r in records]
 
 
 def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Each arm's chain over the product's retrievers for the set (`EvalRunner.build_retriever`)."""
+    from langchain.agents import create_agent
+
     from ctxrag.chains.ask import build_ask_chain
+    from ctxrag.chains.multihop import MultiHopAnswer
     from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.enums import SearchMode
     from ctxrag.evaluation.answers import answer_step
@@ -70,6 +96,7 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
     from ctxrag.evaluation.runner import EvalRunner, TopK
     from ctxrag.models.chat import make_chat_model
     from ctxrag.settings import Settings
+    from ctxrag.tools import make_search_tool
 
     settings = Settings(home=args.home, contextualize=False)
     llm = make_chat_model(settings, max_tokens=48, temperature=0.0)
@@ -83,41 +110,85 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
 
     chains: dict[str, Any] = {}
     for arm in arms:
+        mode = SearchMode.GRAPH if arm.endswith("-graph") else SearchMode.HYBRID
         if arm == "single":
             chains[arm] = build_ask_chain([runner.source(config(SearchMode.HYBRID))], llm, gate=False,
                                           evidence=EvidenceCheck(llm), answer=answer_step(llm, "short"),
                                           retriever=TopK(base=retriever(SearchMode.HYBRID, args.k), k=args.k))
         elif arm in ("multihop", "multihop-graph"):
-            mode = SearchMode.GRAPH if arm == "multihop-graph" else SearchMode.HYBRID
             chains[arm] = build_ask_chain([runner.source(config(mode))], llm, multi_hop=args.max_hops,
                                           k=args.per_hop, retriever=retriever(mode, args.per_hop + 2))
+        elif arm in ("plan", "plan-graph"):
+            chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2), llm, max_hops=args.max_hops,
+                                         passages_per_hop=args.per_hop, decompose=True)
+        elif arm in ("agent", "agent-graph"):
+            agent_llm = make_chat_model(settings, max_tokens=128, temperature=0.0)
+            tool = make_search_tool([runner.source(config(mode))], mode=mode.value, k=args.per_hop)
+            chains[arm] = create_agent(agent_llm, tools=[tool], system_prompt=AGENT_SYSTEM)
         else:
             raise SystemExit(f"--arms: unknown arm {arm!r} (one of {sorted(ARMS)})")
     return chains
 
 
-def answer(arm: str, chain: Any, query: Any) -> dict[str, Any]:
-    """One scored record."""
+def run_agent(agent: Any, question: str, max_calls: int) -> dict[str, Any]:
+    """The agent's run as the chains' output: its last reply without a tool call is the answer; each call a hop
+    (its query, the passages it returned). A run past ``max_calls`` calls (LangGraph's recursion limit) ends without
+    an answer."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    error = ""
+    try:
+        messages = agent.invoke({"messages": [("user", question)]},
+                                {"recursion_limit": 2 * max_calls + 2})["messages"]
+    except Exception as exc:  # noqa: BLE001 - a loop that never ends (recursion limit) is a result here
+        messages, error = [], f"{type(exc).__name__}: {str(exc)[:200]}"
+    turns = [m for m in messages if isinstance(m, AIMessage)]
+    final = turns[-1].content if turns and not turns[-1].tool_calls else ""
+    documents, hops = [], []
+    for m in messages:
+        if isinstance(m, AIMessage):
+            hops += [{"query": str(c["args"].get("query", "")), "read": [], "fact": ""} for c in m.tool_calls]
+        elif isinstance(m, ToolMessage) and hops:
+            found = list(m.artifact or [])
+            hops[-1]["read"] = list(range(len(documents) + 1, len(documents) + len(found) + 1))
+            documents += found
+    return {"answer": str(final), "model_answer": str(final), "hops": hops, "documents": documents,
+            "error": error}
+
+
+def answer(arm: str, chain: Any, query: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """One scored record, with what the diagnosis needs: per hop, which of the passages read are MuSiQue's
+    supporting paragraphs (``gold``)."""
     from ctxrag.evaluation.answer_metrics import exact_match, f1_score
     from ctxrag.evaluation.answers import references_of
+    from ctxrag.schema import chunk_key
 
     refs = references_of(query)
     start = time.perf_counter()
-    out = chain.invoke(query.text)
+    if arm.startswith("agent"):
+        out = run_agent(chain, query.text, args.max_hops)
+    else:
+        out = chain.invoke(query.text)
     seconds = time.perf_counter() - start
     text = str(out.get("answer", ""))
     hops = out.get("hops") or []
+    documents = out.get("documents") or []
+    gold = set(query.gold_ids)
+    ids = [chunk_key(d) for d in documents]
     return {"arm": arm, "id": query.id, "question": query.text, "answer": text,
+            "gold": len(gold), "gold_read": len(gold & set(ids)),
+            "gold_by_hop": [sum(ids[n - 1] in gold for n in h.get("read", []) if 0 < n <= len(ids)) for h in hops],
+            "answers_by_hop": [h.get("answer", "") for h in hops], "error": out.get("error", ""),
             "model_answer": str(out.get("model_answer", "")), "references": refs,
             "em": exact_match(text, refs), "f1": f1_score(text, refs),
             "model_f1": f1_score(str(out.get("model_answer", "")), refs),
-            "hops": sum(1 for h in hops if h["query"]) if hops else 1, "queries": [h["query"] for h in hops],
+            "hops": _hops(arm, [h["query"] for h in hops]), "queries": [h["query"] for h in hops],
             "facts": [h["fact"] for h in hops], "answered": bool(out.get("model_answer")),
             "supported": out.get("supported"), "seconds": round(seconds, 1)}
 
 
 def run(args: argparse.Namespace, arms: list[str]) -> list[dict[str, Any]]:
-    dataset, queries = load_questions(args.questions, args.seed)
+    dataset, queries = load_questions(args.questions, args.seed, args.start)
     records = read_records(args.records)
     done = {(r["arm"], r["id"]) for r in records}
     todo = [(q, arm) for q in queries for arm in arms if (arm, q.id) not in done]
@@ -127,7 +198,7 @@ def run(args: argparse.Namespace, arms: list[str]) -> list[dict[str, Any]]:
     args.records.parent.mkdir(parents=True, exist_ok=True)
     with args.records.open("a", encoding="utf-8") as sink:
         for q, arm in todo:
-            rec = answer(arm, chains[arm], q)
+            rec = answer(arm, chains[arm], q, args)
             records.append(rec)
             sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
             sink.flush()
@@ -140,58 +211,123 @@ def _pct(values: list[float]) -> float:
     return round(100 * statistics.mean(values), 1) if values else 0.0
 
 
-def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[str]) -> None:
-    _, queries = load_questions(args.questions, args.seed)
-    wanted = [q.id for q in queries]
-    present = [a for a in ARMS if any(r["arm"] == a for r in records)]
+def _by_arm(records: list[dict[str, Any]], wanted: list[str]) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Each arm's records on the questions of ``wanted`` that every arm present answered, and how many those are."""
+    present = [a for a in ARMS if any(r["arm"] == a and r["id"] in wanted for r in records)]
     by = {(r["arm"], r["id"]): r for r in records}
-    common = [i for i in wanted if all((a, i) in by for a in present)]  # the questions every arm answered
-    rows, spread = [], []
-    for arm in present:
-        mine = [by[(arm, i)] for i in common]
-        if not mine:
-            continue
-        hops = Counter(r["hops"] for r in mine)
-        rows.append([ARMS[arm], len(mine), _pct([r["em"] for r in mine]), _pct([r["f1"] for r in mine]),
-                     _pct([r["model_f1"] for r in mine]), round(statistics.mean(r["hops"] for r in mine), 2),
-                     _pct([float(r["answered"]) for r in mine]),
-                     round(statistics.median(r["seconds"] for r in mine), 1)])
+    common = [i for i in wanted if all((a, i) in by for a in present)]
+    return {a: [by[(a, i)] for i in common] for a in present if common}, len(common)
+
+
+def _score_row(arm: str, mine: list[dict[str, Any]]) -> list[Any]:
+    return [ARMS[arm], len(mine), _pct([r["em"] for r in mine]), _pct([r["f1"] for r in mine]),
+            _pct([r["model_f1"] for r in mine]), round(statistics.mean(r["hops"] for r in mine), 2),
+            _pct([float(r["answered"]) for r in mine]), round(statistics.median(r["seconds"] for r in mine), 1)]
+
+
+def _diagnosis_row(arm: str, mine: list[dict[str, Any]]) -> list[Any]:
+    """Where the answers fail: were the supporting paragraphs read, and is a wrong-scored answer partly right."""
+    every = [r for r in mine if r.get("gold") and r.get("gold_read") == r["gold"]]
+    rest = [r for r in mine if r not in every]
+    gold = sum(r.get("gold", 0) for r in mine)
+    return [ARMS[arm], len(mine), round(100 * sum(r.get("gold_read", 0) for r in mine) / gold, 1) if gold else 0.0,
+            len(every), _pct([r["f1"] for r in every]) if every else "-",
+            _pct([r["f1"] for r in rest]) if rest else "-",
+            sum(1 for r in mine if 0 < r["f1"] < 1), sum(1 for r in mine if r["model_f1"] > r["f1"])]
+
+
+SCORE_COLUMNS = ["arm", "questions", "EM", "F1", "F1 of the model's phrase", "hops (mean)", "answered %",
+                 "s/answer p50"]
+DIAGNOSIS_COLUMNS = ["arm", "questions", "supporting paragraphs read %", "questions with all read",
+                     "F1 (all read)", "F1 (some missing)", "partly right (0 < F1 < 1)", "phrase scored above answer"]
+
+
+def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[str]) -> None:
+    _, queries = load_questions(args.questions, args.seed, args.start)
+    arms_records, n = _by_arm(records, [q.id for q in queries])
+    rows, spread, diagnosis = [], [], []
+    for arm, mine in arms_records.items():
+        rows.append(_score_row(arm, mine))
+        diagnosis.append(_diagnosis_row(arm, mine))
         if arm != "single":
-            for n in sorted(hops):
-                on = [r for r in mine if r["hops"] == n]
-                spread.append([ARMS[arm], n, len(on), _pct([r["f1"] for r in on])])
+            hops = Counter(r["hops"] for r in mine)
+            for h in sorted(hops):
+                on = [r for r in mine if r["hops"] == h]
+                spread.append([ARMS[arm], h, len(on), _pct([r["f1"] for r in on])])
+    where = (f"questions {args.start}-{args.start + args.questions - 1}" if args.start
+             else f"the first {args.questions}")
     table = Table(
-        caption=f"MuSiQue, the same {len(common)} questions for every arm, local 1.5B",
-        columns=["arm", "questions", "EM", "F1", "F1 of the model's phrase", "hops (mean)", "answered %",
-                 "s/answer p50"],
-        rows=rows,
+        caption=f"MuSiQue, {where} of the seed-0 order, the same {n} questions for every arm, local 1.5B",
+        columns=SCORE_COLUMNS, rows=rows,
         notes=["Single shot: one retrieval (hybrid, top 4), `ExtractiveAnswer`, the evidence check on, as "
                "`ctxrag eval answers --format musique --answer-style short -k 4` answers; its hops column is 1.",
-               f"Iterative: at most {args.max_hops} hops, {args.per_hop} new passages read per hop; answered: the "
-               "loop ended with an answer (else the answer is the 'nothing found' notice and scores 0).",
+               f"Iterative: at most {args.max_hops} hops, {args.per_hop} new passages read per hop; decomposition: "
+               f"one call splits the question into at most {args.max_hops} sub-questions, each answered in a few "
+               f"words over its own top {args.per_hop}; agent: `create_agent` with the local model and "
+               f"`ctxrag.tools.make_search_tool` (top {args.per_hop}), at most {args.max_hops} calls (LangGraph's "
+               "recursion limit), its last reply scored as it is. Answered: the arm ended with an answer (else the "
+               "answer is the 'nothing found' notice and scores 0).",
                "The machine was shared with other engineers' tests during the run: seconds are indicative only.",
                *args.note])
     tables = [table]
     if spread:
-        tables.append(Table(caption="iterative arms: questions and F1 by hops used",
+        tables.append(Table(caption="multi-hop arms: questions and F1 by hops used (agent: search calls)",
                             columns=["arm", "hops", "questions", "F1"], rows=spread))
+    tables.append(Table(
+        caption=f"diagnosis, {where}: supporting paragraphs read (MuSiQue's labels) and answers partly right",
+        columns=DIAGNOSIS_COLUMNS, rows=diagnosis,
+        notes=["Supporting paragraphs read: of the question's supporting paragraphs, the share among every passage "
+               "the arm showed the model. Partly right: the answer shares words with the gold answer but is not it "
+               "(a long phrase or a neighbouring fact). Phrase scored above answer: the model's own words score "
+               "higher than the answer after snapping to a passage span.", *args.diagnosis_note]))
+    if args.dev_records:
+        _, dev = load_questions(args.dev_questions, args.seed, args.dev_start)
+        ids = {q.id for q in dev}
+        dev_records = {a: [r for r in read_records(args.dev_records) if r["arm"] == a and r["id"] in ids]
+                       for a in ARMS}
+        dev_records = {a: m for a, m in dev_records.items() if m}
+        label = f"questions {args.dev_start}-{args.dev_start + args.dev_questions - 1}"
+        tables.append(Table(
+            caption=f"development slice ({label} of the seed-0 order; each arm on the questions it answered there): "
+                    "what chose the settings",
+            columns=SCORE_COLUMNS, rows=[_score_row(a, m) for a, m in dev_records.items()],
+            notes=["Measured before the run above, on questions outside it; the arms and settings of the run "
+                   "above were chosen here.", *args.dev_note]))
+        tables.append(Table(caption=f"diagnosis, development slice ({label})", columns=DIAGNOSIS_COLUMNS,
+                            rows=[_diagnosis_row(a, m) for a, m in dev_records.items()]))
+    if args.retrieval_diagnosis:
+        got = json.loads(args.retrieval_diagnosis.read_text("utf-8"))
+        k, label = got["k"], f"questions {got['start']}-{got['start'] + got['questions'] - 1}"
+        tables.append(Table(
+            caption=f"retrieval alone ({label}, no chat model): supporting paragraphs found, top {k} per retrieval",
+            columns=["mode", "questions", "supporting paragraphs", f"whole question, top {k} %",
+                     f"whole question, top {k} x its hops %", f"each gold sub-question, top {k} %",
+                     "first sub-question %", "later sub-questions %"],
+            rows=[[r["mode"], r["questions"], r["supporting"], r["whole_top_k"], r["whole_top_k_hops"],
+                   r["sub_top_k"], r["sub_first_top_k"], r["sub_later_top_k"]] for r in got["rows"]],
+            notes=["`bench/multihop_retrieval_diagnosis.py`: the gold sub-questions are MuSiQue's own decomposition "
+                   "with the gold answers of earlier steps filled in, each judged by its own supporting paragraph: "
+                   "what a perfect plan would retrieve.", *args.retrieval_note]))
     n_arg = f" --questions {args.questions}" if args.questions != 30 else ""
     write_page_data(
-        "multihop_answers", title="Multi-hop answers: iterative retrieval vs single shot",
-        measures="exact match and F1 of short answers to MuSiQue multi-hop questions with the local 1.5B, and the "
-                 "hops the iterative chain used, beside the single-shot answer, in one run",
+        "multihop_answers", title="Multi-hop answers: iterative retrieval vs single shot vs an agent",
+        measures="exact match and F1 of short answers to MuSiQue multi-hop questions with the local 1.5B: the "
+                 "iterative chain, the single-shot answer and a create_agent agent with the search tool, in one run; "
+                 "and where the answers fail (retrieval of the supporting paragraphs, partly right phrases)",
         data="MuSiQue-Ans sample via HippoRAG (`../shared/data/multihop`): 100 train questions (2-4 hops), their 1,890 "
-             "passages and gpt-3.5-turbo OpenIE triplets; MuSiQue CC BY 4.0, HippoRAG MIT. The first n questions of "
-             "the seed-0 order (the order `ctxrag eval answers --sample 100 --seed 0` uses). Model: "
+             "passages and gpt-3.5-turbo OpenIE triplets; MuSiQue CC BY 4.0, HippoRAG MIT. Questions in the seed-0 "
+             "order (the order `ctxrag eval answers --sample 100 --seed 0` uses). Model: "
              "Qwen2.5-Coder-1.5B-Instruct Q4_K_M in process (llama.cpp), temperature 0",
-        command=f"python bench/bench_multihop.py{n_arg} --arms {','.join(arms)}",
-        tables=tables)
+        command=args.command or f"python bench/bench_multihop.py{n_arg} --arms {','.join(arms)}",
+        tables=tables, out_dir=args.out_dir)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=30, help="first N questions of the seeded order (max 100)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--start", type=int, default=0, help="first question's position in the seeded order "
+                        "(development slices lie outside the reported first 20)")
     parser.add_argument("--arms", default="single,multihop", help=f"comma-separated: {', '.join(ARMS)}")
     parser.add_argument("-k", "--k", type=int, default=4, help="passages of the single-shot answer")
     parser.add_argument("--max-hops", type=int, default=3)
@@ -200,9 +336,19 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=OUT / "home", help="CTXRAG_HOME of the run (embedding cache)")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--note", action="append", default=[], help="a note for the page (repeatable)")
+    parser.add_argument("--diagnosis-note", action="append", default=[], help="a note under the diagnosis")
+    parser.add_argument("--dev-records", type=Path, help="records of the development slice, reported beside")
+    parser.add_argument("--dev-start", type=int, default=40)
+    parser.add_argument("--dev-questions", type=int, default=8)
+    parser.add_argument("--dev-note", action="append", default=[], help="a note under the development slice")
+    parser.add_argument("--retrieval-diagnosis", type=Path,
+                        help="JSON of bench/multihop_retrieval_diagnosis.py, reported beside")
+    parser.add_argument("--retrieval-note", action="append", default=[], help="a note under the retrieval table")
+    parser.add_argument("--command", help="the command shown on the page (default: built from the options)")
+    parser.add_argument("--out-dir", type=Path, help="where the page data goes (default docs/benchmarks/data)")
     args = parser.parse_args()
-    if not 1 <= args.questions <= 100:
-        raise SystemExit(f"--questions must be 1..100, got {args.questions}")
+    if not 1 <= args.questions <= 100 - args.start or args.start < 0:
+        raise SystemExit(f"--start {args.start} --questions {args.questions}: the sample has 100 questions")
     if not (DATA / "musique_train.json").is_file():
         raise SystemExit(f"{DATA}: the MuSiQue sample is missing")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 
 from ctxrag.chains.ask import RagAnswer
-from ctxrag.chains.multihop import MultiHopAnswer
+from ctxrag.chains.multihop import MultiHopAnswer, resolve
 from ctxrag.retrievers.bm25 import BM25Retriever
 from ctxrag.retrievers.fusion import FusionRetriever
 
@@ -144,6 +144,56 @@ async def test_ainvoke_runs_the_same_loop(retriever: BM25Retriever) -> None:
     assert out["model_answer"] == "1961"
 
 
+def test_decomposition_answers_each_sub_question_over_its_own_retrieval(retriever: BM25Retriever) -> None:
+    llm = _chat({"questions": ["Who is the singer of Hollow Crown?", "In which year was #1 born?"]},
+                {"answer": "Mara Velt"}, {"answer": "1961"})
+    out = MultiHopAnswer(retriever, llm, passages_per_hop=1, decompose=True).invoke(QUESTION)
+    assert [h["query"] for h in out["hops"]] == ["Who is the singer of Hollow Crown?",
+                                                 "In which year was Mara Velt born?"]
+    assert [h["answer"] for h in out["hops"]] == ["Mara Velt", "1961"]
+    assert [d.id for d in out["documents"]] == ["song", "singer"] and out["answer"] == "1961 [2]"
+    assert out["supported"] is True and out["hops"][0]["next_question"] == "In which year was #1 born?"
+    assert "In which year was Mara Velt born?" in llm.seen[2][-1].content   # the sub-question, #1 resolved
+    assert "Mara Velt is a Danish singer" in llm.seen[2][-1].content        # its own passage
+    assert QUESTION not in llm.seen[2][-1].content                           # not the whole question
+
+
+def test_decomposition_reads_a_passage_again_under_its_first_number(retriever: BM25Retriever) -> None:
+    llm = _chat({"questions": ["Who sang Hollow Crown?", "Which song did #1 sing?"]},
+                {"answer": "Mara Velt"}, {"answer": "Hollow Crown"})
+    out = MultiHopAnswer(retriever, llm, passages_per_hop=1, decompose=True).invoke(QUESTION)
+    assert [h["read"] for h in out["hops"]] == [[1], [1]] and len(out["documents"]) == 1
+
+
+def test_decomposition_without_a_sub_answer_ends_with_the_notice(retriever: BM25Retriever) -> None:
+    llm = _chat({"questions": ["Who is the singer of Hollow Crown?", "In which year was #1 born?"]}, {"answer": ""})
+    out = MultiHopAnswer(retriever, llm, passages_per_hop=1, decompose=True).invoke(QUESTION)
+    assert len(out["hops"]) == 1 and out["supported"] is False and out["route"] == "no_knowledge"
+
+
+def test_decomposition_keeps_at_most_max_hops_sub_questions(retriever: BM25Retriever) -> None:
+    llm = _chat({"questions": ["Who sang Hollow Crown?", "Where was #1 born?", "When was #1 born?"]},
+                {"answer": "Mara Velt"}, {"answer": "Aarhus"})
+    out = MultiHopAnswer(retriever, llm, max_hops=2, passages_per_hop=1, decompose=True).invoke(QUESTION)
+    assert [h["answer"] for h in out["hops"]] == ["Mara Velt", "Aarhus"] and out["model_answer"] == "Aarhus"
+
+
+def test_an_empty_decomposition_falls_back_to_the_loop(retriever: BM25Retriever) -> None:
+    llm = _chat({"questions": []}, {"fact": "Hollow Crown is a 1998 song by the singer Mara Velt.", "answer": "",
+                                    "next_question": "When was Mara Velt born?"},
+                {"fact": "Mara Velt was born in 1961.", "answer": "1961", "next_question": ""})
+    out = MultiHopAnswer(retriever, llm, passages_per_hop=1, decompose=True).invoke(QUESTION)
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "When was Mara Velt born?"] and out["model_answer"] == "1961"
+
+
+def test_resolve_names_earlier_answers() -> None:
+    assert resolve("Where was #1 born, and when did #2 happen?", ["Ana", "the war"]) == (
+        "Where was Ana born, and when did the war happen?")
+    assert resolve("When was #3 born?", ["Ana"]) == "When was #3 born?"     # no third answer: left as written
+    assert resolve("Who sang Hollow Crown?", []) == "Who sang Hollow Crown?"
+    assert resolve("Who led the country?", ["Somalia"]) == "Who led the country? Somalia"
+
+
 @pytest.mark.llm
 def test_real_model_retrieves_for_a_second_hop(llama_server_url: str) -> None:
     """The local 1.5B (grammar-constrained through the run's server, replies recorded in tests/llm_replies): the two
@@ -160,6 +210,23 @@ def test_real_model_retrieves_for_a_second_hop(llama_server_url: str) -> None:
     assert len(hops) >= 2 and hops[0]["read"] == [1] and hops[1]["read"] == [2], json.dumps(hops, indent=1)
     assert "Mara Velt" in hops[1]["query"] and not any(h["error"] for h in hops)
     assert "1961" in out["answer"] and out["supported"] is True, out
+
+
+@pytest.mark.llm
+def test_real_model_decomposes_and_answers_each_sub_question(llama_server_url: str) -> None:
+    """The local 1.5B (replies recorded in tests/llm_replies) plans the two-hop question as two sub-questions, the
+    second naming the first's answer, and answers each from its own passage."""
+    from ctxrag.models.chat import chat_openai_compatible
+    from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
+
+    llm = chat_openai_compatible(base_url=llama_server_url, api_key="unused", model=SERVER_MODEL_ALIAS,
+                                 temperature=0.0, timeout=HANG_GUARD_S, max_retries=0)
+    out = MultiHopAnswer(BM25Retriever.from_documents(PASSAGES, tokenizer="english", k=2), llm, max_hops=3,
+                         passages_per_hop=1, decompose=True).invoke(QUESTION)
+    hops = out["hops"]
+    assert len(hops) >= 2 and "Mara Velt" in hops[-1]["query"], json.dumps(hops, indent=1)
+    assert [d.id for d in out["documents"]] == ["song", "singer"], json.dumps(hops, indent=1)
+    assert out["model_answer"] == "1961" and out["answer"] == "1961 [2]" and out["supported"] is True, out
 
 
 class _TripletScript(GenericFakeChatModel):

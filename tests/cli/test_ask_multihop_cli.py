@@ -36,9 +36,17 @@ class HopScript(BaseChatModel):
                   **kwargs: Any) -> ChatResult:
         text = "\n".join(str(m.content) for m in messages)
         self.prompts.append(text)
-        reply = ({"fact": "Hollow Crown is sung by Mara Velt.", "answer": "", "next_question": "When was Mara Velt born?"}
-                 if "(none yet)" in text else {"fact": "Mara Velt was born in 1961.", "answer": "1961",
-                                               "next_question": ""})
+        if "Split the question" in text:
+            reply: dict[str, Any] = {"questions": ["Who is the singer of Hollow Crown?", "When was #1 born?"]}
+        elif "Question: Who is the singer" in text:
+            reply = {"answer": "Mara Velt"}
+        elif "Question: When was Mara Velt born?" in text:
+            reply = {"answer": "1961"}
+        else:
+            reply = ({"fact": "Hollow Crown is sung by Mara Velt.", "answer": "",
+                      "next_question": "When was Mara Velt born?"}
+                     if "(none yet)" in text else {"fact": "Mara Velt was born in 1961.", "answer": "1961",
+                                                   "next_question": ""})
         return ChatResult(generations=[ChatGeneration(message=AIMessage(json.dumps(reply)))])
 
 
@@ -77,6 +85,19 @@ def test_streamed_answer_lists_the_hops(script: HopScript) -> None:
     assert res.exit_code == 0, res.output
     assert "1961 [" in res.output and "singer.md" in res.output
     assert "hop 2: When was Mara Velt born? -> Mara Velt was born in 1961." in res.output
+
+
+def test_decompose_answers_each_sub_question_and_lists_the_hops(script: HopScript) -> None:
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "--decompose", "-k", "1"])
+    assert res.exit_code == 0, res.output
+    assert "1961 [" in res.output and "singer.md" in res.output
+    assert "hop 2: When was Mara Velt born? -> 1961" in res.output
+    assert len(script.prompts) == 3 and "Split the question" in script.prompts[0]
+
+
+def test_decompose_without_multi_hop_is_refused(script: HopScript) -> None:
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--decompose"])
+    assert res.exit_code != 0 and "--multi-hop" in res.output and not script.prompts
 
 
 def test_without_the_flag_the_single_shot_chain_answers(script: HopScript) -> None:

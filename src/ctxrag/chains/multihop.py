@@ -43,19 +43,19 @@ import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from ctxrag.chains.extractive import snap
 from ctxrag.chains.rag import cite_sources
 from ctxrag.chains.relevance import no_knowledge_notice
 from ctxrag.models.structured import structured_runnable
-from ctxrag.prompts.multihop import hop_messages
+from ctxrag.prompts.multihop import hop_messages, plan_messages, sub_answer_messages
 from ctxrag.schema import chunk_key
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,9 @@ MAX_ANSWER_CHARS = 40
 """Longest answer the grammar lets the model write (a name, a date, a short phrase)."""
 MAX_QUESTION_CHARS = 120
 """Longest sub-question the grammar lets the model write."""
+MAX_SUB_QUESTIONS = 4
+"""Most sub-questions a decomposition may list (the multi-hop questions measured chain two to four facts)."""
+_REFERENCE = re.compile(r"#(\d)")
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 _NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"[\u4e00-\u9fff]|[^\W_\u4e00-\u9fff]+", re.UNICODE)
@@ -88,6 +91,38 @@ class LastHop(BaseModel):
 
     fact: str = Field(default="", max_length=MAX_FACT_CHARS)
     answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
+
+
+class Plan(BaseModel):
+    """The decomposition: the simple questions that answer the question, in order; ``#n`` names the n-th's answer."""
+
+    questions: list[Annotated[str, StringConstraints(max_length=MAX_QUESTION_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_SUB_QUESTIONS)
+
+
+class SubAnswer(BaseModel):
+    """One sub-question's answer, a few words copied from its search results."""
+
+    answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
+
+
+def resolve(sub_question: str, answers: list[str]) -> str:
+    """``sub_question`` with each ``#n`` replaced by the n-th answer; one that names no earlier answer gets the last
+    one appended (its search needs the name: "Who led the country?" after "Somalia").
+
+    >>> resolve("Where was #1 born?", ["Frank Herbert"])
+    'Where was Frank Herbert born?'
+    >>> resolve("Who led the country?", ["Somalia"])
+    'Who led the country? Somalia'
+    """
+    def sub(m: re.Match[str]) -> str:
+        n = int(m.group(1))
+        return answers[n - 1] if 1 <= n <= len(answers) else m.group(0)
+
+    text = _REFERENCE.sub(sub, sub_question).strip()
+    if answers and not _REFERENCE.search(sub_question):
+        text = f"{text} {answers[-1]}"
+    return text
 
 
 @dataclass
@@ -173,6 +208,11 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
     """Characters of each passage shown to the model."""
     max_tokens: int = 128
     """Most tokens of one hop's reply."""
+    decompose: bool = False
+    """Split the question into simple sub-questions up front (`Plan`, one call), then answer each over its own
+    retrieval in a few words copied from the passages (`SubAnswer`), ``#n`` in a later one replaced by the n-th
+    answer; the last answer is the answer. At most ``max_hops`` sub-questions; a plan the model cannot give falls
+    back to the loop. False: the loop above."""
 
     model_config = {"arbitrary_types_allowed": True}
 
@@ -207,6 +247,10 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
 
     def _run(self, inp: Any, config: RunnableConfig) -> dict[str, Any]:
         question = _prepare(inp)
+        if self.decompose:
+            planned = self._run_plan(question, config)
+            if planned is not None:
+                return planned
         documents: list[Document] = []
         seen: set[str] = set()
         facts: list[str] = []
@@ -239,6 +283,47 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
                 break
         if not answer and hops and hops[-1].error is None and len(hops) < self.max_hops:
             answer = self._best_answer(question, facts, hops, config)
+        return self._output(question, answer, documents, hops)
+
+    def _plan(self, question: str, config: RunnableConfig) -> list[str]:
+        reply = structured_runnable(self.llm, Plan, max_tokens=self.max_tokens).invoke(plan_messages(question), config)
+        parsed = reply.parsed if isinstance(reply.parsed, Plan) else _from_text(reply.text, Plan)
+        if not isinstance(parsed, Plan):
+            log.warning("multi-hop: the decomposition could not be read (%s)", reply.error)
+            return []
+        return [q.strip() for q in parsed.questions if q.strip()][: self.max_hops]
+
+    def _run_plan(self, question: str, config: RunnableConfig) -> dict[str, Any] | None:
+        """Decomposition (``decompose``): None when the model gives no sub-questions (the loop then runs)."""
+        subs = self._plan(question, config)
+        if not subs:
+            return None
+        documents: list[Document] = []
+        number: dict[str, int] = {}
+        hops: list[Hop] = []
+        answers: list[str] = []
+        for i, sub in enumerate(subs):
+            query = resolve(sub, answers)
+            shown = self.retriever.invoke(query, config)[: self.passages_per_hop]
+            for d in shown:
+                if chunk_key(d) not in number:
+                    documents.append(d)
+                    number[chunk_key(d)] = len(documents)
+            hop = Hop(query=query, read=[number[chunk_key(d)] for d in shown],
+                      next_question=subs[i + 1] if i + 1 < len(subs) else "")
+            hops.append(hop)
+            blocks = [self._passages([d], number[chunk_key(d)]) for d in shown]
+            reply = structured_runnable(self.llm, SubAnswer, max_tokens=self.max_tokens).invoke(
+                sub_answer_messages(query, "\n".join(blocks)), config)
+            parsed = reply.parsed if isinstance(reply.parsed, SubAnswer) else _from_text(reply.text, SubAnswer)
+            if not isinstance(parsed, SubAnswer):
+                hop.error = reply.error or "the reply is not the JSON asked for"
+                break
+            hop.answer = parsed.answer.strip()
+            if not hop.answer:
+                break
+            answers.append(hop.answer)
+        answer = answers[-1] if len(answers) == len(subs) else ""
         return self._output(question, answer, documents, hops)
 
     def _best_answer(self, question: str, facts: list[str], hops: list[Hop], config: RunnableConfig) -> str:

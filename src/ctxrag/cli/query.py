@@ -71,16 +71,22 @@ def ask(
     multi_hop: bool = typer.Option(False, "--multi-hop", help="Retrieve again for each sub-question the model asks "
                                    "(iterative retrieval, -k new chunks per hop); for questions that chain facts."),
     max_hops: int = typer.Option(3, "--max-hops", min=1, help="Most retrievals per question with --multi-hop."),
+    decompose: bool = typer.Option(False, "--decompose", help="With --multi-hop: split the question into simple "
+                                   "sub-questions first, then answer each over its own retrieval."),
 ) -> None:
     """Answer a question from the knowledge base with [n] citations; streams to the terminal."""
     from ctxrag.chains.ask import RagAnswer
     from ctxrag.models.chat import make_chat_model, wrap_model_errors
 
+    if decompose and not multi_hop:
+        raise typer.BadParameter("--decompose needs --multi-hop", param_hint="--decompose")
+
     def body() -> None:
         checked = check_text(question, "question")
         llm = make_chat_model(get_settings(), warm=True)
         names = kb_names(kb)
-        chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank, multi_hop=max_hops if multi_hop else 0)
+        chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank, multi_hop=max_hops if multi_hop else 0,
+                             decompose=decompose)
         cfg: RunnableConfig = {"callbacks": callbacks()}
         if json_out:
             with wrap_model_errors(llm):
@@ -91,20 +97,21 @@ def ask(
             return
         final = stream_answer(chain, llm, checked, cfg)
         for n, hop in enumerate(final.get("hops", []), 1):
-            typer.echo(f"hop {n}: {printable(hop['query'])} -> {printable(hop['fact'] or hop['error'] or '-')}")
+            said = hop["fact"] or hop["answer"] or hop["error"] or "-"
+            typer.echo(f"hop {n}: {printable(hop['query'])} -> {printable(said)}")
 
     guard(body)
 
 
 def answer_chain(kbs: Sequence[str | KnowledgeBaseProtocol], llm: BaseChatModel, *, k: int = 4,
                  mode: SearchMode | str = SearchMode.HYBRID, rerank: str = "none",
-                 multi_hop: int = 0) -> Runnable[Any, Any]:
+                 multi_hop: int = 0, decompose: bool = False) -> Runnable[Any, Any]:
     """`ctxrag.chains.ask.build_ask_chain` over `kbs`: names, or knowledge bases already open (each is opened once
     either way)."""
     from ctxrag.chains.ask import build_ask_chain
 
     opened = [open_kbs([x])[0] if isinstance(x, str) else x for x in kbs]
-    return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank, multi_hop=multi_hop)
+    return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank, multi_hop=multi_hop, decompose=decompose)
 
 
 def stream_answer(chain: Runnable[Any, Any], llm: BaseChatModel, question: str,

@@ -1,7 +1,8 @@
 """The hop request of the multi-hop answer chain (`ctxrag.chains.multihop.MultiHopAnswer`): given the question, the
 facts kept from earlier hops and the passages this hop retrieved, the model replies as JSON with the fact the passages
 add and either the answer or the next sub-question to search for. One version per language; the last hop's asks for
-the best answer instead of a next question.
+the best answer instead of a next question. With decomposition, one request splits the question into simple
+sub-questions up front (`plan_messages`) and one answers each from its own search results (`sub_answer_messages`).
 
 Example::
 
@@ -46,6 +47,26 @@ LAST_HOP = {
            "\"answer\"：根据这些事实，用几个词给出问题的最佳答案。"),
 }
 
+PLAN = {
+    "en": ("Split the question into the simple questions that answer it, in order, each asking for one fact. The "
+           "first asks about a name the question gives; each later one writes #1, #2 for the answers of the earlier "
+           "ones.\nExamples: \"Where was the author of Dune born?\" -> {{\"questions\": [\"Who is the author of "
+           "Dune?\", \"Where was #1 born?\"]}}. \"What is the capital of the country where the director of Heat "
+           "was born?\" -> {{\"questions\": [\"Who is the director of Heat?\", \"In which country was #1 born?\", "
+           "\"What is the capital of #2?\"]}}.\n\nQuestion: {question}\nReply with JSON."),
+    "zh": ("把问题拆成依次回答的简单问题，每个只问一条事实。第一个问题问题目中给出的名称；后面的问题用 #1、#2 指代前面问题的答案。\n"
+           "例如：“《沙丘》的作者出生在哪里？” -> {{\"questions\": [\"《沙丘》的作者是谁？\", \"#1 出生在哪里？\"]}}。"
+           "“《盗火线》导演出生的国家的首都是哪里？” -> {{\"questions\": [\"《盗火线》的导演是谁？\", \"#1 出生在哪个国家？\", "
+           "\"#2 的首都是哪里？\"]}}。\n\n问题：{question}\n用 JSON 回复。"),
+}
+
+SUB_ANSWER = {
+    "en": ("Search results:\n{passages}\n\nQuestion: {question}\n\nReply with JSON. \"answer\": the answer in a few "
+           "words, copied from the search results (\"\" if they do not give it)."),
+    "zh": ("检索结果：\n{passages}\n\n问题：{question}\n\n用 JSON 回复。\"answer\"：用几个词写出答案，从检索结果中抄写"
+           "（结果中没有则为 \"\"）。"),
+}
+
 NO_FACTS = {"en": "(none yet)", "zh": "（暂无）"}
 NO_PASSAGES = {"en": "(nothing new found)", "zh": "（没有新的结果）"}
 
@@ -57,4 +78,18 @@ def hop_messages(question: str, facts: list[str], passages: str, *, last: bool) 
     listed = "\n".join(f"- {f}" for f in facts) or NO_FACTS[lang]
     text = (LAST_HOP if last else HOP)[lang].format(question=question, facts=listed,
                                                     passages=passages or NO_PASSAGES[lang])
+    return [SystemMessage(SYSTEM[lang]), HumanMessage(text)]
+
+
+def plan_messages(question: str) -> list[BaseMessage]:
+    """The request that splits ``question`` into simple sub-questions (``#n`` names the answer of the n-th)."""
+    lang = detect_language(question)
+    return [SystemMessage(SYSTEM[lang]), HumanMessage(PLAN[lang].format(question=question))]
+
+
+def sub_answer_messages(question: str, passages: str) -> list[BaseMessage]:
+    """The request that answers one simple (sub-)question from ``passages`` (numbered search results) in a few
+    words copied from them."""
+    lang = detect_language(question)
+    text = SUB_ANSWER[lang].format(question=question, passages=passages or NO_PASSAGES[lang])
     return [SystemMessage(SYSTEM[lang]), HumanMessage(text)]
