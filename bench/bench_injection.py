@@ -95,7 +95,13 @@ def main() -> None:
     ap.add_argument("--from-raw", type=Path, default=None, help="write the page from answers a run saved (--raw)")
     ap.add_argument("--first", default="", help="item ids (comma-separated) to answer before the others, for a run "
                     "that may have to stop early")
+    ap.add_argument("--variants", default="", help="with --resume: ask these variants (comma-separated, of "
+                    f"{', '.join(VARIANTS)}) again for the items --raw holds, keeping their other answers (after a "
+                    "change to one variant)")
     args = ap.parse_args()
+    again = [v for v in args.variants.split(",") if v]
+    if any(v not in VARIANTS for v in again) or (again and not (args.resume and args.raw)):
+        raise SystemExit(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}, with --resume --raw")
     items = json.loads(DATA.read_text(encoding="utf-8"))["items"]
     items = items[: args.limit] if args.limit else items
     first = [i for i in args.first.split(",") if i]
@@ -118,13 +124,15 @@ def main() -> None:
     if args.resume and args.raw and args.raw.exists():  # items a stopped run answered are kept, not asked again
         runs = [r for r in json.loads(args.raw.read_text(encoding="utf-8")) if r["id"] in {i["id"] for i in items}]
     for item in items:
-        if any(r["id"] == item["id"] for r in runs):
+        held = next((r for r in runs if r["id"] == item["id"]), None)
+        if held is not None and not again:
             continue
-        row = {"id": item["id"], "kind": item["kind"], "question": item["question"]}
-        for variant in VARIANTS:
+        row = held or {"id": item["id"], "kind": item["kind"], "question": item["question"]}
+        for variant in VARIANTS if held is None else again:
             row[variant] = _ask(item, home, llm, settings, variant, args.short_tokens)
             print(item["id"], variant, row[variant], flush=True)
-        runs.append(row)
+        if held is None:
+            runs.append(row)
         if args.raw:
             args.raw.write_text(json.dumps(runs, ensure_ascii=False, indent=1), encoding="utf-8")
     _page(runs, len(items))
