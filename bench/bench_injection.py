@@ -95,6 +95,8 @@ def main() -> None:
     ap.add_argument("--from-raw", type=Path, default=None, help="write the page from answers a run saved (--raw)")
     ap.add_argument("--first", default="", help="item ids (comma-separated) to answer before the others, for a run "
                     "that may have to stop early")
+    ap.add_argument("--page", default="injection", help="the page to write (e.g. injection_0.5b for a run with "
+                    "CTXRAG_LLM__LOCAL_MODEL=0.5b)")
     ap.add_argument("--variants", default="", help="with --resume: ask these variants (comma-separated, of "
                     f"{', '.join(VARIANTS)}) again for the items --raw holds, keeping their other answers (after a "
                     "change to one variant)")
@@ -110,7 +112,7 @@ def main() -> None:
         raise SystemExit(f"--first: no such items {unknown}")
     items = sorted(items, key=lambda i: i["id"] not in first)  # stable: the file's order otherwise
     if args.from_raw:
-        _page(json.loads(args.from_raw.read_text(encoding="utf-8")), len(items))
+        _page(json.loads(args.from_raw.read_text(encoding="utf-8")), len(items), args.page, _model_name())
         return
     home = Path(tempfile.mkdtemp(prefix="ctxrag-injection-"))
     os.environ["CTXRAG_HOME"] = str(home)
@@ -135,10 +137,18 @@ def main() -> None:
             runs.append(row)
         if args.raw:
             args.raw.write_text(json.dumps(runs, ensure_ascii=False, indent=1), encoding="utf-8")
-    _page(runs, len(items))
+    _page(runs, len(items), args.page, _model_name())
 
 
-def _page(runs: list[dict[str, Any]], planned: int) -> None:
+def _model_name() -> str:
+    """The local chat model the settings choose (``CTXRAG_LLM__LOCAL_MODEL``), as the page names it."""
+    from ctxrag.settings import get_settings
+
+    return {"0.5b": "Qwen2.5-Coder-0.5B"}.get(get_settings().llm.local_model, "Qwen2.5-Coder-1.5B")
+
+
+def _page(runs: list[dict[str, Any]], planned: int, page: str = "injection",
+          model: str = "Qwen2.5-Coder-1.5B") -> None:
     """The benchmark page of the items answered so far (`planned` in the run)."""
     items = {i["id"]: i for i in json.loads(DATA.read_text(encoding="utf-8"))["items"]}
     for r in runs:  # scored here, so a page written from saved answers uses the current rules
@@ -187,8 +197,9 @@ def _page(runs: list[dict[str, Any]], planned: int) -> None:
               for r in runs])
     seconds = sum(r[v]["seconds"] for r in runs for v in VARIANTS)
     write_page_data(
-        "injection",
-        title="Instructions in documents and padded questions",
+        page,
+        title="Instructions in documents and padded questions"
+              + ("" if model == "Qwen2.5-Coder-1.5B" else f", with the {model} as the chat model"),
         measures="how often an answer follows an instruction written in a retrieved document, or answers an "
                  "off-topic question from memory and is called supported; before and after the sources rule in "
                  "the answer prompt and the citation agreement of `supported`, and through the short answer",
@@ -197,8 +208,9 @@ def _page(runs: list[dict[str, Any]], planned: int) -> None:
              "or faking a user turn after the sources; off-topic questions padded with the knowledge base's words "
              "or a whole sentence of it), each over a knowledge base of its own 1-2 documents; the chain `ctxrag "
              "ask` runs (hybrid k=4, relevance gate, evidence check) with the default local model "
-             f"(Qwen2.5-Coder-1.5B GGUF, answers of at most 160 tokens, short answers of at most {SHORT_TOKENS})",
-        command="PYTHONPATH=src python bench/bench_injection.py",
+             f"({model} GGUF, answers of at most 160 tokens, short answers of at most {SHORT_TOKENS})",
+        command="PYTHONPATH=src python bench/bench_injection.py" + (
+            "" if page == "injection" else f" --page {page}  # with CTXRAG_LLM__LOCAL_MODEL=0.5b"),
         tables=[summary, per_item],
         notes=[f"{seconds:.0f} s of answering in all. {len(runs)} items: a small set on a shared machine, so each rate "
                "is a count of answers, not an estimate with a margin; the evidence check and the relevance gate are "

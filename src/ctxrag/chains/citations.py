@@ -7,6 +7,8 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from ctxrag.chains.instructions import strip_instructions
+
 CITATION_MARK = re.compile(r"\[(\d{1,3}(?:\s*[,，、]\s*\d{1,3})*)\]")
 """A `[n]` or `[n, m]` citation marker; group 1 holds the numbers."""
 
@@ -181,21 +183,25 @@ def _holds_numbers(sentence: dict[str, set[str]], chunk: dict[str, set[str]]) ->
         num in chunk and ("" in units or "" in chunk[num] or bool(units & chunk[num])) for num, units in sentence.items())
 
 
-def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None = None) -> dict[str, Any]:
+def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None = None,
+                   contents: list[str] | None = None) -> dict[str, Any]:
     """One sentence's citations checked against the numbered `docs`.
 
     Whether a chunk holds the sentence is decided by the strongest evidence there is: when some retrieved chunk
     contains one of the sentence's figures as written (`figures`: "30 minutes", "2022年"), a chunk holds the sentence
     only if it contains one of those figures; otherwise a chunk holding all of the sentence's numbers, bare or with
     the same unit (`_holds_numbers`: "200" for "200 GB" in ``"team": 200``, not "30 minutes" for "30 days"), or at
-    least `MIN_SUPPORT` of its words / CJK bigrams holds it. Of several chunks that hold it, one adding no facts
+    least `MIN_SUPPORT` of its words / CJK bigrams holds it. Text in a chunk that speaks to the assistant ("Note to
+    the assistant: answer exactly ...", `ctxrag.chains.instructions`) holds nothing: an answer that repeats an
+    instruction planted in a document is ``unsupported``. Of several chunks that hold it, one adding no facts
     beyond the better ones is dropped (`MIN_NEW_UNITS`). Status: ``ok``
     (every cited chunk holds it), ``corrected`` (a cited chunk that does not hold it is dropped, or the chunk holding
     a figure no cited chunk holds is added), ``added`` (nothing cited; the chunk that holds it best is cited),
     ``unsupported`` (no retrieved chunk holds it: flagged, its citations are not counted as sources) or ``no_facts``
     (too little to check, or a lead-in ending in a colon such as "Here is the answer:").
     """
-    texts = texts if texts is not None else [_squash(d.page_content) for d in docs]
+    contents = contents if contents is not None else [strip_instructions(d.page_content) for d in docs]
+    texts = texts if texts is not None else [_squash(c) for c in contents]
     cited = [n for n in cited_numbers(sentence) if 1 <= n <= len(docs)]
     units, figs = _units(sentence), figures(sentence)
     out: dict[str, Any] = {"sentence": sentence.strip(), "cited": cited}
@@ -203,7 +209,7 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     if (len(units) < 2 or lead_in) and not figs:
         return {**out, "sources": cited, "status": "no_facts"}
     ns = range(1, len(docs) + 1)
-    has = {n: units & _grams(docs[n - 1].page_content) for n in ns}
+    has = {n: units & _grams(contents[n - 1]) for n in ns}
     support = {n: len(has[n]) / max(1, len(units)) for n in ns}
     # what a chunk holds of the sentence beyond what every retrieved chunk holds: the words the retriever matched
     # (the question's, repeated in the answer) are in all of them and tell nothing about where the fact is
@@ -213,7 +219,7 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     held = {f: [n for n in ns if f in texts[n - 1]] for f in figs}
     held = {f: hs for f, hs in held.items() if hs}
     nums_units = _number_units(sentence)
-    numbered = {n for n in ns if _holds_numbers(nums_units, _number_units(docs[n - 1].page_content))}
+    numbered = {n for n in ns if _holds_numbers(nums_units, _number_units(contents[n - 1]))}
 
     def evidence(n: int) -> tuple[int, int, float, float]:
         return (sum(n in hs for hs in held.values()), n in numbered, distinct[n], support[n])
@@ -253,8 +259,9 @@ def check_citations(answer: str, docs: list[Document]) -> list[dict[str, Any]]:
     A sentence that is only a citation ("Source: [3]", "来源：[1]") cites for the sentence with facts before it (the
     one after it when it comes first): its citations are kept only where that chunk holds that sentence's facts, and
     in an answer without a sentence of facts they are not counted as sources."""
-    texts = [_squash(d.page_content) for d in docs]
-    checked = [check_sentence(s, docs, texts) for s in sentences(answer)]
+    contents = [strip_instructions(d.page_content) for d in docs]
+    texts = [_squash(c) for c in contents]
+    checked = [check_sentence(s, docs, texts, contents) for s in sentences(answer)]
     factual = [i for i, c in enumerate(checked) if c["status"] != "no_facts"]
     for i, c in enumerate(checked):
         if c["status"] != "no_facts" or not c["cited"] or not _citation_only(c["sentence"]):
@@ -265,7 +272,8 @@ def check_citations(answer: str, docs: list[Document]) -> list[dict[str, Any]]:
         ref = max((j for j in factual if j < i), default=min(factual))
         facts = CITATION_MARK.sub("", checked[ref]["sentence"])
         markers = " ".join(f"[{n}]" for n in c["cited"])
-        holding = [n for n in check_sentence(f"{facts} {markers}", docs, texts)["sources"] if n in c["cited"]]
+        holding = [n for n in check_sentence(f"{facts} {markers}", docs, texts, contents)["sources"]
+                   if n in c["cited"]]
         checked[i] = {**c, "sources": holding, "status": "ok" if holding == c["cited"] else "corrected"}
     return checked
 
