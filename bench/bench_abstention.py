@@ -27,7 +27,9 @@ answers (``--all``: every one the gate passes; round-robin over the in-genre gro
 R2`` adds the rule with the answer-in-quote test. ``none --probs P`` records, for each question the product's rule
 asks a quote for, the local model's probability of source 0 ("no source states it") at the quote's first value
 (the answer prompt's chunks and the quote request, then ``{"source": `` as the start of the reply; resumable);
-``report --none-probs P`` adds that probability as a rule on top of the product's.
+``report --none-probs P`` adds that probability as a rule on top of the product's. ``retrieve`` writes the same
+questions' retrieval-only records (chunks, titles, the gate's verdict, the key-term coverage; no chat model call, a
+few minutes a split): `bench_abstention_signals.py` measures model-free signals on them.
 """
 from __future__ import annotations
 
@@ -236,6 +238,51 @@ def collect(args: argparse.Namespace) -> None:
             out.flush()
             print(f"{i + 1}/{len(qs)} {q.id} gate={verdict.supported} reply={rec['reply']} "
                   f"{rec['total_s']}s", file=sys.stderr, flush=True)
+
+
+def retrieve(args: argparse.Namespace) -> None:
+    """Retrieval-only records (no model call): what `collect` writes before the quote, for each question of the same
+    construction (hybrid k=4, the relevance gate), plus the key-term coverage; resumable, one JSON line each."""
+    from ctxrag.chains.key_terms import KeyTerms
+    from ctxrag.chains.relevance import RelevanceGate
+    from ctxrag.kb import KnowledgeBase
+    from ctxrag.retrievers.factory import make_multi_kb_retriever
+    from ctxrag.settings import Settings
+
+    texts, qs = questions(args.zh, args.en, args.cross, args.seed)
+    if args.no_demo:
+        texts.pop("demo")
+        qs = [q for q in qs if q.kb != "demo"]
+    settings = Settings(home=args.home)
+    tools = {}
+    for name, items in texts.items():
+        kb = KnowledgeBase.open(f"abst_{name}", settings, create=True)
+        if not kb.list_documents():
+            print(f"ingesting {len(items)} items into abst_{name}", file=sys.stderr, flush=True)
+            if items and isinstance(items[0], Path):
+                kb.ingest(items, contextualize=False, progress=True)
+            else:
+                kb.add_texts(items, progress=True)
+        retriever = make_multi_kb_retriever([kb], mode="hybrid", k=4, rerank="none", search_type="similarity")
+        tools[name] = (retriever, RelevanceGate(kb.embeddings), KeyTerms.from_knowledge_base(kb))
+    done = set()
+    if args.records.exists():
+        done = {json.loads(line)["id"] for line in args.records.read_text(encoding="utf-8").splitlines() if line}
+    with args.records.open("a", encoding="utf-8") as out:
+        for i, q in enumerate(qs):
+            if q.id in done:
+                continue
+            retriever, gate, terms = tools[q.kb]
+            docs = retriever.invoke(q.question)
+            rec: dict[str, Any] = {**asdict(q), "retrieved": [d.metadata.get("source") for d in docs],
+                                   "gate": gate.check(q.question, docs).to_dict(),
+                                   "texts": [d.page_content for d in docs],
+                                   "titles": [d.metadata.get("title") for d in docs],
+                                   "key": None if terms is None else terms.coverage(q.question, docs)}
+            out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            out.flush()
+            print(f"{i + 1}/{len(qs)} {q.id} gate={rec['gate']['supported']} key={rec['key']}", file=sys.stderr,
+                  flush=True)
 
 
 def _round_robin(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -937,7 +984,7 @@ def _by_split(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["collect", "requote", "judge", "none", "report", "show"])
+    ap.add_argument("what", choices=["collect", "retrieve", "requote", "judge", "none", "report", "show"])
     ap.add_argument("--probs", type=Path, default=None, help="none: where the P(no source) lines go (JSON lines)")
     ap.add_argument("--none-probs", type=Path, nargs="*", default=None,
                     help="report: P(no source) files written by `none` (one per split)")
@@ -976,7 +1023,7 @@ def main() -> None:
         for q in questions(args.zh, args.en, args.cross, args.seed)[1]:
             print(json.dumps(asdict(q), ensure_ascii=False))
         return
-    {"collect": collect, "requote": requote, "judge": judge, "none": none_probs, "report": report}[args.what](args)
+    {"collect": collect, "retrieve": retrieve, "requote": requote, "judge": judge, "none": none_probs, "report": report}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,27 @@ def test_the_key_term_stage_abstains_without_asking_for_a_quote() -> None:
     assert passed.supported and passed.key is not None and passed.key >= 0.3 and len(asked.schemas) == 1
 
 
+def test_the_predicate_stage_abstains_without_asking_for_a_quote_when_the_answering_paragraph_is_missing() -> None:
+    from ctxrag.chains.key_terms import KeyTerms
+    from test_key_terms import EAST_GERMANY, PARAGRAPHS
+
+    terms = KeyTerms.from_texts(EAST_GERMANY + PARAGRAPHS)
+    question = "東德的義務教育需要多久？"
+    near = [Document(EAST_GERMANY[i], metadata={"title": "东德"}) for i in (0, 2)]
+    llm = StructuredFake.of()  # nothing scripted: a quote request would fail
+    verdict = EvidenceCheck(llm, key_terms=terms, min_predicate=0.3).check(question, near, [SystemMessage("c")])
+    assert not verdict.supported and verdict.predicate is not None and verdict.predicate < 0.3 and llm.schemas == []
+    assert "predicate terms" in verdict.reason
+    # off by default: the same chunks go on to the quote
+    asked = StructuredFake.of({"source": 0, "quote": ""})
+    EvidenceCheck(asked, key_terms=terms).check(question, near, [SystemMessage("c")])
+    assert len(asked.schemas) == 1
+    full = [Document(t, metadata={"title": "东德"}) for t in EAST_GERMANY]
+    quoted = StructuredFake.of({"source": 2, "quote": "十年義務教育"})
+    passed = EvidenceCheck(quoted, key_terms=terms, min_predicate=0.3).check(question, full, [SystemMessage("c")])
+    assert passed.predicate is not None and passed.predicate >= 0.3 and len(quoted.schemas) == 1
+
+
 def test_no_quote_abstains() -> None:
     verdict = _check().judge("How much does the QL-7 drone weigh?", DOCS, EvidenceQuote(source=0, quote="", answer=""))
     assert not verdict.supported and verdict.source == 0
@@ -225,7 +246,7 @@ def test_an_unreadable_reply_is_not_judged() -> None:
 @pytest.mark.parametrize("bad", [{"min_found": 1.5}, {"min_coverage": -0.1}, {"min_window": 2.0},
                                  {"min_judge": 1.5}, {"min_answer": 1.2}, {"min_key": 2.5},
                                  {"min_fallback_coverage": 1.7}, {"min_sentence_key": 1.3},
-                                 {"min_quote_words": -0.5}])
+                                 {"min_quote_words": -0.5}, {"min_predicate": 1.4}])
 def test_bad_thresholds_are_refused_naming_the_value(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=str(next(iter(bad.values())))):
         _check(**bad)

@@ -18,6 +18,26 @@ PARAGRAPHS = [
     "The Xinghe server listens on port 7420 by default; the port is set in config.yaml.",
 ]
 
+EAST_GERMANY = [  # DRCD dev, article 东德 (CC BY-SA 3.0): three paragraphs; the second answers the question below
+    ("歷史上東德地區90%都是新教徒，在1956到1971年間東德路德教會改變對政府的反對態度開始合作。從東德"
+     "成立開始，統一社會黨即著力減少宗教對東德新一代的影響。教會因此開始開始保持同政府的距離，教會成員的減少和"
+     "對青年信徒的歧視使在1956年時教會有條件地開始和政府合作。德意志民主共和國境內的羅馬天主教會和羅馬教廷"
+     "保持密切的聯繫，在戰後早先幾年，這種關係是緊張的。天主教會和部分主教拒絕與東德政權合作並不認同馬克思主義"
+     "學說，主教通常被史塔西嚴密監視。1945年後天主教會和從德國東部領土遷移過來的天主教會完成了合併。"),
+    ("在1957年東德有10,471座普通教育學校，1988年公立學校的數量減少到5907座。1950年有15"
+     "83座職業學校，而1988年為955座。在1957年有307座高級技術學校、46所高校和5個學院。198"
+     "8年有237所學校、53個學院和大學。東德從1960年為所有兒童設置了從幼兒園到理工中學的十年義務教育。"
+     "東德教育系統的主要特點是：八年級前所有兒童接受統一的課程教育，十年級後開始通過考試分流。教育目標重視未來"
+     "的工作需要。重視數學和自然科學，而人文學科上採用統一的教學標準。教育單位負責使畢業生在社會主義社會充分就"
+     "業。"),
+    ("1968年在布拉格之春中，蘇聯通過華約將捷克斯洛伐克的改革扼殺在萌芽狀態。這導致東德內部希望對社會主義進"
+     "行更多改革和自由的氣氛驟然下降，許多年輕人在東德主要城市進行了小規模的抗議，史塔西記錄在1968年11月"
+     "有2000起「敵對行為」。1970年，統一社會黨總書記烏布利希和昂奈克之間爆發了權力鬥爭。昂奈克對東、西"
+     "德的和解較為了解，計劃緩解消費品的缺乏並降低工人對於生產計劃的抱怨，並且在統一社會黨政治局批評烏布利希過"
+     "於重視重工業的經濟戰略。雖然蘇共中央總書記勃列日涅夫最終持中立態度，但最終還是導致了烏布利希在1971年"
+     "4月辭職。"),
+]
+
 
 @pytest.fixture(scope="module")
 def terms() -> KeyTerms:
@@ -81,3 +101,28 @@ def test_the_frequencies_of_a_real_knowledge_base(tmp_path: Path) -> None:
 def test_bad_counts_are_refused_naming_the_value() -> None:
     with pytest.raises(ValueError, match="-1"):
         KeyTerms(str.split, {}, -1)
+
+
+def _east_germany(kept: tuple[int, ...]) -> list[Document]:
+    return [Document(EAST_GERMANY[i], metadata={"title": "东德"}) for i in kept]
+
+
+def test_predicate_terms_are_low_when_the_paragraph_that_answers_was_left_out() -> None:
+    # the article's other paragraphs name its topic (key terms pass) but not what the question asks of it
+    terms = KeyTerms.from_texts(EAST_GERMANY + PARAGRAPHS)
+    question = "東德的義務教育需要多久？"
+    near = _east_germany((0, 2))
+    assert (terms.coverage(question, near) or 0.0) >= 0.25
+    left_out = terms.predicate_coverage(question, near)
+    kept = terms.predicate_coverage(question, _east_germany((0, 1, 2)))
+    assert left_out is not None and left_out < 0.2
+    assert kept is not None and kept >= 0.6
+
+
+def test_predicate_terms_leave_out_the_question_words_and_the_topic(terms: KeyTerms) -> None:
+    docs = [Document(PARAGRAPHS[2], metadata={"title": "玉山"}), Document(PARAGRAPHS[3], metadata={"title": "東京"})]
+    # "哪一年" is what is asked (jieba keeps it whole), "玉山" the topic (the best chunk's title)
+    assert terms.predicate_coverage("哪一年玉山主峰海拔3952公尺？", docs) == 1.0
+    assert terms.predicate_coverage("玉山在哪一年命名？", docs) == 0.0
+    assert terms.predicate_coverage("玉山？", docs) is None  # the topic alone: nothing to measure
+    assert terms.predicate_coverage("How tall is Yushan?", docs) is None  # across languages

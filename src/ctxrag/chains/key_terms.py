@@ -40,6 +40,15 @@ Tokenizer = Callable[[str], list[str]]
 _QUESTION_TERMS = QUESTION_WORDS | frozenset("何 为何 何时 哪里 谁 时候 什么 多少 几 哪 吗 呢".split())
 
 
+_ASKING = ("哪", "什么", "多少", "几", "谁", "为什么", "怎么", "怎样", "如何", "为何")
+
+
+def _asks(term: str) -> bool:
+    """Whether a (folded) term is a question word jieba kept whole ("哪一年", "哪种", "何处", "什么样"): it names
+    what is asked, never something a sentence holds."""
+    return term.startswith(_ASKING) or (term.startswith("何") and len(term) <= 2)
+
+
 SENTENCE_END = re.compile(r"[。！？!?；;\n]|\.(?=\s)")
 
 
@@ -124,6 +133,36 @@ class KeyTerms:
             for sentence in sentences_with_heading(d):
                 held = set(tokenize(sentence))
                 best = max(best, sum(w for t, w in weights.items() if t in held) / total)
+        return best
+
+    def predicate_coverage(self, question: str, docs: Sequence[Document]) -> float | None:
+        """The best weighted share of the question's *predicate* terms one sentence of ``docs`` holds: its terms
+        less the topic's (those in the best same-language chunk's title and heading, and those every same-language
+        chunk holds). None when there is no chunk in the question's language or the question names only the topic.
+
+        Chunks retrieved for a question whose answer was left out of an article are the article's other paragraphs:
+        they all name the topic, so `coverage` is high, but no sentence holds what the question asks of it
+        ("首都", "成立於").
+        """
+        weights = self.weights(question)
+        lang = detect_language(question)
+        same = [d for d in docs if detect_language(d.page_content[:2000]) == lang]
+        if not same:
+            return None
+        tokenize = self._statistics()[0]
+        heading = " ".join(str(same[0].metadata.get(k) or "") for k in ("title", "heading_path"))
+        topic = set(tokenize(heading))
+        if len(same) > 1:
+            topic |= set.intersection(*(set(tokenize(d.page_content)) for d in same))
+        asked = {t: w for t, w in weights.items() if t not in topic and not _asks(t)}
+        total = sum(asked.values())
+        if total <= 0:
+            return None
+        best = 0.0
+        for d in same:
+            for sentence in sentences_of(d.page_content) or [d.page_content]:
+                held = set(tokenize(sentence))
+                best = max(best, sum(w for t, w in asked.items() if t in held) / total)
         return best
 
 
