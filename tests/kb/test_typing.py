@@ -10,7 +10,7 @@ module's tests share one xdist worker): mypy's time is mostly reading langchain-
 once, and each test reads the errors of its own files from that run. mypy's incremental cache is kept across test
 runs next to the test GGUF (``models_cache_dir().parent / "test-mypy"``, as the embeddings cache is; one per
 checkout): a run re-checks the files that changed and those that depend on them, and reports every error again
-(mypy writes no cache for a module with errors), so a warm run costs about a second of CPU, not half a minute."""
+(from its cache for a module that did not change), so a warm run reads langchain-core's types from the cache."""
 from __future__ import annotations
 
 import hashlib
