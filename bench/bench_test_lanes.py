@@ -54,8 +54,8 @@ WHY = {
                                               "(the 0.5B): invoke, stream, batch, tools, structured output",
     "tests/models/test_llamacpp.py": "structured output and tool calls of the in-process class (the 0.5B) with answer "
                                      "checks",
-    "tests/models/test_chat.py": "the in-process 1.5B and the real llama_cpp.server agree; logprobs, stop, streams "
-                                 "(0.5B)",
+    "tests/models/test_chat.py": "the real llama_cpp.server's live reply equals the in-process 1.5B's (recorded); "
+                                 "logprobs, stop, streams (0.5B)",
     "tests/models/test_loop_guard_llm.py": "the loop guard stops a real looping reply (0.5B); the 1.5B demo answer",
     "tests/models/test_gguf.py": "the shipped GGUF parts assemble into the verified model files",
     "tests/docs/test_code_blocks.py": "every README and guide code block runs as written (real ctxrag processes)",
@@ -77,6 +77,18 @@ WHY = {
     "tests/chains/test_assistant_tracing.py": "the assistant's trace over the real server",
     "tests/compressors/test_llm_rerank.py": "the LLM reranker's scores from the real model",
     "tests/cli/test_demo.py": "`ctxrag demo` answers with the local model",
+    "tests/models/test_warm.py": "real `ctxrag ask` processes find the one warm model process (0.5B) and answer as "
+                                 "the in-process model; it keeps the prompt prefix between calls",
+    "tests/models/test_llamacpp_prefix.py": "the shared context's kept prefix and small prompt batches change no "
+                                            "logit, to the bit (0.5B, and a second llama.cpp context with batch 512)",
+    "tests/models/test_tool_loop_llm.py": "a LangChain agent on the real 0.5B calls the tool, then answers with its "
+                                          "fact",
+    "tests/test_tools.py": "a LangChain agent calls the knowledge base's search tool on the real 0.5B",
+    "tests/kb/test_typing.py": "mypy --strict over the kb, chains and serving packages (one run, cached across runs)",
+    "tests/kb/test_kb_milvus_resident.py": "the Milvus-resident knowledge base driven by real (killed, concurrent) "
+                                           "`ctxrag` processes",
+    "tests/stores/milvus_resident/test_store.py": "the Milvus-resident store on a real Milvus 2.3 standalone gets "
+                                                  "dense search only",
 }
 
 

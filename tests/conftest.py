@@ -31,6 +31,8 @@ time, an mtime/size check afterwards), as every ``CTXRAG_HOME`` shares it. Tests
     small_model_path     session  Path of the verified 0.5B GGUF, for a test that needs the small model itself
     local_chat_model     session  LocalLlamaChatModel (in-process, n_ctx 4096, temperature 0, max_tokens 64): only
                                   for a test that needs the 1.5B in this process; its replies are decoded every run
+    recorded_local_reply function reply(messages, max_tokens): that model's reply, recorded in tests/llm_replies (a
+                                  parity test's reference: no in-process load of the 1.5B once recorded)
     small_chat_model     session  the same with the 0.5B, for tests of the in-process class's mechanics (grammar,
                                   tool turns, logprobs, streaming, LangChain's standard suite)
     llama_server_url     session  "http://127.0.0.1:PORT/v1" of a real llama_cpp.server with that model, behind the
@@ -59,6 +61,7 @@ from ctxrag.testing.llm_server import (
     CountingURL,
     models_cache_dir,
 )
+from ctxrag.testing.recorded_reply import recorded_reply
 from ctxrag.testing.reply_cache import CACHE_ENV, CacheMode
 from ctxrag.testing.shared_server import shared_llama_server, stop_shared_servers
 
@@ -121,7 +124,8 @@ def ctxrag_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest
 # --------------------------------------------------------------------------------------------- lanes
 
 MODEL_FIXTURES = frozenset({"local_model_path", "small_model_path", "local_chat_model", "small_chat_model",
-                            "llama_server_url", "counting_llm_url", "llm_endpoint_env", "server_chat_model"})
+                            "llama_server_url", "counting_llm_url", "llm_endpoint_env", "server_chat_model",
+                            "recorded_local_reply"})
 """Fixtures that load the real model: a test using one is an ``llm`` test whether or not it is marked."""
 
 
@@ -375,6 +379,24 @@ def small_chat_model(small_model_path: Path):  # noqa: ANN201 - LocalLlamaChatMo
                                 model_name="qwen2.5-coder-0.5b-instruct")
     model.load()
     return model
+
+
+@pytest.fixture
+def recorded_local_reply(local_model_path: Path, request: pytest.FixtureRequest) -> Callable[[list, int], str]:
+    """``reply(messages, max_tokens)``: what ``local_chat_model`` (the in-process 1.5B) answers, recorded in
+    ``tests/llm_replies`` (`ctxrag.testing.recorded_reply`, ``$CTXRAG_TEST_LLM_CACHE``): the reference side of a
+    parity test against the server, which loads the 1.5B in this process only when the reply is not recorded."""
+    mode = CacheMode.from_str(_RUN.get(CACHE_ENV))
+
+    def reply(messages: list, max_tokens: int) -> str:
+        described = {"model": "LocalLlamaChatModel", "temperature": 0.0, "max_tokens": max_tokens,
+                     "messages": [{"type": m.type, "content": m.content} for m in messages]}
+        return recorded_reply(
+            REPLIES_DIR, local_model_path, LOCAL_N_CTX, described, mode=mode, used_log=_used_log(),
+            decode=lambda: str(request.getfixturevalue("local_chat_model").invoke(messages,
+                                                                                  max_tokens=max_tokens).content))
+
+    return reply
 
 
 @pytest.fixture(scope="session")

@@ -7,17 +7,22 @@ ctxrag are followed for their types but not reported (``--follow-imports silent`
 
 One mypy process checks every package and a file with a known typing error (`strict_run`, once per module; the
 module's tests share one xdist worker): mypy's time is mostly reading langchain-core's types, which one run reads
-once, and each test reads the errors of its own files from that run."""
+once, and each test reads the errors of its own files from that run. mypy's incremental cache is kept across test
+runs next to the test GGUF (``models_cache_dir().parent / "test-mypy"``, as the embeddings cache is; one per
+checkout): a run re-checks the files that changed and those that depend on them, and reports every error again
+(from its cache for a module that did not change), so a warm run reads langchain-core's types from the cache."""
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
-from ctxrag.testing.llm_server import HANG_GUARD_S
+from ctxrag.testing.llm_server import HANG_GUARD_S, models_cache_dir
 
 pytestmark = [pytest.mark.slow,  # mypy reads langchain-core's types first
               pytest.mark.xdist_group("mypy-strict")]  # one worker, so one strict_run
@@ -31,13 +36,16 @@ BAD = ("from ctxrag.kb import KnowledgeBaseProtocol\n\n\n"
 
 
 StrictRun = tuple[subprocess.CompletedProcess[str], Path]
+MYPY_CACHE = models_cache_dir().parent / "test-mypy" / hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+"""mypy's incremental cache, kept across test runs: one per checkout, so two checkouts' runs at once never write
+one cache (read from the shell's environment at import, as conftest's)."""
 
 
 def mypy_strict(*paths: str) -> subprocess.CompletedProcess[str]:
     pytest.importorskip("mypy", reason="mypy is in the dev extra: pip install -e '.[dev]'")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
-                           "--config-file", str(ROOT / "pyproject.toml"), *paths],
+    return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
+                           "--cache-dir", str(MYPY_CACHE), "--config-file", str(ROOT / "pyproject.toml"), *paths],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
@@ -46,7 +54,9 @@ def strict_run(tmp_path_factory: pytest.TempPathFactory) -> StrictRun:
     """One ``mypy --strict`` over every package of `PACKAGES` and a file with a typing error (`BAD`); the run and
     that file."""
     bad = tmp_path_factory.mktemp("typing") / "bad.py"
-    bad.write_text(BAD, encoding="utf-8")
+    # a new first line each run: mypy checks the file again rather than replaying the cached error of the file it
+    # saw at another run's temporary path (it keys its cache by module name, and the module is "bad" every run)
+    bad.write_text(f"# run {uuid.uuid4().hex}\n{BAD}", encoding="utf-8")
     run = mypy_strict(*(p for paths in PACKAGES.values() for p in paths), str(bad))
     # exit 1 is the typing error the run must find; anything else (2: mypy could not run) fails every test here
     assert run.returncode == 1 and "Found " in run.stdout and " source files)" in run.stdout, run.stdout + run.stderr

@@ -4,7 +4,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -267,17 +267,23 @@ def test_model_is_loaded_once_per_process(small_chat_model: LocalLlamaChatModel,
 # ------------------------------------------------------------------------------------ the real server
 
 
+LIVE = {"Cache-Control": "no-cache"}
+"""Headers of a request the run's reply cache passes through to the server (`ctxrag.testing.reply_cache`)."""
+
+
 def _remote(url: str, **kw: object) -> ChatOpenAI:
     return make_chat_model(provider="openai", base_url=url, model=SERVER_MODEL_ALIAS, max_retries=0, **kw)
 
 
 @pytest.mark.llm
-def test_server_answers_through_chat_openai(llama_server_url: str, local_chat_model: LocalLlamaChatModel) -> None:
+def test_server_answers_through_chat_openai(llama_server_url: str,
+                                            recorded_local_reply: Callable[[list, int], str]) -> None:
     model = _remote(llama_server_url, max_tokens=16)
-    reply = model.invoke(PROMPT)
+    reply = model.invoke(PROMPT, extra_headers=LIVE)  # decoded by the server now, not replayed
     assert "paris" in reply.content.lower()
-    # the same greedy model in-process says the same thing: the server's GGUF, so the 1.5B in-process here
-    assert reply.content == local_chat_model.invoke(PROMPT, max_tokens=16).content
+    # the same greedy model in-process says the same thing: the server's GGUF, so the 1.5B in-process, its reply
+    # recorded (decoded here, loading the 1.5B in this process, only when tests/llm_replies lacks it)
+    assert reply.content == recorded_local_reply(PROMPT, 16)
 
 
 @pytest.mark.llm
