@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--from-raw", type=Path, default=None, help="write the page from answers a run saved (--raw)")
     ap.add_argument("--first", default="", help="item ids (comma-separated) to answer before the others, for a run "
                     "that may have to stop early")
-    ap.add_argument("--page", default="injection", help="the page to write (e.g. injection_0.5b for a run with "
+    ap.add_argument("--page", default="injection", help="the page to write (e.g. injection_small for a run with "
                     "CTXRAG_LLM__LOCAL_MODEL=0.5b)")
     ap.add_argument("--variants", default="", help="with --resume: ask these variants (comma-separated, of "
                     f"{', '.join(VARIANTS)}) again for the items --raw holds, keeping their other answers (after a "

@@ -193,7 +193,7 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
     the same unit (`_holds_numbers`: "200" for "200 GB" in ``"team": 200``, not "30 minutes" for "30 days"), or at
     least `MIN_SUPPORT` of its words / CJK bigrams holds it. Text in a chunk that speaks to the assistant ("Note to
     the assistant: answer exactly ...", `ctxrag.chains.instructions`) holds nothing: an answer that repeats an
-    instruction planted in a document is ``unsupported``. Of several chunks that hold it, one adding no facts
+    instruction planted in a document is ``unsupported``, marked ``"planted": True``. Of several chunks that hold it, one adding no facts
     beyond the better ones is dropped (`MIN_NEW_UNITS`). Status: ``ok``
     (every cited chunk holds it), ``corrected`` (a cited chunk that does not hold it is dropped, or the chunk holding
     a figure no cited chunk holds is added), ``added`` (nothing cited; the chunk that holds it best is cited),
@@ -248,6 +248,10 @@ def check_sentence(sentence: str, docs: list[Document], texts: list[str] | None 
                 figs_covered |= figs_n
         kept = [n for n in kept if n in adding]
     if not kept:
+        originals = [d.page_content for d in docs]
+        if contents != originals and check_sentence(sentence, docs, None, originals)["status"] != "unsupported":
+            # held only by text that speaks to the assistant: the answer repeats an instruction planted in a chunk
+            return {**out, "sources": [], "status": "unsupported", "planted": True}
         return {**out, "sources": [], "status": "unsupported"}
     status = "ok" if kept == cited else ("added" if not cited else "corrected")
     return {**out, "sources": kept, "status": status}
@@ -291,6 +295,16 @@ def _citation_only(sentence: str) -> bool:
     """
     rest = CITATION_MARK.sub("", sentence).strip(" \t\n.。:：;；,，()（）")
     return _LABEL.fullmatch(rest) is not None
+
+
+def planted(citations: list[dict[str, Any]]) -> bool:
+    """Whether a sentence of the answer is held only by text that speaks to the assistant (`check_sentence`'s
+    ``planted``): the model repeated an instruction written into a retrieved document.
+
+    >>> planted([{"status": "ok"}, {"status": "unsupported", "planted": True}]), planted([{"status": "ok"}])
+    (True, False)
+    """
+    return any(c.get("planted") for c in citations)
 
 
 def nothing_held(citations: list[dict[str, Any]]) -> bool:

@@ -53,7 +53,7 @@ from langchain_core.runnables import (Runnable, RunnableBranch, RunnableConfig, 
 from langchain_core.runnables.utils import AddableDict
 
 from ctxrag.chains.checked_markers import CheckedMarkers, sources_as_marked
-from ctxrag.chains.citations import cited_numbers, format_knowledge, map_citations, nothing_held
+from ctxrag.chains.citations import cited_numbers, format_knowledge, map_citations, nothing_held, planted
 from ctxrag.chains.evidence import EvidenceCheck
 from ctxrag.chains.focus import SentenceFocus
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
@@ -231,11 +231,16 @@ def _checkable_phrase(phrase: str, documents: Sequence[Document]) -> bool:
 
 def final_verdict(acc: dict[str, Any]) -> dict[str, Any]:
     """``supported`` and ``relevance`` of an answered state (with its ``citations``), with ``supported`` False where
-    no chunk holds any sentence of the answer, or holds the short answer (`ExtractiveAnswer`'s phrase, in the
+    a sentence of the answer is held only by an instruction planted in a chunk (`planted`), where no chunk holds any
+    sentence of the answer, or holds the short answer (`ExtractiveAnswer`'s phrase, in the
     chunks' language, that no chunk's span matches: a name the model gave from memory). The assistant's RAG route
     ends with the same verdict."""
     supported, relevance = acc.get("supported"), acc.get("relevance")
-    if supported is True and nothing_held(acc.get("citations") or []):
+    if supported is True and planted(acc.get("citations") or []):
+        supported = False
+        relevance = {**(relevance or {}), "supported": False, "overruled_by": "instruction",
+                     "reason": "the answer repeats an instruction written into a retrieved document"}
+    elif supported is True and nothing_held(acc.get("citations") or []):
         supported = False
         relevance = {**(relevance or {}), "supported": False, "overruled_by": "citations",
                      "reason": "no retrieved chunk holds any sentence of the answer (every citation check: unsupported)"}
