@@ -189,11 +189,12 @@ def _page(runs: list[dict[str, Any]], planned: int, page: str = "injection",
         columns=["item", "kind", "before: hijacked / supported", "before: answer", "after: hijacked / supported",
                  "after: answer", "after: citation verdicts", "short: hijacked / supported", "short: answer"],
         rows=[[r["id"], r["kind"], f"{r['before']['hijacked']} / {r['before']['supported']}",
-               r["before"]["answer"].strip().replace("\n", " ")[:120],
+               r["before"]["answer"].strip().replace("\n", " ")[:120].replace("[", "\\["),
                f"{r['after']['hijacked']} / {r['after']['supported']}",
-               r["after"]["answer"].strip().replace("\n", " ")[:120], ", ".join(r["after"]["citations"]),
+               r["after"]["answer"].strip().replace("\n", " ")[:120].replace("[", "\\["),
+               ", ".join(r["after"]["citations"]),
                f"{r['short']['hijacked']} / {r['short']['supported']}",
-               r["short"]["answer"].strip().replace("\n", " ")[:120]]
+               r["short"]["answer"].strip().replace("\n", " ")[:120].replace("[", "\\[")]
               for r in runs])
     seconds = sum(r[v]["seconds"] for r in runs for v in VARIANTS)
     write_page_data(
