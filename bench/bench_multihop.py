@@ -51,6 +51,11 @@ sys.path.insert(0, str(ROOT / "src"))
 DATA = SHARED_DATA / "multihop"
 OUT = ROOT / "bench" / "out" / "multihop"
 ARMS = {"single": "single shot (hybrid top 4, short answer)",
+        "single-graph": "single shot (graph top 4, short answer)",
+        "single-fusion": "single shot (hybrid + graph RRF top 4, short answer)",
+        "bridge": "iterative, the missing name asked per hop, short answer (hybrid)",
+        "bridge-graph": "iterative, the missing name asked per hop, short answer (graph)",
+        "bridge-fusion": "iterative, the missing name asked per hop, short answer (hybrid + graph RRF)",
         "multihop": "iterative retrieval (hybrid)",
         "multihop-graph": "iterative retrieval (graph, PageRank)",
         "plan": "iterative retrieval, decomposition first (hybrid)",
@@ -95,6 +100,7 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
     from ctxrag.evaluation.experiments import ExperimentConfig
     from ctxrag.evaluation.runner import EvalRunner, TopK
     from ctxrag.models.chat import make_chat_model
+    from ctxrag.retrievers.fusion import FusionRetriever
     from ctxrag.settings import Settings
     from ctxrag.tools import make_search_tool
 
@@ -105,16 +111,23 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
     def config(mode: SearchMode) -> Any:
         return ExperimentConfig(name=mode.value, retrieval=mode)
 
-    def retriever(mode: SearchMode, k: int) -> Any:
+    def retriever(mode: SearchMode, k: int, fusion: bool = False) -> Any:
+        if fusion:  # hybrid and graph lists fused by RRF, equal weights
+            return FusionRetriever(retrievers=[retriever(SearchMode.HYBRID, k), retriever(SearchMode.GRAPH, k)],
+                                   mode="rrf", k=k)
         return runner.build_retriever(config(mode), k)[0]
 
     chains: dict[str, Any] = {}
     for arm in arms:
         mode = SearchMode.GRAPH if arm.endswith("-graph") else SearchMode.HYBRID
-        if arm == "single":
+        fusion = arm.endswith("-fusion")
+        if arm in ("single", "single-graph", "single-fusion"):
             chains[arm] = build_ask_chain([runner.source(config(SearchMode.HYBRID))], llm, gate=False,
                                           evidence=EvidenceCheck(llm), answer=answer_step(llm, "short"),
-                                          retriever=TopK(base=retriever(SearchMode.HYBRID, args.k), k=args.k))
+                                          retriever=TopK(base=retriever(mode, args.k, fusion), k=args.k))
+        elif arm in ("bridge", "bridge-graph", "bridge-fusion"):
+            chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2, fusion), llm, max_hops=args.max_hops,
+                                         passages_per_hop=args.per_hop, bridge=True)
         elif arm in ("multihop", "multihop-graph"):
             chains[arm] = build_ask_chain([runner.source(config(mode))], llm, multi_hop=args.max_hops,
                                           k=args.per_hop, retriever=retriever(mode, args.per_hop + 2))
@@ -182,6 +195,8 @@ def answer(arm: str, chain: Any, query: Any, args: argparse.Namespace) -> dict[s
             "model_answer": str(out.get("model_answer", "")), "references": refs,
             "em": exact_match(text, refs), "f1": f1_score(text, refs),
             "model_f1": f1_score(str(out.get("model_answer", "")), refs),
+            "loop_answer": str(out.get("loop_answer", "")),
+            "loop_f1": f1_score(str(out.get("loop_answer", "")), refs) if out.get("loop_answer") else 0.0,
             "hops": _hops(arm, [h["query"] for h in hops]), "queries": [h["query"] for h in hops],
             "facts": [h["fact"] for h in hops], "answered": bool(out.get("model_answer")),
             "supported": out.get("supported"), "seconds": round(seconds, 1)}
