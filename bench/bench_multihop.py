@@ -6,12 +6,20 @@ single-shot answer, on MuSiQue, with the local 1.5B: EM / F1, hops used, seconds
     python bench/bench_multihop.py --arms multihop-graph        # the loop over Graph RAG retrieval
     python bench/bench_multihop.py --start 40 --questions 8 --arms plan,agent --records dev.jsonl  # a dev slice
     python bench/bench_multihop.py --report-only                # the page from the records so far
+    python bench/bench_multihop.py --questions 20 --arms bridge-graph,single-graph --keep-previous  # new arms, the
+                                                                # earlier run's tables kept below them
 
 Arms, the same model (the default GGUF in process, temperature 0), the same questions, one question at a time
 (every arm answers question i before question i+1, so an interrupted run leaves the arms on the same questions):
 
 - ``single``: today's single-shot answer, as ``ctxrag eval answers --format musique --answer-style short -k 4``
   builds it (`build_ask_chain` over the hybrid top 4, `ExtractiveAnswer`, the gate off, the evidence check on);
+- ``single-graph`` / ``single-fusion``: the same single shot over the graph retriever's top 4, or over the hybrid
+  and graph lists fused by RRF (equal weights);
+- ``bridge`` / ``bridge-graph`` / ``bridge-fusion``: `MultiHopAnswer` with ``bridge`` (as ``ctxrag ask --multi-hop
+  --bridge``): per hop the model writes only the missing name (a short search) or the answer, at most ``--max-hops``
+  retrievals of ``--per-hop`` new passages, then `ExtractiveAnswer` over every passage read; ``loop_f1`` in the
+  records scores the loop's own last answer (the free short answer) beside it;
 - ``multihop``: `MultiHopAnswer` (`build_ask_chain` with ``multi_hop``, as ``ctxrag ask --multi-hop``) over the
   same hybrid retriever (at most ``--max-hops`` hops, ``--per-hop``
   new passages read per hop);
@@ -51,6 +59,11 @@ sys.path.insert(0, str(ROOT / "src"))
 DATA = SHARED_DATA / "multihop"
 OUT = ROOT / "bench" / "out" / "multihop"
 ARMS = {"single": "single shot (hybrid top 4, short answer)",
+        "single-graph": "single shot (graph top 4, short answer)",
+        "single-fusion": "single shot (hybrid + graph RRF top 4, short answer)",
+        "bridge": "iterative, the missing name asked per hop, short answer (hybrid)",
+        "bridge-graph": "iterative, the missing name asked per hop, short answer (graph)",
+        "bridge-fusion": "iterative, the missing name asked per hop, short answer (hybrid + graph RRF)",
         "multihop": "iterative retrieval (hybrid)",
         "multihop-graph": "iterative retrieval (graph, PageRank)",
         "plan": "iterative retrieval, decomposition first (hybrid)",
@@ -95,6 +108,7 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
     from ctxrag.evaluation.experiments import ExperimentConfig
     from ctxrag.evaluation.runner import EvalRunner, TopK
     from ctxrag.models.chat import make_chat_model
+    from ctxrag.retrievers.fusion import FusionRetriever
     from ctxrag.settings import Settings
     from ctxrag.tools import make_search_tool
 
@@ -105,16 +119,23 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
     def config(mode: SearchMode) -> Any:
         return ExperimentConfig(name=mode.value, retrieval=mode)
 
-    def retriever(mode: SearchMode, k: int) -> Any:
+    def retriever(mode: SearchMode, k: int, fusion: bool = False) -> Any:
+        if fusion:  # hybrid and graph lists fused by RRF, equal weights
+            return FusionRetriever(retrievers=[retriever(SearchMode.HYBRID, k), retriever(SearchMode.GRAPH, k)],
+                                   mode="rrf", k=k)
         return runner.build_retriever(config(mode), k)[0]
 
     chains: dict[str, Any] = {}
     for arm in arms:
         mode = SearchMode.GRAPH if arm.endswith("-graph") else SearchMode.HYBRID
-        if arm == "single":
+        fusion = arm.endswith("-fusion")
+        if arm in ("single", "single-graph", "single-fusion"):
             chains[arm] = build_ask_chain([runner.source(config(SearchMode.HYBRID))], llm, gate=False,
                                           evidence=EvidenceCheck(llm), answer=answer_step(llm, "short"),
-                                          retriever=TopK(base=retriever(SearchMode.HYBRID, args.k), k=args.k))
+                                          retriever=TopK(base=retriever(mode, args.k, fusion), k=args.k))
+        elif arm in ("bridge", "bridge-graph", "bridge-fusion"):
+            chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2, fusion), llm, max_hops=args.max_hops,
+                                         passages_per_hop=args.per_hop, bridge=True)
         elif arm in ("multihop", "multihop-graph"):
             chains[arm] = build_ask_chain([runner.source(config(mode))], llm, multi_hop=args.max_hops,
                                           k=args.per_hop, retriever=retriever(mode, args.per_hop + 2))
@@ -182,6 +203,8 @@ def answer(arm: str, chain: Any, query: Any, args: argparse.Namespace) -> dict[s
             "model_answer": str(out.get("model_answer", "")), "references": refs,
             "em": exact_match(text, refs), "f1": f1_score(text, refs),
             "model_f1": f1_score(str(out.get("model_answer", "")), refs),
+            "loop_answer": str(out.get("loop_answer", "")),
+            "loop_f1": f1_score(str(out.get("loop_answer", "")), refs) if out.get("loop_answer") else 0.0,
             "hops": _hops(arm, [h["query"] for h in hops]), "queries": [h["query"] for h in hops],
             "facts": [h["fact"] for h in hops], "answered": bool(out.get("model_answer")),
             "supported": out.get("supported"), "seconds": round(seconds, 1)}
@@ -249,7 +272,7 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
     for arm, mine in arms_records.items():
         rows.append(_score_row(arm, mine))
         diagnosis.append(_diagnosis_row(arm, mine))
-        if arm != "single":
+        if not arm.startswith("single"):
             hops = Counter(r["hops"] for r in mine)
             for h in sorted(hops):
                 on = [r for r in mine if r["hops"] == h]
@@ -308,6 +331,12 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
             notes=["`bench/multihop_retrieval_diagnosis.py`: the gold sub-questions are MuSiQue's own decomposition "
                    "with the gold answers of earlier steps filled in, each judged by its own supporting paragraph: "
                    "what a perfect plan would retrieve.", *args.retrieval_note]))
+    if args.keep_previous:
+        previous = json.loads((ROOT / "docs" / "benchmarks" / "data" / "multihop_answers.json").read_text("utf-8"))
+        label = f"previous run (commit {str(previous.get('commit', '?'))[:7]}, {previous.get('date', '?')})"
+        tables += [Table(caption=f"{label}: {t['caption']}", columns=t["columns"], rows=t["rows"],
+                         notes=list(t.get("notes", []))) for t in previous["tables"]
+                   if not t["caption"].startswith("previous run")]
     n_arg = f" --questions {args.questions}" if args.questions != 30 else ""
     write_page_data(
         "multihop_answers", title="Multi-hop answers: iterative retrieval vs single shot vs an agent",
@@ -344,6 +373,8 @@ def main() -> None:
     parser.add_argument("--retrieval-diagnosis", type=Path,
                         help="JSON of bench/multihop_retrieval_diagnosis.py, reported beside")
     parser.add_argument("--retrieval-note", action="append", default=[], help="a note under the retrieval table")
+    parser.add_argument("--keep-previous", action="store_true",
+                        help="append the current page's tables (an earlier run's arms), captioned as the previous run")
     parser.add_argument("--command", help="the command shown on the page (default: built from the options)")
     parser.add_argument("--out-dir", type=Path, help="where the page data goes (default docs/benchmarks/data)")
     args = parser.parse_args()

@@ -229,6 +229,49 @@ def test_real_model_decomposes_and_answers_each_sub_question(llama_server_url: s
     assert out["model_answer"] == "1961" and out["answer"] == "1961 [2]" and out["supported"] is True, out
 
 
+def test_bridge_retrieves_for_the_missing_name_then_reads_a_short_answer_over_every_passage(
+        retriever: BM25Retriever) -> None:
+    """``bridge``: hop 1 reads the song, the model names the singer as missing, hop 2 retrieves for that string; the
+    last hop asks nothing; the answer is read (`ExtractiveAnswer`, a plain phrase) over the passages of every hop."""
+    llm = _chat({"missing": "Mara Velt birth year", "answer": ""}, {"missing": "Aarhus", "answer": "1961"}, "1961")
+    out = MultiHopAnswer(retriever, llm, max_hops=3, passages_per_hop=1, bridge=True).invoke(QUESTION)
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "Mara Velt birth year", "Aarhus"]
+    assert [d.id for d in out["documents"]] == ["song", "singer", "city"]
+    assert out["answer"] == "1961 [2]" and out["supported"] is True and out["loop_answer"] == "1961"
+    assert len(llm.seen) == 3                              # two hop requests, one answer; the last hop asks nothing
+    second = llm.seen[1][-1].content
+    assert "Searched so far: Mara Velt birth year" in second and "1998 song" in second  # every passage read so far
+    assert "Aarhus is the second-largest city" in " ".join(str(m.content) for m in llm.seen[2])  # reads all three
+
+
+def test_bridge_stops_on_no_missing_name_from_min_hops_and_on_a_repeated_search(retriever: BM25Retriever) -> None:
+    llm = _chat({"missing": "", "answer": "Mara Velt"}, {"missing": "", "answer": "1961"}, "1961")
+    out = MultiHopAnswer(retriever, llm, max_hops=3, passages_per_hop=1, bridge=True).invoke(QUESTION)
+    # hop 1's "nothing missing" comes before min_hops (2): its answer is searched for; hop 2's ends the loop
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "Mara Velt"] and out["answer"] == "1961 [2]"
+    llm = _chat({"missing": QUESTION.upper(), "answer": ""}, "Mara Velt")
+    out = MultiHopAnswer(retriever, llm, max_hops=3, passages_per_hop=1, bridge=True).invoke(QUESTION)
+    assert len(out["hops"]) == 1 and out["model_answer"] == "Mara Velt" and out["loop_answer"] == ""
+
+
+@pytest.mark.llm
+def test_real_model_bridge_names_the_singer_and_answers_the_year(llama_server_url: str) -> None:
+    """The local 1.5B (replies recorded in tests/llm_replies) with ``bridge``: after the song's passage it names the
+    singer as the missing search, the second retrieval reads the singer's passage, the short answer is her birth
+    year."""
+    from ctxrag.models.chat import chat_openai_compatible
+    from ctxrag.testing.llm_server import HANG_GUARD_S, SERVER_MODEL_ALIAS
+
+    llm = chat_openai_compatible(base_url=llama_server_url, api_key="unused", model=SERVER_MODEL_ALIAS,
+                                 temperature=0.0, timeout=HANG_GUARD_S, max_retries=0)
+    out = MultiHopAnswer(BM25Retriever.from_documents(PASSAGES, tokenizer="english", k=2), llm, max_hops=3,
+                         passages_per_hop=1, bridge=True).invoke(QUESTION)
+    hops = out["hops"]
+    assert len(hops) >= 2 and "Mara Velt" in hops[1]["query"], json.dumps(hops, indent=1)
+    assert [d.id for d in out["documents"]][:2] == ["song", "singer"], json.dumps(hops, indent=1)
+    assert out["answer"] == "1961 [2]" and out["supported"] is True, out
+
+
 class _TripletScript(GenericFakeChatModel):
     """Answers a triplet-extraction prompt with the hand-written triplets of the passage it holds."""
 

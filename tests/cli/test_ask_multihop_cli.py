@@ -36,8 +36,13 @@ class HopScript(BaseChatModel):
                   **kwargs: Any) -> ChatResult:
         text = "\n".join(str(m.content) for m in messages)
         self.prompts.append(text)
-        if "Split the question" in text:
-            reply: dict[str, Any] = {"questions": ["Who is the singer of Hollow Crown?", "When was #1 born?"]}
+        if "\"missing\"" in text:
+            reply: dict[str, Any] = ({"missing": "Mara Velt", "answer": ""} if "Searched so far: (none yet)" in text
+                                     else {"missing": "", "answer": "1961"})
+        elif "Answer with only the answer itself" in text:
+            return ChatResult(generations=[ChatGeneration(message=AIMessage("1961"))])
+        elif "Split the question" in text:
+            reply = {"questions": ["Who is the singer of Hollow Crown?", "When was #1 born?"]}
         elif "Question: Who is the singer" in text:
             reply = {"answer": "Mara Velt"}
         elif "Question: When was Mara Velt born?" in text:
@@ -98,6 +103,16 @@ def test_decompose_answers_each_sub_question_and_lists_the_hops(script: HopScrip
 def test_decompose_without_multi_hop_is_refused(script: HopScript) -> None:
     res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--decompose"])
     assert res.exit_code != 0 and "--multi-hop" in res.output and not script.prompts
+
+
+def test_bridge_searches_for_the_missing_name_then_reads_a_short_answer(script: HopScript) -> None:
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "--bridge", "-k", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "Mara Velt"] and out["answer"].startswith("1961 [")
+    assert len(script.prompts) == 3 and "Answer with only the answer itself" in script.prompts[-1]
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--bridge"])
+    assert res.exit_code != 0 and "--multi-hop" in res.output
 
 
 def test_without_the_flag_the_single_shot_chain_answers(script: HopScript) -> None:

@@ -89,6 +89,7 @@ def build_ask_chain(
     settings: Settings | None = None,
     multi_hop: int = 0,
     decompose: bool = False,
+    bridge: bool = False,
     filter: MetadataFilter | None = None,
     lang: str = "auto",
     prompts: Mapping[str, LayeredPrompt] | None = None,
@@ -118,7 +119,8 @@ def build_ask_chain(
     ``multi_hop``: at most this many retrievals per question by `ctxrag.chains.multihop.MultiHopAnswer` (``k`` new
     chunks read per hop; the graph retriever when ``mode`` is the default and every knowledge base has a graph
     index); the gate, the evidence check and ``steps`` do not apply. 0: the single-shot chain. ``decompose``: the
-    multi-hop chain splits the question into sub-questions first (`MultiHopAnswer.decompose`).
+    multi-hop chain splits the question into sub-questions first (`MultiHopAnswer.decompose`); ``bridge``: it asks
+    only for the missing name per hop and reads a short answer over every passage at the end (`MultiHopAnswer.bridge`).
 
     ``focus``: None follows the ``answer_focus_chars`` setting; a number of characters is a
     `ctxrag.chains.focus.SentenceFocus` over the first knowledge base's BM25 frequencies (0: off, whole chunks up to
@@ -134,7 +136,8 @@ def build_ask_chain(
             graph = SearchMode.from_str(mode) is DEFAULT_MODE and all(kb.graph_index() is not None for kb in kbs)
             retriever = make_multi_kb_retriever(list(kbs), mode=SearchMode.GRAPH if graph else mode, k=k + 2,
                                                 rerank=rerank, search_type="similarity", filter=filter)
-        return MultiHopAnswer(retriever, llm, max_hops=multi_hop, passages_per_hop=k, decompose=decompose)
+        return MultiHopAnswer(retriever, llm, max_hops=multi_hop, passages_per_hop=k, decompose=decompose,
+                              bridge=bridge)
     s = settings or get_settings()
     gate = s.answer_gate if gate is None else gate
     evidence = s.answer_evidence if evidence is None else evidence

@@ -16,6 +16,11 @@ first, then the birth). This chain retrieves, reads, and retrieves again:
    takes it as it is. A query asked before, or none, ends the loop with the last answer the model gave, or, when it
    gave none, with the last hop's request over the facts alone (a hop with an empty query).
 
+``bridge=True`` (self-ask style, no plan, no notes): after each retrieval but the last, the model reads every
+passage read so far and writes only short strings (`Bridge`): the one name or fact still missing, as a search, and
+the answer if the passages give it; the missing name is retrieved next. At the end the answer is read in a few words
+over every passage (`ctxrag.chains.short_answer.ExtractiveAnswer`).
+
 The answer is snapped to the span of a read passage that states it (`ctxrag.chains.extractive.snap`) and cited as
 `` [n]`` over ``documents`` (every passage read, in reading order).
 
@@ -55,7 +60,8 @@ from ctxrag.chains.extractive import snap
 from ctxrag.chains.rag import cite_sources
 from ctxrag.chains.relevance import no_knowledge_notice
 from ctxrag.models.structured import structured_runnable
-from ctxrag.prompts.multihop import hop_messages, plan_messages, sub_answer_messages
+from ctxrag.chains.short_answer import ExtractiveAnswer
+from ctxrag.prompts.multihop import bridge_messages, hop_messages, plan_messages, sub_answer_messages
 from ctxrag.schema import chunk_key
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,8 @@ MAX_FACT_CHARS = 160
 """Longest fact the grammar lets the model keep from one hop: one sentence with its names and dates."""
 MAX_ANSWER_CHARS = 40
 """Longest answer the grammar lets the model write (a name, a date, a short phrase)."""
+MAX_SEARCH_CHARS = 60
+"""Longest search string the grammar lets the model write for the missing name or fact (``bridge``)."""
 MAX_QUESTION_CHARS = 120
 """Longest sub-question the grammar lets the model write."""
 MAX_SUB_QUESTIONS = 4
@@ -90,6 +98,14 @@ class LastHop(BaseModel):
     """The last hop's reply: the fact the new passages add, then the best answer."""
 
     fact: str = Field(default="", max_length=MAX_FACT_CHARS)
+    answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
+
+
+class Bridge(BaseModel):
+    """A hop's reply without a plan (``bridge``): the one name or fact still missing, as a short search string, then
+    the answer when the passages give it. Short strings only: the 1.5B writes these far better than plans."""
+
+    missing: str = Field(default="", max_length=MAX_SEARCH_CHARS)
     answer: str = Field(default="", max_length=MAX_ANSWER_CHARS)
 
 
@@ -213,6 +229,13 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
     retrieval in a few words copied from the passages (`SubAnswer`), ``#n`` in a later one replaced by the n-th
     answer; the last answer is the answer. At most ``max_hops`` sub-questions; a plan the model cannot give falls
     back to the loop. False: the loop above."""
+    bridge: bool = False
+    """Iterative retrieval without a plan or notes (self-ask style): retrieve for the question; at each hop but the
+    last the model reads every passage read so far and names the one thing still missing as a short search string
+    (`Bridge`), which is retrieved next (its answer, when it names nothing missing before hop ``min_hops``); the
+    loop ends at ``max_hops`` retrievals, on no search string (from hop ``min_hops``) or one searched before. The
+    answer is then read in a few words over every passage read (`ExtractiveAnswer`, snapped to a span);
+    ``loop_answer`` in the output is the last answer a hop gave. Takes precedence over ``decompose``."""
 
     model_config = {"arbitrary_types_allowed": True}
 
@@ -247,6 +270,8 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
 
     def _run(self, inp: Any, config: RunnableConfig) -> dict[str, Any]:
         question = _prepare(inp)
+        if self.bridge:
+            return self._run_bridge(question, config)
         if self.decompose:
             planned = self._run_plan(question, config)
             if planned is not None:
@@ -284,6 +309,42 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
         if not answer and hops and hops[-1].error is None and len(hops) < self.max_hops:
             answer = self._best_answer(question, facts, hops, config)
         return self._output(question, answer, documents, hops)
+
+    def _run_bridge(self, question: str, config: RunnableConfig) -> dict[str, Any]:
+        """The loop of ``bridge``: retrieve, ask for the missing name, retrieve for it; a short answer at the end."""
+        documents: list[Document] = []
+        seen: set[str] = set()
+        hops: list[Hop] = []
+        query, loop_answer = question, ""
+        for i in range(self.max_hops):
+            found = self.retriever.invoke(query, config)
+            new = [d for d in found if chunk_key(d) not in seen][: self.passages_per_hop]
+            seen.update(chunk_key(d) for d in new)
+            hops.append(hop := Hop(query=query, read=list(range(len(documents) + 1, len(documents) + len(new) + 1))))
+            documents.extend(new)
+            if i == self.max_hops - 1:
+                break
+            searched = [h.query for h in hops[1:]]
+            reply = structured_runnable(self.llm, Bridge, max_tokens=self.max_tokens).invoke(
+                bridge_messages(question, searched, self._passages(documents, 1)), config)
+            parsed = reply.parsed if isinstance(reply.parsed, Bridge) else _from_text(reply.text, Bridge)
+            if not isinstance(parsed, Bridge):
+                hop.error = reply.error or "the reply is not the JSON asked for"
+                log.warning("multi-hop: the model's reply could not be read (%s)", hop.error)
+                break
+            hop.next_question, hop.answer = parsed.missing.strip(), parsed.answer.strip()
+            loop_answer = hop.answer or loop_answer
+            if not hop.next_question and i + 1 >= self.min_hops:
+                break
+            query = hop.next_question or hop.answer
+            if not query or any(_same_question(query, h.query) for h in hops):
+                break
+        if not documents:
+            return {**self._output(question, "", documents, hops), "loop_answer": loop_answer}
+        read = ExtractiveAnswer(self.llm).invoke({"question": question, "documents": documents, "history": []},
+                                                 config)
+        return {**self._output(question, str(read.get("model_answer", "")).strip(), documents, hops),
+                "loop_answer": loop_answer}
 
     def _plan(self, question: str, config: RunnableConfig) -> list[str]:
         reply = structured_runnable(self.llm, Plan, max_tokens=self.max_tokens).invoke(plan_messages(question), config)

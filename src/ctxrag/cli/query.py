@@ -73,6 +73,8 @@ def ask(
     max_hops: int = typer.Option(3, "--max-hops", min=1, help="Most retrievals per question with --multi-hop."),
     decompose: bool = typer.Option(False, "--decompose", help="With --multi-hop: split the question into simple "
                                    "sub-questions first, then answer each over its own retrieval."),
+    bridge: bool = typer.Option(False, "--bridge", help="With --multi-hop: ask only for the missing name at each "
+                                "hop and retrieve for it, then a short answer over every passage read."),
 ) -> None:
     """Answer a question from the knowledge base with [n] citations; streams to the terminal."""
     from ctxrag.chains.ask import RagAnswer
@@ -80,13 +82,15 @@ def ask(
 
     if decompose and not multi_hop:
         raise typer.BadParameter("--decompose needs --multi-hop", param_hint="--decompose")
+    if bridge and not multi_hop:
+        raise typer.BadParameter("--bridge needs --multi-hop", param_hint="--bridge")
 
     def body() -> None:
         checked = check_text(question, "question")
         llm = make_chat_model(get_settings(), warm=True)
         names = kb_names(kb)
         chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank, multi_hop=max_hops if multi_hop else 0,
-                             decompose=decompose)
+                             decompose=decompose, bridge=bridge)
         cfg: RunnableConfig = {"callbacks": callbacks()}
         if json_out:
             with wrap_model_errors(llm):
@@ -97,7 +101,7 @@ def ask(
             return
         final = stream_answer(chain, llm, checked, cfg)
         for n, hop in enumerate(final.get("hops", []), 1):
-            said = hop["fact"] or hop["answer"] or hop["error"] or "-"
+            said = hop["fact"] or hop["answer"] or hop["next_question"] or hop["error"] or "-"
             typer.echo(f"hop {n}: {printable(hop['query'])} -> {printable(said)}")
 
     guard(body)
@@ -105,13 +109,14 @@ def ask(
 
 def answer_chain(kbs: Sequence[str | KnowledgeBaseProtocol], llm: BaseChatModel, *, k: int = 4,
                  mode: SearchMode | str = SearchMode.HYBRID, rerank: str = "none",
-                 multi_hop: int = 0, decompose: bool = False) -> Runnable[Any, Any]:
+                 multi_hop: int = 0, decompose: bool = False, bridge: bool = False) -> Runnable[Any, Any]:
     """`ctxrag.chains.ask.build_ask_chain` over `kbs`: names, or knowledge bases already open (each is opened once
     either way)."""
     from ctxrag.chains.ask import build_ask_chain
 
     opened = [open_kbs([x])[0] if isinstance(x, str) else x for x in kbs]
-    return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank, multi_hop=multi_hop, decompose=decompose)
+    return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank, multi_hop=multi_hop, decompose=decompose,
+                           bridge=bridge)
 
 
 def stream_answer(chain: Runnable[Any, Any], llm: BaseChatModel, question: str,

@@ -1,7 +1,8 @@
 """The hop request of the multi-hop answer chain (`ctxrag.chains.multihop.MultiHopAnswer`): given the question, the
 facts kept from earlier hops and the passages this hop retrieved, the model replies as JSON with the fact the passages
 add and either the answer or the next sub-question to search for. One version per language; the last hop's asks for
-the best answer instead of a next question. With decomposition, one request splits the question into simple
+the best answer instead of a next question. Without a plan or notes (``bridge``), one request per hop asks for the
+one name or fact still missing, a short search string, or the answer (`bridge_messages`). With decomposition, one request splits the question into simple
 sub-questions up front (`plan_messages`) and one answers each from its own search results (`sub_answer_messages`).
 
 Example::
@@ -67,6 +68,20 @@ SUB_ANSWER = {
            "（结果中没有则为 \"\"）。"),
 }
 
+BRIDGE = {
+    "en": ("Question: {question}\n\nSearched so far: {searched}\n\nSearch results:\n{passages}\n\n"
+           "Reply with JSON. \"missing\": the one name or fact the question needs that the search results do not "
+           "give yet, as a short search of a few words with the names the results give (\"\" if the results answer "
+           "the question). \"answer\": the answer in a few words if the results give it; \"\" if not.\n"
+           "Example: for \"Where was the author of Dune born?\" and the result \"Dune is a novel by Frank "
+           "Herbert.\", reply {{\"missing\": \"Frank Herbert birthplace\", \"answer\": \"\"}}."),
+    "zh": ("问题：{question}\n\n已检索：{searched}\n\n检索结果：\n{passages}\n\n"
+           "用 JSON 回复。\"missing\"：回答问题还缺少、检索结果尚未给出的一个名称或事实，写成几个词的简短检索，用上结果中的名称"
+           "（结果已能回答问题则为 \"\"）。\"answer\"：结果能给出答案时，用几个词写出答案；不能则为 \"\"。\n"
+           "例如：问题“《沙丘》的作者出生在哪里？”，结果“《沙丘》是弗兰克·赫伯特的小说。”，"
+           "回复 {{\"missing\": \"弗兰克·赫伯特 出生地\", \"answer\": \"\"}}。"),
+}
+
 NO_FACTS = {"en": "(none yet)", "zh": "（暂无）"}
 NO_PASSAGES = {"en": "(nothing new found)", "zh": "（没有新的结果）"}
 
@@ -78,6 +93,16 @@ def hop_messages(question: str, facts: list[str], passages: str, *, last: bool) 
     listed = "\n".join(f"- {f}" for f in facts) or NO_FACTS[lang]
     text = (LAST_HOP if last else HOP)[lang].format(question=question, facts=listed,
                                                     passages=passages or NO_PASSAGES[lang])
+    return [SystemMessage(SYSTEM[lang]), HumanMessage(text)]
+
+
+def bridge_messages(question: str, searched: list[str], passages: str) -> list[BaseMessage]:
+    """The request of one hop without a plan (`MultiHopAnswer.bridge`): ``searched`` the searches made so far,
+    ``passages`` every search result read so far (numbered); the reply names the one thing still missing, or the
+    answer."""
+    lang = detect_language(question)
+    listed = "; ".join(searched) or NO_FACTS[lang]
+    text = BRIDGE[lang].format(question=question, searched=listed, passages=passages or NO_PASSAGES[lang])
     return [SystemMessage(SYSTEM[lang]), HumanMessage(text)]
 
 
