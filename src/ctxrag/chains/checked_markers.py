@@ -7,11 +7,12 @@ markers the model wrote. `CheckedMarkers` rewrites each sentence's markers to th
 the sentence is complete: a wrong ``[1]`` becomes ``[2]``, a marker no chunk backs is removed, a sentence the check
 found a source for gets its marker after it. Where the model writes markers as labels of what follows them (the
 answer opens with one), a sentence gets its marker before it (after a list item's bullet), and none where the label
-in force in its paragraph already names its sources (``[1] A. B.``, not ``[1] A. [1] B.``). A Markdown link around a marker (``[here]([3])``) becomes plain text
-and the marker (``here [3]``). A sentence that only talks about the sources ("This is stated in source [2].") is
-left out, and a lead-in naming them ("根据资料[1]，") cut (`ctxrag.chains.source_talk`). Text before a sentence's first ``[`` streams at once; from there to the sentence's end
-it is held until the sentence is complete; a sentence that opens as source talk may is held whole. A ``[n]`` inside backticks or a fenced code block is code (``items[1]``),
-never rewritten.
+in force in its paragraph already names its sources (``[1] A. B.``, not ``[1] A. [1] B.``). A Markdown link around
+a marker (``[here]([3])``) becomes plain text and the marker (``here [3]``). A sentence that only talks about the
+sources ("This is stated in source [2].") is left out, and a lead-in naming them ("根据资料[1]，") cut
+(`ctxrag.chains.source_talk`). Text before a sentence's first ``[`` streams at once; from there to the sentence's
+end it is held until the sentence is complete; a sentence that opens as source talk may is held whole. A ``[n]``
+inside backticks or a fenced code block is code (``items[1]``), never rewritten.
 
 Example::
 
