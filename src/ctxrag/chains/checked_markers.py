@@ -7,10 +7,12 @@ markers the model wrote. `CheckedMarkers` rewrites each sentence's markers to th
 the sentence is complete: a wrong ``[1]`` becomes ``[2]``, a marker no chunk backs is removed, a sentence the check
 found a source for gets its marker after it. Where the model writes markers as labels of what follows them (the
 answer opens with one), a sentence gets its marker before it (after a list item's bullet), and none where the label
-in force in its paragraph already names its sources (``[1] A. B.``, not ``[1] A. [1] B.``). A Markdown link around a marker (``[here]([3])``) becomes plain text
-and the marker (``here [3]``). Text before a sentence's first ``[`` streams at once; from there to the sentence's end
-it is held until the sentence is complete. A ``[n]`` inside backticks or a fenced code block is code (``items[1]``),
-never rewritten.
+in force in its paragraph already names its sources (``[1] A. B.``, not ``[1] A. [1] B.``). A Markdown link around
+a marker (``[here]([3])``) becomes plain text and the marker (``here [3]``). A sentence that only talks about the
+sources ("This is stated in source [2].") is left out, and a lead-in naming them ("根据资料[1]，") cut
+(`ctxrag.chains.source_talk`). Text before a sentence's first ``[`` streams at once; from there to the sentence's
+end it is held until the sentence is complete; a sentence that opens as source talk may is held whole. A ``[n]``
+inside backticks or a fenced code block is code (``items[1]``), never rewritten.
 
 Example::
 
@@ -27,6 +29,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from ctxrag.chains.citations import CITATION_MARK, check_citations, cited_numbers, sentence_spans, source_entry
+from ctxrag.chains.source_talk import may_open_source_talk, source_talk, without_lead_in
 
 LINKED_MARK = re.compile(r"\[([^\[\]\n]{1,80})\]\(\s*\[?(\d{1,3})\]?\s*\)")
 """A Markdown link whose target is a citation number, ``[here]([3])`` or ``[here](3)``: group 1 the text, 2 the
@@ -115,7 +118,7 @@ class CheckedMarkers:
 
     @property
     def text(self) -> str:
-        return self._fixed + self.model_text[self._done:]
+        return (self._fixed + self.model_text[self._done:]).lstrip()
 
     def feed(self, delta: str) -> str:
         """The output that can be given out now that `delta` was written."""
@@ -144,19 +147,26 @@ class CheckedMarkers:
         if final:
             self._fixed += raw[self._done:]
             self._done = len(raw)
-            out = self._fixed
-        else:  # the open sentence up to its first "[" (all of it held where markers label what follows)
+            out = self._fixed.lstrip()  # an answer opens with its first word (also after source talk left out)
+        else:  # the open sentence up to its first "[" (all of it held where markers label what follows, or while
+            # it may be source talk; after a lead-in naming the sources, without the lead-in)
             pending = "" if labels else raw[self._done:]
+            if pending.strip() and may_open_source_talk(pending):
+                cut_lead = without_lead_in(pending)
+                pending = cut_lead if cut_lead != pending else ""
             cut = pending.find("[")
-            out = self._fixed + (pending if cut < 0 else pending[:cut]).rstrip()
+            out = (self._fixed + (pending if cut < 0 else pending[:cut]).rstrip()).lstrip()
         piece, self._sent = out[self._sent:], len(out)
         return piece
 
     def _rewrite(self, raw: str, a: int, b: int, sources: list[int], labels: bool) -> str:
         """The sentence ``raw[a:b]`` citing ``sources``; where markers are labels, unmarked when the label in force in
-        its paragraph (a blank line ends one) already names them."""
+        its paragraph (a blank line ends one) already names them. Source talk is left out, a lead-in naming the
+        sources cut (`ctxrag.chains.source_talk`)."""
+        if source_talk(raw[a:b]):
+            return ""
         if not labels:
-            return rewrite_sentence(raw[a:b], sources)
+            return rewrite_sentence(without_lead_in(raw[a:b]), sources)
         if "\n\n" in raw[self._done:a] or raw[a:b].startswith("\n\n"):
             self._label = None
         sentence = raw[a:b]
