@@ -11,10 +11,9 @@ terms cannot show what matters there). Only the prompt changes: the chain's ``do
 the evidence check's quote matching and the citation check still read the whole chunks (a quote from the kept
 sentences is in them).
 
-Off by default (``answer_focus_chars``): measured on too few questions to call answers unchanged (page
-``answer_focus``: 31 DRCD questions both ways, 10 verdicts changed, 20 vs 19 answers stating the reference; 300
-characters drop the sentence holding the answer from 5 of 198 retrieved contexts, e.g. a fact stated in the
-sentence before the one naming the question's terms).
+Off by default (``answer_focus_chars``): measured on too few questions to call answers unchanged, and the focus
+sometimes drops the sentence holding the answer (a fact stated in the sentence before the one naming the question's
+terms); the figures are on the ``answer_focus`` benchmark page.
 
 Example::
 

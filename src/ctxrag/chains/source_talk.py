@@ -82,9 +82,9 @@ def _bare(sentence: str) -> str:
 def source_talk(sentence: str) -> bool:
     """Whether `sentence` only says where the answer comes from (see the module); a sentence with a figure never is.
 
-    >>> [source_talk(s) for s in ("This is stated in the [2] source, which provides details on the plans.",
-    ...                           "以上信息来自资料[1]。", "这在资料[2]中有说明。", "The port is 7420 [1].")]
-    [True, True, True, False]
+    >>> tuple(source_talk(s) for s in ("This is stated in the [2] source, which provides details on the plans.",
+    ...                                "以上信息来自资料[1]。", "这在资料[2]中有说明。", "The port is 7420 [1]."))
+    (True, True, True, False)
     """
     bare = _bare(sentence)
     if not bare or re.search(r"\d", bare):
