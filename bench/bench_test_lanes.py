@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pagedata import DATA_DIR, ROOT, Table, commit, write_page_data  # noqa: E402
@@ -208,6 +209,18 @@ def _history(label: str) -> list[list]:
     return [row for t in old["tables"] if t["caption"] == HISTORY for row in t["rows"] if row[0] != label]
 
 
+def _current_tables() -> list[dict[str, Any]]:
+    """The page's current run table, its loads table, then its other tables (all but the history), as stored."""
+    old = json.loads((DATA_DIR / "test_lanes.json").read_text(encoding="utf-8"))["tables"]
+    rest = [t for t in old if t["caption"] != HISTORY]
+    loads = [t for t in rest if t["caption"].startswith("the chat model loads")]
+    return [rest[0], *loads, *[t for t in rest[1:] if t not in loads]]
+
+
+def _current_notes() -> list[str]:
+    return list(json.loads((DATA_DIR / "test_lanes.json").read_text(encoding="utf-8")).get("notes") or [])
+
+
 def _number(cell: str) -> object:
     try:
         return float(cell) if "." in cell else int(cell)
@@ -228,7 +241,8 @@ def main() -> int:
                          "(run|lane|workers|minutes|CPU minutes|summary|exit code|load|model loads|processes"
                          "|model replies)")
     ap.add_argument("--records-only", action="store_true",
-                    help="run nothing: rewrite the page with its history, the --record rows and --before-log")
+                    help="run nothing: keep the page's current run and tables, add the --record rows (and "
+                         "--before-log) to its history")
     ap.add_argument("--note", action="append", default=[], help="a note for the page (repeatable)")
     ap.add_argument("--no-page", action="store_true", help="print only; do not write the page data")
     args = ap.parse_args()
@@ -281,6 +295,14 @@ def main() -> int:
                           rows=[row + [""] * (11 - len(row)) for row in history])
     loads_table = Table(caption="the chat model loads of each run (conftest's list)", columns=["lane", "load"],
                         rows=loads_rows)
+    if args.records_only:  # keep the page's current run and its tables; only the history gains the --record rows
+        current = _current_tables()
+        run_table = Table(caption=current[0]["caption"], columns=current[0]["columns"], rows=current[0]["rows"])
+        loads_table = Table(caption=current[1]["caption"], columns=current[1]["columns"], rows=current[1]["rows"])
+        tables = [Table(caption=t["caption"], columns=t["columns"], rows=t["rows"]) for t in current[2:]] + tables
+        notes = [*_current_notes(), *args.note]
+    else:
+        notes = args.note
     if not args.no_page:
         write_page_data(
             "test_lanes",
@@ -289,7 +311,7 @@ def main() -> int:
                      "model loads and processes started per run",
             data="the repository's own test suite",
             tables=[run_table, history_table, loads_table, *tables],
-            notes=args.note,
+            notes=notes,
         )
     return 0
 
