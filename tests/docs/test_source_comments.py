@@ -44,6 +44,18 @@ def _docstring_prose(text: str) -> list[tuple[int, str]]:
     return out
 
 
+def parse(source: str, tries: int = 3) -> ast.Module:
+    """`ast.parse`, asked again on CPython 3.11's spurious "AST constructor recursion depth mismatch" SystemError
+    (python/cpython#106905, fixed in later releases; seen once in an xdist worker of the fast lane)."""
+    for attempt in range(tries):
+        try:
+            return ast.parse(source)
+        except SystemError as e:
+            if "recursion depth mismatch" not in str(e) or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def prose(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every comment and docstring (module, class, function and attribute docstrings)."""
     source = path.read_text(encoding="utf-8")
@@ -51,7 +63,7 @@ def prose(path: Path) -> list[tuple[int, str]]:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             out.append((tok.start[0], tok.string))
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue
