@@ -167,12 +167,29 @@ def questions(zh: int, en: int, cross: int, seed: int) -> tuple[dict[str, Any], 
             zh_qs + en_qs + by_kb["zh"] + by_kb["en"] + demo_qs + _off_topic_other_language(cross))
 
 
+def _open_kbs(texts: dict[str, Any], settings: Any) -> dict[str, Any]:
+    """The benchmark's knowledge bases ``abst_<name>`` under ``settings.home``, each filled from its items (files are
+    ingested, texts added, no contexts) when it is still empty."""
+    from ctxrag.kb import KnowledgeBase
+
+    kbs = {}
+    for name, items in texts.items():
+        kb = KnowledgeBase.open(f"abst_{name}", settings, create=True)
+        if not kb.list_documents():
+            print(f"ingesting {len(items)} items into abst_{name}", file=sys.stderr, flush=True)
+            if items and isinstance(items[0], Path):
+                kb.ingest(items, contextualize=False, progress=True)
+            else:
+                kb.add_texts(items, progress=True)
+        kbs[name] = kb
+    return kbs
+
+
 def collect(args: argparse.Namespace) -> None:
     from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.chains.ask import build_ask_chain
     from ctxrag.chains.rag import answer_messages
     from ctxrag.chains.relevance import RelevanceGate
-    from ctxrag.kb import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
     from ctxrag.retrievers.factory import make_multi_kb_retriever
     from ctxrag.settings import Settings
@@ -189,16 +206,7 @@ def collect(args: argparse.Namespace) -> None:
         qs = [q for q in qs if seen.setdefault((q.kb, q.case), 0) < args.take
               and not seen.__setitem__((q.kb, q.case), seen[(q.kb, q.case)] + 1)]
     settings = Settings(home=args.home)
-    kbs = {}
-    for name, items in texts.items():
-        kb = KnowledgeBase.open(f"abst_{name}", settings, create=True)
-        if not kb.list_documents():
-            print(f"ingesting {len(items)} items into abst_{name}", file=sys.stderr, flush=True)
-            if items and isinstance(items[0], Path):
-                kb.ingest(items, contextualize=False, progress=True)
-            else:
-                kb.add_texts(items, progress=True)
-        kbs[name] = kb
+    kbs = _open_kbs(texts, settings)
     llm = make_chat_model(settings)
     done = set()
     if args.records.exists():
@@ -245,7 +253,6 @@ def retrieve(args: argparse.Namespace) -> None:
     construction (hybrid k=4, the relevance gate), plus the key-term coverage; resumable, one JSON line each."""
     from ctxrag.chains.key_terms import KeyTerms
     from ctxrag.chains.relevance import RelevanceGate
-    from ctxrag.kb import KnowledgeBase
     from ctxrag.retrievers.factory import make_multi_kb_retriever
     from ctxrag.settings import Settings
 
@@ -255,14 +262,7 @@ def retrieve(args: argparse.Namespace) -> None:
         qs = [q for q in qs if q.kb != "demo"]
     settings = Settings(home=args.home)
     tools = {}
-    for name, items in texts.items():
-        kb = KnowledgeBase.open(f"abst_{name}", settings, create=True)
-        if not kb.list_documents():
-            print(f"ingesting {len(items)} items into abst_{name}", file=sys.stderr, flush=True)
-            if items and isinstance(items[0], Path):
-                kb.ingest(items, contextualize=False, progress=True)
-            else:
-                kb.add_texts(items, progress=True)
+    for name, kb in _open_kbs(texts, settings).items():
         retriever = make_multi_kb_retriever([kb], mode="hybrid", k=4, rerank="none", search_type="similarity")
         tools[name] = (retriever, RelevanceGate(kb.embeddings), KeyTerms.from_knowledge_base(kb))
     done = set()

@@ -29,13 +29,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pagedata import SHARED_DATA, Table, write_page_data  # noqa: E402
+from pagedata import Table, write_page_data  # noqa: E402
 
 from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.outputs import LLMResult  # noqa: E402
-
-DRCD = SHARED_DATA / "chinese" / "DRCD_dev.json"
 
 
 class _Usage(BaseCallbackHandler):
@@ -58,12 +56,9 @@ def _corpus(k: int) -> tuple[list[Document], list[tuple[str, list[str]]], Any, A
     from ctxrag.chains.key_terms import KeyTerms
     from ctxrag.retrievers.bm25 import BM25Retriever
 
-    data = json.loads(DRCD.read_text(encoding="utf-8"))["data"]
-    paragraphs = [Document(p["context"], id=p["id"], metadata={"source": f"drcd://{p['id']}", "title": art["title"],
-                                                                "chunk_id": p["id"]})
-                  for art in data for p in art["paragraphs"]]
-    asked = [(q["question"], [a["text"] for a in q["answers"]]) for art in data for p in art["paragraphs"]
-             for q in p["qas"]]
+    from bench_citations import drcd_set
+
+    paragraphs, asked = drcd_set()
     terms = KeyTerms.from_texts([d.page_content for d in paragraphs], tokenizer="chinese")
     return paragraphs, asked, BM25Retriever.from_documents(paragraphs, tokenizer="chinese", k=k), terms
 

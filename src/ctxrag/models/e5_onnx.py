@@ -208,7 +208,9 @@ class E5OnnxEngine:
         norms = np.sqrt((out * out).sum(axis=1, keepdims=True))
         return (out / np.maximum(norms, 1e-6)).astype(np.float32)
 
-    def _forward(self, batch: list[_Window]) -> np.ndarray:
+    def _inputs(self, batch: list[_Window]) -> tuple[np.ndarray, np.ndarray]:
+        """The graph's inputs for one batch of windows, padded to the longest: float32 token rows (word plus position
+        and type embeddings) and the int32 attention mask."""
         length = max(len(w.ids) for w in batch)
         ids = np.zeros((len(batch), length), dtype=np.int64)
         mask = np.zeros((len(batch), length), dtype=np.int32)
@@ -216,9 +218,13 @@ class E5OnnxEngine:
             ids[r, : len(win.ids)] = win.ids
             mask[r, : len(win.ids)] = 1
         emb = dequantize_q4(self._word[ids]) + self._pos_type[:length]
+        return emb.astype(np.float32), mask
+
+    def _forward(self, batch: list[_Window]) -> np.ndarray:
+        emb, mask = self._inputs(batch)
         with self._run_lock:
             session = self._session(padded=bool((mask == 0).any()))
-            (pooled,) = session.run(["pooled"], {"emb": emb.astype(np.float32), "mask": mask})
+            (pooled,) = session.run(["pooled"], {"emb": emb, "mask": mask})
         return pooled
 
     def _session(self, *, padded: bool) -> Any:
