@@ -223,6 +223,12 @@ class Settings(BaseSettings):
     retrieved chunk longer than this many characters is given to the model as its sentences holding the question's
     terms (`ctxrag.chains.focus.SentenceFocus`); 0 (default): whole chunks. Off until the answer benchmarks measure
     it; the command latency page gives its effect on the first token."""
+    answer_on_instruction: Literal["flag", "withhold"] = "flag"
+    """What `ctxrag ask`, ``/ask`` and the assistant give when the answer repeats an instruction planted in a
+    retrieved document (``relevance["overruled_by"] == "instruction"``, `ctxrag.chains.instructions`;
+    ``CTXRAG_ANSWER_ON_INSTRUCTION``): ``flag`` (default) the answer as written with ``supported: false``;
+    ``withhold`` the "knowledge base has nothing on this" notice instead, without sources or citations (the answer
+    then comes whole once checked instead of streaming). See docs/reliability.md."""
     max_file_bytes: int = Field(100_000_000, ge=1)
     """Files larger than this are refused at ingest (reported by name, the others still ingested)."""
     max_query_chars: int = Field(4000, ge=1)

@@ -4,7 +4,7 @@ as a typed model (the server's ``/ask`` schema, the CLI's ``--json`` and the ass
 
 `build_ask_chain` takes knowledge bases that are already open (anything implementing
 `ctxrag.stores.protocols.KnowledgeSource`) and a chat model; what it does not get as an argument comes from the
-settings (``answer_gate``, ``answer_evidence``). It returns `ctxrag.chains.rag.build_rag_chain`'s runnable: dicts
+settings (``answer_gate``, ``answer_evidence``, ``answer_focus_chars``, ``answer_on_instruction``). It returns `ctxrag.chains.rag.build_rag_chain`'s runnable: dicts
 in, dicts out (streamed), with `RagAnswer.from_output` for typed access.
 
 Example::
@@ -30,7 +30,7 @@ from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
 from ctxrag.chains.focus import SentenceFocus
 from ctxrag.chains.key_terms import KeyTerms
 from ctxrag.chains.multihop import MultiHopAnswer
-from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, build_rag_chain
+from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, OnInstruction, build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.enums import SearchMode
 from ctxrag.prompts.layers import LayeredPrompt
@@ -51,7 +51,9 @@ class RagAnswer(BaseModel):
     """The model's own text, before its markers were set to the checked sources (None where no model wrote it)."""
     supported: bool | None = None
     """False: no retrieved chunk supports an answer (the relevance gate or the evidence check said so) and ``answer``
-    says the knowledge base has nothing on the question; None: both are off (or the route does not retrieve)."""
+    says the knowledge base has nothing on the question, or the citation check overruled the answer
+    (``relevance["overruled_by"]``; with ``answer_on_instruction="withhold"`` an answer overruled by a planted
+    instruction is replaced by the notice); None: both are off (or the route does not retrieve)."""
     relevance: dict[str, Any] | None = None
     """The gate's signals and the verdict's reason; the evidence check's under ``"evidence"``."""
     route: str = "rag"
@@ -99,6 +101,7 @@ def build_ask_chain(
     retriever: RetrieverLike | None = None,
     answer: Runnable[Any, Any] | None = None,
     focus: SentenceFocus | int | None = None,
+    on_instruction: OnInstruction | None = None,
 ) -> Runnable[Any, Any]:
     """The chain `ctxrag ask` answers with over the open knowledge bases `kbs` (several are fused by RRF).
 
@@ -125,6 +128,10 @@ def build_ask_chain(
     ``focus``: None follows the ``answer_focus_chars`` setting; a number of characters is a
     `ctxrag.chains.focus.SentenceFocus` over the first knowledge base's BM25 frequencies (0: off, whole chunks up to
     the prompt's per-chunk cut); or a focus of your own.
+
+    ``on_instruction``: None follows the ``answer_on_instruction`` setting; ``"withhold"`` gives the no-knowledge
+    notice instead of an answer that repeats an instruction planted in a retrieved document, ``"flag"`` gives that
+    answer with ``supported: False`` (`ctxrag.chains.rag.build_rag_chain`).
     """
     if not kbs:
         raise ValueError("build_ask_chain needs at least one knowledge base, got none")
@@ -144,6 +151,7 @@ def build_ask_chain(
     checker = RelevanceGate(kbs[0].embeddings) if gate is True else gate
     evidence = default_evidence_check(llm, kbs[0]) if evidence is True else evidence
     focus = s.answer_focus_chars if focus is None else focus
+    on_instruction = s.answer_on_instruction if on_instruction is None else on_instruction
     if isinstance(focus, int):
         focus = SentenceFocus(focus, terms=KeyTerms.from_knowledge_base(kbs[0])) if focus > 0 else None
     if retriever is None:
@@ -151,4 +159,5 @@ def build_ask_chain(
                                             filter=filter)
     return build_rag_chain(retriever, llm, gate=checker, evidence=evidence, answer=answer, steps=steps, lang=lang,
                            prompts=dict(prompts) if prompts else None, max_words=max_words,
-                           max_chars_per_chunk=max_chars_per_chunk, max_tokens=max_tokens, focus=focus)
+                           max_chars_per_chunk=max_chars_per_chunk, max_tokens=max_tokens, focus=focus,
+                           on_instruction=on_instruction)

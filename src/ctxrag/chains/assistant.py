@@ -54,7 +54,7 @@ from langchain_core.runnables.utils import AddableDict
 from ctxrag.chains.ask import build_ask_chain
 from ctxrag.chains.citations import map_citations
 from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
-from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep
+from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, OnInstruction
 from ctxrag.chains.relevance import RelevanceGate, no_knowledge_notice
 from ctxrag.chains.rewrite import QuestionRewriter
 from ctxrag.chains.router import EmbeddingRouter, Route, RouteDecision, Router
@@ -110,6 +110,7 @@ class Assistant(Runnable[Any, dict[str, Any]]):
         max_chars_per_chunk: int = 1200,
         summarizer: DocumentSummarizer | None = None,
         steps: Sequence[AnswerStep] = DEFAULT_STEPS,
+        on_instruction: OnInstruction | None = None,
     ) -> None:
         self.kb = kb
         self.llm = llm
@@ -135,6 +136,9 @@ class Assistant(Runnable[Any, dict[str, Any]]):
         self.max_chars_per_chunk = max_chars_per_chunk
         self.summarizer = summarizer or DocumentSummarizer(kb, llm, catalog=self.catalog)
         self.steps = tuple(steps)
+        self.on_instruction = on_instruction
+        """The RAG route's answer that repeats a planted instruction: flagged or withheld (None: the
+        ``answer_on_instruction`` setting; `ctxrag.chains.ask.build_ask_chain`)."""
         self._chain: Runnable[Any, dict[str, Any]] | None = None
         self._gates: dict[float, RelevanceGate] = {}
 
@@ -266,7 +270,8 @@ class Assistant(Runnable[Any, dict[str, Any]]):
             [self.kb], self.llm, k=self.k, mode=self.mode, gate=self._gate(bool(selected)),
             evidence=self.evidence if self.evidence is not None else False, steps=self.steps, filter=doc_filter,
             lang=detect_language(question), prompts=self.given_prompts, max_words=self.max_words,
-            max_chars_per_chunk=self.max_chars_per_chunk, max_tokens=self.max_tokens)
+            max_chars_per_chunk=self.max_chars_per_chunk, max_tokens=self.max_tokens,
+            on_instruction=self.on_instruction)
 
     def _head(self, x: dict[str, Any], decision: RouteDecision) -> dict[str, Any]:
         """The first chunk of every route (``answer`` is in the output also when the model writes nothing)."""

@@ -22,6 +22,11 @@ the model's own text.
 ``supported`` agrees with them: an answer whose every sentence with facts no chunk holds (all ``unsupported``) is
 ``supported: False`` (``relevance["reason"]`` says why) even where the gate and the evidence check passed.
 ``supported`` and ``relevance`` therefore stream with the answer step that brings ``citations``.
+An answer that repeats an instruction planted in a retrieved document (``relevance["overruled_by"] ==
+"instruction"``, `ctxrag.chains.instructions`) is given as written, flagged, by default; with
+``on_instruction="withhold"`` the no-knowledge notice replaces it (``route: "no_knowledge"``, no sources or
+citations, ``relevance["withheld"]: True``), and the answer then comes whole, once the citation check has run,
+instead of streaming.
 
 Sync, async and streaming: `stream` yields ``{"answer": delta}`` chunks as the model writes, then one chunk with
 ``sources``, ``invalid_citations`` and ``citations``. The answer step is replaceable: ``answer=ExtractiveAnswer(llm)``
@@ -41,7 +46,7 @@ Example::
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Literal, Sequence, get_args
 
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
@@ -252,24 +257,62 @@ def final_verdict(acc: dict[str, Any]) -> dict[str, Any]:
     return {"supported": supported, "relevance": relevance}
 
 
-def _held_back(c: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in c.items() if k not in _VERDICT} if any(k in c for k in _VERDICT) else c
+OnInstruction = Literal["flag", "withhold"]
+"""What the user gets when the answer repeats an instruction planted in a retrieved document: ``flag`` the answer
+as written with ``supported: False``; ``withhold`` the no-knowledge notice instead (`build_rag_chain`)."""
+_WITHHELD_KEYS = ("answer", "answer_as_written", "route")
+"""Held back until the verdict when answers are withheld: a merged stream would concatenate two answers or routes."""
 
 
-def _finisher(steps: Sequence[AnswerStep]) -> Runnable[Any, Any]:
+def _held_back(c: dict[str, Any], keys: Sequence[str] = _VERDICT) -> dict[str, Any]:
+    return {k: v for k, v in c.items() if k not in keys} if any(k in c for k in keys) else c
+
+
+def withheld(acc: dict[str, Any]) -> dict[str, Any]:
+    """The fields that replace an answer overruled by a planted instruction (``on_instruction="withhold"``): the
+    no-knowledge notice, no sources or citations, the verdict with ``relevance["withheld"]``.
+
+    >>> out = withheld({"question": "How often should I water tomatoes?", "relevance": {"overruled_by": "instruction"}})
+    >>> out["answer"][:35], out["route"], out["supported"], out["relevance"]["withheld"]
+    ('The knowledge base has no material ', 'no_knowledge', False, True)
+    """
+    return {"route": "no_knowledge", "answer": no_knowledge_notice(acc["question"]), "answer_as_written": None,
+            "sources": [], "invalid_citations": [], "citations": [], "supported": False,
+            "relevance": {**(acc.get("relevance") or {}), "withheld": True}}
+
+
+def _released(acc: dict[str, Any], steps: Sequence[AnswerStep]) -> Iterator[AddableDict]:
+    """``withhold``: the answer held back until the steps' verdict, or the notice where an instruction overruled it."""
+    answer = {k: acc[k] for k in _WITHHELD_KEYS if k in acc}
+    after = list(_after_answer(acc, steps))
+    if (acc.get("relevance") or {}).get("overruled_by") == "instruction":
+        yield AddableDict(withheld(acc))
+        return
+    yield AddableDict(answer)
+    yield from after
+
+
+def _finisher(steps: Sequence[AnswerStep], on_instruction: OnInstruction = "flag") -> Runnable[Any, Any]:
+    keys = (*_VERDICT, *_WITHHELD_KEYS) if on_instruction == "withhold" else _VERDICT
+    last = _released if on_instruction == "withhold" else _after_answer
+
     def finish(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         for c in chunks:
             _accumulate(acc, c)
-            yield _held_back(c)
-        yield from _after_answer(acc, steps)
+            out = _held_back(c, keys)
+            if out or on_instruction == "flag":
+                yield out
+        yield from last(acc, steps)
 
     async def afinish(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         acc: dict[str, Any] = {}
         async for c in chunks:
             _accumulate(acc, c)
-            yield _held_back(c)
-        for part in _after_answer(acc, steps):
+            out = _held_back(c, keys)
+            if out or on_instruction == "flag":
+                yield out
+        for part in last(acc, steps):
             yield part
 
     return RunnableGenerator(finish, afinish, name="answer_steps")
@@ -289,6 +332,7 @@ def build_rag_chain(
     steps: Sequence[AnswerStep] = DEFAULT_STEPS,
     max_tokens: int | None = None,
     focus: SentenceFocus | None = None,
+    on_instruction: OnInstruction = "flag",
 ) -> Runnable[Any, Any]:
     """Build the chain described in the module docstring.
 
@@ -302,10 +346,14 @@ def build_rag_chain(
     reply (bound on that call only; the gate's and the evidence check's calls keep the model's own); None: the
     model's own. ``focus``: the prompt (of the evidence check and of the answer) gives long chunks as their
     sentences that hold the question's terms (`ctxrag.chains.focus.SentenceFocus`); the output's ``documents`` and
-    the checks keep the whole chunks.
+    the checks keep the whole chunks. ``on_instruction``: an answer that repeats an instruction planted in a
+    retrieved document is given flagged (``"flag"``) or replaced by the no-knowledge notice (``"withhold"``; the
+    answer then does not stream, see the module docstring).
     """
     if lang not in ("auto", "zh", "en"):
         raise ValueError(f"lang must be 'auto', 'zh' or 'en', got {lang!r}")
+    if on_instruction not in get_args(OnInstruction):
+        raise ValueError(f"on_instruction must be 'flag' or 'withhold', got {on_instruction!r}")
     checker = RelevanceGate() if gate is True else (gate or None)
     quoter = EvidenceCheck(llm) if evidence is True else (evidence or None)
 
@@ -324,5 +372,5 @@ def build_rag_chain(
         | RunnablePassthrough.assign(context=itemgetter("documents"))
         | _support_step(checker, quoter, to_messages)
         | RunnableBranch((lambda x: x["route"] == "no_knowledge", RunnableLambda(_abstain)), answer_step)
-        | _finisher(steps)
+        | _finisher(steps, on_instruction)
     ).with_config(run_name="ctxrag_rag")

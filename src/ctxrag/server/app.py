@@ -175,13 +175,15 @@ def create_app(
     routes["/search"] = "retriever: query string -> ranked chunks"
     if llm is not None:
         add_routes(app, runnables.ask_runnable(kbs, llm, mode=mode, k=k, max_query_chars=limit, gate=s.answer_gate,
-                                                 evidence=s.answer_evidence),
+                                                 evidence=s.answer_evidence,
+                                                 on_instruction=s.answer_on_instruction),
                    path="/ask",
                    per_req_config_modifier=policy)
         routes["/ask"] = "RAG answer with [n] citations"
         try:
             add_routes(app, runnables.chat_runnable(kbs[0], llm, k=k, max_query_chars=limit,
-                                                    evidence=s.answer_evidence), path="/chat",
+                                                    evidence=s.answer_evidence,
+                                                    on_instruction=s.answer_on_instruction), path="/chat",
                        per_req_config_modifier=policy)
             routes["/chat"] = f"routing assistant over {kbs[0].name!r}"
         except ImportError as e:  # the assistant is optional

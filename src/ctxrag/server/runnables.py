@@ -29,6 +29,7 @@ from langchain_core.runnables.utils import AddableDict
 from pydantic import BaseModel, Field
 
 from ctxrag.chains.ask import RagAnswer, build_ask_chain
+from ctxrag.chains.rag import OnInstruction
 from ctxrag.chains.assistant import build_assistant_chain
 from ctxrag.enums import SearchMode
 from ctxrag.errors import DocumentNotFound
@@ -205,11 +206,12 @@ def search_runnable(kbs: Sequence[KnowledgeBaseProtocol], *, mode: SearchMode | 
 
 def ask_runnable(kbs: Sequence[KnowledgeBaseProtocol], llm: BaseChatModel, *, mode: SearchMode | str = DEFAULT_MODE,
                  k: int = 4, rerank: str = "none", max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, gate: bool = True,
-                 evidence: bool = True) -> Runnable[Any, Any]:
+                 evidence: bool = True, on_instruction: OnInstruction | None = None) -> Runnable[Any, Any]:
     """`ctxrag.chains.ask.build_ask_chain` over the knowledge bases `kbs`, typed for serving: the question checked
-    first, source paths cut by the request's policy."""
+    first, source paths cut by the request's policy. ``on_instruction``: None follows ``answer_on_instruction``."""
 
-    chain = build_ask_chain(list(kbs), llm, mode=mode, k=k, rerank=rerank, gate=gate, evidence=evidence)
+    chain = build_ask_chain(list(kbs), llm, mode=mode, k=k, rerank=rerank, gate=gate, evidence=evidence,
+                            on_instruction=on_instruction)
     chain = _question_checker(max_query_chars) | chain | _path_filter()
     return chain.with_types(input_type=AskInput, output_type=AskOutput)
 
@@ -267,12 +269,13 @@ def streaming_adapter(runnable: Runnable[Any, Any], *, name: str) -> Runnable[An
 
 
 def chat_runnable(kb: KnowledgeBaseProtocol, llm: BaseChatModel, *, k: int = 4, router: str = "fast",
-                  max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, evidence: bool = True) -> Runnable[Any, Any]:
+                  max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, evidence: bool = True,
+                  on_instruction: OnInstruction | None = None) -> Runnable[Any, Any]:
     """The routing assistant (`ctxrag.chains.assistant.Assistant`) over `kb`, streaming sync and async, typed.
 
     Unknown ``selected_doc_ids`` raise `DocumentNotFound` naming them (HTTP 404) before the assistant runs."""
 
-    bot = build_assistant_chain(kb, llm, router=router, k=k, evidence=evidence)
+    bot = build_assistant_chain(kb, llm, router=router, k=k, evidence=evidence, on_instruction=on_instruction)
 
     def check_selected(inp: Any) -> Any:
         selected = inp.get("selected_doc_ids") if isinstance(inp, dict) else None
