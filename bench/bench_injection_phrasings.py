@@ -8,8 +8,9 @@ bench/data/injection_phrasings.json holds 40 instructions to the assistant and 4
 FAQ answers in the second person, "assistant" as a job title, SYSTEM as a heading), each class 20 English, 10
 Simplified and 10 Traditional Chinese, written by hand before the detector was run on them, with a tune/held-out
 split fixed by position. The detector is measured as it is (``after``) and as it was at ``--before`` (read from git),
-on each half, and over ordinary text the repository holds: the docs' paragraphs (without the benchmark pages
-and the reliability log, which quote instructions on purpose), the xinghe Chinese SQuAD contexts and, where present, the DRCD dev contexts. No model, no timing.
+on each half, and over ordinary text: the docs' paragraphs (without the benchmark pages and the reliability log,
+which quote instructions on purpose), the xinghe Chinese SQuAD contexts and, where the shared data is present, the
+DRCD dev contexts, the MuSiQue passages and the codebase chunks of the contextual-retrieval set. No model, no timing.
 """
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ DATA = ROOT / "bench" / "data" / "injection_phrasings.json"
 MODULE = "src/ctxrag/chains/instructions.py"
 BEFORE = "2e2f6b3"
 """The detector before the phrasing set (main when this benchmark was written)."""
-DRCD = ROOT.parent / "shared" / "data" / "chinese" / "DRCD_dev.json"
+SHARED = ROOT.parent / "shared" / "data"
+DRCD = SHARED / "chinese" / "DRCD_dev.json"
+MUSIQUE = SHARED / "multihop" / "musique_train_corpus.json"
+CODEBASE = SHARED / "contextual-retrieval" / "codebase_chunks.json"
 
 
 def _load(path: Path, name: str) -> ModuleType:
@@ -77,11 +81,17 @@ def corpora() -> dict[str, list[str]]:
     docs = [p for f in sorted(glob.glob(str(ROOT / "docs" / "**" / "*.md"), recursive=True)) + [str(ROOT / "README.md")]
             if Path(f).exists() and not _about_injection(f)
             for p in Path(f).read_text(encoding="utf-8").split("\n\n") if p.strip()]
-    out = {"docs/ paragraphs (not the benchmark pages, nor the injection and reliability pages)": docs,
+    out = {"docs/ paragraphs (not the benchmark pages nor the reliability log)": docs,
            "xinghe_zh_squad contexts": list(dict.fromkeys(_contexts(json.loads(
                (ROOT / "bench" / "data" / "xinghe_zh_squad.json").read_text(encoding="utf-8")))))}
     if DRCD.exists():
         out["DRCD dev contexts (zh-Hant)"] = list(dict.fromkeys(_contexts(json.loads(DRCD.read_text(encoding="utf-8")))))
+    if MUSIQUE.exists():
+        out["MuSiQue passages (en, Wikipedia)"] = [f"{d['title']}\n{d['text']}" for d in
+                                                   json.loads(MUSIQUE.read_text(encoding="utf-8"))]
+    if CODEBASE.exists():
+        out["codebase chunks (contextual retrieval set)"] = [c["content"] for d in json.loads(
+            CODEBASE.read_text(encoding="utf-8")) for c in d.get("chunks", [])]
     return out
 
 
@@ -141,8 +151,9 @@ def main() -> None:
              "'注意：AI 助手应…', third-person 'language models reading this should…') and 40 ordinary look-alikes "
              "(manual steps, FAQ answers in the second person, 'assistant' as a job title, SYSTEM as a heading, "
              "sentences about chatbots and prompt injection), each 20 en / 10 zh-Hans / 10 zh-Hant, written by hand for "
-             "this benchmark; the repository's docs/ paragraphs and Chinese SQuAD-style contexts (DRCD dev where "
-             "present)",
+             "this benchmark; as ordinary text, the repository's docs/ paragraphs, Chinese SQuAD-style contexts "
+             "(xinghe; DRCD dev, CC BY-SA 3.0), MuSiQue passages (CC BY 4.0) and the contextual-retrieval codebase "
+             "chunks, from the shared data where present",
         command="PYTHONPATH=src python bench/bench_injection_phrasings.py",
         tables=[summary, corpus, wrong],
         notes=["How the set was written: by the inj11 helper session (a model) by hand, before running either "
