@@ -12,6 +12,8 @@ default), replacing the table of the same caption and keeping the page's other t
 
 ``LOAD`` is the 1-minute load average at the run's start and end as the run's log recorded it; ``CMD`` the command
 shown under the table. A run's ``default`` arm is compared with its ``plain`` arm question by question.
+``--replayed LABEL=ARM`` marks an arm whose model replies came from a reply cache filled earlier (the same requests:
+greedy decoding gives the same reply), so its seconds are not shown.
 """
 from __future__ import annotations
 
@@ -42,8 +44,8 @@ def _pct(m: dict[str, Any], key: str) -> float | None:
     return round(100 * m[key], 1) if key in m else None
 
 
-def rows(label: str, doc: dict[str, Any], load: str) -> list[list[Any]]:
-    """The run's plain and default rows."""
+def rows(label: str, doc: dict[str, Any], load: str, replayed: set[str] = frozenset()) -> list[list[Any]]:
+    """The run's plain and default rows; the arms in ``replayed`` without their seconds."""
     arms = _arms(doc)
     plain = {q["id"]: q["answer"] for q in arms["plain"]["per_query"]}
     out = []
@@ -54,13 +56,16 @@ def rows(label: str, doc: dict[str, Any], load: str) -> list[list[Any]]:
         abstained = sum(q.get("supported") is False for q in per)
         differ = sum(plain.get(q["id"]) != q["answer"] for q in per)
         out.append([f"{label} ({r['queries']})", name, doc.get("k"), _pct(m, "em"), _pct(m, "f1"), facts,
-                    abstained, differ if name != "plain" else None, round(m["s_per_answer_p50"], 1), load])
+                    abstained, differ if name != "plain" else None,
+                    "replayed" if name in replayed else round(m["s_per_answer_p50"], 1), load])
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", nargs=4, action="append", required=True, metavar=("LABEL", "JSON", "CMD", "LOAD"))
+    ap.add_argument("--replayed", action="append", default=[], metavar="LABEL=ARM",
+                    help="an arm answered from a filled reply cache (repeatable)")
     ap.add_argument("--page", default="answers")
     ap.add_argument("--note", action="append", default=[], help="a note under the table (repeatable)")
     ap.add_argument("--out-dir", type=Path, default=DATA_DIR)
@@ -68,7 +73,8 @@ def main() -> None:
     table_rows: list[list[Any]] = []
     commands = []
     for label, path, cmd, load in args.run:
-        table_rows += rows(label, json.loads(Path(path).read_text("utf-8")), load)
+        replayed = {r.split("=", 1)[1] for r in args.replayed if r.split("=", 1)[0] == label}
+        table_rows += rows(label, json.loads(Path(path).read_text("utf-8")), load, replayed)
         commands.append(f"{label}: `{cmd}`")
     table = Table(caption=CAPTION, columns=COLUMNS, rows=table_rows, notes=[*commands, *args.note])
     page = args.out_dir / f"{args.page}.json"
