@@ -24,6 +24,14 @@ def _rows(doc: dict) -> dict[str, dict]:
     return {r["config"]["name"]: r for r in doc["results"]}
 
 
+def _evidence(result: dict) -> str:
+    """The evidence check a result's chain answered with, as the page says it."""
+    name = result.get("evidence", "plain")  # results written before the option answered with the plain check
+    return {"plain": "plain (`EvidenceCheck(llm)`, no key-term stages)",
+            "default": "the product's (`default_evidence_check`: key-term stages over the corpus's BM25)",
+            "off": "off"}.get(name, name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("before", type=Path)
@@ -59,6 +67,8 @@ def main() -> None:
                       rows=[[same, len(ours["per_query"])]])],
         notes=["A small sample: the machine was shared by several CPU-heavy jobs (see the load average); the stock "
                "chain's seconds per answer are not comparable for the same reason.",
+               f"Evidence check: {_evidence(ours)} (`ctxrag eval answers --evidence`; runs before 2026-11-29 had no "
+               "such option and answered with the plain check).",
                "The second run found every ctxrag prompt in the LLM cache filled by the first: the prompts are "
                "byte-identical, so the answers are the model's same replies through the same span snapping."],
         out_dir=args.out_dir,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from typer.testing import CliRunner
 from ctxrag.cli.eval import eval_app
 from ctxrag.errors import LoadError
 from ctxrag.evaluation.answers import (
+    EVIDENCE_CHECKS,
     answer_metrics,
+    evidence_arms,
     format_answer_table,
     load_key_fact_questions,
     references_of,
@@ -58,6 +61,51 @@ def test_short_answer_eval_scores_em_f1_and_cited_chunks(fixtures: Path) -> None
     assert r.metrics["model_f1"] == pytest.approx(0.5)
     table = format_answer_table(results)
     assert "| bm25" in table and "50.0" in table and "—" in table
+
+
+def _with_off_corpus_question(fixtures: Path) -> tuple[list[str], object]:
+    """The fixture's first question and one about what the corpus never mentions (its key terms are in no chunk)."""
+    ds = load_squad([fixtures / "squad_zh.json"])
+    first = next(q for q in ds.queries if q.id == "zh-1")
+    off = EvalQuery("off-1", "故宫的总设计师是谁？", list(first.gold_ids), answer="蒯祥")
+    return [first.text, off.text], replace(ds, queries=[first, off])
+
+
+def test_answer_arms_check_evidence_as_the_product_does(fixtures: Path) -> None:
+    # the product's check (key terms over the corpus's BM25 with jieba) abstains on the off-corpus question before any
+    # model call; the plain check cannot read the scripted model's quote, so the gate's verdict stands and it answers
+    _, ds = _with_off_corpus_question(fixtures)
+    replies = ("山海关 [1]", "蒯祥 [1]")
+    product = run_answer_eval(EvalRunner(ds, [1], progress=False), [builtin("bm25")], _fake(*replies), k=1,
+                              judge=False)[0]
+    assert product.error is None and product.evidence == "default" and product.config.name == "bm25"
+    assert product.records[0].answer == "山海关 [1]"
+    assert product.records[1].answer.startswith("知识库中没有") and product.records[1].f1 == 0.0
+    assert [r.supported for r in product.records] == [None, False]  # None: a scripted reply is no quote to judge
+    plain = run_answer_eval(EvalRunner(ds, [1], progress=False), [builtin("bm25")], _fake(*replies), k=1,
+                            judge=False, evidence="plain")[0]
+    assert [r.answer for r in plain.records] == ["山海关 [1]", "蒯祥 [1]"] and plain.evidence == "plain"
+    off = run_answer_eval(EvalRunner(ds, [1], progress=False), [builtin("bm25")], _fake(*replies), k=1,
+                          judge=False, evidence="off")[0]
+    assert [r.answer for r in off.records] == ["山海关 [1]", "蒯祥 [1]"]
+
+
+def test_answer_arms_compare_evidence_checks_in_one_run(fixtures: Path) -> None:
+    _, ds = _with_off_corpus_question(fixtures)
+    # plain answers both; default answers the first and abstains on the second without a model call
+    llm = _fake("山海关 [1]", "蒯祥 [1]", "山海关 [1]")
+    results = run_answer_eval(EvalRunner(ds, [1], progress=False), [builtin("bm25")], llm, k=1, judge=False,
+                              evidence=["plain", "default", "plain"])
+    assert [r.config.name for r in results] == ["bm25 evidence=plain", "bm25 evidence=default"]
+    assert [r.evidence for r in results] == ["plain", "default"] and all(r.error is None for r in results)
+    assert results[0].metrics["em"] == pytest.approx(1.0) and results[1].metrics["em"] == pytest.approx(0.5)
+    assert results[1].to_json()["evidence"] == "default"
+    assert "bm25 evidence=default" in format_answer_table(results)
+    with pytest.raises(ValueError, match="got 'strict'"):
+        evidence_arms(["plain", "strict"])
+    with pytest.raises(ValueError, match="at least one"):
+        evidence_arms([])
+    assert evidence_arms("off") == ["off"] and set(EVIDENCE_CHECKS) == {"default", "plain", "off"}
 
 
 def test_answer_metrics_without_records_is_empty() -> None:
@@ -138,15 +186,53 @@ def test_cli_key_facts_on_the_demo_corpus(tmp_path: Path, monkeypatch: pytest.Mo
     shutil.copytree(REPO / "examples" / "sample_corpus", corpus)
     out = tmp_path / "k.json"
     res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus), "--questions", str(questions),
-                                   "--json", str(out)])
+                                   "--evidence", "plain", "--json", str(out)])
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())["results"][0]
+    assert rec["evidence"] == "plain" and rec["config"]["name"] == "hybrid"
     assert rec["metrics"]["answers_right"] == 1.0 and rec["metrics"]["key_facts_all"] == 0.5
     assert rec["metrics"]["answer_score_1to5"] == pytest.approx(3.5)  # the judge beside the key facts
     assert [p["key_facts"] for p in rec["per_query"]] == [[True], [False]]
     assert "1/2" in res.stdout
     res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus)])
     assert res.exit_code == 1 and "needs --questions" in res.output
+    res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus), "--questions", str(questions),
+                                   "--evidence", "strict"])
+    assert res.exit_code == 1 and "--evidence 'strict'" in res.output
+
+
+def test_cli_key_facts_answer_with_the_products_evidence_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctxrag.models.chat as chat
+
+    monkeypatch.setenv("CTXRAG_EMBEDDINGS__PROVIDER", "fake")  # the BM25 half of hybrid finds the port's chunk
+    questions = tmp_path / "q.json"
+    items = json.loads((REPO / "examples" / "sample_questions.json").read_text(encoding="utf-8"))[3:4]
+    items.append({"question": "Which lunar colony hosts the archive's backup vault?", "answer": "Tycho",
+                  "key_facts": ["Tycho"]})  # names what the corpus never mentions
+    questions.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
+    # plain: both answered from the script; default (the product's): the port, then an abstention with no model call
+    replies = ["Port 7420 [1].", "Tycho [1].", "Port 7420 [1].", "Tycho [1]."]
+    monkeypatch.setattr(chat, "make_chat_model", lambda **_: _fake(*replies))
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "examples" / "sample_corpus", corpus)
+    out = tmp_path / "k.json"
+    res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus), "--questions", str(questions),
+                                   "--no-judge", "--evidence", "plain", "--evidence", "default", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    plain, product = doc["results"]
+    assert doc["evidence"] == ["plain", "default"]
+    assert (plain["config"]["name"], product["config"]["name"]) == ("hybrid evidence=plain", "hybrid evidence=default")
+    assert [p["key_facts"] for p in plain["per_query"]] == [[True], [True]]
+    assert [p["key_facts"] for p in product["per_query"]] == [[True], [False]]
+    assert product["per_query"][1]["answer"].startswith("The knowledge base")
+    assert [p["supported"] for p in product["per_query"]] == [None, False]
+    out.unlink()
+    res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus), "--questions", str(questions),
+                                   "--no-judge", "--json", str(out)])  # no --evidence: the product's check
+    assert res.exit_code == 0, res.output
+    (only,) = json.loads(out.read_text())["results"]
+    assert only["evidence"] == "default" and [p["key_facts"] for p in only["per_query"]] == [[True], [False]]
 
 
 # ------------------------------------------------------------------ the real default model
@@ -161,6 +247,8 @@ def test_real_model_answers_short_questions_and_the_scores_follow(fixtures: Path
                               answer_style="short")
     r = results[0]
     assert r.error is None and r.queries == 3
+    # the product's evidence check (key terms over the corpus's BM25) lets these answerable questions through
+    assert r.evidence == "default" and [rec.supported for rec in r.records] == [True] * 3, r.records
     for rec in r.records:
         assert rec.answer.strip() and len(rec.answer) < 80  # short answers, not essays or loops
     # the paragraphs are tiny and bm25 finds them: the 1.5B model gets most of these right

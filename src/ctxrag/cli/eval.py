@@ -157,6 +157,10 @@ def answers(
     questions: Optional[Path] = typer.Option(None, "--questions", help="keyfacts: JSON list of {question, answer, "
                                              "key_facts}."),
     kb: str = typer.Option("eval-keyfacts", "--kb", help="keyfacts: knowledge base to ingest the folder into."),
+    evidence: Optional[list[str]] = typer.Option(None, "--evidence", help="The chain's evidence check: default, "
+                                                 "the product's (key-term stages over the knowledge base's BM25, as "
+                                                 "`ctxrag ask`); plain, without key terms (the answer pages' rows "
+                                                 "before 2026-11-29); off. Repeat to answer with each in one run."),
 ) -> None:
     """End-to-end answer accuracy through the RAG chain: EM/F1 and cited-chunk checks on short-answer sets, key facts
     on the demo set, the LLM judge beside them; seconds per answer (p50)."""
@@ -168,7 +172,7 @@ def answers(
     results: list[Any] = []
     try:
         from ctxrag.chains.short_answer import READING_SCRIPTS
-        from ctxrag.evaluation.answers import ANSWER_STYLES
+        from ctxrag.evaluation.answers import ANSWER_STYLES, EVIDENCE_CHECKS
 
         if answer_style not in ANSWER_STYLES:
             raise CtxragError(f"--answer-style {answer_style!r}: choose {' or '.join(ANSWER_STYLES)}")
@@ -176,10 +180,14 @@ def answers(
             raise CtxragError(f"--reading-script {reading_script!r}: choose {', '.join(READING_SCRIPTS)}")
         if reading_script == "simplified" and answer_style != "short":
             raise CtxragError("--reading-script simplified needs --answer-style short")
+        arms = list(dict.fromkeys(evidence or ["default"]))
+        bad = [a for a in arms if a not in EVIDENCE_CHECKS]
+        if bad:
+            raise CtxragError(f"--evidence {bad[0]!r}: choose {', '.join(EVIDENCE_CHECKS)}")
         overrides: dict[str, Any] = {"max_tokens": max_tokens} if max_tokens else {}
         llm = make_chat_model(**overrides)
         if fmt.strip().lower() == KEYFACTS:
-            results = [_key_facts(paths, questions, kb, k, llm, answer_style, judge is not False)]
+            results = _key_facts(paths, questions, kb, k, llm, answer_style, judge is not False, arms)
             dataset_name = results[0].dataset
         else:
             dataset, configs, _ = _prepare(fmt, paths, config or ["hybrid"], contexts, "5", sample, seed, split)
@@ -188,13 +196,13 @@ def answers(
             typer.echo(_summary(dataset), err=True)
             results = run_answer_eval(EvalRunner(dataset, [k], settings=get_settings(), progress=sys.stderr.isatty()), configs, llm, k=k,
                                       judge=bool(judge), answer_style=answer_style, reading_script=reading_script,
-                                      stock=answer_style == "short" if stock is None else stock)
+                                      stock=answer_style == "short" if stock is None else stock, evidence=arms)
             dataset_name = dataset.name
         typer.echo(format_answer_table(results))
         if json_out:
             write_json(results, json_out, per_query=True, dataset=dataset_name, format=fmt, k=k, sample=sample,
                        limit=limit, seed=seed, answer_style=answer_style, reading_script=reading_script,
-                       model=getattr(llm, "model_name", None))
+                       evidence=arms, model=getattr(llm, "model_name", None))
             typer.echo(f"wrote {json_out}", err=True)
     except CtxragError as e:
         _fail(str(e))
@@ -206,14 +214,20 @@ def answers(
 
 
 def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: int, llm: BaseChatModel,
-               answer_style: str, judge: bool) -> AnswerResult:
-    """Ingest the folder into ``kb_name`` and answer the key-fact questions through the demo's chain."""
+               answer_style: str, judge: bool, evidence: list[str]) -> list[AnswerResult]:
+    """Ingest the folder into ``kb_name`` and answer the key-fact questions through the demo's chain, once per
+    evidence check in ``evidence`` (`ctxrag.evaluation.answers.EVIDENCE_CHECKS`)."""
     from ctxrag.chains.ask import build_ask_chain
-    from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.enums import SearchMode
-    from ctxrag.evaluation.answers import answer_step, load_key_fact_questions, run_key_fact_eval
-    from ctxrag.evaluation.judge import AnswerJudge
+    from ctxrag.evaluation.answers import (
+        answer_step,
+        arm_config,
+        evidence_check,
+        load_key_fact_questions,
+        run_key_fact_eval,
+    )
     from ctxrag.evaluation.experiments import builtin
+    from ctxrag.evaluation.judge import AnswerJudge
     from ctxrag.kb import KnowledgeBase
 
     if len(paths) != 1 or not paths[0].is_dir():
@@ -225,12 +239,18 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
     report = kbase.ingest([paths[0]], contextualize=False)  # as `ctxrag demo` ingests
     typer.echo(f"ingested {paths[0]} into {kb_name!r}: {len(report.added)} added, {len(report.updated)} updated, "
                f"{len(report.skipped)} skipped, {len(report.failed)} failed", err=True)
-    # the demo's chain with the gate off (these questions are answerable) and the plain evidence thresholds
-    chain = build_ask_chain([kbase], llm, k=k, mode=SearchMode.HYBRID, gate=False, evidence=EvidenceCheck(llm),
-                            answer=answer_step(llm, answer_style))
-    cfg = builtin("hybrid")
-    return run_key_fact_eval(chain, items, name=f"keyfacts:{questions.name}", config=cfg,
-                             judge=AnswerJudge(llm) if judge else None, progress=sys.stderr.isatty())
+    out = []
+    for arm in evidence:
+        # the demo's chain with the gate off (these questions are answerable) and the evidence check named
+        check = evidence_check(llm, kbase, arm)
+        chain = build_ask_chain([kbase], llm, k=k, mode=SearchMode.HYBRID, gate=False,
+                                evidence=check if check is not None else False, answer=answer_step(llm, answer_style))
+        result = run_key_fact_eval(chain, items, name=f"keyfacts:{questions.name}",
+                                   config=arm_config(builtin("hybrid"), arm, evidence),
+                                   judge=AnswerJudge(llm) if judge else None, progress=sys.stderr.isatty())
+        result.evidence = arm
+        out.append(result)
+    return out
 
 
 eval_app.command("routing")(__import__("ctxrag.cli.routing_eval", fromlist=["routing"]).routing)

@@ -34,7 +34,7 @@ from langchain_core.runnables import Runnable
 from tqdm.auto import tqdm
 
 from ctxrag.chains.ask import build_ask_chain
-from ctxrag.chains.evidence import EvidenceCheck
+from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.chains.short_answer import READING_SCRIPTS, ExtractiveAnswer
 from ctxrag.enums import SearchMode
@@ -45,6 +45,7 @@ from ctxrag.evaluation.experiments import ExperimentConfig
 from ctxrag.evaluation.judge import AnswerJudge, Judgement
 from ctxrag.evaluation.runner import ConfigResult, EvalRunner, TopK
 from ctxrag.evaluation.stock_chain import STOCK_NAME, stock_answer_chain
+from ctxrag.stores.protocols import KnowledgeSource
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +71,15 @@ class AnswerRecord:
     model_answer: str | None = None
     """The model's own phrase when the chain answered with a source span instead (the short answer style)."""
     model_f1: float | None = None
+    supported: bool | None = None
+    """The chain's verdict (False: the gate or the evidence check abstained); None where it has none."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.query_id, "question": self.question, "answer": self.answer, "reference": self.reference,
             "references": self.references, "retrieved_ids": self.retrieved_ids, "cited_ids": self.cited_ids,
             "em": self.em, "f1": self.f1, "cited_contains": self.cited_contains, "key_facts": self.key_facts,
-            "answer_ms": round(self.answer_ms, 1),
+            "answer_ms": round(self.answer_ms, 1), "supported": self.supported,
         }
         if self.model_answer is not None:
             out.update(model_answer=self.model_answer, model_f1=self.model_f1)
@@ -92,9 +95,14 @@ class AnswerResult(ConfigResult):
     """A `ConfigResult` whose metrics are answer metrics, plus the per-query records."""
 
     records: list[AnswerRecord] = field(default_factory=list)
+    evidence: str | None = None
+    """The evidence check the chain answered with (one of `EVIDENCE_CHECKS`); None for a chain without that choice
+    (the stock LangChain chain)."""
 
     def to_json(self, per_query: bool = False) -> dict[str, Any]:
         out = super().to_json(per_query=False)
+        if self.evidence is not None:
+            out["evidence"] = self.evidence
         if per_query:
             out["per_query"] = [r.to_json() for r in self.records]
         return out
@@ -161,6 +169,46 @@ def answer_step(llm: BaseChatModel, answer_style: str, reading_script: str = "au
     return ExtractiveAnswer(llm, reading_script=reading_script)
 
 
+EVIDENCE_CHECKS = ("default", "plain", "off")
+"""The evidence check an answer run's chain uses: ``default``, the product's (`default_evidence_check`: the key-term
+stages over the knowledge base's BM25, as ``ctxrag ask``, ``/ask`` and the assistant); ``plain``, `EvidenceCheck` at
+its plain thresholds without key terms (what the answer pages' rows before the product's check were measured with);
+``off``, none."""
+
+
+def evidence_check(llm: BaseChatModel, kb: KnowledgeSource, name: str) -> EvidenceCheck | None:
+    """The evidence check named ``name`` (one of `EVIDENCE_CHECKS`) over ``llm`` and ``kb``; ValueError naming a bad
+    name.
+
+    >>> evidence_check(llm, kb, "plain").key_terms is None  # doctest: +SKIP
+    True
+    """
+    if name not in EVIDENCE_CHECKS:
+        raise ValueError(f"evidence must be one of {EVIDENCE_CHECKS}, got {name!r}")
+    if name == "off":
+        return None
+    return default_evidence_check(llm, kb) if name == "default" else EvidenceCheck(llm)
+
+
+def evidence_arms(evidence: str | Sequence[str]) -> list[str]:
+    """The evidence checks to answer with, in order, each once; ValueError naming a bad one or none given."""
+    arms = list(dict.fromkeys([evidence] if isinstance(evidence, str) else evidence))
+    if not arms:
+        raise ValueError(f"evidence: name at least one of {EVIDENCE_CHECKS}")
+    for name in arms:
+        if name not in EVIDENCE_CHECKS:
+            raise ValueError(f"evidence must be one of {EVIDENCE_CHECKS}, got {name!r}")
+    return arms
+
+
+def arm_config(config: ExperimentConfig, evidence: str, arms: Sequence[str]) -> ExperimentConfig:
+    """``config`` named for its evidence arm when a run compares several (``hybrid evidence=plain``), as it is
+    otherwise."""
+    if len(arms) < 2:
+        return config
+    return config.model_copy(update={"name": f"{config.name} evidence={evidence}"})
+
+
 def answer_one(chain: Runnable[Any, Any], question: str) -> tuple[dict[str, Any], float]:
     """Run the chain on one question; its output dict and the milliseconds it took."""
     start = time.perf_counter()
@@ -187,7 +235,7 @@ def score_record(query_id: str, question: str, res: dict[str, Any], ms: float, r
     ref = refs[0] if refs else None
     record = AnswerRecord(
         query_id, question, answer, ref, _ids(docs), None, None, ms, references=refs,
-        cited_ids=[str(s.get("chunk_id")) for s in cited],
+        cited_ids=[str(s.get("chunk_id")) for s in cited], supported=res.get("supported"),
     )
     if refs:
         record.em = exact_match(answer, refs)
@@ -207,30 +255,39 @@ def score_record(query_id: str, question: str, res: dict[str, Any], ms: float, r
 def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm: BaseChatModel, *, k: int = 4,
                     judge_llm: BaseChatModel | None = None, judge: bool = True,
                     answer_style: str = "full", reading_script: str = "auto",
-                    gate: RelevanceGate | bool = False, stock: bool = False) -> list[AnswerResult]:
+                    gate: RelevanceGate | bool = False, stock: bool = False,
+                    evidence: str | Sequence[str] = "default") -> list[AnswerResult]:
     """Answer every query of ``runner.dataset`` with the top ``k`` chunks of each config and score the answers.
 
     EM/F1/cited_contains are always computed for queries with reference answers; the LLM judge runs when ``judge``.
     ``answer_style="short"`` answers through `ExtractiveAnswer` (with ``reading_script``) for short-answer sets.
     Each config's chain is the ask chain (`ctxrag.chains.ask.build_ask_chain`) over the config's retriever (its top
-    ``k``), with the evidence check at its plain thresholds (`EvidenceCheck`, no key-term stage: what the answer pages
-    were measured with). ``gate`` goes to it: off by default, as these sets are answerable by construction (the gate is
-    measured on its own by bench/bench_answer_gate.py). ``stock`` adds a row for the stock LangChain chain
+    ``k``) with the evidence check ``evidence`` names (`EVIDENCE_CHECKS`; ``default`` is the product's, over the
+    config's corpus source); several names answer each config once per check, in one run, the rows named
+    ``CONFIG evidence=NAME``. ``gate`` goes to it: off by default, as these sets are answerable by construction (the
+    gate is measured on its own by bench/bench_answer_gate.py). ``stock`` adds a row for the stock LangChain chain
     (`ctxrag.evaluation.stock_chain`) over the same corpus, queries, ``k`` and model.
     """
+    arms = evidence_arms(evidence)
     grader = AnswerJudge(judge_llm or llm) if judge else None
     step = answer_step(llm, answer_style, reading_script)
     out: list[AnswerResult] = []
     ds = runner.dataset
     for cfg in configs:
-        try:
-            retriever, index_seconds = runner.build_retriever(cfg, k)
-            chain = build_ask_chain([runner.source(cfg)], llm, retriever=TopK(base=retriever, k=k), gate=gate,
-                                    evidence=EvidenceCheck(llm), answer=step)
-            out.append(_answer_all(runner, cfg, chain, grader, index_seconds))
-        except (CtxragError, ValueError, ImportError) as e:
-            log.error("config %s failed: %s", cfg.name, e)
-            out.append(AnswerResult(config=cfg, dataset=ds.name, queries=0, error=str(e)))
+        for arm in arms:
+            row = arm_config(cfg, arm, arms)
+            try:
+                retriever, index_seconds = runner.build_retriever(cfg, k)
+                source = runner.source(cfg)
+                check = evidence_check(llm, source, arm)
+                chain = build_ask_chain([source], llm, retriever=TopK(base=retriever, k=k), gate=gate,
+                                        evidence=check if check is not None else False, answer=step)
+                result = _answer_all(runner, row, chain, grader, index_seconds)
+            except (CtxragError, ValueError, ImportError) as e:
+                log.error("config %s failed: %s", row.name, e)
+                result = AnswerResult(config=row, dataset=ds.name, queries=0, error=str(e))
+            result.evidence = arm
+            out.append(result)
     if stock:
         cfg = ExperimentConfig(name=STOCK_NAME, retrieval=SearchMode.BM25)
         try:
