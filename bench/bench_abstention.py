@@ -29,7 +29,11 @@ asks a quote for, the local model's probability of source 0 ("no source states i
 (the answer prompt's chunks and the quote request, then ``{"source": `` as the start of the reply; resumable);
 ``report --none-probs P`` adds that probability as a rule on top of the product's. ``retrieve`` writes the same
 questions' retrieval-only records (chunks, titles, the gate's verdict, the key-term coverage; no chat model call, a
-few minutes a split): `bench_abstention_signals.py` measures model-free signals on them.
+few minutes a split): `bench_abstention_signals.py` measures model-free signals on them. ``reader --reader-out P``
+asks, for each retrieval-only record the gate passes, the short-answer reader's prompt (`ExtractiveAnswer`'s) with a
+no-answer option, greedily, and records the phrase, whether it snaps to a chunk's span and the log-probabilities of
+the phrase and of the no-answer reply (resumable; `bench_abstention_reader.py` measures the SQuAD-2.0 style decision
+on them).
 """
 from __future__ import annotations
 
@@ -342,6 +346,133 @@ def none_probs(args: argparse.Namespace) -> None:
             row = {"id": r["id"], "p": round(float(p[0] / p.sum()), 6), "tokens": len(tokens),
                    "s": round(time.perf_counter() - t0, 2)}
             out.write(json.dumps(row) + "\n")
+            out.flush()
+            print(f"{i + 1}/{len(order)} {row}", file=sys.stderr, flush=True)
+
+
+NULL_ANSWER = {"zh": "无法回答", "en": "NOT FOUND"}
+"""The fixed no-answer reply of the reader test's second prompt (`reader`), by prompt language."""
+NULL_CLAUSE = {"zh": "如果资料中没有这个问题的答案，只写：无法回答",
+               "en": "If the sources do not contain the answer to this question, write only: NOT FOUND"}
+
+
+def _logprobs_after(llama: Any, tokens: list[int]) -> Any:
+    """Log-probabilities of the next token after ``tokens``: the kept prefix of llama.cpp's context is reused, the
+    rest read (one forward pass over the new tokens, no logits_all)."""
+    import numpy as np
+
+    from ctxrag.models.llamacpp_logprobs import _log_softmax
+
+    keep = 0
+    for a, b in zip(llama.input_ids[: llama.n_tokens], tokens):
+        if a != b:
+            break
+        keep += 1
+    keep = min(keep, len(tokens) - 1)
+    llama.n_tokens = keep
+    llama.eval(tokens[keep:])
+    logits = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),))
+    return _log_softmax(np.array(logits, dtype=np.float32))
+
+
+def _greedy(llama: Any, prompt: list[int], max_tokens: int) -> tuple[str, float, float, int, bool]:
+    """The greedy reply after ``prompt`` (at most ``max_tokens`` tokens): its text, the sum of its tokens'
+    log-probabilities (the end-of-turn token's included when it stopped), its first token's, its token count and
+    whether it stopped."""
+    import llama_cpp
+
+    out: list[int] = []
+    total, first = 0.0, 0.0
+    while len(out) < max_tokens:
+        lp = _logprobs_after(llama, prompt + out)
+        tok = int(lp.argmax())
+        total += float(lp[tok])
+        first = first if out else float(lp[tok])
+        if llama_cpp.llama_vocab_is_eog(llama._model.vocab, tok):
+            return llama.detokenize(out).decode("utf-8", errors="ignore"), total, first, len(out), True
+        out.append(tok)
+    return llama.detokenize(out).decode("utf-8", errors="ignore"), total, first, len(out), False
+
+
+def _sequence_logprob(llama: Any, prompt: list[int], reply: list[int]) -> tuple[float, float]:
+    """log P(``reply`` then the end of turn | ``prompt``) and log P(its first token | ``prompt``)."""
+    end = llama.tokenize(b"<|im_end|>", add_bos=False, special=True)
+    eot = end[0] if len(end) == 1 else llama.token_eos()
+    total, first = 0.0, 0.0
+    for i, tok in enumerate([*reply, eot]):
+        lp = _logprobs_after(llama, prompt + reply[:i])
+        total += float(lp[tok])
+        if i == 0:
+            first = float(lp[tok])
+    return total, first
+
+
+def reader(args: argparse.Namespace) -> None:
+    """The SQuAD-2.0 style reader decision, measured: for each record the loosest gate passes (round-robin over the
+    groups, resumable, JSON lines to ``--reader-out``), the short-answer reader's prompt (`ExtractiveAnswer`'s, no
+    retry) answered greedily (``phrase_a``, snapped to a chunk's span or not, `chains.extractive.snap`), then the
+    same prompt with a no-answer option (`NULL_CLAUSE`: reply `NULL_ANSWER`) answered greedily (``phrase_b``), with
+    the log-probabilities of each greedy phrase and of the no-answer reply under both prompts (``null_a``,
+    ``null_b``; the end-of-turn token included). The two prompts share their prefix, so llama.cpp reads it once."""
+    import itertools
+
+    from ctxrag.chains.extractive import snap
+    from ctxrag.chains.rag import question_language
+    from ctxrag.chains.short_answer import ExtractiveAnswer
+    from ctxrag.models.chat import make_chat_model
+    from ctxrag.models.llamacpp_logprobs import _formatter
+    from ctxrag.models.llamacpp_tools import chat_dicts
+    from ctxrag.settings import Settings
+
+    out_path: Path = args.reader_out
+    done = set()
+    if out_path.exists():
+        done = {json.loads(line)["id"] for line in out_path.read_text(encoding="utf-8").splitlines() if line}
+    recs = _split(args.records, args.home, args.seed, args.max_quote)
+    loose = Rule(min(CROSSES), None)
+    todo: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        if r["id"] not in done and _new(r, loose):
+            todo.setdefault(_group(r), []).append(r)
+    # the in-genre groups first (the demo corpus and the other-language general questions last: the gate decides
+    # most of them); with --reader-key, the questions the key-term stage passes at that threshold before the others
+    # (the reader on top of the key terms needs only those)
+    def passes_key(r: dict[str, Any]) -> bool:
+        return args.reader_key is None or r.get("key") is None or r["key"] >= args.reader_key
+
+    late = [g for g in todo if g.startswith("demo") or "other language" in g]
+    order = [r for first in (True, False) for groups in ([g for g in todo if g not in late], late)
+             for row in itertools.zip_longest(*([x for x in todo[g] if passes_key(x) == first] for g in groups))
+             for r in row if r is not None]
+    llm = make_chat_model(Settings(home=args.home))
+    llama = llm.load().llama  # type: ignore[attr-defined]
+    fmt, step = _formatter(llama), ExtractiveAnswer(llm)
+
+    def tokens(msgs: list[Any]) -> list[int]:
+        return list(llama.tokenize(fmt(messages=chat_dicts(msgs)).prompt.encode("utf-8"), add_bos=False,
+                                   special=True))
+
+    with out_path.open("a", encoding="utf-8") as out:
+        for i, r in enumerate(order):
+            t0 = time.perf_counter()
+            docs = _docs(r)
+            msgs = step._messages({"question": r["question"], "documents": docs, "history": []})
+            lng = question_language(r["question"], "auto")
+            last = msgs[-1]
+            with_null = [*msgs[:-1], type(last)(f"{last.content}\n{NULL_CLAUSE[lng]}")]
+            null = list(llama.tokenize(NULL_ANSWER[lng].encode("utf-8"), add_bos=False, special=False))
+            row: dict[str, Any] = {"id": r["id"], "lang_prompt": lng}
+            # the product's prompt: only the no-answer reply's log-probability (its prompt is read once, and the
+            # second prompt reuses all of it but the question's end); the greedy phrase under the second prompt
+            prompt_a, prompt_b = tokens(msgs), tokens(with_null)
+            row["null_a"], row["null_first_a"] = (round(v, 4) for v in _sequence_logprob(llama, prompt_a, null))
+            text, lp, first, n, stopped = _greedy(llama, prompt_b, args.reader_tokens)
+            got = snap(text, docs, question=r["question"])
+            row.update(phrase=text, lp=round(lp, 4), first=round(first, 4), n=n, stopped=stopped,
+                       snap=None if got is None else round(got.f1, 3), prompt_tokens=len(prompt_b))
+            row["null_b"], row["null_first_b"] = (round(v, 4) for v in _sequence_logprob(llama, prompt_b, null))
+            row["s"] = round(time.perf_counter() - t0, 2)
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
             out.flush()
             print(f"{i + 1}/{len(order)} {row}", file=sys.stderr, flush=True)
 
@@ -882,8 +1013,9 @@ def report(args: argparse.Namespace) -> None:
          "row shows the grid's best), so the product keeps the quote-only request and the answer test off."
          if q2 else "The answer test was not measured in this run (no `requote` replies)."),
         "What did not pay: the yes/no judge (any mode) adds nothing over the quote and the word tests on the "
-        f"calibration half, for a second call ({med(ju_s)} median) per question; the SQuAD-2.0 null score "
-        "(`ExtractiveAnswer`'s span against a no-answer option) was not measured in this run.",
+        f"calibration half, for a second call ({med(ju_s)} median) per question; the SQuAD-2.0 reader decision "
+        "(`ExtractiveAnswer`'s phrase snapped to a span, and its score against a no-answer reply) is measured on "
+        "a sub-sample of the retrieval-only records in the 'Reader decision' tables (`bench_abstention_reader.py`).",
     ]
     if p_none:
         asked = sum(r["p_none"] is not None for r in recs)
@@ -984,7 +1116,11 @@ def _by_split(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["collect", "retrieve", "requote", "judge", "none", "report", "show"])
+    ap.add_argument("what", choices=["collect", "retrieve", "requote", "judge", "none", "reader", "report", "show"])
+    ap.add_argument("--reader-out", type=Path, default=None, help="reader: where the reader lines go (JSON lines)")
+    ap.add_argument("--reader-tokens", type=int, default=32, help="reader: the greedy phrase's token cap")
+    ap.add_argument("--reader-key", type=float, default=None,
+                    help="reader: first the questions whose key-term coverage is at least this, then the others")
     ap.add_argument("--probs", type=Path, default=None, help="none: where the P(no source) lines go (JSON lines)")
     ap.add_argument("--none-probs", type=Path, nargs="*", default=None,
                     help="report: P(no source) files written by `none` (one per split)")
@@ -1023,7 +1159,8 @@ def main() -> None:
         for q in questions(args.zh, args.en, args.cross, args.seed)[1]:
             print(json.dumps(asdict(q), ensure_ascii=False))
         return
-    {"collect": collect, "retrieve": retrieve, "requote": requote, "judge": judge, "none": none_probs, "report": report}[args.what](args)
+    {"collect": collect, "retrieve": retrieve, "requote": requote, "judge": judge, "none": none_probs, "reader": reader,
+     "report": report}[args.what](args)
 
 
 if __name__ == "__main__":
