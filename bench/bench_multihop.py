@@ -8,6 +8,10 @@ single-shot answer, on MuSiQue, with the local 1.5B: EM / F1, hops used, seconds
     python bench/bench_multihop.py --report-only                # the page from the records so far
     python bench/bench_multihop.py --questions 20 --arms bridge-graph,single-graph --keep-previous  # new arms, the
                                                                 # earlier run's tables kept below them
+    python bench/bench_multihop.py --start 20 --questions 20 --arms bridge-graph,single-graph --label "held out" \
+        --compare single-graph,bridge-graph --other-records first20.jsonl --keep-tables "previous run"
+                                                                # a held-out slice, the first 20 from their records
+                                                                # below it, the two arms compared per slice on top
 
 Arms, the same model (the default GGUF in process, temperature 0), the same questions, one question at a time
 (every arm answers question i before question i+1, so an interrupted run leaves the arms on the same questions):
@@ -265,8 +269,15 @@ DIAGNOSIS_COLUMNS = ["arm", "questions", "supporting paragraphs read %", "questi
                      "F1 (all read)", "F1 (some missing)", "partly right (0 < F1 < 1)", "phrase scored above answer"]
 
 
-def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[str]) -> None:
-    _, queries = load_questions(args.questions, args.seed, args.start)
+def _where(start: int, questions: int) -> str:
+    return f"questions {start}-{start + questions - 1}" if start else f"the first {questions}"
+
+
+def slice_tables(records: list[dict[str, Any]], start: int, questions: int, args: argparse.Namespace,
+                 label: str = "", notes: list[str] | None = None,
+                 diagnosis_notes: list[str] | None = None) -> list[Table]:
+    """A slice's tables: scores per arm (``notes`` under them), F1 by hops used, the diagnosis."""
+    _, queries = load_questions(questions, args.seed, start)
     arms_records, n = _by_arm(records, [q.id for q in queries])
     rows, spread, diagnosis = [], [], []
     for arm, mine in arms_records.items():
@@ -277,32 +288,64 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
             for h in sorted(hops):
                 on = [r for r in mine if r["hops"] == h]
                 spread.append([ARMS[arm], h, len(on), _pct([r["f1"] for r in on])])
-    where = (f"questions {args.start}-{args.start + args.questions - 1}" if args.start
-             else f"the first {args.questions}")
-    table = Table(
-        caption=f"MuSiQue, {where} of the seed-0 order, the same {n} questions for every arm, local 1.5B",
-        columns=SCORE_COLUMNS, rows=rows,
-        notes=["Single shot: one retrieval (hybrid, top 4), `ExtractiveAnswer`, the evidence check on, as "
-               "`ctxrag eval answers --format musique --answer-style short -k 4` answers; its hops column is 1.",
-               f"Iterative: at most {args.max_hops} hops, {args.per_hop} new passages read per hop; decomposition: "
-               f"one call splits the question into at most {args.max_hops} sub-questions, each answered in a few "
-               f"words over its own top {args.per_hop}; agent: `create_agent` with the local model and "
-               f"`ctxrag.tools.make_search_tool` (top {args.per_hop}), at most {args.max_hops} calls (LangGraph's "
-               "recursion limit), its last reply scored as it is. Answered: the arm ended with an answer (else the "
-               "answer is the 'nothing found' notice and scores 0).",
-               "The machine was shared with other engineers' tests during the run: seconds are indicative only.",
-               *args.note])
-    tables = [table]
+    where = _where(start, questions)
+    tables = [Table(caption=f"MuSiQue, {where} of the seed-0 order{', ' + label if label else ''}, the same {n} "
+                            "questions for every arm, local 1.5B", columns=SCORE_COLUMNS, rows=rows,
+                    notes=list(notes or []))]
     if spread:
-        tables.append(Table(caption="multi-hop arms: questions and F1 by hops used (agent: search calls)",
+        tables.append(Table(caption=f"{where}: multi-hop arms, questions and F1 by hops used (agent: search calls)",
                             columns=["arm", "hops", "questions", "F1"], rows=spread))
     tables.append(Table(
         caption=f"diagnosis, {where}: supporting paragraphs read (MuSiQue's labels) and answers partly right",
-        columns=DIAGNOSIS_COLUMNS, rows=diagnosis,
-        notes=["Supporting paragraphs read: of the question's supporting paragraphs, the share among every passage "
-               "the arm showed the model. Partly right: the answer shares words with the gold answer but is not it "
-               "(a long phrase or a neighbouring fact). Phrase scored above answer: the model's own words score "
-               "higher than the answer after snapping to a passage span.", *args.diagnosis_note]))
+        columns=DIAGNOSIS_COLUMNS, rows=diagnosis, notes=list(diagnosis_notes or [])))
+    return tables
+
+
+def compare_row(records: list[dict[str, Any]], start: int, questions: int, seed: int, first: str, second: str,
+                label: str) -> list[Any]:
+    """``second`` against ``first`` on the slice's questions both answered: F1 of each, and on how many questions
+    ``second`` scored above, below or level with ``first``."""
+    _, queries = load_questions(questions, seed, start)
+    by = {(r["arm"], r["id"]): r for r in records}
+    both = [q.id for q in queries if (first, q.id) in by and (second, q.id) in by]
+    a = [by[(first, i)]["f1"] for i in both]
+    b = [by[(second, i)]["f1"] for i in both]
+    return [f"{_where(start, questions)}{' (' + label + ')' if label else ''}", len(both),
+            _pct(a), _pct(b), round(_pct(b) - _pct(a), 1),
+            sum(y > x for x, y in zip(a, b)), sum(y < x for x, y in zip(a, b)), sum(y == x for x, y in zip(a, b))]
+
+
+def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[str]) -> None:
+    tables: list[Table] = []
+    other = read_records(args.other_records) if args.other_records else []
+    if args.compare:
+        first, second = (a.strip() for a in args.compare.split(","))
+        rows = [compare_row(records, args.start, args.questions, args.seed, first, second, args.label)]
+        if other:
+            rows.append(compare_row(other, args.other_start, args.other_questions, args.seed, first, second,
+                                    args.other_label))
+        tables.append(Table(
+            caption=f"{ARMS[second]} against {ARMS[first]}, per slice",
+            columns=["slice", "questions", f"F1 {first}", f"F1 {second}", "difference", f"{second} above",
+                     f"{second} below", "level"], rows=rows, notes=list(args.compare_note)))
+    tables += slice_tables(records, args.start, args.questions, args, args.label, notes=[
+        "Single shot: one retrieval (hybrid, top 4), `ExtractiveAnswer`, the evidence check on, as "
+        "`ctxrag eval answers --format musique --answer-style short -k 4` answers; its hops column is 1.",
+        f"Iterative: at most {args.max_hops} hops, {args.per_hop} new passages read per hop; decomposition: "
+        f"one call splits the question into at most {args.max_hops} sub-questions, each answered in a few "
+        f"words over its own top {args.per_hop}; agent: `create_agent` with the local model and "
+        f"`ctxrag.tools.make_search_tool` (top {args.per_hop}), at most {args.max_hops} calls (LangGraph's "
+        "recursion limit), its last reply scored as it is. Answered: the arm ended with an answer (else the "
+        "answer is the 'nothing found' notice and scores 0).",
+        "The machine was shared with other engineers' tests during the run: seconds are indicative only.",
+        *args.note], diagnosis_notes=[
+        "Supporting paragraphs read: of the question's supporting paragraphs, the share among every passage "
+        "the arm showed the model. Partly right: the answer shares words with the gold answer but is not it "
+        "(a long phrase or a neighbouring fact). Phrase scored above answer: the model's own words score "
+        "higher than the answer after snapping to a passage span.", *args.diagnosis_note])
+    if other:
+        tables += slice_tables(other, args.other_start, args.other_questions, args, args.other_label,
+                               notes=args.other_note, diagnosis_notes=args.other_diagnosis_note)
     if args.dev_records:
         _, dev = load_questions(args.dev_questions, args.seed, args.dev_start)
         ids = {q.id for q in dev}
@@ -331,6 +374,10 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
             notes=["`bench/multihop_retrieval_diagnosis.py`: the gold sub-questions are MuSiQue's own decomposition "
                    "with the gold answers of earlier steps filled in, each judged by its own supporting paragraph: "
                    "what a perfect plan would retrieve.", *args.retrieval_note]))
+    if args.keep_tables:
+        current = json.loads((ROOT / "docs" / "benchmarks" / "data" / "multihop_answers.json").read_text("utf-8"))
+        tables += [Table(caption=t["caption"], columns=t["columns"], rows=t["rows"], notes=list(t.get("notes", [])))
+                   for t in current["tables"] if any(t["caption"].startswith(p) for p in args.keep_tables)]
     if args.keep_previous:
         previous = json.loads((ROOT / "docs" / "benchmarks" / "data" / "multihop_answers.json").read_text("utf-8"))
         label = f"previous run (commit {str(previous.get('commit', '?'))[:7]}, {previous.get('date', '?')})"
@@ -375,6 +422,21 @@ def main() -> None:
     parser.add_argument("--retrieval-note", action="append", default=[], help="a note under the retrieval table")
     parser.add_argument("--keep-previous", action="store_true",
                         help="append the current page's tables (an earlier run's arms), captioned as the previous run")
+    parser.add_argument("--keep-tables", action="append", default=[], metavar="PREFIX",
+                        help="keep the current page's tables whose caption starts with PREFIX, as they are "
+                             "(repeatable; e.g. 'previous run')")
+    parser.add_argument("--label", default="", help="what the slice is, in its caption (e.g. 'held out')")
+    parser.add_argument("--other-records", type=Path,
+                        help="records of another slice (e.g. the first 20 after a held-out run), reported below")
+    parser.add_argument("--other-start", type=int, default=0)
+    parser.add_argument("--other-questions", type=int, default=20)
+    parser.add_argument("--other-label", default="")
+    parser.add_argument("--other-note", action="append", default=[], help="a note under the other slice's scores")
+    parser.add_argument("--other-diagnosis-note", action="append", default=[],
+                        help="a note under the other slice's diagnosis")
+    parser.add_argument("--compare", metavar="FIRST,SECOND",
+                        help="two arms compared per slice, question by question, in a table on top")
+    parser.add_argument("--compare-note", action="append", default=[], help="a note under the comparison")
     parser.add_argument("--command", help="the command shown on the page (default: built from the options)")
     parser.add_argument("--out-dir", type=Path, help="where the page data goes (default docs/benchmarks/data)")
     args = parser.parse_args()
@@ -383,6 +445,9 @@ def main() -> None:
     if not (DATA / "musique_train.json").is_file():
         raise SystemExit(f"{DATA}: the MuSiQue sample is missing")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if args.compare and (len(args.compare.split(",")) != 2
+                         or any(a.strip() not in ARMS for a in args.compare.split(","))):
+        raise SystemExit(f"--compare {args.compare!r}: two arms, comma-separated, of {sorted(ARMS)}")
     records = read_records(args.records) if args.report_only else run(args, arms)
     report(records, args, arms)
 

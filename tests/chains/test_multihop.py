@@ -301,6 +301,9 @@ def test_ask_chain_hops_through_the_graph_when_every_knowledge_base_has_one(
     llm = _chat()
     chain = build_ask_chain([graph_kb], llm, k=2, multi_hop=2, settings=graph_kb.settings)
     assert isinstance(chain, MultiHopAnswer) and chain.max_hops == 2 and chain.passages_per_hop == 2
+    assert chain.bridge is True  # the default strategy (the multihop_answers page); decompose turns it off
+    assert build_ask_chain([graph_kb], llm, multi_hop=2, decompose=True).bridge is False
+    assert build_ask_chain([graph_kb], llm, multi_hop=2, bridge=False).bridge is False
     assert chain.retriever.name == "graph" and chain.retriever.k == 4  # room for k new chunks after the seen ones
     assert build_ask_chain([graph_kb], llm, mode="bm25", multi_hop=2).retriever.name == "bm25"
     assert isinstance(build_ask_chain([plain_kb], llm, multi_hop=2).retriever, FusionRetriever)

@@ -69,7 +69,7 @@ def script(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> HopScript:
 
 
 def test_json_answer_has_the_ask_shape_and_its_hops(script: HopScript) -> None:
-    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "-k", "1", "--json"])
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "--no-bridge", "-k", "1", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert [h["query"] for h in out["hops"]] == [QUESTION, "When was Mara Velt born?"]
@@ -79,14 +79,14 @@ def test_json_answer_has_the_ask_shape_and_its_hops(script: HopScript) -> None:
 
 
 def test_max_hops_one_answers_from_the_first_retrieval(script: HopScript) -> None:
-    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "--max-hops", "1", "--json"])
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "--no-bridge", "--max-hops", "1", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert len(out["hops"]) == 1 and len(script.prompts) == 1 and "best answer" in script.prompts[0]
 
 
 def test_streamed_answer_lists_the_hops(script: HopScript) -> None:
-    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "-k", "1"])
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "--no-bridge", "-k", "1"])
     assert res.exit_code == 0, res.output
     assert "1961 [" in res.output and "singer.md" in res.output
     assert "hop 2: When was Mara Velt born? -> Mara Velt was born in 1961." in res.output
@@ -112,6 +112,22 @@ def test_bridge_searches_for_the_missing_name_then_reads_a_short_answer(script: 
     assert [h["query"] for h in out["hops"]] == [QUESTION, "Mara Velt"] and out["answer"].startswith("1961 [")
     assert len(script.prompts) == 3 and "Answer with only the answer itself" in script.prompts[-1]
     res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--bridge"])
+    assert res.exit_code != 0 and "--multi-hop" in res.output
+
+
+def test_multi_hop_bridges_by_default_and_decompose_or_no_bridge_turn_it_off(script: HopScript) -> None:
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "-k", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "Mara Velt"] and out["answer"].startswith("1961 [")
+    assert "\"missing\"" in script.prompts[0] and "Answer with only the answer itself" in script.prompts[-1]
+    script.prompts.clear()
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "--decompose", "-k", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "Split the question" in script.prompts[0] and not any("\"missing\"" in p for p in script.prompts)
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--multi-hop", "--bridge", "--decompose"])
+    assert res.exit_code != 0 and "choose one" in res.output
+    res = runner.invoke(app, ["ask", QUESTION, "--kb", "songs", "--no-bridge"])
     assert res.exit_code != 0 and "--multi-hop" in res.output
 
 

@@ -91,7 +91,7 @@ def build_ask_chain(
     settings: Settings | None = None,
     multi_hop: int = 0,
     decompose: bool = False,
-    bridge: bool = False,
+    bridge: bool | None = None,
     filter: MetadataFilter | None = None,
     lang: str = "auto",
     prompts: Mapping[str, LayeredPrompt] | None = None,
@@ -123,7 +123,9 @@ def build_ask_chain(
     chunks read per hop; the graph retriever when ``mode`` is the default and every knowledge base has a graph
     index); the gate, the evidence check and ``steps`` do not apply. 0: the single-shot chain. ``decompose``: the
     multi-hop chain splits the question into sub-questions first (`MultiHopAnswer.decompose`); ``bridge``: it asks
-    only for the missing name per hop and reads a short answer over every passage at the end (`MultiHopAnswer.bridge`).
+    only for the missing name per hop and reads a short answer over every passage at the end (`MultiHopAnswer.bridge`);
+    None (the default): ``bridge`` unless ``decompose`` (it scored above the single shot on two MuSiQue slices, the
+    second held out; the ``multihop_answers`` page), False: the loop that keeps a fact per hop.
 
     ``focus``: None follows the ``answer_focus_chars`` setting; a number of characters is a
     `ctxrag.chains.focus.SentenceFocus` over the first knowledge base's BM25 frequencies (0: off, whole chunks up to
@@ -144,7 +146,7 @@ def build_ask_chain(
             retriever = make_multi_kb_retriever(list(kbs), mode=SearchMode.GRAPH if graph else mode, k=k + 2,
                                                 rerank=rerank, search_type="similarity", filter=filter)
         return MultiHopAnswer(retriever, llm, max_hops=multi_hop, passages_per_hop=k, decompose=decompose,
-                              bridge=bridge)
+                              bridge=not decompose if bridge is None else bridge)
     s = settings or get_settings()
     gate = s.answer_gate if gate is None else gate
     evidence = s.answer_evidence if evidence is None else evidence

@@ -73,8 +73,10 @@ def ask(
     max_hops: int = typer.Option(3, "--max-hops", min=1, help="Most retrievals per question with --multi-hop."),
     decompose: bool = typer.Option(False, "--decompose", help="With --multi-hop: split the question into simple "
                                    "sub-questions first, then answer each over its own retrieval."),
-    bridge: bool = typer.Option(False, "--bridge", help="With --multi-hop: ask only for the missing name at each "
-                                "hop and retrieve for it, then a short answer over every passage read."),
+    bridge: Optional[bool] = typer.Option(None, "--bridge/--no-bridge", help="With --multi-hop: ask only for the "
+                                          "missing name at each hop and retrieve for it, then a short answer over "
+                                          "every passage read (the default without --decompose); --no-bridge: the "
+                                          "loop that keeps one fact per hop."),
 ) -> None:
     """Answer a question from the knowledge base with [n] citations; streams to the terminal."""
     from ctxrag.chains.ask import RagAnswer
@@ -82,8 +84,11 @@ def ask(
 
     if decompose and not multi_hop:
         raise typer.BadParameter("--decompose needs --multi-hop", param_hint="--decompose")
-    if bridge and not multi_hop:
-        raise typer.BadParameter("--bridge needs --multi-hop", param_hint="--bridge")
+    if bridge is not None and not multi_hop:
+        flag = "--bridge" if bridge else "--no-bridge"
+        raise typer.BadParameter(f"{flag} needs --multi-hop", param_hint=flag)
+    if bridge and decompose:
+        raise typer.BadParameter("--bridge and --decompose are two ways to hop: choose one", param_hint="--bridge")
 
     def body() -> None:
         checked = check_text(question, "question")
@@ -109,7 +114,7 @@ def ask(
 
 def answer_chain(kbs: Sequence[str | KnowledgeBaseProtocol], llm: BaseChatModel, *, k: int = 4,
                  mode: SearchMode | str = SearchMode.HYBRID, rerank: str = "none",
-                 multi_hop: int = 0, decompose: bool = False, bridge: bool = False) -> Runnable[Any, Any]:
+                 multi_hop: int = 0, decompose: bool = False, bridge: bool | None = None) -> Runnable[Any, Any]:
     """`ctxrag.chains.ask.build_ask_chain` over `kbs`: names, or knowledge bases already open (each is opened once
     either way)."""
     from ctxrag.chains.ask import build_ask_chain
