@@ -106,9 +106,8 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
 
     from ctxrag.chains.ask import build_ask_chain
     from ctxrag.chains.multihop import MultiHopAnswer
-    from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.enums import SearchMode
-    from ctxrag.evaluation.answers import answer_step
+    from ctxrag.evaluation.answers import answer_step, evidence_check
     from ctxrag.evaluation.experiments import ExperimentConfig
     from ctxrag.evaluation.runner import EvalRunner, TopK
     from ctxrag.models.chat import make_chat_model
@@ -134,8 +133,10 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
         mode = SearchMode.GRAPH if arm.endswith("-graph") else SearchMode.HYBRID
         fusion = arm.endswith("-fusion")
         if arm in ("single", "single-graph", "single-fusion"):
-            chains[arm] = build_ask_chain([runner.source(config(SearchMode.HYBRID))], llm, gate=False,
-                                          evidence=EvidenceCheck(llm), answer=answer_step(llm, "short"),
+            source = runner.source(config(SearchMode.HYBRID))
+            chains[arm] = build_ask_chain([source], llm, gate=False,
+                                          evidence=evidence_check(llm, source, args.evidence) or False,
+                                          answer=answer_step(llm, "short"),
                                           retriever=TopK(base=retriever(mode, args.k, fusion), k=args.k))
         elif arm in ("bridge", "bridge-graph", "bridge-fusion"):
             chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2, fusion), llm, max_hops=args.max_hops,
@@ -406,6 +407,9 @@ def main() -> None:
                         "(development slices lie outside the reported first 20)")
     parser.add_argument("--arms", default="single,multihop", help=f"comma-separated: {', '.join(ARMS)}")
     parser.add_argument("-k", "--k", type=int, default=4, help="passages of the single-shot answer")
+    parser.add_argument("--evidence", choices=("default", "plain", "off"), default="default",
+                        help="the single-shot arms' evidence check: the product's (default), the plain thresholds "
+                             "without the key-term stages (plain: the page's rows until 29 Nov), or none")
     parser.add_argument("--max-hops", type=int, default=3)
     parser.add_argument("--per-hop", type=int, default=3, help="new passages read per hop")
     parser.add_argument("--records", type=Path, default=OUT / "records.jsonl", help="JSONL records (resumable)")
