@@ -124,8 +124,8 @@ def build_ask_chain(
     index); the gate, the evidence check and ``steps`` do not apply. 0: the single-shot chain. ``decompose``: the
     multi-hop chain splits the question into sub-questions first (`MultiHopAnswer.decompose`); ``bridge``: it asks
     only for the missing name per hop and reads a short answer over every passage at the end (`MultiHopAnswer.bridge`);
-    None (the default): ``bridge`` unless ``decompose`` (it scored above the single shot on two MuSiQue slices, the
-    second held out; the ``multihop_answers`` page), False: the loop that keeps a fact per hop.
+    None (the default): ``bridge`` unless ``decompose`` (chosen on the ``multihop_answers`` page), False: the loop
+    that keeps a fact per hop.
 
     ``focus``: None follows the ``answer_focus_chars`` setting; a number of characters is a
     `ctxrag.chains.focus.SentenceFocus` over the first knowledge base's BM25 frequencies (0: off, whole chunks up to
