@@ -49,7 +49,7 @@ from ctxrag.stores.bm25.index import BM25Index
 from ctxrag.text import detect_kind
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_code_retrieval import _DEF, enclosing_definitions  # noqa: E402
+from bench_code_retrieval import _DEF, chunk_definitions, enclosing_definitions  # noqa: E402
 from bench_document_ranking import CachedQueries, half  # noqa: E402
 from pagedata import ROOT, SHARED_DATA, Table, write_page_data  # noqa: E402
 
@@ -111,15 +111,9 @@ def codebase_corpus(data: Path) -> Corpus:
     deepseek = ds.with_contexts(load_contexts(data / "contexts_deepseek_extracted.jsonl", key_of)).contexts or {}
     header: dict[str, list[str]] = {}
     names: dict[str, str] = {}
-    for doc in json.loads((data / "codebase_chunks.json").read_text(encoding="utf-8")):
-        text, pos = doc["content"], 0
-        for chunk in doc["chunks"]:
-            cid = key_of[(doc["original_uuid"], int(chunk["original_index"]))]
-            at = text.find(chunk["content"][:200], pos)
-            pos = at if at >= 0 else pos
-            first = next((ln for ln in chunk["content"].splitlines() if ln.strip()), "")
-            header[cid] = enclosing_definitions(text[:pos], first)
-            names[cid] = definition_names(header[cid], chunk["content"])
+    for cid, definitions, content in chunk_definitions(data, key_of):
+        header[cid] = definitions
+        names[cid] = definition_names(definitions, content)
     plain = [ds.corpus[c].text for c in ids]
     texts = {
         "no contexts": plain,

@@ -78,6 +78,19 @@ def enclosing_definitions(before: str, first_line: str) -> list[str]:
     return [t for _, t in stack]
 
 
+def chunk_definitions(data: Path, key_of: dict[tuple[str, int], str]) -> Iterator[tuple[str, list[str], str]]:
+    """``(chunk id, its enclosing definitions, its text)`` for every chunk of the codebase set, in file order: each
+    chunk found in its file after the one before it, its definitions read from the file above it."""
+    for doc in json.loads((data / "codebase_chunks.json").read_text(encoding="utf-8")):
+        text, pos = doc["content"], 0
+        for chunk in doc["chunks"]:
+            at = text.find(chunk["content"][:200], pos)
+            pos = at if at >= 0 else pos
+            first = next((ln for ln in chunk["content"].splitlines() if ln.strip()), "")
+            yield (key_of[(doc["original_uuid"], int(chunk["original_index"]))],
+                   enclosing_definitions(text[:pos], first), chunk["content"])
+
+
 def header_contexts(data: Path, contexts: Path | None, ds: EvalDataset, out: Path) -> Path:
     """A contexts file whose context is each chunk's enclosing definitions (joined by " > "), then its context."""
     key_of = ds.extra["key_of"]
@@ -87,16 +100,9 @@ def header_contexts(data: Path, contexts: Path | None, ds: EvalDataset, out: Pat
             obj = json.loads(line)
             given[key_of[(obj["original_uuid"], int(obj["original_index"]))]] = obj["context"]
     rows = []
-    for doc in json.loads((data / "codebase_chunks.json").read_text(encoding="utf-8")):
-        text, pos = doc["content"], 0
-        for chunk in doc["chunks"]:
-            cid = key_of[(doc["original_uuid"], int(chunk["original_index"]))]
-            at = text.find(chunk["content"][:200], pos)
-            pos = at if at >= 0 else pos
-            first = next((ln for ln in chunk["content"].splitlines() if ln.strip()), "")
-            header = " > ".join(enclosing_definitions(text[:pos], first))
-            context = "\n\n".join(p for p in (header, given.get(cid, "")) if p)
-            rows.append(json.dumps({"chunk_id": cid, "context": context}))
+    for cid, definitions, _ in chunk_definitions(data, key_of):
+        context = "\n\n".join(p for p in (" > ".join(definitions), given.get(cid, "")) if p)
+        rows.append(json.dumps({"chunk_id": cid, "context": context}))
     out.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return out
 

@@ -135,7 +135,7 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
         if arm in ("single", "single-graph", "single-fusion"):
             source = runner.source(config(SearchMode.HYBRID))
             chains[arm] = build_ask_chain([source], llm, gate=False,
-                                          evidence=evidence_check(llm, source, args.evidence) or False,
+                                          evidence=evidence_check(llm, source, args.evidence),
                                           answer=answer_step(llm, "short"),
                                           retriever=TopK(base=retriever(mode, args.k, fusion), k=args.k))
         elif arm in ("bridge", "bridge-graph", "bridge-fusion"):

@@ -242,9 +242,8 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
     out = []
     for arm in evidence:
         # the demo's chain with the gate off (these questions are answerable) and the evidence check named
-        check = evidence_check(llm, kbase, arm)
         chain = build_ask_chain([kbase], llm, k=k, mode=SearchMode.HYBRID, gate=False,
-                                evidence=check if check is not None else False, answer=answer_step(llm, answer_style))
+                                evidence=evidence_check(llm, kbase, arm), answer=answer_step(llm, answer_style))
         result = run_key_fact_eval(chain, items, name=f"keyfacts:{questions.name}",
                                    config=arm_config(builtin("hybrid"), arm, evidence),
                                    judge=AnswerJudge(llm) if judge else None, progress=sys.stderr.isatty())

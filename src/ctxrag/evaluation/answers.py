@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from langchain_core.language_models import BaseChatModel
@@ -176,17 +176,21 @@ its plain thresholds without key terms (what the answer pages' rows before the p
 ``off``, none."""
 
 
-def evidence_check(llm: BaseChatModel, kb: KnowledgeSource, name: str) -> EvidenceCheck | None:
-    """The evidence check named ``name`` (one of `EVIDENCE_CHECKS`) over ``llm`` and ``kb``; ValueError naming a bad
-    name.
+def _known_check(name: str) -> str:
+    if name not in EVIDENCE_CHECKS:
+        raise ValueError(f"evidence must be one of {EVIDENCE_CHECKS}, got {name!r}")
+    return name
+
+
+def evidence_check(llm: BaseChatModel, kb: KnowledgeSource, name: str) -> EvidenceCheck | Literal[False]:
+    """The evidence check named ``name`` (one of `EVIDENCE_CHECKS`) over ``llm`` and ``kb``, as `build_ask_chain`'s
+    ``evidence`` takes it (False: ``off``, whatever the settings say); ValueError naming a bad name.
 
     >>> evidence_check(llm, kb, "plain").key_terms is None  # doctest: +SKIP
     True
     """
-    if name not in EVIDENCE_CHECKS:
-        raise ValueError(f"evidence must be one of {EVIDENCE_CHECKS}, got {name!r}")
-    if name == "off":
-        return None
+    if _known_check(name) == "off":
+        return False
     return default_evidence_check(llm, kb) if name == "default" else EvidenceCheck(llm)
 
 
@@ -195,10 +199,7 @@ def evidence_arms(evidence: str | Sequence[str]) -> list[str]:
     arms = list(dict.fromkeys([evidence] if isinstance(evidence, str) else evidence))
     if not arms:
         raise ValueError(f"evidence: name at least one of {EVIDENCE_CHECKS}")
-    for name in arms:
-        if name not in EVIDENCE_CHECKS:
-            raise ValueError(f"evidence must be one of {EVIDENCE_CHECKS}, got {name!r}")
-    return arms
+    return [_known_check(name) for name in arms]
 
 
 def arm_config(config: ExperimentConfig, evidence: str, arms: Sequence[str]) -> ExperimentConfig:
@@ -279,9 +280,8 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
             try:
                 retriever, index_seconds = runner.build_retriever(cfg, k)
                 source = runner.source(cfg)
-                check = evidence_check(llm, source, arm)
                 chain = build_ask_chain([source], llm, retriever=TopK(base=retriever, k=k), gate=gate,
-                                        evidence=check if check is not None else False, answer=step)
+                                        evidence=evidence_check(llm, source, arm), answer=step)
                 result = _answer_all(runner, row, chain, grader, index_seconds)
             except (CtxragError, ValueError, ImportError) as e:
                 log.error("config %s failed: %s", row.name, e)
