@@ -78,8 +78,9 @@ WHY = {
     "tests/chains/test_assistant_tracing.py": "the assistant's trace over the real server",
     "tests/compressors/test_llm_rerank.py": "the LLM reranker's scores from the real model",
     "tests/cli/test_demo.py": "`ctxrag demo` answers with the local model",
-    "tests/models/test_warm.py": "real `ctxrag ask` processes find the one warm model process (0.5B) and answer as "
-                                 "the in-process model; it keeps the prompt prefix between calls",
+    "tests/models/test_warm.py": "real `ctxrag ask` processes find the one warm model server (0.5B, served from the "
+                                 "run's in-process model) and answer as the in-process model; it keeps the prompt "
+                                 "prefix between calls; the model process starts once (real processes, model-free)",
     "tests/models/test_llamacpp_prefix.py": "the shared context's kept prefix and small prompt batches change no "
                                             "logit, to the bit (0.5B, and a second llama.cpp context with batch 512)",
     "tests/models/test_tool_loop_llm.py": "a LangChain agent on the real 0.5B calls the tool, then answers with its "

@@ -117,7 +117,7 @@ def test_ctxrag_runs_from_another_folder(fresh_venv, tmp_path: Path) -> None:  #
 def test_ctxrag_demo_from_another_folder(fresh_venv, tmp_path: Path, local_model_path: Path,  # noqa: ANN001
                                         llama_server_url: str) -> None:
     """The whole demo through the installed wheel, one question, answered by the real 1.5B through the run's
-    ``llama_cpp.server`` (its replies recorded and replayed; a command that loads the GGUF itself is
+    ``llama_cpp.server`` (its replies recorded and replayed; `ctxrag ask` on a local model's warm process is
     tests/models/test_warm.py's two real ``ctxrag ask`` runs); and the wheel's own model lookup finds that GGUF in
     the shared models cache without assembling a copy in the home."""
     python, _ = fresh_venv

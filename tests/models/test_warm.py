@@ -1,7 +1,11 @@
 """`ctxrag.models.warm`: one background model process, reused by later commands, replying as the in-process model.
 
-Real processes and a real model (the 0.5B: these tests are about the mechanics, not answer quality), one model
-process for the module; the idle-exit test runs the same process code without a model (`STAND_IN`).
+Real processes and a real model (the 0.5B: these tests are about the mechanics, not answer quality). The model
+process's own code runs in two ways: as a real process with its model load and generation replaced (`STAND_IN`: the
+tests of starting once, the state file and the idle exit), and as `serve_warm_model` on a thread of this test process
+with the real 0.5B that this process (the run's one in-process model worker) has loaded already (the tests of the
+replies, the prompt prefix, the token and two real `ctxrag ask` processes using it), so the module adds no chat model
+load to the run.
 """
 from __future__ import annotations
 
@@ -9,8 +13,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,13 +24,21 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from ctxrag.models.chat import make_chat_model
 from ctxrag.models.llamacpp import PROMPT_BATCH, LocalLlamaChatModel
-from ctxrag.models.warm import WarmChatModel, stop_warm_models, warm_dir, warm_processes
+from ctxrag.models.warm import (
+    WarmChatModel,
+    _state_path,
+    serve_warm_model,
+    stop_warm_models,
+    warm_dir,
+    warm_processes,
+)
 from ctxrag.testing.llm_server import HANG_GUARD_S
 
 N_CTX = 4096
 PROMPT = "Name three colours."
-START = ("import json, sys; from ctxrag.models.warm import ensure_warm_process; "
+START = ("import json, sys; from ctxrag.models.warm import ensure_warm_process; sys.executable = sys.argv[3]; "
          "s = ensure_warm_process(sys.argv[1], int(sys.argv[2]), None, 600.0); print(json.dumps(s['pid']))")
+"""A command that finds or starts the warm model process, started by ``sys.argv[3]`` (the stand-in's Python)."""
 
 
 def _exited(pid: int) -> bool:
@@ -47,23 +60,36 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def warm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One home for the module, so its tests share one model process; stopped at the end."""
+def warm_home(tmp_path_factory: pytest.TempPathFactory, small_model_path: Path) -> Iterator[Path]:
+    """One home for the module with the 0.5B served warm from a thread of this process (`serve_warm_model`, the
+    model process's code, on the model this process loads once); stopped at the end."""
+    from ctxrag.settings import get_settings
+
     home = tmp_path_factory.mktemp("warm-home")
     old = os.environ.get("CTXRAG_HOME")
     os.environ["CTXRAG_HOME"] = str(home)
+    get_settings.cache_clear()
+    state = _state_path(str(small_model_path), N_CTX, None)
+    server = threading.Thread(target=serve_warm_model, args=(state, str(small_model_path), N_CTX, None, 600.0),
+                              name="warm-model-server", daemon=True)
+    server.start()
     try:
+        deadline = time.monotonic() + HANG_GUARD_S  # a hang guard, not a speed limit
+        while not warm_processes():
+            assert server.is_alive() and time.monotonic() < deadline, "the warm model server did not start"
+            time.sleep(0.1)
         yield home
     finally:
-        from ctxrag.settings import get_settings
-
         get_settings.cache_clear()
-        pids = stop_warm_models()
+        os.environ["CTXRAG_HOME"] = str(home)
+        assert stop_warm_models() == [os.getpid()]
+        server.join(HANG_GUARD_S)
         if old is None:
             os.environ.pop("CTXRAG_HOME", None)
         else:
             os.environ["CTXRAG_HOME"] = old
-        assert all(_gone(p) for p in pids)
+        get_settings.cache_clear()
+        assert not server.is_alive() and not state.exists()  # stopped, and it removed its state file
 
 
 @pytest.fixture
@@ -73,20 +99,6 @@ def home(warm_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     get_settings.cache_clear()
     return warm_home
-
-
-def test_two_commands_starting_at_once_start_one_process_that_later_ones_reuse(
-        home: Path, small_model_path: Path, record_load: Callable[[str], None]) -> None:
-    env = {**os.environ, "CTXRAG_HOME": str(home)}
-    starts = [subprocess.Popen([sys.executable, "-c", START, str(small_model_path), str(N_CTX)], env=env,
-                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    pids = [json.loads(p.communicate()[0]) for p in starts]
-    assert [p.returncode for p in starts] == [0, 0]
-    record_load(f"{small_model_path.name} in the warm model process (pid {pids[0]}), tests/models/test_warm.py")
-    assert pids[0] == pids[1]
-    assert [p["pid"] for p in warm_processes()] == [pids[0]]
-    state = next(warm_dir().glob("*.json"))
-    assert state.stat().st_mode & 0o077 == 0  # the token is readable by its owner only
 
 
 def test_the_warm_reply_is_the_in_process_reply_whole_streamed_and_as_a_tool_call(home: Path,
@@ -106,7 +118,7 @@ def test_the_warm_reply_is_the_in_process_reply_whole_streamed_and_as_a_tool_cal
     assert [c["name"] for c in call.tool_calls] == ["add"] and set(call.tool_calls[0]["args"]) == {"a", "b"}
     same = local.bind_tools([add], tool_choice="add", max_tokens=40).invoke("What is 2 plus 3?")
     assert call.tool_calls[0]["args"] == same.tool_calls[0]["args"]
-    assert [p["pid"] for p in warm_processes()] == [warm_processes()[0]["pid"]]  # still the one process
+    assert [p["pid"] for p in warm_processes()] == [os.getpid()]  # still the one server
 
 
 NOTES = SystemMessage("Answer from these notes only.\n" + "\n".join(
@@ -130,7 +142,8 @@ def test_the_warm_process_keeps_the_prompt_prefix_between_calls(home: Path, smal
 
 def test_a_request_without_the_token_is_refused(home: Path, small_model_path: Path) -> None:
     WarmChatModel(model_path=str(small_model_path), n_ctx=N_CTX, max_tokens=2).invoke("hi")
-    url = warm_processes()[0]["url"]
+    [proc] = warm_processes()
+    url = proc["url"]
     assert httpx.get(f"{url}/health", timeout=10).status_code == 401
     refused = httpx.post(f"{url}/generate", json={"messages": []}, headers={"Authorization": "Bearer guess"},
                          timeout=10)
@@ -154,19 +167,40 @@ runpy.run_module("ctxrag.models.warm", run_name="__main__", alter_sys=True)
 
 
 @pytest.fixture
-def model_free_warm_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def model_free_warm_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The warm model process `ensure_warm_process` starts (``sys.executable -m ctxrag.models.warm ...``) runs
     without loading a model: the real process code, its model load and generation replaced (`STAND_IN`). For the
-    tests about the process's life, not its replies (the real-model process is the module's other tests')."""
+    tests about the process's life, not its replies (the real model is served by the module's other tests). Yields
+    the real Python."""
     script = tmp_path / "stand_in.py"
     script.write_text(STAND_IN, encoding="utf-8")
     python = tmp_path / "python-stand-in"
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n', encoding="utf-8")
     python.chmod(0o755)
+    real = sys.executable
     monkeypatch.setattr(sys, "executable", str(python))
+    return real
 
 
-def test_the_process_exits_by_itself_after_its_idle_time(model_free_warm_process: None, tmp_path: Path) -> None:
+def test_two_commands_starting_at_once_start_one_process_that_later_ones_reuse(model_free_warm_process: str,
+                                                                               tmp_path: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"not loaded by the stand-in")
+    # each command is a real Python process whose `ensure_warm_process` starts the stand-in model process
+    command = [model_free_warm_process, "-c", START, str(gguf), str(N_CTX), sys.executable]
+    starts = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    pids = [json.loads(p.communicate()[0]) for p in starts]
+    assert [p.returncode for p in starts] == [0, 0]
+    assert pids[0] == pids[1]
+    later = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+    assert json.loads(later.stdout) == pids[0]
+    assert [p["pid"] for p in warm_processes()] == [pids[0]]
+    state = next(warm_dir().glob("*.json"))
+    assert state.stat().st_mode & 0o077 == 0  # the token is readable by its owner only
+    assert stop_warm_models() == [pids[0]] and _gone(pids[0])
+
+
+def test_the_process_exits_by_itself_after_its_idle_time(model_free_warm_process: str, tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"not loaded by the stand-in")
     reply = WarmChatModel(model_path=str(gguf), n_ctx=N_CTX, max_tokens=2, idle_s=1).invoke("hi")
@@ -219,7 +253,6 @@ def test_a_call_that_finds_the_process_going_away_starts_again(tmp_path: Path, m
 
     from langchain_core.messages import AIMessage, message_to_dict
 
-    from ctxrag.models.warm import _state_path
     from ctxrag.settings import get_settings
 
     monkeypatch.setenv("CTXRAG_HOME", str(tmp_path / "home"))

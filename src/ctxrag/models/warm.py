@@ -321,8 +321,50 @@ def _serve(request: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {"message": message_to_dict(result.generations[0].message)}
 
 
+def serve_warm_model(state_path: Path, model_path: str, n_ctx: int, n_threads: int | None, idle_s: float) -> None:
+    """Load the model, write the state file, serve until ``idle_s`` without a request or a ``/shutdown``.
+
+    What the model process runs (`main`); it returns when the server stops, its state file removed. In a process
+    that has loaded the same model already (same file and ``n_ctx``), the load is that one
+    (`LocalLlamaChatModel.load`), so a thread can serve a model the process holds.
+
+    Example::
+
+        import threading
+        threading.Thread(target=serve_warm_model, args=(warm_dir() / "m.json", "model.gguf", 4096, None, 600.0),
+                         daemon=True).start()
+    """
+    LocalLlamaChatModel(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads).load()
+    server = _Server(secrets.token_urlsafe(24), idle_s)
+    state = {"url": f"http://127.0.0.1:{server.server_address[1]}", "pid": os.getpid(), "token": server.token,
+             "model_path": model_path, "n_ctx": n_ctx}
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state_path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the token is the owner's only
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(state, fh)
+    tmp.replace(state_path)
+
+    stopped = threading.Event()
+
+    def watch() -> None:
+        while not stopped.wait(max(0.05, min(1.0, server.idle_s / 4))):
+            if server.idle_for() >= server.idle_s:
+                server.shutdown()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        stopped.set()
+        server.server_close()
+        if (_read_state(state_path) or {}).get("token") == server.token:
+            state_path.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one warm model process: load the model, write the state file, serve until idle."""
+    """Run one warm model process: `serve_warm_model` with the command line's arguments."""
     ap = argparse.ArgumentParser(description="ctxrag's warm local chat model process")
     ap.add_argument("--state", type=Path, required=True)
     ap.add_argument("--model-path", required=True)
@@ -330,27 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-threads", type=int, default=None)
     ap.add_argument("--idle-s", type=float, required=True)
     args = ap.parse_args(argv)
-    LocalLlamaChatModel(model_path=args.model_path, n_ctx=args.n_ctx, n_threads=args.n_threads).load()
-    server = _Server(secrets.token_urlsafe(24), args.idle_s)
-    state = {"url": f"http://127.0.0.1:{server.server_address[1]}", "pid": os.getpid(), "token": server.token,
-             "model_path": args.model_path, "n_ctx": args.n_ctx}
-    tmp = args.state.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the token is the owner's only
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(state, fh)
-    tmp.replace(args.state)
-
-    def watch() -> None:
-        while server.idle_for() < server.idle_s:
-            time.sleep(min(1.0, server.idle_s / 4))
-        server.shutdown()
-
-    threading.Thread(target=watch, daemon=True).start()
-    try:
-        server.serve_forever(poll_interval=0.2)
-    finally:
-        if (_read_state(args.state) or {}).get("pid") == os.getpid():
-            args.state.unlink(missing_ok=True)
+    serve_warm_model(args.state, args.model_path, args.n_ctx, args.n_threads, args.idle_s)
     return 0
 
 
