@@ -10,7 +10,9 @@ answer opens with one), a sentence gets its marker before it (after a list item'
 in force in its paragraph already names its sources (``[1] A. B.``, not ``[1] A. [1] B.``). A Markdown link around
 a marker (``[here]([3])``) becomes plain text and the marker (``here [3]``). A sentence that only talks about the
 sources ("This is stated in source [2].") is left out, and a lead-in naming them ("根据资料[1]，") cut
-(`ctxrag.chains.source_talk`). Text before a sentence's first ``[`` streams at once; from there to the sentence's
+(`ctxrag.chains.source_talk`); so are a line repeating the user's question ("新增了哪些功能？" as a heading before
+its answer) and, after a sentence the check found a source for, a claim that the knowledge base does not cover the
+question (`ctxrag.chains.source_talk.no_coverage_claim`: the answer just given contradicts it). Text before a sentence's first ``[`` streams at once; from there to the sentence's
 end it is held until the sentence is complete; a sentence that opens as source talk may is held whole. A ``[n]``
 inside backticks or a fenced code block is code (``items[1]``), never rewritten.
 
@@ -29,7 +31,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from ctxrag.chains.citations import CITATION_MARK, check_citations, cited_numbers, sentence_spans, source_entry
-from ctxrag.chains.source_talk import may_open_source_talk, source_talk, without_lead_in
+from ctxrag.chains.source_talk import may_open_source_talk, no_coverage_claim, source_talk, without_lead_in
 
 LINKED_MARK = re.compile(r"\[([^\[\]\n]{1,80})\]\(\s*\[?(\d{1,3})\]?\s*\)")
 """A Markdown link whose target is a citation number, ``[here]([3])`` or ``[here](3)``: group 1 the text, 2 the
@@ -108,8 +110,10 @@ class CheckedMarkers:
     """Answer text in (`feed`, then `close`), the same text out with each sentence's markers set to its checked
     sources (see the module docstring). `model_text` is what was fed, `text` what was returned."""
 
-    def __init__(self, docs: list[Document]) -> None:
+    def __init__(self, docs: list[Document], question: str = "") -> None:
         self.docs = docs
+        self._questions = {p for p in (_plain(q) for q in _QUESTION_END.split(question)) if len(p) >= 4}
+        self._answered = False  # a sentence was given out with a source the check found
         self.model_text = ""
         self._done = 0  # model_text[:_done] is whole sentences, rewritten into _fixed
         self._fixed = ""
@@ -151,7 +155,9 @@ class CheckedMarkers:
         else:  # the open sentence up to its first "[" (all of it held where markers label what follows, or while
             # it may be source talk; after a lead-in naming the sources, without the lead-in)
             pending = "" if labels else raw[self._done:]
-            if pending.strip() and may_open_source_talk(pending):
+            if self._may_repeat_question(pending):
+                pending = ""
+            elif pending.strip() and may_open_source_talk(pending):
                 cut_lead = without_lead_in(pending)
                 pending = cut_lead if cut_lead != pending else ""
             cut = pending.find("[")
@@ -163,8 +169,10 @@ class CheckedMarkers:
         """The sentence ``raw[a:b]`` citing ``sources``; where markers are labels, unmarked when the label in force in
         its paragraph (a blank line ends one) already names them. Source talk is left out, a lead-in naming the
         sources cut (`ctxrag.chains.source_talk`)."""
-        if source_talk(raw[a:b]):
+        if source_talk(raw[a:b]) or self._repeats_question(raw[a:b]) or (self._answered and
+                                                                       no_coverage_claim(raw[a:b])):
             return ""
+        self._answered = self._answered or bool(sources)
         if not labels:
             return rewrite_sentence(without_lead_in(raw[a:b]), sources)
         if "\n\n" in raw[self._done:a] or raw[a:b].startswith("\n\n"):
@@ -175,6 +183,19 @@ class CheckedMarkers:
         self._label = sources
         return rewrite_sentence(sentence, sources, labels=True)
 
+    def _repeats_question(self, sentence: str) -> bool:
+        """After the answer's first sentence: a question (it ends with "?" or "？") that is one of the user's."""
+        plain = _plain(sentence)
+        return (self._done > 0 and plain in self._questions
+                and CITATION_MARK.sub("", sentence).rstrip(" \t\n*_").endswith(("?", "？")))
+
+    def _may_repeat_question(self, pending: str) -> bool:
+        """Whether `pending`, a sentence still being written after the first, may still turn out to repeat one of
+        the user's questions (the answer's first words are never held for this)."""
+        plain = _plain(pending)
+        return (self._done > 0 and bool(plain) and not markers(pending)
+                and any(q.startswith(plain) for q in self._questions))
+
     @staticmethod
     def _ends(raw: str, end: int) -> bool:
         """Whether the sentence ending at `end` is complete: text follows that no marker of it can start."""
@@ -182,9 +203,18 @@ class CheckedMarkers:
         return bool(rest) and not _PARTIAL_MARK.fullmatch(rest)
 
 
-def checked_answer(answer: str, docs: list[Document]) -> str:
+def _plain(text: str) -> str:
+    """`text` without markers, punctuation, Markdown emphasis or white space, lower case: what two wordings share."""
+    return _NOT_WORD.sub("", CITATION_MARK.sub("", text)).lower()
+
+
+_NOT_WORD = re.compile(r"[\W_]+")
+_QUESTION_END = re.compile(r"(?<=[?？])")
+
+
+def checked_answer(answer: str, docs: list[Document], question: str = "") -> str:
     """`answer` with each sentence's markers set to its checked sources (`CheckedMarkers` on the whole text)."""
-    cm = CheckedMarkers(docs)
+    cm = CheckedMarkers(docs, question)
     cm.feed(answer)
     cm.close()
     return cm.text

@@ -160,15 +160,17 @@ def _checked_markers() -> Runnable[Any, Any]:
     def step(c: dict[str, Any], state: dict[str, Any]) -> dict[str, Any] | None:
         if "documents" in c:  # the state's fields stream before the answer
             state["docs"] = c["documents"]
+        if isinstance(c.get("question"), str):
+            state["question"] = c["question"]
         if "answer" not in c:
             return c
         rest, delta = {k: v for k, v in c.items() if k != "answer"}, c["answer"]
-        cm = state.setdefault("cm", CheckedMarkers(state.get("docs") or []))
+        cm = state.setdefault("cm", CheckedMarkers(state.get("docs") or [], state.get("question", "")))
         piece = cm.feed(delta)
         return {**rest, "answer": piece} if piece else (rest or None)
 
     def last(state: dict[str, Any]) -> dict[str, Any]:
-        cm = state.setdefault("cm", CheckedMarkers(state.get("docs") or []))
+        cm = state.setdefault("cm", CheckedMarkers(state.get("docs") or [], state.get("question", "")))
         return {"answer": cm.close(), "answer_as_written": cm.model_text}
 
     def rewrite(chunks: Iterator[dict[str, Any]]) -> Iterator[AddableDict]:

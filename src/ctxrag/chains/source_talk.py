@@ -25,14 +25,20 @@ from ctxrag.chains.citations import CITATION_MARK
 _WHERE_EN = (r"(?:the\s+)?(?:(?:provided|given|above|following|same|cited|retrieved|referenced|numbered|first|second|"
              r"third|fourth)\s+)*(?:sources?|documents?|references?|passages?|context|materials?|chunks?|texts?|"
              r"knowledge base)(?:\s+(?:above|provided))?")
+_WHERE_EN_NAMED = (r"(?:the\s+)?(?:(?:section|part|chapter|page)s?\s+(?:of|in|on)\s+(?:the\s+)?)?"
+                   r"(?:[\w-]+\s+){0,2}?(?:guides?|manuals?|handbooks?|documentation|faqs?|readme)"
+                   r"|(?:the\s+)?(?:section|part|chapter)s?\s+(?:of|in|on)\s+" + _WHERE_EN)
+"""Where a sentence says its answer is, by the kind of document ("the section of the deployment guide"): only after
+"This is stated in ..." or "As described in ...", never after "See ..." (which points the reader at a document)."""
 _WHAT_EN = (r"(?:this|that|it|these|those|all\s+of\s+this|this\s+information|these\s+details|"
             r"the\s+(?:above\s+)?(?:information|answer|details?|facts?|statements?))")
 _VERB_EN = (r"(?:stated|mentioned|found|provided|given|described|explained|confirmed|shown|specified|listed|"
             r"documented|noted|indicated|outlined|covered|supported|based|taken|drawn|sourced|cited|referenced)")
 _EN = re.compile(
     rf"^(?:{_WHAT_EN}\s+(?:(?:is|are|was|were|can\s+be|comes?)\s+)?(?:also\s+|clearly\s+|explicitly\s+)?"
-    rf"(?:{_VERB_EN}\s+)?(?:in|by|from|on|within)\s+{_WHERE_EN}"
-    rf"|(?:as\s+)?(?:stated|mentioned|described|shown)\s+in\s+{_WHERE_EN}"
+    rf"(?:{_VERB_EN}\s+)?(?:in|by|from|on|within)\s+(?:{_WHERE_EN}|{_WHERE_EN_NAMED})"
+    rf"|(?:as\s+)?(?:stated|mentioned|described|shown)\s+in\s+(?:{_WHERE_EN}|{_WHERE_EN_NAMED})"
+    rf"|(?:sources?|references?|citations?)\s*:?"
     rf"|(?:according\s+to|see|refer\s+to)\s+{_WHERE_EN}"
     rf"|{_WHERE_EN}\s+(?:(?:also|clearly|explicitly)\s+)?(?:provides?|states?|mentions?|confirms?|contains?|"
     rf"supports?|has|holds?|gives?|describes?|explains?)\s+(?:this|that|these|it|the\s+(?:same\s+)?"
@@ -41,6 +47,8 @@ _EN = re.compile(
 """English source talk, the markers taken out; ``tail``: a clause after it ("..., which provides details on X")."""
 
 _SOURCE_ZH = r"(?:参考)?(?:资料|資料|来源|來源|文档|文檔|文件|出处|出處|原文|上文|知识库|知識庫)"
+_LABEL_ZH = re.compile(r"^(?:参考)?(?:资料|資料|来源|來源|出处|出處|引用)$")
+"""A bare label before the markers ("来源：[1]")."""
 _ZH = re.compile(
     rf"^(?:(?:以上|上述|这些|這些|这|這|此|该|該|本)?(?:一?(?:点|點|条|條))?(?:信息|資訊|内容|內容|答案|回答|说法|說法|描述)?"
     rf"(?:均|都|也|亦)?(?:是)?(?:来自|來自|出自|见于|見於|见|見|参见|參見|参考|參考|引自|摘自|根据|根據|基于|基於|依据|依據|"
@@ -92,7 +100,36 @@ def source_talk(sentence: str) -> bool:
     en = _EN.match(bare.rstrip(" .!;:"))
     if en:
         return True
-    return _ZH.match(_PUNCT.sub("", bare)) is not None
+    zh = _PUNCT.sub("", bare)
+    return _ZH.match(zh) is not None or _LABEL_ZH.match(zh) is not None
+
+
+_NO_COVER_EN = re.compile(
+    r"^(?:however,?\s+)?(?:the\s+)?(?:(?:provided\s+)?(?:knowledge\s+base|sources?|context|documents?|"
+    r"documentation|information\s+provided))\s+(?:does|do)\s*(?:not|n't)\s+(?:(?:directly|specifically|explicitly)\s+)?"
+    r"(?:cover|contain|address|answer|include|mention|have\s+information\s+(?:on|about))\s+"
+    r"(?:(?:this|that|the|your)\s+(?:specific\s+|particular\s+|exact\s+)?(?:question|query|request|topic)|this|that|"
+    r"it)(?:\s*[,;:(].*|\s+(?:as|because|since)\b.*)?$", re.I | re.S)
+_NO_COVER_ZH = re.compile(
+    r"^(?:但是?|不过|不過)?(?:知识库|知識庫|资料|資料|文档|文檔|参考资料|參考資料)(?:中|里|裡)?(?:并|並)?(?:没有|沒有|未)"
+    r"(?:涉及|包含|提到|提及|覆盖|覆蓋|回答|直接回答)?(?:到)?(?:关于|關於)?(?:这个|這個|此|该|該|您的|你的)(?:具体|具體)?"
+    r"(?:问题|問題)(?:的(?:信息|資訊|内容|內容|答案))?")
+
+
+def no_coverage_claim(sentence: str) -> bool:
+    """Whether `sentence` says the knowledge base does not cover the question itself ("The knowledge base does not
+    cover this specific question, ...", "知识库中没有关于这个问题的信息。"); a claim about something named stays one
+    the answer needs ("The documents do not cover the Enterprise price." is not one).
+
+    >>> no_coverage_claim("The knowledge base does not cover this specific question, as it only holds the policy.")
+    True
+    >>> no_coverage_claim("The documents do not cover the Enterprise price.")
+    False
+    """
+    bare = _bare(sentence).strip()
+    if not bare or re.search(r"\d", bare):
+        return False
+    return _NO_COVER_EN.match(bare.rstrip(" .!")) is not None or _NO_COVER_ZH.match(_PUNCT.sub("", bare)) is not None
 
 
 def without_lead_in(sentence: str) -> str:
