@@ -200,6 +200,25 @@ def test_two_commands_starting_at_once_start_one_process_that_later_ones_reuse(m
     assert stop_warm_models() == [pids[0]] and _gone(pids[0])
 
 
+def test_prestart_starts_the_process_in_the_background_and_the_first_call_uses_it(model_free_warm_process: str,
+                                                                                    tmp_path: Path) -> None:
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from ctxrag.models.chat import prestart_chat_model
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"not loaded by the stand-in")
+    warm = WarmChatModel(model_path=str(gguf), n_ctx=N_CTX, max_tokens=2)
+    assert warm_processes() == []
+    warm.prestart().join(HANG_GUARD_S)
+    [proc] = warm_processes()  # started before any call
+    assert warm.invoke("hi").content == "stand-in reply"
+    assert [p["pid"] for p in warm_processes()] == [proc["pid"]]  # the call used it
+    prestart_chat_model(GenericFakeChatModel(messages=iter([AIMessage("x")])))  # any other model: nothing to do
+    assert stop_warm_models() == [proc["pid"]] and _gone(int(proc["pid"]))
+
+
 def test_the_process_exits_by_itself_after_its_idle_time(model_free_warm_process: str, tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"not loaded by the stand-in")

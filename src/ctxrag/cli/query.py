@@ -80,7 +80,7 @@ def ask(
 ) -> None:
     """Answer a question from the knowledge base with [n] citations; streams to the terminal."""
     from ctxrag.chains.ask import RagAnswer
-    from ctxrag.models.chat import make_chat_model, wrap_model_errors
+    from ctxrag.models.chat import make_chat_model, prestart_chat_model, wrap_model_errors
 
     if decompose and not multi_hop:
         raise typer.BadParameter("--decompose needs --multi-hop", param_hint="--decompose")
@@ -93,6 +93,7 @@ def ask(
     def body() -> None:
         checked = check_text(question, "question")
         llm = make_chat_model(get_settings(), warm=True)
+        prestart_chat_model(llm)  # a local model loads while the knowledge base opens and retrieves
         names = kb_names(kb)
         chain = answer_chain(names, llm, k=k, mode=mode, rerank=rerank, multi_hop=max_hops if multi_hop else 0,
                              decompose=decompose, bridge=bridge)
@@ -182,7 +183,7 @@ def demo(
     Works from any folder: the corpus and questions ship inside the package. When the demo fails, the knowledge base
     it created is removed again."""
     from ctxrag.kb import KnowledgeBase, validate_kb_name
-    from ctxrag.models.chat import make_chat_model
+    from ctxrag.models.chat import make_chat_model, prestart_chat_model
     from ctxrag.resource_paths import demo_corpus, demo_questions
 
     def body() -> None:
@@ -193,6 +194,9 @@ def demo(
         is_new = name not in KnowledgeBase.list_names(s)
         kbase = open_kb(name, create=True)
         try:
+            llm = make_chat_model(s, warm=True)
+            if not contextualize:  # a local model loads while the corpus is read, split and embedded
+                prestart_chat_model(llm)
             report = demo_ingest(kbase, folder, contextualize=contextualize)
             typer.echo(f"ingested {folder}: {len(report.added)} added, {len(report.updated)} updated, "
                        f"{len(report.skipped)} skipped, {len(report.failed)} failed")
@@ -200,7 +204,6 @@ def demo(
                 typer.echo(f"  failed {printable(f.path)}: {printable(f.reason)}")
             if not kbase.list_documents():
                 raise CtxragError(f"no file of {folder} could be ingested; nothing to answer from")
-            llm = make_chat_model(s, warm=True)
             typer.echo(f"answering with {describe_model(llm)}")
             chain = answer_chain([kbase], llm)
             for q in items:

@@ -86,6 +86,20 @@ def make_chat_model(settings: Settings | None = None, *, warm: bool = False, **o
     raise ConfigError(f"llm.provider={llm.provider!r}: expected one of 'local', 'openai', 'none'")
 
 
+def prestart_chat_model(llm: BaseChatModel) -> None:
+    """Begin loading a warm local model now, in the background (`ctxrag.models.warm.WarmChatModel.prestart`), so a
+    command's first answer does not wait for the whole load; nothing for any other model.
+
+    Example::
+
+        llm = make_chat_model(warm=True)
+        prestart_chat_model(llm)    # the CLI's answering commands call it before opening the knowledge base
+    """
+    prestart = getattr(llm, "prestart", None)
+    if callable(prestart):
+        prestart()
+
+
 @functools.lru_cache(maxsize=1)
 def _openai_compatible_class() -> type:
     from langchain_openai import ChatOpenAI

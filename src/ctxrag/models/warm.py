@@ -170,6 +170,28 @@ class WarmChatModel(LocalLlamaChatModel):
     def _llm_type(self) -> str:
         return "ctxrag-llamacpp-warm"
 
+    def prestart(self) -> threading.Thread:
+        """Find or start the model process on a background thread now, so that its load overlaps the caller's own
+        work (opening the knowledge base, retrieval); the first call then waits for it under the same lock. An
+        error is left to that call to raise. Returns the (daemon) thread.
+
+        Example::
+
+            llm = WarmChatModel(model_path="model.gguf", max_tokens=8)
+            llm.prestart()                       # loading now ...
+            docs = retriever.invoke(question)     # ... while this runs
+            llm.invoke(question)                  # waits for the load if it is not done
+        """
+        def start() -> None:
+            try:
+                ensure_warm_process(self.model_path, self.n_ctx, self.n_threads, self.idle_s)
+            except Exception:  # noqa: BLE001 - the first call raises it with its context
+                pass
+
+        thread = threading.Thread(target=start, name="warm-model-prestart", daemon=True)
+        thread.start()
+        return thread
+
     def _request(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any],
                  stream: bool) -> Iterator[dict[str, Any]]:
         import httpx
