@@ -11,7 +11,8 @@ window (MaxP) pay (issue #45, third round)?
    is the best window's cosine (``max``) or the mean of that and the whole chunk's (``whole + max``). The same
    windows indexed by BM25, a chunk scored by its best window (BM25 MaxP). Each against today's default (RRF
    [0.5, 0.5] c=60, no stemming) and the best lever so far (``bm25_stem`` with the per-kind fusion that
-   bench_code_indexing.py chose on the even ids), fused as the ``hybrid`` mode fuses (`fuse`, depth 40).
+   bench_code_indexing.py chose on the even ids), fused as the ``hybrid`` mode fuses (`fuse`, depth 40); and with
+   that fusion re-chosen for the windows (per query kind, on the even ids).
 3. Query rewriting for BM25 only (the dense side keeps the question): the question's words about code in general
    (`QUESTION_WORDS`: purpose, method, struct, ...) dropped, or a query naming identifiers reduced to them.
 
@@ -29,6 +30,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +41,9 @@ from ctxrag.models.embeddings import make_embeddings
 from ctxrag.stores.bm25.index import BM25Index
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_code_indexing import (EN, KS, SRC_KS, SRC_QUERIES, STEM_CODE, Corpus, Preset, Ranked,  # noqa: E402
-                                 bm25_scores, cells, codebase_corpus, fused, pass_at, src_corpus, tuning)
+from bench_code_indexing import (CS, DENSE_WEIGHTS, EN, SRC_KS, SRC_QUERIES, STEM_CODE, Corpus,  # noqa: E402
+                                 Preset, Ranked, bm25_scores, cells, codebase_corpus, fused, pass_at, src_corpus,
+                                 tuning)
 from bench_document_ranking import CachedQueries  # noqa: E402
 from pagedata import ROOT, SHARED_DATA, Table, write_page_data  # noqa: E402
 
@@ -203,6 +206,10 @@ def main() -> int:
         rows=[["whole chunk (the stemmed per-kind lever)", "737 / 737", round(base_tune, 2), "", round(base_tune, 2)],
               *[[w, f"{s['no contexts'].windows[w]} / {s[VARIANTS[1]].windows[w]}", round(choices[f"max{w}"], 2),
                  round(choices[f"whole+max{w}"], 2), round(bm25_choices[w], 2)] for w in SIZES]])
+    def tune_kind(kind: str) -> Preset:  # the fusion re-chosen for the windows, per query kind, on the even ids
+        return max(product(DENSE_WEIGHTS, CS), key=lambda p: tuning(
+            code, [lever(chosen, "whole", True, {"en": p})(s[v], code) for v in VARIANTS], kind))
+    retuned = {kind: tune_kind(kind) for kind in ("code", "en")}
     levers: list[tuple[str, Lever]] = [
         ("today's default: RRF [0.5, 0.5] c=60 every query, whole chunks", today),
         ("`bm25_stem` option as shipped: stemming, code queries RRF [0.4, 0.6] c=5",
@@ -215,6 +222,9 @@ def main() -> int:
          lever("whole", f"max{bm25_size}", True, KIND_STEM)),
         (f"both: dense `{chosen}` and BM25 best of {bm25_size}-token windows + stemming + fusion per kind",
          lever(chosen, f"max{bm25_size}", True, KIND_STEM)),
+        (f"dense `{chosen}` windows + stemming + fusion per kind re-chosen for them: " +
+         ", ".join(f"{kind} [{wd}, {round(1 - wd, 2)}] c={c:g}" for kind, (wd, c) in retuned.items()),
+         lever(chosen, "whole", True, retuned)),
         ("BM25 query without the question words + stemming + fusion per kind",
          lever("whole", "stripped", True, KIND_STEM)),
         ("BM25 query of the identifiers alone + stemming + fusion per kind",
@@ -301,9 +311,12 @@ def _notes(chosen: str, bm25_size: int, levers: Sequence[tuple[str, Lever]], hel
         "` windows with today's fusion " + show(held[names[3]]) + ".",
         "On `src` (Pass@1/3/5/10): today " + show(src_all[names[0]]) + "; stemmed per-kind fusion " +
         show(src_all[names[2]]) + f"; `{chosen}` windows with it " + show(src_all[names[4]]) + ".",
-        "Query rewriting for BM25, held out: without the question words " + show(held[names[7]]) + ", identifiers "
-        "alone " + show(held[names[8]]) + " (against " + show(held[names[2]]) + " for the same fusion with the "
-        "question as asked); on `src` " + show(src_all[names[7]]) + " and " + show(src_all[names[8]]) + ".",
+        "Query rewriting for BM25, held out: without the question words " + show(held[names[8]]) + ", identifiers "
+        "alone " + show(held[names[9]]) + " (against " + show(held[names[2]]) + " for the same fusion with the "
+        "question as asked); on `src` " + show(src_all[names[8]]) + " and " + show(src_all[names[9]]) + ".",
+        "The fusion re-chosen for the windows on the even ids (grid of bench_code_indexing.py: dense weight "
+        f"{DENSE_WEIGHTS} x c {CS}, per query kind) held out: " + show(held[names[7]]) + "; on `src` " +
+        show(src_all[names[7]]) + ".",
         *FINDINGS,
     ]
 
