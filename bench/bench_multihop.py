@@ -272,7 +272,7 @@ def replay(args: argparse.Namespace, source: Path) -> list[dict[str, Any]]:
 
     from ctxrag.chains.extractive import clean_phrase
     from ctxrag.chains.multihop import Hop
-    from ctxrag.prompts.layers import SHORT_INTERMEDIATE
+    from ctxrag.prompts.layers import SHORT_RESTATE, SHORT_RETRY
     from ctxrag.evaluation.answer_metrics import exact_match, f1_score
     from ctxrag.schema import chunk_key
 
@@ -301,10 +301,14 @@ def replay(args: argparse.Namespace, source: Path) -> list[dict[str, Any]]:
             by_hop = [sum(chunk_key(documents[n - 1]) in gold for n in h.read) for h in hops]
             decoded: list[str] = []
 
+            calls: list[int] = []
+
             def seeded(messages: list[BaseMessage],
                        phrase: str = rec.get("rejected_answer") or rec["model_answer"]) -> BaseMessage:
-                asked = {v.format(phrase=clean_phrase(str(messages[-2].content))) for v in SHORT_INTERMEDIATE.values()}
-                if str(messages[-1].content) not in asked:
+                calls.append(1)
+                said = clean_phrase(str(messages[-2].content)) if len(messages) > 2 else ""
+                retry = {v.format(phrase=said) for table in (SHORT_RETRY, SHORT_RESTATE) for v in table.values()}
+                if len(calls) == 1 or str(messages[-1].content) in retry:
                     return AIMessage(phrase)           # the recorded run decoded this prompt (or its echo retry)
                 decoded.append("x")
                 return chain.llm.invoke(messages)
@@ -328,7 +332,7 @@ def replay(args: argparse.Namespace, source: Path) -> list[dict[str, Any]]:
             print(f"replay {rec['arm']} f1 {rec['f1']:.2f} -> {new_rec['f1']:.2f} decoded={len(decoded)} "
                   f"match={by_hop == rec['gold_by_hop']} {text[:50]!r} (was {rec['answer'][:40]!r})",
                   file=sys.stderr, flush=True)
-    return records
+    return read_records(args.records)
 
 
 def _pct(values: list[float]) -> float:
