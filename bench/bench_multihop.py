@@ -74,6 +74,10 @@ ARMS = {"single": "single shot (hybrid top 4, short answer)",
         "plan-graph": "iterative retrieval, decomposition first (graph, PageRank)",
         "agent": "create_agent + search tool (hybrid)",
         "agent-graph": "create_agent + search tool (graph, PageRank)"}
+FIRST_READ = {f"{arm}-first": f"{ARMS[arm]}, the first phrase kept (no re-ask)"
+              for arm in ("bridge", "bridge-graph", "bridge-fusion")}
+"""Pseudo-arms read from a bridge arm's records: its final phrase before the middle-entity re-ask (``first_*``)."""
+ARMS.update(FIRST_READ)
 AGENT_SYSTEM = ("Answer the question with the search tool: search for one fact at a time, then for the next fact "
                 "with the names the results give. End with the answer in a few words.")
 
@@ -97,6 +101,9 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     records = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    records += [{**r, "arm": f"{r['arm']}-first", "answer": r["first_answer"], "em": r["first_em"],
+                 "f1": r["first_f1"], "model_f1": r["first_model_f1"]}
+                for r in records if "first_f1" in r and f"{r['arm']}-first" in FIRST_READ]
     return [{**r, "hops": _hops(r["arm"], r["queries"])} for r in records]
 
 
@@ -212,7 +219,26 @@ def answer(arm: str, chain: Any, query: Any, args: argparse.Namespace) -> dict[s
             "loop_f1": f1_score(str(out.get("loop_answer", "")), refs) if out.get("loop_answer") else 0.0,
             "hops": _hops(arm, [h["query"] for h in hops]), "queries": [h["query"] for h in hops],
             "facts": [h["fact"] for h in hops], "answered": bool(out.get("model_answer")),
-            "supported": out.get("supported"), "seconds": round(seconds, 1)}
+            "supported": out.get("supported"), "seconds": round(seconds, 1),
+            **_first_read(out, documents, query.text, refs)}
+
+
+def _first_read(out: dict[str, Any], documents: list[Any], question: str, refs: list[str]) -> dict[str, Any]:
+    """A bridge arm's final phrase before the middle-entity re-ask (`ExtractiveAnswer`'s ``rejected_answer``),
+    snapped and scored as the answer is: the same run's answer had the phrase not been asked for again."""
+    from ctxrag.chains.extractive import snap
+    from ctxrag.evaluation.answer_metrics import exact_match, f1_score
+
+    if "loop_answer" not in out:
+        return {}
+    rejected = str(out.get("rejected_answer") or "")
+    if not rejected:
+        text, phrase = str(out.get("answer", "")), str(out.get("model_answer", ""))
+    else:
+        span = snap(rejected, documents, question=question)
+        text, phrase = (rejected if span is None else f"{span.text} [{span.n}]"), rejected
+    return {"rejected_answer": rejected, "first_answer": text, "first_em": exact_match(text, refs),
+            "first_f1": f1_score(text, refs), "first_model_f1": f1_score(phrase, refs)}
 
 
 def run(args: argparse.Namespace, arms: list[str]) -> list[dict[str, Any]]:
@@ -233,6 +259,80 @@ def run(args: argparse.Namespace, arms: list[str]) -> list[dict[str, Any]]:
             print(f"{arm:15s} f1={rec['f1']:.2f} hops={rec['hops']} {rec['seconds']:5.1f}s  {rec['answer'][:60]!r} "
                   f"<- {rec['references'][:2]}", file=sys.stderr, flush=True)
     return records
+
+
+def replay(args: argparse.Namespace, source: Path) -> list[dict[str, Any]]:
+    """A bridge arm's recorded run (``source``) with today's final read: each record's passages retrieved again for
+    its recorded searches (the retrieval is deterministic; the record's supporting-paragraph counts are checked), then
+    `MultiHopAnswer.final_read` with the chat model behind a reply cache seeded from the record: the first-read
+    prompt gets the recorded final phrase, so only a new prompt (the middle-entity re-ask) is decoded. The recorded
+    answer becomes ``first_*``; hops, seconds and the loop's answer are the record's. Appended to ``--records``."""
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.runnables import RunnableLambda
+
+    from ctxrag.chains.extractive import clean_phrase
+    from ctxrag.chains.multihop import Hop
+    from ctxrag.prompts.layers import SHORT_RESTATE, SHORT_RETRY
+    from ctxrag.evaluation.answer_metrics import exact_match, f1_score
+    from ctxrag.schema import chunk_key
+
+    dataset, queries = load_questions(args.questions, args.seed, args.start)
+    wanted = {q.id: q for q in queries}
+    old = [r for r in read_records(source) if r["id"] in wanted and r["arm"] in ("bridge", "bridge-graph",
+                                                                                     "bridge-fusion")]
+    records = read_records(args.records)
+    done = {(r["arm"], r["id"]) for r in records}
+    todo = [r for r in old if (r["arm"], r["id"]) not in done]
+    if not todo:
+        return records
+    chains = build_arms(sorted({r["arm"] for r in todo}), dataset, args)
+    with args.records.open("a", encoding="utf-8") as sink:
+        for rec in todo:
+            chain, query = chains[rec["arm"]], wanted[rec["id"]]
+            documents: list[Any] = []
+            seen: set[str] = set()
+            hops = []
+            for q in rec["queries"]:
+                new = [d for d in chain.retriever.invoke(q) if chunk_key(d) not in seen][: chain.passages_per_hop]
+                seen.update(chunk_key(d) for d in new)
+                hops.append(Hop(query=q, read=list(range(len(documents) + 1, len(documents) + len(new) + 1))))
+                documents += new
+            gold = set(query.gold_ids)
+            by_hop = [sum(chunk_key(documents[n - 1]) in gold for n in h.read) for h in hops]
+            decoded: list[str] = []
+
+            calls: list[int] = []
+
+            def seeded(messages: list[BaseMessage],
+                       phrase: str = rec.get("rejected_answer") or rec["model_answer"]) -> BaseMessage:
+                calls.append(1)
+                said = clean_phrase(str(messages[-2].content)) if len(messages) > 2 else ""
+                retry = {v.format(phrase=said) for table in (SHORT_RETRY, SHORT_RESTATE) for v in table.values()}
+                if len(calls) == 1 or str(messages[-1].content) in retry:
+                    return AIMessage(phrase)           # the recorded run decoded this prompt (or its echo retry)
+                decoded.append("x")
+                return chain.llm.invoke(messages)
+
+            start = time.perf_counter()
+            out = chain.model_copy(update={"llm": RunnableLambda(seeded)}).final_read(query.text, documents, hops)
+            text, refs = str(out.get("answer", "")), rec["references"]
+            new_rec = {**{k: v for k, v in rec.items() if k != "hops"},
+                       "answer": text, "model_answer": str(out.get("model_answer", "")),
+                       "em": exact_match(text, refs), "f1": f1_score(text, refs),
+                       "model_f1": f1_score(str(out.get("model_answer", "")), refs),
+                       "rejected_answer": str(out.get("rejected_answer") or ""),
+                       "first_answer": rec.get("first_answer", rec["answer"]),
+                       "first_em": rec.get("first_em", rec["em"]), "first_f1": rec.get("first_f1", rec["f1"]),
+                       "first_model_f1": rec.get("first_model_f1", rec["model_f1"]), "replayed_from": str(source),
+                       "replay_passages_match": by_hop == rec["gold_by_hop"], "replay_decoded": len(decoded),
+                       "replay_seconds": round(time.perf_counter() - start, 1)}
+            records.append(new_rec)
+            sink.write(json.dumps(new_rec, ensure_ascii=False) + "\n")
+            sink.flush()
+            print(f"replay {rec['arm']} f1 {rec['f1']:.2f} -> {new_rec['f1']:.2f} decoded={len(decoded)} "
+                  f"match={by_hop == rec['gold_by_hop']} {text[:50]!r} (was {rec['answer'][:40]!r})",
+                  file=sys.stderr, flush=True)
+    return read_records(args.records)
 
 
 def _pct(values: list[float]) -> float:
@@ -284,7 +384,7 @@ def slice_tables(records: list[dict[str, Any]], start: int, questions: int, args
     for arm, mine in arms_records.items():
         rows.append(_score_row(arm, mine))
         diagnosis.append(_diagnosis_row(arm, mine))
-        if not arm.startswith("single"):
+        if not arm.startswith("single") and arm not in FIRST_READ:  # a first read's hops are its arm's
             hops = Counter(r["hops"] for r in mine)
             for h in sorted(hops):
                 on = [r for r in mine if r["hops"] == h]
@@ -319,16 +419,19 @@ def compare_row(records: list[dict[str, Any]], start: int, questions: int, seed:
 def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[str]) -> None:
     tables: list[Table] = []
     other = read_records(args.other_records) if args.other_records else []
-    if args.compare:
-        first, second = (a.strip() for a in args.compare.split(","))
+    for n, pair in enumerate(args.compare):
+        first, second = (a.strip() for a in pair.split(","))
         rows = [compare_row(records, args.start, args.questions, args.seed, first, second, args.label)]
+        rows += [compare_row(records, start, count, args.seed, first, second, label)
+                 for start, count, label in args.compare_slice]
         if other:
             rows.append(compare_row(other, args.other_start, args.other_questions, args.seed, first, second,
                                     args.other_label))
+        notes = [note.split(":", 1)[1] for note in args.compare_note if note.split(":", 1)[0] == str(n + 1)]
         tables.append(Table(
             caption=f"{ARMS[second]} against {ARMS[first]}, per slice",
             columns=["slice", "questions", f"F1 {first}", f"F1 {second}", "difference", f"{second} above",
-                     f"{second} below", "level"], rows=rows, notes=list(args.compare_note)))
+                     f"{second} below", "level"], rows=rows, notes=notes))
     tables += slice_tables(records, args.start, args.questions, args, args.label, notes=[
         "Single shot: one retrieval (hybrid, top 4), `ExtractiveAnswer`, the evidence check on, as "
         "`ctxrag eval answers --format musique --answer-style short -k 4` answers; its hops column is 1.",
@@ -344,6 +447,11 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
         "the arm showed the model. Partly right: the answer shares words with the gold answer but is not it "
         "(a long phrase or a neighbouring fact). Phrase scored above answer: the model's own words score "
         "higher than the answer after snapping to a passage span.", *args.diagnosis_note])
+    for start, count, label in args.extra_slice:
+        tables += slice_tables(records, start, count, args, label,
+                               notes=[n.split(":", 1)[1] for n in args.slice_note if n.split(":", 1)[0] == str(start)],
+                               diagnosis_notes=[n.split(":", 1)[1] for n in args.slice_diagnosis_note
+                                                if n.split(":", 1)[0] == str(start)])
     if other:
         tables += slice_tables(other, args.other_start, args.other_questions, args, args.other_label,
                                notes=args.other_note, diagnosis_notes=args.other_diagnosis_note)
@@ -377,7 +485,9 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
                    "what a perfect plan would retrieve.", *args.retrieval_note]))
     if args.keep_tables:
         current = json.loads((ROOT / "docs" / "benchmarks" / "data" / "multihop_answers.json").read_text("utf-8"))
-        tables += [Table(caption=t["caption"], columns=t["columns"], rows=t["rows"], notes=list(t.get("notes", [])))
+        tables += [Table(caption=f"{args.kept_label}: {t['caption']}" if args.kept_label
+                         and not t["caption"].startswith("previous run") else t["caption"],
+                         columns=t["columns"], rows=t["rows"], notes=list(t.get("notes", [])))
                    for t in current["tables"] if any(t["caption"].startswith(p) for p in args.keep_tables)]
     if args.keep_previous:
         previous = json.loads((ROOT / "docs" / "benchmarks" / "data" / "multihop_answers.json").read_text("utf-8"))
@@ -399,6 +509,14 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
         tables=tables, out_dir=args.out_dir)
 
 
+def _slice(text: str) -> tuple[int, int, str]:
+    """``START:N:LABEL`` (``--compare-slice``, ``--extra-slice``) as (start, questions, label)."""
+    parts = text.split(":", 2)
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()) or int(parts[0]) + int(parts[1]) > 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: START:N[:LABEL] within the 100 questions")
+    return int(parts[0]), int(parts[1]), parts[2] if len(parts) == 3 else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=30, help="first N questions of the seeded order (max 100)")
@@ -415,6 +533,9 @@ def main() -> None:
     parser.add_argument("--records", type=Path, default=OUT / "records.jsonl", help="JSONL records (resumable)")
     parser.add_argument("--home", type=Path, default=OUT / "home", help="CTXRAG_HOME of the run (embedding cache)")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--replay", type=Path, metavar="RECORDS",
+                        help="a bridge arm's recorded run replayed with today's final read (only new prompts are "
+                             "decoded: the middle-entity re-ask), into --records")
     parser.add_argument("--note", action="append", default=[], help="a note for the page (repeatable)")
     parser.add_argument("--diagnosis-note", action="append", default=[], help="a note under the diagnosis")
     parser.add_argument("--dev-records", type=Path, help="records of the development slice, reported beside")
@@ -438,9 +559,21 @@ def main() -> None:
     parser.add_argument("--other-note", action="append", default=[], help="a note under the other slice's scores")
     parser.add_argument("--other-diagnosis-note", action="append", default=[],
                         help="a note under the other slice's diagnosis")
-    parser.add_argument("--compare", metavar="FIRST,SECOND",
-                        help="two arms compared per slice, question by question, in a table on top")
-    parser.add_argument("--compare-note", action="append", default=[], help="a note under the comparison")
+    parser.add_argument("--compare", metavar="FIRST,SECOND", action="append", default=[],
+                        help="two arms compared per slice, question by question, in a table on top (repeatable: "
+                             "one table each)")
+    parser.add_argument("--compare-note", action="append", default=[], metavar="N:TEXT",
+                        help="a note under the N-th comparison (from 1)")
+    parser.add_argument("--compare-slice", action="append", default=[], type=_slice, metavar="START:N:LABEL",
+                        help="another slice of --records as a row of every comparison (repeatable)")
+    parser.add_argument("--extra-slice", action="append", default=[], type=_slice, metavar="START:N:LABEL",
+                        help="another slice of --records with its own tables, below the main slice's (repeatable)")
+    parser.add_argument("--slice-note", action="append", default=[], metavar="START:TEXT",
+                        help="a note under the scores of the --extra-slice starting at START")
+    parser.add_argument("--slice-diagnosis-note", action="append", default=[], metavar="START:TEXT",
+                        help="a note under the diagnosis of the --extra-slice starting at START")
+    parser.add_argument("--kept-label", default="",
+                        help="a prefix for the captions of the tables --keep-tables keeps (not 'previous run' ones)")
     parser.add_argument("--command", help="the command shown on the page (default: built from the options)")
     parser.add_argument("--out-dir", type=Path, help="where the page data goes (default docs/benchmarks/data)")
     args = parser.parse_args()
@@ -449,10 +582,13 @@ def main() -> None:
     if not (DATA / "musique_train.json").is_file():
         raise SystemExit(f"{DATA}: the MuSiQue sample is missing")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    if args.compare and (len(args.compare.split(",")) != 2
-                         or any(a.strip() not in ARMS for a in args.compare.split(","))):
-        raise SystemExit(f"--compare {args.compare!r}: two arms, comma-separated, of {sorted(ARMS)}")
-    records = read_records(args.records) if args.report_only else run(args, arms)
+    for pair in args.compare:
+        if len(pair.split(",")) != 2 or any(a.strip() not in ARMS for a in pair.split(",")):
+            raise SystemExit(f"--compare {pair!r}: two arms, comma-separated, of {sorted(ARMS)}")
+    if args.replay:
+        records = replay(args, args.replay)
+    else:
+        records = read_records(args.records) if args.report_only else run(args, arms)
     report(records, args, arms)
 
 

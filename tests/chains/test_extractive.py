@@ -2,7 +2,8 @@
 import pytest
 from langchain_core.documents import Document
 
-from ctxrag.chains.extractive import chinese_numerals, clean_phrase, fit_to_question, restates_question, snap
+from ctxrag.chains.extractive import (chinese_numerals, clean_phrase, fit_to_question, names_one_of, restates_question,
+                                     snap)
 
 DOCS = [Document("The pump moves 40 L/min."), Document("Port 9321 is the default."), Document("9321 again")]
 
@@ -91,3 +92,17 @@ def test_restating_the_question_is_told_from_a_long_answer_phrase() -> None:
     assert not restates_question("Last Vegas", q)  # short: never a restatement
     assert not restates_question("the Treaty on the Functioning of the European Union", "Which treaty is it?")
     assert not restates_question("遠程觀通距離和反應時間有了極大的提高", "北海艦隊目前已具備什麼能力?")
+
+
+@pytest.mark.parametrize("answer, names, expected", [
+    ("", ["Mexico"], None),                                                   # no phrase names nothing
+    ("Mexico [3]", ["Sonora", "Mexico political party"], "Mexico political party"),
+    ("British Hong Kong", ["British Hong Kong independence"], "British Hong Kong independence"),
+    ("Mex", ["Mexico"], None),                                               # whole words only
+    ("New York state", ["Rochester, New York"], None),                       # every word, in a run
+    ("the Finnish markka", ["Finland markka"], None),
+    ("墨西哥", ["墨西哥的政黨"], "墨西哥的政黨"),                             # CJK: folded script, a substring
+])
+def test_names_one_of_finds_the_search_that_holds_the_answer(answer: str, names: list[str],
+                                                             expected: str | None) -> None:
+    assert names_one_of(answer, names) == expected

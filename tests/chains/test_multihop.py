@@ -254,6 +254,21 @@ def test_bridge_stops_on_no_missing_name_from_min_hops_and_on_a_repeated_search(
     assert len(out["hops"]) == 1 and out["model_answer"] == "Mara Velt" and out["loop_answer"] == ""
 
 
+def test_bridge_asks_again_when_the_final_phrase_is_a_name_it_searched_for(retriever: BM25Retriever) -> None:
+    """The final read names the chain's middle entity (the singer, which hop 2 searched for): asked once more as a
+    step on the way, the year is the answer and the singer is kept as ``rejected_answer``. The question is never an
+    intermediate name (hop 1 searched it)."""
+    llm = _chat({"missing": "Mara Velt birth year", "answer": ""}, {"missing": "", "answer": "1961"}, "Mara Velt",
+                "1961")
+    out = MultiHopAnswer(retriever, llm, max_hops=3, passages_per_hop=1, bridge=True).invoke(QUESTION)
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "Mara Velt birth year"]
+    assert out["answer"] == "1961 [2]" and out["rejected_answer"] == "Mara Velt" and len(llm.seen) == 4
+    assert '"Mara Velt" is not the answer' in str(llm.seen[3][-1].content)
+    llm = _chat({"missing": "Mara Velt birth year", "answer": ""}, {"missing": "", "answer": "1961"}, "1961")
+    out = MultiHopAnswer(retriever, llm, max_hops=3, passages_per_hop=1, bridge=True).invoke(QUESTION)
+    assert out["answer"] == "1961 [2]" and "rejected_answer" not in out and len(llm.seen) == 3
+
+
 @pytest.mark.llm
 def test_real_model_bridge_names_the_singer_and_answers_the_year(llama_server_url: str) -> None:
     """The local 1.5B (replies recorded in tests/llm_replies) with ``bridge``: after the song's passage it names the

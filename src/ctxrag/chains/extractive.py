@@ -139,6 +139,31 @@ _EN_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
 
 
+def names_one_of(answer: str, names: Sequence[str]) -> str | None:
+    """The first of ``names`` (short strings, e.g. a multi-hop chain's searches) that holds the answer phrase: its
+    CJK characters as a substring, or its English words as a run of whole words (folded case and script); None when
+    none does.
+
+    >>> names_one_of("Mexico [3]", ["Mexico political party of Sergio Tolento", "Sonora"])
+    'Mexico political party of Sergio Tolento'
+    >>> names_one_of("Mex", ["Mexico"]) is None, names_one_of("墨西哥", ["墨西哥的政党"])
+    (True, '墨西哥的政党')
+    """
+    phrase = _folded(clean_phrase(answer))
+    if not phrase:
+        return None
+    if count_cjk(phrase):
+        return next((n for n in names if phrase in _folded(n)), None)
+    words = _EN_WORD.findall(phrase)
+    if not words:
+        return None
+    for name in names:
+        held = _EN_WORD.findall(_folded(name))
+        if any(held[i:i + len(words)] == words for i in range(len(held) - len(words) + 1)):
+            return name
+    return None
+
+
 def _question_units(text: str) -> list[str]:
     """Folded English words and CJK character bigrams: what `restates_question` compares."""
     text = _folded(text)

@@ -19,7 +19,9 @@ first, then the birth). This chain retrieves, reads, and retrieves again:
 ``bridge=True`` (self-ask style, no plan, no notes): after each retrieval but the last, the model reads every
 passage read so far and writes only short strings (`Bridge`): the one name or fact still missing, as a search, and
 the answer if the passages give it; the missing name is retrieved next. At the end the answer is read in a few words
-over every passage (`ctxrag.chains.short_answer.ExtractiveAnswer`).
+over every passage (`ctxrag.chains.short_answer.ExtractiveAnswer`); a phrase that names one of the loop's own searches
+(its middle entity: "Mexico" after searching "Mexico political party of ...") is asked for once more, as a step on
+the way and not the answer (``rejected_answer`` in the output keeps the first phrase).
 
 The answer is snapped to the span of a read passage that states it (`ctxrag.chains.extractive.snap`) and cited as
 `` [n]`` over ``documents`` (every passage read, in reading order).
@@ -339,12 +341,19 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
             query = hop.next_question or hop.answer
             if not query or any(_same_question(query, h.query) for h in hops):
                 break
+        return {**self.final_read(question, documents, hops, config), "loop_answer": loop_answer}
+
+    def final_read(self, question: str, documents: list[Document], hops: list[Hop],
+                   config: RunnableConfig | None = None) -> dict[str, Any]:
+        """The bridge's last step: the answer read in a few words over ``documents`` (`ExtractiveAnswer`), the
+        searches of ``hops`` after the first given as names found on the way (a phrase naming one is asked for once
+        more; the first phrase is then ``rejected_answer``). The output as `invoke`'s, without ``loop_answer``."""
         if not documents:
-            return {**self._output(question, "", documents, hops), "loop_answer": loop_answer}
-        read = ExtractiveAnswer(self.llm).invoke({"question": question, "documents": documents, "history": []},
-                                                 config)
-        return {**self._output(question, str(read.get("model_answer", "")).strip(), documents, hops),
-                "loop_answer": loop_answer}
+            return self._output(question, "", documents, hops)
+        read = ExtractiveAnswer(self.llm).invoke({"question": question, "documents": documents, "history": [],
+                                                  "intermediate": [h.query for h in hops[1:]]}, config)
+        out = self._output(question, str(read.get("model_answer", "")).strip(), documents, hops)
+        return out if "rejected_answer" not in read else {**out, "rejected_answer": read["rejected_answer"]}
 
     def _plan(self, question: str, config: RunnableConfig) -> list[str]:
         reply = structured_runnable(self.llm, Plan, max_tokens=self.max_tokens).invoke(plan_messages(question), config)

@@ -9,6 +9,11 @@ measure word the question asks for, 幾所 -> "14所", a cut bracket pair is clo
 model's own phrase is kept as ``model_answer``; ``snapped`` says whether a chunk holds it (the chain's verdict calls a
 phrase no chunk holds unsupported, `ctxrag.chains.rag.final_verdict`).
 
+``"intermediate"`` in the input (a multi-hop chain's searches after the first, `ctxrag.chains.multihop`): names the
+chain looked up on the way. A phrase one of them holds (`ctxrag.chains.extractive.names_one_of`: "Mexico" after the
+search "Mexico political party of ...") is the chain's middle entity, not the answer, and is asked for once more with
+that said (`ctxrag.prompts.layers.SHORT_INTERMEDIATE`); the first phrase is then kept as ``rejected_answer``.
+
 ``reading_script="simplified"`` gives the model a Chinese question and its chunks in Simplified script (OpenCC
 ``t2s``) with the Simplified instructions; the answer is still snapped to the Traditional source. ``"auto"`` (the
 default) is ``"simplified"``; ``"as-written"`` never converts.
@@ -31,9 +36,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 
-from ctxrag.chains.extractive import clean_phrase, echoes_question, restates_question, snap
+from ctxrag.chains.extractive import clean_phrase, echoes_question, names_one_of, restates_question, snap
 from ctxrag.chains.rag import answer_messages, question_language
-from ctxrag.prompts.layers import SHORT_RESTATE, SHORT_RETRY, LayeredPrompt
+from ctxrag.prompts.layers import SHORT_INTERMEDIATE, SHORT_RESTATE, SHORT_RETRY, LayeredPrompt
 from ctxrag.text import is_traditional_chinese
 
 READING_SCRIPTS = ("auto", "as-written", "simplified")
@@ -42,8 +47,10 @@ READING_SCRIPTS = ("auto", "as-written", "simplified")
 class ExtractiveAnswer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
     """Answer step of `build_rag_chain` giving the source span as the answer (see the module docstring).
 
-    Input: the chain's state ``{"question", "documents", "history"}``; output: the same with ``answer`` (the span and
-    `` [n]``, or the model's phrase when no span is close enough) and ``model_answer``.
+    Input: the chain's state ``{"question", "documents", "history"}`` (optionally ``"intermediate"``, names found on
+    the way); output: the same with ``answer`` (the span and `` [n]``, or the model's phrase when no span is close
+    enough), ``model_answer`` and, when the phrase named an intermediate name and was asked again,
+    ``rejected_answer`` (the first phrase).
     """
 
     llm: Runnable[Any, BaseMessage]
@@ -85,6 +92,14 @@ class ExtractiveAnswer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
         key = "zh-hant" if lng == "zh" and is_traditional_chinese(question) and not self._simplified else lng
         return [*msgs, AIMessage(first), HumanMessage(follow[key].format(phrase=clean_phrase(first)))]
 
+    def _intermediate(self, first: str, x: dict[str, Any], msgs: list[BaseMessage]) -> list[BaseMessage] | None:
+        """The follow-up messages when the phrase is a name the chain found on the way (``x["intermediate"]``)."""
+        if names_one_of(first, x.get("intermediate") or []) is None:
+            return None
+        lng = question_language(x["question"], self.lang)
+        key = "zh-hant" if lng == "zh" and is_traditional_chinese(x["question"]) and not self._simplified else lng
+        return [*msgs, AIMessage(first), HumanMessage(SHORT_INTERMEDIATE[key].format(phrase=clean_phrase(first)))]
+
     @staticmethod
     def _better(first: str, second: str, question: str) -> str:
         """The second phrase, unless it is empty, an echo, or a restatement after a first one that was one too."""
@@ -93,10 +108,11 @@ class ExtractiveAnswer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
         return first if restates_question(second, question) and not echoes_question(first, question) else second
 
     @staticmethod
-    def _snapped(x: dict[str, Any], raw: str) -> dict[str, Any]:
+    def _snapped(x: dict[str, Any], raw: str, rejected: str | None = None) -> dict[str, Any]:
         found = snap(raw, x.get("documents", []), question=x.get("question", ""))
         answer = raw.strip() if found is None else f"{found.text} [{found.n}]"
-        return {**x, "answer": answer, "model_answer": raw, "snapped": found is not None}
+        out = {**x, "answer": answer, "model_answer": raw, "snapped": found is not None}
+        return out if rejected is None else {**out, "rejected_answer": rejected}
 
     def invoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
         return self._call_with_config(self._run, input, config, run_type="chain")  # type: ignore[arg-type]
@@ -111,7 +127,11 @@ class ExtractiveAnswer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
         again = self._retry(first, x, msgs)
         if again is not None:
             first = self._better(first, parse.invoke(self.llm.invoke(again, config=config)), x["question"])
-        return self._snapped(x, first)
+        onward = self._intermediate(first, x, msgs)
+        if onward is None:
+            return self._snapped(x, first)
+        second = self._better(first, parse.invoke(self.llm.invoke(onward, config=config)), x["question"])
+        return self._snapped(x, second, rejected=first)
 
     async def _arun(self, x: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         parse, msgs = StrOutputParser(), self._messages(x)
@@ -119,4 +139,8 @@ class ExtractiveAnswer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
         again = self._retry(first, x, msgs)
         if again is not None:
             first = self._better(first, parse.invoke(await self.llm.ainvoke(again, config=config)), x["question"])
-        return self._snapped(x, first)
+        onward = self._intermediate(first, x, msgs)
+        if onward is None:
+            return self._snapped(x, first)
+        second = self._better(first, parse.invoke(await self.llm.ainvoke(onward, config=config)), x["question"])
+        return self._snapped(x, second, rejected=first)

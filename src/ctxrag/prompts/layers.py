@@ -141,6 +141,18 @@ SHORT_RESTATE = {
     "zh-hant": "這個回答重複了問題。只寫回答問題的那一部分：資料中的人名、地名、名稱、數字、日期或短語，不要寫成句子。",
 }
 
+# A multi-hop chain's final short answer that names what one of its own searches looked for (the chain's middle
+# entity: "Mexico" for "Where are Gila monsters found, in the country with ...?", the 1.5B's commonest wrong final
+# answer with every supporting passage read, docs/benchmarks/multihop_answers.md) is asked again once with this. The
+# 1.5B keeps its phrase when told only why it is wrong ("...the question asks for something about Mexico"); asked
+# for a different phrase, it gives the state (tests/chains/test_short_answer.py).
+SHORT_INTERMEDIATE = {
+    "en": "\"{phrase}\" is not the answer: it is a step on the way to it. Answer again with a different phrase from "
+          "the sources.",
+    "zh": "「{phrase}」不是答案，只是通往答案的中间一步。请用资料中的另一个词语重新回答。",
+    "zh-hant": "「{phrase}」不是答案，只是通往答案的中間一步。請用資料中的另一個詞語重新回答。",
+}
+
 
 @dataclass(frozen=True)
 class LayeredPrompt:
