@@ -187,6 +187,8 @@ def _files(rec: dict[str, Any], cited: list[int]) -> str:
 
 def score(args: argparse.Namespace) -> None:
     recs = [r for path in args.answers for r in json.loads(Path(path).read_text(encoding="utf-8"))]
+    if len({r.get("focus") for r in recs}) > 1:
+        raise SystemExit("the answers hold several focus arms: score them with bench/bench_focus_arms.py citations")
     demo = [r for r in recs if r["set"] == "demo"]
     own = [r for r in recs if r["set"] == "own"]
     drcd = [r for r in recs if r["set"] == "drcd"]
