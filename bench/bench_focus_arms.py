@@ -32,13 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pagedata import DATA_DIR, Table, _portable  # noqa: E402
 
-from bench_citations import _checked, demo_correct, drcd_scores, states_reference  # noqa: E402
+from bench_citations import _checked, _gold, demo_correct, drcd_scores, states_reference  # noqa: E402
 
 CAPTION = "Answer focus: whole chunks and focus 300, both in the same run"
 ANSWER_COLUMNS = ["set (questions)", "chunks given to the model", "k", "EM", "F1", "cited ⊇ answer",
                   "key facts right", "abstained", "answers that differ from whole chunks", "s/answer p50",
                   "load (1 min) start → end"]
-CITATION_COLUMNS = ["set (questions)", "chunks given to the model", "cited correctly (demo / own)",
+CITATION_COLUMNS = ["set (questions)", "chunks given to the model", "cited correctly (demo or own questions)",
                     "DRCD precision %", "DRCD precision %, answers stating a reference", "DRCD recall %",
                     "DRCD answers citing / with a gold chunk", "DRCD answers stating a reference", "abstained",
                     "answers that differ from whole chunks", "s/answer p50", "load (1 min) start → end"]
@@ -91,15 +91,16 @@ def citation_rows(label: str, records: list[dict[str, Any]], load: str) -> list[
     whole = {r["question"]: r["answer"] for r in arms[0]}
     out = []
     for focus, recs in arms.items():
-        demo = [r for r in recs if r["set"] == "demo"]
-        own = [r for r in recs if r["set"] == "own"]
+        corpus = [r for r in recs if r["set"] in ("demo", "own")]
         drcd = [r for r in recs if r["set"] == "drcd"]
         d = drcd_scores(drcd, _checked) if drcd else None
-        cited = (f"{sum(demo_correct(r, _checked(r)) for r in demo)}/{len(demo)} / "
-                 f"{sum(demo_correct(r, _checked(r)) for r in own)}/{len(own)}") if demo or own else None
+        cited = f"{sum(demo_correct(r, _checked(r)) for r in corpus)}/{len(corpus)}" if corpus else None
+        # precision over answers stating a reference: none when no citing answer states one (not 0 %)
+        right = any(states_reference(r) and _checked(r) and _gold(r) for r in drcd)
         differ = sum(whole[r["question"]] != r["answer"] for r in recs)
         out.append([f"{label} ({len(recs)})", arm_label(focus), cited,
-                    round(100 * d["precision"], 1) if d else None, round(100 * d["precision_right"], 1) if d else None,
+                    round(100 * d["precision"], 1) if d else None,
+                    round(100 * d["precision_right"], 1) if d and right else None,
                     round(100 * d["recall"], 1) if d else None, f"{d['answers']}/{d['with_gold']}" if d else None,
                     sum(states_reference(r) for r in drcd) if drcd else None,
                     sum(r.get("supported") is False for r in recs), differ if focus else None,
