@@ -55,10 +55,20 @@ def _record(question: str, out: dict[str, Any], seconds: float, **extra: Any) ->
                            "chunk_id": d.metadata.get("chunk_id") or d.id} for d in docs], **extra}
 
 
+def _arms(spec: str) -> list[int]:
+    """``--focus`` as a list of answer_focus_chars arms (0: whole chunks); ValueError naming a bad one."""
+    arms = list(dict.fromkeys(int(a) for a in spec.split(",") if a.strip()))
+    if not arms or any(a < 0 for a in arms):
+        raise ValueError(f"--focus: comma-separated characters >= 0 (0: whole chunks), got {spec!r}")
+    return arms
+
+
 def generate(args: argparse.Namespace) -> None:
     import os
 
     os.environ["CTXRAG_HOME"] = str(args.home)  # the CLI's assembly reads the process settings
+    from ctxrag.chains.focus import SentenceFocus
+    from ctxrag.chains.key_terms import KeyTerms
     from ctxrag.chains.rag import build_rag_chain
     from ctxrag.cli.query import answer_chain, demo_ingest
     from ctxrag.kb import KnowledgeBase
@@ -69,35 +79,46 @@ def generate(args: argparse.Namespace) -> None:
 
     get_settings.cache_clear()
     settings = get_settings()
-    records: list[dict[str, Any]] = []
+    arms = _arms(args.focus) if args.focus else [None]
+    out = Path(args.out)
+    records: list[dict[str, Any]] = json.loads(out.read_text("utf-8")) if out.exists() else []
+    done = {(r["question"], r.get("focus")) for r in records}
+
+    def answer(chain: Any, question: str, arm: int | None, **extra: Any) -> None:
+        start = time.perf_counter()
+        res = chain.invoke(question)
+        records.append(_record(question, res, time.perf_counter() - start, focus=arm, **extra))
+        print(f"[focus={arm}] " + records[-1]["answer"][:200].replace("\n", " "), file=sys.stderr, flush=True)
+        out.write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
+
     sets = args.sets.split(",")
     corpus_sets = [s for s in ("demo", "own") if s in sets]
     if corpus_sets:
         # exactly what `ctxrag demo` runs: its ingest (no contexts), its chain (hybrid k=4, the relevance gate,
-        # the default answer length) and the default local model
+        # the default answer length) and the default local model; one chain per focus arm (None: the setting)
         kb = KnowledgeBase.open("citations-demo", settings, create=True)
         demo_ingest(kb, demo_corpus(), progress=False)
-        chain = answer_chain(["citations-demo"], make_chat_model(settings))
+        llm = make_chat_model(settings)
+        chains = {arm: answer_chain(["citations-demo"], llm, focus=arm) for arm in arms}
     for name in corpus_sets:
         for item in json.loads(QUESTIONS[name].read_text("utf-8")):
-            start = time.perf_counter()
-            out = chain.invoke(item["question"])
-            records.append(_record(item["question"], out, time.perf_counter() - start, set=name,
-                                   expected_source=item["source"], key_facts=item["key_facts"]))
-            print(records[-1]["answer"][:200].replace("\n", " "), file=sys.stderr, flush=True)
-            Path(args.out).write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
+            for arm in arms:  # the arms of one question one after the other: a stopped run keeps them paired
+                if (item["question"], arm) not in done:
+                    answer(chains[arm], item["question"], arm, set=name, expected_source=item["source"],
+                           key_facts=item["key_facts"])
     if "drcd" not in sets:
         return
 
     paragraphs, asked = drcd_set()
     bm25 = BM25Retriever.from_documents(paragraphs, tokenizer="chinese", k=args.k)
-    chain = build_rag_chain(bm25, make_chat_model(settings, max_tokens=args.max_tokens), gate=False)
+    terms = KeyTerms.from_texts([d.page_content for d in paragraphs], tokenizer="chinese")
+    llm = make_chat_model(settings, max_tokens=args.max_tokens)
+    drcd_chains = {arm: build_rag_chain(bm25, llm, gate=False,
+                                        focus=SentenceFocus(arm, terms=terms) if arm else None) for arm in arms}
     for question, refs in random.Random(args.seed).sample(asked, args.drcd)[args.drcd_from:]:
-        start = time.perf_counter()
-        out = chain.invoke(question)
-        records.append(_record(question, out, time.perf_counter() - start, set="drcd", references=refs))
-        print(records[-1]["answer"][:200].replace("\n", " "), file=sys.stderr, flush=True)
-        Path(args.out).write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
+        for arm in arms:
+            if (question, arm) not in done:
+                answer(drcd_chains[arm], question, arm, set="drcd", references=refs)
 
 
 def _docs(rec: dict[str, Any]) -> list[Document]:
@@ -166,6 +187,8 @@ def _files(rec: dict[str, Any], cited: list[int]) -> str:
 
 def score(args: argparse.Namespace) -> None:
     recs = [r for path in args.answers for r in json.loads(Path(path).read_text(encoding="utf-8"))]
+    if len({r.get("focus") for r in recs}) > 1:
+        raise SystemExit("the answers hold several focus arms: score them with bench/bench_focus_arms.py citations")
     demo = [r for r in recs if r["set"] == "demo"]
     own = [r for r in recs if r["set"] == "own"]
     drcd = [r for r in recs if r["set"] == "drcd"]
@@ -276,7 +299,10 @@ def main() -> None:
     g.add_argument("-k", type=int, default=3)
     g.add_argument("--max-tokens", type=int, default=160)
     g.add_argument("--home", type=Path, default=Path("/tmp/ctxrag_citations_home"))
-    g.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "citation_answers.json")
+    g.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "citation_answers.json",
+                   help="answers file (an existing one is resumed: questions and arms in it are not asked again)")
+    g.add_argument("--focus", default="", help="comma-separated answer_focus_chars arms, each question answered in "
+                   "each (0: whole chunks); empty: the answer_focus_chars setting, one arm")
     s = sub.add_parser("score")
     s.add_argument("answers", type=Path, nargs="+", help="answer files written by generate")
     s.add_argument("--seed", type=int, default=0)

@@ -173,8 +173,9 @@ def main() -> None:
     parser.add_argument("--before", help="an older version to time in the same run: a git ref, or a src folder")
     parser.add_argument("--ask", action="store_true", help="also time ask's first token with the real local model")
     parser.add_argument("--ask-runs", type=int, default=3, help="runs of ask (each loads the model; at most --runs)")
-    parser.add_argument("--focus-chars", type=int, default=300,
-                        help="answer_focus_chars of the focused ask rows (the option's effect on the first token)")
+    parser.add_argument("--focus-chars", type=int, default=0,
+                        help="answer_focus_chars of the comparison ask row (0: whole chunks), beside the default's "
+                             "rows (the option's effect on the first token)")
     parser.add_argument("--out-dir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -186,6 +187,9 @@ def main() -> None:
         from ctxrag.models.gguf import local_model_path
 
         model = local_model_path(progress=False)
+        from ctxrag.settings import Settings
+
+        default_focus = Settings.model_fields["answer_focus_chars"].default
     # one home per variant, each knowledge base written by its own code (an older version need not read a newer
     # storage format)
     homes = {src: Path(tempfile.mkdtemp(prefix="ctxrag-latency-")) for _, src in variants}
@@ -226,7 +230,8 @@ def main() -> None:
             focus = {**warm, "CTXRAG_ANSWER_FOCUS_CHARS": str(args.focus_chars)}
             # this commit: the model loaded by the command itself; then the warm model process, started by the
             # first call; then next calls, each a question other than the one before (its chunks are new to
-            # llama.cpp's context; only the instructions before them are reused), with whole chunks and focused
+            # llama.cpp's context; only the instructions before them are reused), with the settings as shipped
+            # (answer_focus_chars=default_focus) and with --focus-chars
             cases = [("ask, first token (warm model off: loaded by the command)", {"CTXRAG_LLM__WARM_IDLE_S": "0"}, 1),
                      ("ask, first token (first call: starts the warm model)", warm, 1),
                      ("ask, first token (next calls: the warm model, another question each)", warm, ask_runs),
@@ -244,7 +249,8 @@ def main() -> None:
                     print(label, round(wall, 2), "load", loads[-2], json.dumps(stages, ensure_ascii=False), flush=True)
                 rows.append(_row(label, variant, runs))
                 if "next calls" in label:
-                    stage_cases["whole chunks" if "focus" not in label else f"focus {args.focus_chars} chars"] = staged
+                    chars = args.focus_chars if "answer_focus_chars" in label else default_focus
+                    stage_cases[f"focus {chars} chars" if chars else "whole chunks"] = staged
             subprocess.run([sys.executable, "-m", "ctxrag.cli.main", "model", "stop"], env=env, capture_output=True)
     notes = [f"1-minute load average while measuring: {min(loads)} to {max(loads)} on {os.cpu_count()} cores "
              "(other work was running: compare the variants within this run, and read the min).",
@@ -260,9 +266,10 @@ def main() -> None:
                      "question would find them there); 'warm model off' loads the model in the command, as every "
                      "command did before the warm process. Each ask runs through bench/ask_stages.py: the same "
                      "command in the same kind of process, with a clock on each stage (the stage table).")
-        notes.append(f"answer_focus_chars={args.focus_chars}: chunks longer than that are given to the model as "
-                     "their sentences holding the question's terms (`ctxrag.chains.focus.SentenceFocus`); off by "
-                     "default, since the answers, citations and abstention benchmarks have not measured it.")
+        notes.append(f"Rows without answer_focus_chars run the settings as shipped: answer_focus_chars={default_focus} "
+                     "(chunks longer than that are given to the model as their sentences holding the question's "
+                     "terms, `ctxrag.chains.focus.SentenceFocus`; chosen on the answers and citations pages); the "
+                     f"answer_focus_chars={args.focus_chars} row is the comparison (0: whole chunks).")
     if not args.ask:
         notes.append("ask's first token was not timed in this run (--ask loads the real local model).")
     tables = [Table(caption="wall seconds per process (min, median, max over the runs) and its least CPU time (user + "

@@ -218,11 +218,12 @@ class Settings(BaseSettings):
     after the relevance gate passes, the model first quotes the sentence that states the answer; when the quote is not
     in a retrieved chunk or is about something else, the answer is "the knowledge base has nothing on this"
     (`ctxrag.chains.evidence.EvidenceCheck`; one more short model call per question). See docs/answers.md."""
-    answer_focus_chars: int = Field(default=0, ge=0)
+    answer_focus_chars: int = Field(default=300, ge=0)
     """Fewer prompt tokens for `ctxrag ask`, ``/ask`` and `build_ask_chain` (``CTXRAG_ANSWER_FOCUS_CHARS``): a
-    retrieved chunk longer than this many characters is given to the model as its sentences holding the question's
-    terms (`ctxrag.chains.focus.SentenceFocus`); 0 (default): whole chunks. Off until the answer benchmarks measure
-    it; the command latency page gives its effect on the first token."""
+    retrieved chunk longer than this many characters (default 300) is given to the model as its sentences holding the
+    question's terms (`ctxrag.chains.focus.SentenceFocus`); 0: whole chunks. 300 because the answers and citations
+    pages measured it beside whole chunks in one run without a loss, and it shortens the prompt read before the first
+    token (docs/answers.md)."""
     answer_on_instruction: Literal["flag", "withhold"] = "flag"
     """What `ctxrag ask`, ``/ask`` and the assistant give when the answer repeats an instruction planted in a
     retrieved document (``relevance["overruled_by"] == "instruction"``, `ctxrag.chains.instructions`;

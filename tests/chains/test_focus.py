@@ -80,7 +80,7 @@ def _ask(sample_kb, settings, **kwargs: Any) -> tuple[dict[str, Any], list[str]]
 
 
 def test_the_ask_chain_follows_the_setting_and_focuses_the_prompt_only(sample_kb, kb_settings) -> None:
-    whole, whole_prompts = _ask(sample_kb, kb_settings)
+    whole, whole_prompts = _ask(sample_kb, kb_settings.model_copy(update={"answer_focus_chars": 0}))
     focused, focused_prompts = _ask(sample_kb, kb_settings.model_copy(update={"answer_focus_chars": 200}))
     assert len(whole_prompts) == len(focused_prompts) == 2  # the quote call, then the answer
     assert focused_prompts[0] == focused_prompts[1]  # one prefix: the answer reuses what the quote call read
@@ -91,3 +91,15 @@ def test_the_ask_chain_follows_the_setting_and_focuses_the_prompt_only(sample_kb
     assert focused["supported"] is True and focused["sources"][0]["n"] == 1
     off, off_prompts = _ask(sample_kb, kb_settings.model_copy(update={"answer_focus_chars": 200}), focus=0)
     assert off_prompts == whole_prompts
+
+
+def test_the_ask_chain_focuses_long_chunks_by_default(sample_kb, kb_settings) -> None:
+    """``answer_focus_chars`` defaults to 300 (chosen on the answers and citations pages, docs/answers.md): with the
+    settings as shipped, a chunk over 300 characters reaches the model as its sentences near the question."""
+    assert kb_settings.answer_focus_chars == 300
+    _, default_prompts = _ask(sample_kb, kb_settings)
+    _, whole_prompts = _ask(sample_kb, kb_settings, focus=0)
+    assert GAP in default_prompts[0] and QUOTE in default_prompts[0] and GAP not in whole_prompts[0]
+    assert len(default_prompts[0]) < len(whole_prompts[0])
+    _, focused_300 = _ask(sample_kb, kb_settings, focus=300)
+    assert focused_300 == default_prompts

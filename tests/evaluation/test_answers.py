@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from typer.testing import CliRunner
@@ -18,6 +19,7 @@ from ctxrag.evaluation.answers import (
     EVIDENCE_CHECKS,
     answer_metrics,
     evidence_arms,
+    focus_arms,
     format_answer_table,
     load_key_fact_questions,
     references_of,
@@ -106,6 +108,38 @@ def test_answer_arms_compare_evidence_checks_in_one_run(fixtures: Path) -> None:
     with pytest.raises(ValueError, match="at least one"):
         evidence_arms([])
     assert evidence_arms("off") == ["off"] and set(EVIDENCE_CHECKS) == {"default", "plain", "off"}
+
+
+class _Prompts(BaseCallbackHandler):
+    """The system message of every chat model call (where the chain puts the chunks)."""
+
+    def __init__(self) -> None:
+        self.systems: list[str] = []
+
+    def on_chat_model_start(self, serialized: object, messages: list[list[object]], **kw: object) -> None:
+        self.systems.append(next(str(m.content) for m in messages[0] if m.type == "system"))  # type: ignore[attr-defined]
+
+
+def test_answer_arms_compare_focus_lengths_in_one_run(fixtures: Path) -> None:
+    ds = load_squad([fixtures / "squad_zh.json"])
+    # the answer is in the paragraph's second sentence, the first (40 characters) is over a 20-character focus
+    ds = replace(ds, queries=[next(q for q in ds.queries if q.id == "zh-2")])
+    prompts = _Prompts()
+    llm = _fake("明朝 [1]", "明朝 [1]")
+    llm.callbacks = [prompts]
+    results = run_answer_eval(EvalRunner(ds, [1], progress=False), [builtin("bm25")], llm, k=1, judge=False,
+                              evidence="off", focus=[0, 20, 0])
+    assert [r.config.name for r in results] == ["bm25 focus=0", "bm25 focus=20"]
+    assert [r.focus for r in results] == [0, 20] and all(r.error is None for r in results)
+    assert results[1].to_json()["focus"] == 20 and "focus" in results[0].to_json()
+    whole, focused = prompts.systems
+    assert len(focused) < len(whole) and "…" in focused and "…" not in whole
+    one = run_answer_eval(EvalRunner(ds, [1], progress=False), [builtin("bm25")], _fake("明朝 [1]"), k=1,
+                          judge=False, evidence="off")[0]
+    assert one.config.name == "bm25" and one.focus is None and "focus" not in one.to_json()  # the setting's
+    assert focus_arms(None) == [None] and focus_arms(300) == [300]
+    with pytest.raises(ValueError, match="got -1"):
+        focus_arms([0, -1])
 
 
 def test_answer_metrics_without_records_is_empty() -> None:
@@ -233,6 +267,30 @@ def test_cli_key_facts_answer_with_the_products_evidence_check(tmp_path: Path, m
     assert res.exit_code == 0, res.output
     (only,) = json.loads(out.read_text())["results"]
     assert only["evidence"] == "default" and [p["key_facts"] for p in only["per_query"]] == [[True], [False]]
+
+
+def test_cli_key_facts_answer_with_each_focus_length(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctxrag.models.chat as chat
+
+    monkeypatch.setenv("CTXRAG_EMBEDDINGS__PROVIDER", "fake")
+    questions = tmp_path / "q.json"
+    items = json.loads((REPO / "examples" / "sample_questions.json").read_text(encoding="utf-8"))[3:4]
+    questions.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
+    monkeypatch.setattr(chat, "make_chat_model", lambda **_: _fake("Port 7420 [1].", "Port 7420 [1]."))
+    corpus = tmp_path / "corpus"
+    shutil.copytree(REPO / "examples" / "sample_corpus", corpus)
+    out = tmp_path / "k.json"
+    res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus), "--questions", str(questions),
+                                   "--no-judge", "--evidence", "off", "--focus", "0", "--focus", "300",
+                                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["focus"] == [0, 300]
+    assert [(r["config"]["name"], r["focus"]) for r in doc["results"]] == [("hybrid focus=0", 0),
+                                                                         ("hybrid focus=300", 300)]
+    res = runner.invoke(eval_app, ["answers", "-f", "keyfacts", str(corpus), "--questions", str(questions),
+                                   "--focus", "-5"])
+    assert res.exit_code != 0 and "--focus" in res.output
 
 
 # ------------------------------------------------------------------ the real default model

@@ -161,6 +161,10 @@ def answers(
                                                  "the product's (key-term stages over the knowledge base's BM25, as "
                                                  "`ctxrag ask`); plain, without key terms (the answer pages' rows "
                                                  "before 2026-11-29); off. Repeat to answer with each in one run."),
+    focus: Optional[list[int]] = typer.Option(None, "--focus", min=0, help="answer_focus_chars of the chain: each "
+                                              "long chunk given to the model as its sentences near the question, up "
+                                              "to this many characters (0: whole chunks; default: the setting). "
+                                              "Repeat to answer with each in one run."),
 ) -> None:
     """End-to-end answer accuracy through the RAG chain: EM/F1 and cited-chunk checks on short-answer sets, key facts
     on the demo set, the LLM judge beside them; seconds per answer (p50)."""
@@ -187,7 +191,8 @@ def answers(
         overrides: dict[str, Any] = {"max_tokens": max_tokens} if max_tokens else {}
         llm = make_chat_model(**overrides)
         if fmt.strip().lower() == KEYFACTS:
-            results = _key_facts(paths, questions, kb, k, llm, answer_style, judge is not False, arms)
+            lengths: list[int | None] = list(focus) if focus else [None]  # None: the setting's
+            results = _key_facts(paths, questions, kb, k, llm, answer_style, judge is not False, arms, lengths)
             dataset_name = results[0].dataset
         else:
             dataset, configs, _ = _prepare(fmt, paths, config or ["hybrid"], contexts, "5", sample, seed, split)
@@ -196,13 +201,14 @@ def answers(
             typer.echo(_summary(dataset), err=True)
             results = run_answer_eval(EvalRunner(dataset, [k], settings=get_settings(), progress=sys.stderr.isatty()), configs, llm, k=k,
                                       judge=bool(judge), answer_style=answer_style, reading_script=reading_script,
-                                      stock=answer_style == "short" if stock is None else stock, evidence=arms)
+                                      stock=answer_style == "short" if stock is None else stock, evidence=arms,
+                                      focus=focus or None)
             dataset_name = dataset.name
         typer.echo(format_answer_table(results))
         if json_out:
             write_json(results, json_out, per_query=True, dataset=dataset_name, format=fmt, k=k, sample=sample,
                        limit=limit, seed=seed, answer_style=answer_style, reading_script=reading_script,
-                       evidence=arms, model=getattr(llm, "model_name", None))
+                       evidence=arms, focus=focus or None, model=getattr(llm, "model_name", None))
             typer.echo(f"wrote {json_out}", err=True)
     except CtxragError as e:
         _fail(str(e))
@@ -214,9 +220,11 @@ def answers(
 
 
 def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: int, llm: BaseChatModel,
-               answer_style: str, judge: bool, evidence: list[str]) -> list[AnswerResult]:
+               answer_style: str, judge: bool, evidence: list[str],
+               focus: list[int | None]) -> list[AnswerResult]:
     """Ingest the folder into ``kb_name`` and answer the key-fact questions through the demo's chain, once per
-    evidence check in ``evidence`` (`ctxrag.evaluation.answers.EVIDENCE_CHECKS`)."""
+    evidence check in ``evidence`` (`ctxrag.evaluation.answers.EVIDENCE_CHECKS`) and answer_focus_chars in ``focus``
+    (None: the setting's)."""
     from ctxrag.chains.ask import build_ask_chain
     from ctxrag.enums import SearchMode
     from ctxrag.evaluation.answers import (
@@ -240,15 +248,17 @@ def _key_facts(paths: list[Path], questions: Optional[Path], kb_name: str, k: in
     typer.echo(f"ingested {paths[0]} into {kb_name!r}: {len(report.added)} added, {len(report.updated)} updated, "
                f"{len(report.skipped)} skipped, {len(report.failed)} failed", err=True)
     out = []
-    for arm in evidence:
-        # the demo's chain with the gate off (these questions are answerable) and the evidence check named
-        chain = build_ask_chain([kbase], llm, k=k, mode=SearchMode.HYBRID, gate=False,
-                                evidence=evidence_check(llm, kbase, arm), answer=answer_step(llm, answer_style))
-        result = run_key_fact_eval(chain, items, name=f"keyfacts:{questions.name}",
-                                   config=arm_config(builtin("hybrid"), arm, evidence),
-                                   judge=AnswerJudge(llm) if judge else None, progress=sys.stderr.isatty())
-        result.evidence = arm
-        out.append(result)
+    for length in focus:
+        for arm in evidence:
+            # the demo's chain with the gate off (these questions are answerable), the evidence check named
+            chain = build_ask_chain([kbase], llm, k=k, mode=SearchMode.HYBRID, gate=False,
+                                    evidence=evidence_check(llm, kbase, arm), answer=answer_step(llm, answer_style),
+                                    focus=length)
+            result = run_key_fact_eval(chain, items, name=f"keyfacts:{questions.name}",
+                                       config=arm_config(builtin("hybrid"), arm, evidence, length, focus),
+                                       judge=AnswerJudge(llm) if judge else None, progress=sys.stderr.isatty())
+            result.evidence, result.focus = arm, length
+            out.append(result)
     return out
 
 

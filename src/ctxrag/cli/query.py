@@ -115,14 +115,15 @@ def ask(
 
 def answer_chain(kbs: Sequence[str | KnowledgeBaseProtocol], llm: BaseChatModel, *, k: int = 4,
                  mode: SearchMode | str = SearchMode.HYBRID, rerank: str = "none",
-                 multi_hop: int = 0, decompose: bool = False, bridge: bool | None = None) -> Runnable[Any, Any]:
+                 multi_hop: int = 0, decompose: bool = False, bridge: bool | None = None,
+                 focus: int | None = None) -> Runnable[Any, Any]:
     """`ctxrag.chains.ask.build_ask_chain` over `kbs`: names, or knowledge bases already open (each is opened once
-    either way)."""
+    either way). ``focus``: None follows the ``answer_focus_chars`` setting; a number of characters (0: whole chunks)."""
     from ctxrag.chains.ask import build_ask_chain
 
     opened = [open_kbs([x])[0] if isinstance(x, str) else x for x in kbs]
     return build_ask_chain(opened, llm, k=k, mode=mode, rerank=rerank, multi_hop=multi_hop, decompose=decompose,
-                           bridge=bridge)
+                           bridge=bridge, focus=focus)
 
 
 def stream_answer(chain: Runnable[Any, Any], llm: BaseChatModel, question: str,

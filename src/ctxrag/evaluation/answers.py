@@ -98,11 +98,15 @@ class AnswerResult(ConfigResult):
     evidence: str | None = None
     """The evidence check the chain answered with (one of `EVIDENCE_CHECKS`); None for a chain without that choice
     (the stock LangChain chain)."""
+    focus: int | None = None
+    """The chain's ``answer_focus_chars`` when the run chose it (0: whole chunks); None: the setting's."""
 
     def to_json(self, per_query: bool = False) -> dict[str, Any]:
         out = super().to_json(per_query=False)
         if self.evidence is not None:
             out["evidence"] = self.evidence
+        if self.focus is not None:
+            out["focus"] = self.focus
         if per_query:
             out["per_query"] = [r.to_json() for r in self.records]
         return out
@@ -202,12 +206,26 @@ def evidence_arms(evidence: str | Sequence[str]) -> list[str]:
     return [_known_check(name) for name in arms]
 
 
-def arm_config(config: ExperimentConfig, evidence: str, arms: Sequence[str]) -> ExperimentConfig:
-    """``config`` named for its evidence arm when a run compares several (``hybrid evidence=plain``), as it is
-    otherwise."""
-    if len(arms) < 2:
-        return config
-    return config.model_copy(update={"name": f"{config.name} evidence={evidence}"})
+def focus_arms(focus: int | Sequence[int] | None) -> list[int | None]:
+    """The ``answer_focus_chars`` arms to answer with, in order, each once (None: the setting's, one arm);
+    ValueError naming a negative one."""
+    arms: list[int | None] = list(dict.fromkeys([focus] if focus is None or isinstance(focus, int) else focus))
+    bad = [a for a in arms if a is not None and a < 0]
+    if bad or not arms:
+        raise ValueError(f"focus: characters >= 0 (0: whole chunks), got {bad[0] if bad else focus!r}")
+    return arms
+
+
+def arm_config(config: ExperimentConfig, evidence: str, arms: Sequence[str], focus: int | None = None,
+               focus_arms: Sequence[int | None] = ()) -> ExperimentConfig:
+    """``config`` named for its arm when a run compares several evidence checks or focus lengths (``hybrid
+    evidence=plain``, ``hybrid focus=300``), as it is otherwise."""
+    name = config.name
+    if len(arms) > 1:
+        name += f" evidence={evidence}"
+    if len(focus_arms) > 1:
+        name += f" focus={focus}"
+    return config if name == config.name else config.model_copy(update={"name": name})
 
 
 def answer_one(chain: Runnable[Any, Any], question: str) -> tuple[dict[str, Any], float]:
@@ -257,7 +275,8 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
                     judge_llm: BaseChatModel | None = None, judge: bool = True,
                     answer_style: str = "full", reading_script: str = "auto",
                     gate: RelevanceGate | bool = False, stock: bool = False,
-                    evidence: str | Sequence[str] = "default") -> list[AnswerResult]:
+                    evidence: str | Sequence[str] = "default",
+                    focus: int | Sequence[int] | None = None) -> list[AnswerResult]:
     """Answer every query of ``runner.dataset`` with the top ``k`` chunks of each config and score the answers.
 
     EM/F1/cited_contains are always computed for queries with reference answers; the LLM judge runs when ``judge``.
@@ -265,29 +284,32 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
     Each config's chain is the ask chain (`ctxrag.chains.ask.build_ask_chain`) over the config's retriever (its top
     ``k``) with the evidence check ``evidence`` names (`EVIDENCE_CHECKS`; ``default`` is the product's, over the
     config's corpus source); several names answer each config once per check, in one run, the rows named
-    ``CONFIG evidence=NAME``. ``gate`` goes to it: off by default, as these sets are answerable by construction (the
+    ``CONFIG evidence=NAME``. ``focus``: the chain's ``answer_focus_chars`` (None: the setting's; 0: whole chunks);
+    several answer each config and check once per length, the rows named ``CONFIG focus=N``. ``gate`` goes to it: off by default, as these sets are answerable by construction (the
     gate is measured on its own by bench/bench_answer_gate.py). ``stock`` adds a row for the stock LangChain chain
     (`ctxrag.evaluation.stock_chain`) over the same corpus, queries, ``k`` and model.
     """
     arms = evidence_arms(evidence)
+    lengths = focus_arms(focus)
     grader = AnswerJudge(judge_llm or llm) if judge else None
     step = answer_step(llm, answer_style, reading_script)
     out: list[AnswerResult] = []
     ds = runner.dataset
     for cfg in configs:
-        for arm in arms:
-            row = arm_config(cfg, arm, arms)
-            try:
-                retriever, index_seconds = runner.build_retriever(cfg, k)
-                source = runner.source(cfg)
-                chain = build_ask_chain([source], llm, retriever=TopK(base=retriever, k=k), gate=gate,
-                                        evidence=evidence_check(llm, source, arm), answer=step)
-                result = _answer_all(runner, row, chain, grader, index_seconds)
-            except (CtxragError, ValueError, ImportError) as e:
-                log.error("config %s failed: %s", row.name, e)
-                result = AnswerResult(config=row, dataset=ds.name, queries=0, error=str(e))
-            result.evidence = arm
-            out.append(result)
+        for length in lengths:
+            for arm in arms:
+                row = arm_config(cfg, arm, arms, length, lengths)
+                try:
+                    retriever, index_seconds = runner.build_retriever(cfg, k)
+                    source = runner.source(cfg)
+                    chain = build_ask_chain([source], llm, retriever=TopK(base=retriever, k=k), gate=gate,
+                                            evidence=evidence_check(llm, source, arm), answer=step, focus=length)
+                    result = _answer_all(runner, row, chain, grader, index_seconds)
+                except (CtxragError, ValueError, ImportError) as e:
+                    log.error("config %s failed: %s", row.name, e)
+                    result = AnswerResult(config=row, dataset=ds.name, queries=0, error=str(e))
+                result.evidence, result.focus = arm, length
+                out.append(result)
     if stock:
         cfg = ExperimentConfig(name=STOCK_NAME, retrieval=SearchMode.BM25)
         try:
