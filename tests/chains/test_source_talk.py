@@ -59,7 +59,7 @@ def test_streamed_in_any_cut_is_the_whole_answer(reply: str, expected: str, step
     "以上信息来自资料[1]。", "这在资料[2]中有说明。", "资料[1]提供了相关信息。", "根据资料[1]。", "详见资料[3]。",
     # the demo's port answer (`ctxrag demo`, local 1.5B): a kind of document named, the marker inside the phrase
     "This information is provided in the [1] section of the deployment guide.", "As described in the admin guide.",
-    "Source: [3]", "来源：[1]",
+    "Source: [3]", "来源：[1]", "This is stated in the support policy [1].",
 ])
 def test_source_talk_and_every_start_of_it_is_held(sentence: str) -> None:
     assert source_talk(sentence)
@@ -71,7 +71,8 @@ def test_source_talk_and_every_start_of_it_is_held(sentence: str) -> None:
     "This is stated in source [2], which says the port is 7420.", "团队版包含 200 GB 存储空间[3]。",
     "资料中的水泵每分钟 40 升。", "",
     "See the installation guide.",  # points the reader at a document: stays
-    "The guide says the port is 7420 [1].",
+    "The guide says the port is 7420 [1].", "This is covered in the Enterprise plan [1].",
+    "It is written in Rust and Go.",
 ])
 def test_sentences_with_facts_are_not_source_talk(sentence: str) -> None:
     assert not source_talk(sentence)

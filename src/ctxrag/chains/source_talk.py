@@ -34,10 +34,14 @@ _WHAT_EN = (r"(?:this|that|it|these|those|all\s+of\s+this|this\s+information|the
             r"the\s+(?:above\s+)?(?:information|answer|details?|facts?|statements?))")
 _VERB_EN = (r"(?:stated|mentioned|found|provided|given|described|explained|confirmed|shown|specified|listed|"
             r"documented|noted|indicated|outlined|covered|supported|based|taken|drawn|sourced|cited|referenced)")
+_SPEECH_EN = r"(?:stated|mentioned|described|documented|explained|noted|specified|outlined|detailed)"
+"""Verbs of what a document says: "This is stated in the support policy." names a document whatever its kind."""
 _EN = re.compile(
     rf"^(?:{_WHAT_EN}\s+(?:(?:is|are|was|were|can\s+be|comes?)\s+)?(?:also\s+|clearly\s+|explicitly\s+)?"
     rf"(?:{_VERB_EN}\s+)?(?:in|by|from|on|within)\s+(?:{_WHERE_EN}|{_WHERE_EN_NAMED})"
     rf"|(?:as\s+)?(?:stated|mentioned|described|shown)\s+in\s+(?:{_WHERE_EN}|{_WHERE_EN_NAMED})"
+    rf"|{_WHAT_EN}\s+(?:is|are|was|were)\s+(?:also\s+|clearly\s+|explicitly\s+)?{_SPEECH_EN}\s+in\s+"
+    rf"(?:the\s+|our\s+|its\s+|their\s+)?(?:[\w-]+\s+){{0,2}}[\w-]+"
     rf"|(?:sources?|references?|citations?)\s*:?"
     rf"|(?:according\s+to|see|refer\s+to)\s+{_WHERE_EN}"
     rf"|{_WHERE_EN}\s+(?:(?:also|clearly|explicitly)\s+)?(?:provides?|states?|mentions?|confirms?|contains?|"
