@@ -182,6 +182,7 @@ def model_free_warm_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     return real
 
 
+@pytest.mark.slow  # real Python processes (the model-free stand-in): out of the fast lane, as before
 def test_two_commands_starting_at_once_start_one_process_that_later_ones_reuse(model_free_warm_process: str,
                                                                                tmp_path: Path) -> None:
     gguf = tmp_path / "m.gguf"
@@ -200,6 +201,7 @@ def test_two_commands_starting_at_once_start_one_process_that_later_ones_reuse(m
     assert stop_warm_models() == [pids[0]] and _gone(pids[0])
 
 
+@pytest.mark.slow  # real Python processes (the model-free stand-in): out of the fast lane, as before
 def test_prestart_starts_the_process_in_the_background_and_the_first_call_uses_it(model_free_warm_process: str,
                                                                                     tmp_path: Path) -> None:
     from langchain_core.language_models import GenericFakeChatModel
