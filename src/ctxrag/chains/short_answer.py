@@ -86,19 +86,21 @@ class ExtractiveAnswer(RunnableSerializable[dict[str, Any], dict[str, Any]]):
         question = x["question"]
         follow = SHORT_RETRY if echoes_question(first, question) else (
             SHORT_RESTATE if restates_question(first, question) else None)
-        if follow is None:
-            return None
-        lng = question_language(question, self.lang)
-        key = "zh-hant" if lng == "zh" and is_traditional_chinese(question) and not self._simplified else lng
-        return [*msgs, AIMessage(first), HumanMessage(follow[key].format(phrase=clean_phrase(first)))]
+        return None if follow is None else self._follow_up(follow, first, x, msgs)
 
     def _intermediate(self, first: str, x: dict[str, Any], msgs: list[BaseMessage]) -> list[BaseMessage] | None:
         """The follow-up messages when the phrase is a name the chain found on the way (``x["intermediate"]``)."""
         if names_one_of(first, x.get("intermediate") or []) is None:
             return None
-        lng = question_language(x["question"], self.lang)
-        key = "zh-hant" if lng == "zh" and is_traditional_chinese(x["question"]) and not self._simplified else lng
-        return [*msgs, AIMessage(first), HumanMessage(SHORT_INTERMEDIATE[key].format(phrase=clean_phrase(first)))]
+        return self._follow_up(SHORT_INTERMEDIATE, first, x, msgs)
+
+    def _follow_up(self, follow: dict[str, str], first: str, x: dict[str, Any],
+                   msgs: list[BaseMessage]) -> list[BaseMessage]:
+        """``msgs``, the first phrase as the model's turn, and `follow`'s text in the question's language and script."""
+        question = x["question"]
+        lng = question_language(question, self.lang)
+        key = "zh-hant" if lng == "zh" and is_traditional_chinese(question) and not self._simplified else lng
+        return [*msgs, AIMessage(first), HumanMessage(follow[key].format(phrase=clean_phrase(first)))]
 
     @staticmethod
     def _better(first: str, second: str, question: str) -> str:
