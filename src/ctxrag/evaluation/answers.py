@@ -285,9 +285,10 @@ def run_answer_eval(runner: EvalRunner, configs: Sequence[ExperimentConfig], llm
     ``k``) with the evidence check ``evidence`` names (`EVIDENCE_CHECKS`; ``default`` is the product's, over the
     config's corpus source); several names answer each config once per check, in one run, the rows named
     ``CONFIG evidence=NAME``. ``focus``: the chain's ``answer_focus_chars`` (None: the setting's; 0: whole chunks);
-    several answer each config and check once per length, the rows named ``CONFIG focus=N``. ``gate`` goes to it: off by default, as these sets are answerable by construction (the
-    gate is measured on its own by bench/bench_answer_gate.py). ``stock`` adds a row for the stock LangChain chain
-    (`ctxrag.evaluation.stock_chain`) over the same corpus, queries, ``k`` and model.
+    several answer each config and check once per length, the rows named ``CONFIG focus=N``. ``gate`` goes to it:
+    off by default, as these sets are answerable by construction (the gate is measured on its own by
+    bench/bench_answer_gate.py). ``stock`` adds a row for the stock LangChain chain (`ctxrag.evaluation.stock_chain`)
+    over the same corpus, queries, ``k`` and model.
     """
     arms = evidence_arms(evidence)
     lengths = focus_arms(focus)
