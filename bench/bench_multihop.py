@@ -68,6 +68,7 @@ ARMS = {"single": "single shot (hybrid top 4, short answer)",
         "bridge": "iterative, the missing name asked per hop, short answer (hybrid)",
         "bridge-graph": "iterative, the missing name asked per hop, short answer (graph)",
         "bridge-fusion": "iterative, the missing name asked per hop, short answer (hybrid + graph RRF)",
+        "bridge3-graph": "iterative, the missing name asked per hop, at least three retrievals, short answer (graph)",
         "multihop": "iterative retrieval (hybrid)",
         "multihop-graph": "iterative retrieval (graph, PageRank)",
         "plan": "iterative retrieval, decomposition first (hybrid)",
@@ -148,6 +149,9 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
         elif arm in ("bridge", "bridge-graph", "bridge-fusion"):
             chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2, fusion), llm, max_hops=args.max_hops,
                                          passages_per_hop=args.per_hop, bridge=True)
+        elif arm == "bridge3-graph":  # the loop does not stop before its third retrieval
+            chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2, fusion), llm, max_hops=args.max_hops,
+                                         min_hops=min(3, args.max_hops), passages_per_hop=args.per_hop, bridge=True)
         elif arm in ("multihop", "multihop-graph"):
             chains[arm] = build_ask_chain([runner.source(config(mode))], llm, multi_hop=args.max_hops,
                                           k=args.per_hop, retriever=retriever(mode, args.per_hop + 2))
@@ -246,6 +250,20 @@ def run(args: argparse.Namespace, arms: list[str]) -> list[dict[str, Any]]:
     records = read_records(args.records)
     done = {(r["arm"], r["id"]) for r in records}
     todo = [(q, arm) for q in queries for arm in arms if (arm, q.id) not in done]
+    same = {}  # bridge3-graph: a recorded bridge-graph loop that already made every retrieval runs the same
+    if args.same_as:
+        same = {r["id"]: r for r in read_records(args.same_as)
+                if r["arm"] == "bridge-graph" and len(r.get("queries") or []) >= args.max_hops}
+    copied = [(q, arm) for q, arm in todo if arm == "bridge3-graph" and q.id in same]
+    for q, arm in copied:
+        rec = {**same[q.id], "arm": arm, "copied_from": str(args.same_as)}
+        records.append(rec)
+        with args.records.open("a", encoding="utf-8") as sink:
+            sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    todo = [t for t in todo if t not in copied]
+    if args.interleave:  # a run stopped early covers every 20-question slice alike
+        pos = {q.id: i for i, q in enumerate(queries)}
+        todo.sort(key=lambda t: (pos[t[0].id] % 20, pos[t[0].id]))
     if not todo:
         return records
     chains = build_arms(arms, dataset, args)
@@ -379,6 +397,8 @@ def slice_tables(records: list[dict[str, Any]], start: int, questions: int, args
                  diagnosis_notes: list[str] | None = None) -> list[Table]:
     """A slice's tables: scores per arm (``notes`` under them), F1 by hops used, the diagnosis."""
     _, queries = load_questions(questions, args.seed, start)
+    if getattr(args, "table_arms", None):  # the slice tables of these arms only (the comparisons keep every arm)
+        records = [r for r in records if r["arm"] in args.table_arms.split(",")]
     arms_records, n = _by_arm(records, [q.id for q in queries])
     rows, spread, diagnosis = [], [], []
     for arm, mine in arms_records.items():
@@ -427,6 +447,7 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
         if other:
             rows.append(compare_row(other, args.other_start, args.other_questions, args.seed, first, second,
                                     args.other_label))
+        rows = [r for r in rows if r[1]]  # a slice the pair did not both run
         notes = [note.split(":", 1)[1] for note in args.compare_note if note.split(":", 1)[0] == str(n + 1)]
         tables.append(Table(
             caption=f"{ARMS[second]} against {ARMS[first]}, per slice",
@@ -533,6 +554,13 @@ def main() -> None:
     parser.add_argument("--records", type=Path, default=OUT / "records.jsonl", help="JSONL records (resumable)")
     parser.add_argument("--home", type=Path, default=OUT / "home", help="CTXRAG_HOME of the run (embedding cache)")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--same-as", type=Path, metavar="RECORDS",
+                        help="bridge3-graph: copy a recorded bridge-graph loop that already made --max-hops "
+                             "retrievals (the arm would run it unchanged) instead of running it")
+    parser.add_argument("--table-arms", default="", metavar="A,B",
+                        help="report: the slice tables show these arms only (default: every arm in the records)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="run the questions slice by slice in turn (0, 20, 40, 1, 21, ...)")
     parser.add_argument("--replay", type=Path, metavar="RECORDS",
                         help="a bridge arm's recorded run replayed with today's final read (only new prompts are "
                              "decoded: the middle-entity re-ask), into --records")

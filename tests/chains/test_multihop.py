@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 
 from ctxrag.chains.ask import RagAnswer
-from ctxrag.chains.multihop import MultiHopAnswer, resolve
+from ctxrag.chains.multihop import BRIDGE_MIN_HOPS, MultiHopAnswer, resolve
 from ctxrag.retrievers.bm25 import BM25Retriever
 from ctxrag.retrievers.fusion import FusionRetriever
 
@@ -254,6 +254,18 @@ def test_bridge_stops_on_no_missing_name_from_min_hops_and_on_a_repeated_search(
     assert len(out["hops"]) == 1 and out["model_answer"] == "Mara Velt" and out["loop_answer"] == ""
 
 
+def test_bridge_searches_the_answer_when_a_search_repeats_before_min_hops(retriever: BM25Retriever) -> None:
+    """Before hop ``min_hops`` a missing name searched before does not end the loop: the hop's answer is searched
+    instead (the 3-hop chain's middle entity); from ``min_hops`` on, the repeat ends it as before."""
+    replies = ({"missing": "Mara Velt birth year", "answer": ""},
+               {"missing": "mara velt birth year", "answer": "Mara Velt"}, "1961")
+    out = MultiHopAnswer(retriever, _chat(*replies), max_hops=3, min_hops=3, passages_per_hop=1,
+                         bridge=True).invoke(QUESTION)
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "Mara Velt birth year", "Mara Velt"]
+    out = MultiHopAnswer(retriever, _chat(*replies), max_hops=3, passages_per_hop=1, bridge=True).invoke(QUESTION)
+    assert [h["query"] for h in out["hops"]] == [QUESTION, "Mara Velt birth year"]
+
+
 def test_bridge_asks_again_when_the_final_phrase_is_a_name_it_searched_for(retriever: BM25Retriever) -> None:
     """The final read names the chain's middle entity (the singer, which hop 2 searched for): asked once more as a
     step on the way, the year is the answer and the singer is kept as ``rejected_answer``. The question is never an
@@ -319,6 +331,9 @@ def test_ask_chain_hops_through_the_graph_when_every_knowledge_base_has_one(
     assert chain.bridge is True  # the default strategy (the multihop_answers page); decompose turns it off
     assert build_ask_chain([graph_kb], llm, multi_hop=2, decompose=True).bridge is False
     assert build_ask_chain([graph_kb], llm, multi_hop=2, bridge=False).bridge is False
+    # the bridge makes at least BRIDGE_MIN_HOPS retrievals (within max_hops); the loop keeps its own min_hops
+    assert chain.min_hops == 2 and build_ask_chain([graph_kb], llm, multi_hop=3).min_hops == BRIDGE_MIN_HOPS == 3
+    assert build_ask_chain([graph_kb], llm, multi_hop=3, bridge=False).min_hops == 2
     assert chain.retriever.name == "graph" and chain.retriever.k == 4  # room for k new chunks after the seen ones
     assert build_ask_chain([graph_kb], llm, mode="bm25", multi_hop=2).retriever.name == "bm25"
     assert isinstance(build_ask_chain([plain_kb], llm, multi_hop=2).retriever, FusionRetriever)

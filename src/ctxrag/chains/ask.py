@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 from ctxrag.chains.evidence import EvidenceCheck, default_evidence_check
 from ctxrag.chains.focus import SentenceFocus
 from ctxrag.chains.key_terms import KeyTerms
-from ctxrag.chains.multihop import MultiHopAnswer
+from ctxrag.chains.multihop import BRIDGE_MIN_HOPS, MultiHopAnswer
 from ctxrag.chains.rag import DEFAULT_STEPS, AnswerStep, OnInstruction, build_rag_chain
 from ctxrag.chains.relevance import RelevanceGate
 from ctxrag.enums import SearchMode
@@ -145,8 +145,10 @@ def build_ask_chain(
             graph = SearchMode.from_str(mode) is DEFAULT_MODE and all(kb.graph_index() is not None for kb in kbs)
             retriever = make_multi_kb_retriever(list(kbs), mode=SearchMode.GRAPH if graph else mode, k=k + 2,
                                                 rerank=rerank, search_type="similarity", filter=filter)
+        use_bridge = not decompose if bridge is None else bridge
+        least = {"min_hops": min(BRIDGE_MIN_HOPS, multi_hop)} if use_bridge else {}
         return MultiHopAnswer(retriever, llm, max_hops=multi_hop, passages_per_hop=k, decompose=decompose,
-                              bridge=not decompose if bridge is None else bridge)
+                              bridge=use_bridge, **least)
     s = settings or get_settings()
     gate = s.answer_gate if gate is None else gate
     evidence = s.answer_evidence if evidence is None else evidence

@@ -204,6 +204,12 @@ def _prepare(inp: Any) -> str:
     return question.strip()
 
 
+BRIDGE_MIN_HOPS = 3
+"""``min_hops`` of the bridge as `ctxrag.chains.ask.build_ask_chain` (``ctxrag ask --multi-hop``) runs it: the loop
+makes at least this many retrievals (at most ``max_hops``), searching the hop's answer when the model names nothing
+new to look up. Chosen on the multi-hop answers benchmark (its page says on which questions)."""
+
+
 class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
     """Iterative retrieval over ``retriever`` with ``llm`` (see the module docstring).
 
@@ -235,7 +241,9 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
     """Iterative retrieval without a plan or notes (self-ask style): retrieve for the question; at each hop but the
     last the model reads every passage read so far and names the one thing still missing as a short search string
     (`Bridge`), which is retrieved next (its answer, when it names nothing missing before hop ``min_hops``); the
-    loop ends at ``max_hops`` retrievals, on no search string (from hop ``min_hops``) or one searched before. The
+    loop ends at ``max_hops`` retrievals, on no search string or one searched before (from hop ``min_hops``; before
+    it, the hop's answer is searched instead, when it is new; the ask chain runs the bridge with
+    `BRIDGE_MIN_HOPS`). The
     answer is then read in a few words over every passage read (`ExtractiveAnswer`, snapped to a span);
     ``loop_answer`` in the output is the last answer a hop gave. Takes precedence over ``decompose``."""
 
@@ -339,6 +347,8 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
             if not hop.next_question and i + 1 >= self.min_hops:
                 break
             query = hop.next_question or hop.answer
+            if i + 1 < self.min_hops and (not query or any(_same_question(query, h.query) for h in hops)):
+                query = hop.answer  # before hop min_hops a search made before is not an end: look up the answer
             if not query or any(_same_question(query, h.query) for h in hops):
                 break
         return {**self.final_read(question, documents, hops, config), "loop_answer": loop_answer}
