@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import random
 import sys
 import time
@@ -50,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pagedata import Table, write_page_data  # noqa: E402
+from pagedata import DATA_DIR, Table, write_page_data  # noqa: E402
 
 from ctxrag.chains.evidence import MAX_QUOTE_CHARS  # noqa: E402
 
@@ -407,6 +408,25 @@ def _sequence_logprob(llama: Any, prompt: list[int], reply: list[int]) -> tuple[
     return total, first
 
 
+def _llama_tokens(home: Path) -> tuple[Any, Any, Any]:
+    """The local chat model in process (``home``'s settings), its llama.cpp object, and a function from chat
+    messages to the prompt's tokens as the model's chat template writes them."""
+    from ctxrag.models.chat import make_chat_model
+    from ctxrag.models.llamacpp_logprobs import _formatter
+    from ctxrag.models.llamacpp_tools import chat_dicts
+    from ctxrag.settings import Settings
+
+    llm = make_chat_model(Settings(home=home))
+    llama = llm.load().llama  # type: ignore[attr-defined]
+    fmt = _formatter(llama)
+
+    def tokens(msgs: list[Any]) -> list[int]:
+        return list(llama.tokenize(fmt(messages=chat_dicts(msgs)).prompt.encode("utf-8"), add_bos=False,
+                                   special=True))
+
+    return llm, llama, tokens
+
+
 def reader(args: argparse.Namespace) -> None:
     """The SQuAD-2.0 style reader decision, measured: for each record the loosest gate passes (round-robin over the
     groups, resumable, JSON lines to ``--reader-out``), the short-answer reader's prompt (`ExtractiveAnswer`'s, no
@@ -419,10 +439,6 @@ def reader(args: argparse.Namespace) -> None:
     from ctxrag.chains.extractive import snap
     from ctxrag.chains.rag import question_language
     from ctxrag.chains.short_answer import ExtractiveAnswer
-    from ctxrag.models.chat import make_chat_model
-    from ctxrag.models.llamacpp_logprobs import _formatter
-    from ctxrag.models.llamacpp_tools import chat_dicts
-    from ctxrag.settings import Settings
 
     out_path: Path = args.reader_out
     done = set()
@@ -432,7 +448,8 @@ def reader(args: argparse.Namespace) -> None:
     loose = Rule(min(CROSSES), None)
     todo: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
-        if r["id"] not in done and _new(r, loose):
+        if r["id"] not in done and _new(r, loose) and (
+                not args.reader_groups or any(_group(r).startswith(g) for g in args.reader_groups)):
             todo.setdefault(_group(r), []).append(r)
     # the in-genre groups first (the demo corpus and the other-language general questions last: the gate decides
     # most of them); with --reader-key, the questions the key-term stage passes at that threshold before the others
@@ -444,13 +461,8 @@ def reader(args: argparse.Namespace) -> None:
     order = [r for first in (True, False) for groups in ([g for g in todo if g not in late], late)
              for row in itertools.zip_longest(*([x for x in todo[g] if passes_key(x) == first] for g in groups))
              for r in row if r is not None]
-    llm = make_chat_model(Settings(home=args.home))
-    llama = llm.load().llama  # type: ignore[attr-defined]
-    fmt, step = _formatter(llama), ExtractiveAnswer(llm)
-
-    def tokens(msgs: list[Any]) -> list[int]:
-        return list(llama.tokenize(fmt(messages=chat_dicts(msgs)).prompt.encode("utf-8"), add_bos=False,
-                                   special=True))
+    llm, llama, tokens = _llama_tokens(args.home)
+    step = ExtractiveAnswer(llm)
 
     with out_path.open("a", encoding="utf-8") as out:
         for i, r in enumerate(order):
@@ -475,6 +487,225 @@ def reader(args: argparse.Namespace) -> None:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
             out.flush()
             print(f"{i + 1}/{len(order)} {row}", file=sys.stderr, flush=True)
+
+
+NULL_REQUEST = {
+    "en": ("Question: {question}\n\nAnswer in a few words copied from the sources above. If the sources do not state "
+           "the answer to this exact question, write only: NOT FOUND"),
+    "zh": "问题：{question}\n\n用上面资料中的原词简短回答（几个词）。如果资料中没有写明这个问题的答案，只写：无法回答",
+    "zh-hant": "問題：{question}\n\n用上面資料中的原詞簡短回答（幾個詞）。如果資料中沒有寫明這個問題的答案，只寫：無法回答",
+}
+"""The null request measured by ``nullcheck``: the answer prompt's system message (instructions and the focused
+numbered chunks, as the ask chain sends them), then this turn; the no-answer reply is `NULL_REPLY`."""
+NULL_REPLY = {"en": "NOT FOUND", "zh": "无法回答", "zh-hant": "無法回答"}
+
+
+def nullcheck(args: argparse.Namespace) -> None:
+    """The reader decision in the shape the ask chain could run it: the answer prompt's system message (focused
+    chunks, ``--focus`` characters, as ``ctxrag ask`` builds it; llama.cpp would reuse what the quote or answer call
+    read) and `NULL_REQUEST`: the greedy short phrase (snapped to a chunk's span or not), the sum of its tokens'
+    log-probabilities and the no-answer reply's (``null``; end of turn included). Same-language questions of
+    ``--reader-groups`` that pass the key terms at ``--reader-key``, round-robin over the groups, resumable JSON lines
+    to ``--reader-out``."""
+    import itertools
+
+    from langchain_core.messages import HumanMessage, SystemMessage
+
+    from ctxrag.chains.extractive import snap
+    from ctxrag.chains.focus import SentenceFocus
+    from ctxrag.chains.rag import answer_messages, question_language
+    from ctxrag.text import is_traditional_chinese
+
+    out_path: Path = args.reader_out
+    done = set()
+    if out_path.exists():
+        done = {json.loads(line)["id"] for line in out_path.read_text(encoding="utf-8").splitlines() if line}
+    recs = _split(args.records, args.home, args.seed, args.max_quote)
+    todo: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        if (r["id"] not in done and r["texts"] and (args.reader_key is None or (r.get("key") or 0) >= args.reader_key)
+                and (not args.reader_groups or any(_group(r).startswith(g) for g in args.reader_groups))):
+            todo.setdefault(_group(r), []).append(r)
+    order = [r for row in itertools.zip_longest(*todo.values()) for r in row if r is not None]
+    _, llama, tokens = _llama_tokens(args.home)
+
+    with out_path.open("a", encoding="utf-8") as out:
+        for i, r in enumerate(order):
+            t0 = time.perf_counter()
+            docs = _docs(r)
+            shown = SentenceFocus(args.focus, terms=r.get("_terms")).focus(r["question"], docs) if args.focus else docs
+            msgs = answer_messages({"question": r["question"], "documents": shown, "history": []})
+            system = next(m for m in msgs if isinstance(m, SystemMessage))
+            lng = question_language(r["question"], "auto")
+            key = "zh-hant" if lng == "zh" and is_traditional_chinese(r["question"]) else lng
+            prompt = tokens([system, HumanMessage(NULL_REQUEST[key].format(question=r["question"]))])
+            null = list(llama.tokenize(NULL_REPLY[key].encode("utf-8"), add_bos=False, special=False))
+            text, lp, first, n, stopped = _greedy(llama, prompt, args.reader_tokens)
+            got = snap(text, docs, question=r["question"])
+            row: dict[str, Any] = {"id": r["id"], "lang_prompt": key, "phrase": text, "lp": round(lp, 4),
+                                   "first": round(first, 4), "n": n, "stopped": stopped,
+                                   "snap": None if got is None else round(got.f1, 3), "prompt_tokens": len(prompt)}
+            row["null"], row["null_first"] = (round(v, 4) for v in _sequence_logprob(llama, prompt, null))
+            row["s"] = round(time.perf_counter() - t0, 2)
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            out.flush()
+            print(f"{i + 1}/{len(order)} {row}", file=sys.stderr, flush=True)
+
+
+def product(args: argparse.Namespace) -> None:
+    """The decision `ctxrag ask` makes today, on the retrieval-only records (``retrieve``): the relevance gate (the
+    record's signals, the cross-language margin of `RelevanceGate`'s defaults), then `default_evidence_check` over
+    the record's knowledge base on the prompt the answer would get (chunks focused to ``--focus`` characters, as
+    ``answer_focus_chars`` does). One line per record to ``--reader-out`` (resumable), round-robin over the groups,
+    so a run stopped early covers each group and both halves alike."""
+    from ctxrag.chains.evidence import default_evidence_check
+    from ctxrag.chains.focus import SentenceFocus
+    from ctxrag.chains.rag import answer_messages
+    from ctxrag.chains.relevance import DEFAULT_MIN_MARGIN_CROSS
+    from ctxrag.kb.local import KnowledgeBase
+    from ctxrag.models.chat import make_chat_model
+    from ctxrag.settings import Settings
+
+    out_path: Path = args.reader_out
+    done = set()
+    if out_path.exists():
+        done = {json.loads(line)["id"] for line in out_path.read_text(encoding="utf-8").splitlines() if line}
+    recs = _round_robin(_split(args.records, args.home, args.seed, args.max_quote))
+    settings = Settings(home=args.home)
+    llm = make_chat_model(settings)
+    checks = {name: default_evidence_check(llm, KnowledgeBase.open(f"abst_{name}", settings, create=False))
+              for name in {r["kb"] for r in recs}}
+    gate = Rule(DEFAULT_MIN_MARGIN_CROSS, None)
+    with out_path.open("a", encoding="utf-8") as out:
+        for i, r in enumerate(recs):
+            if r["id"] in done:
+                continue
+            row: dict[str, Any] = {"id": r["id"], "gate": _new(r, gate)}
+            if row["gate"]:
+                t0 = time.perf_counter()
+                docs = _docs(r)
+                shown = (SentenceFocus(args.focus, terms=r.get("_terms")).focus(r["question"], docs) if args.focus
+                         else docs)
+                msgs = answer_messages({"question": r["question"], "documents": shown, "history": []})
+                row["verdict"] = checks[r["kb"]].check(r["question"], docs, msgs).to_dict()
+                row["s"] = round(time.perf_counter() - t0, 2)
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            out.flush()
+            print(f"{i + 1}/{len(recs)} {json.dumps(row, ensure_ascii=False)[:300]}", file=sys.stderr, flush=True)
+
+
+PRODUCT_CAPTION = "The product as shipped"
+NULL_CAPTION = "A null request in the answer prompt's shape"
+
+
+def _product_lines(path: Path) -> dict[str, dict[str, Any]]:
+    return {row["id"]: row for row in (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                                       if line)}
+
+
+def product_report(args: argparse.Namespace) -> None:
+    """Tables of ``product`` (and, when given, ``nullcheck``) lines of both splits, written into the page data beside
+    the other tables (replacing this mode's earlier ones); ``--dry-run`` prints them only."""
+    from ctxrag.text import detect_language  # noqa: F401 - the records' languages are recorded
+
+    parts = [(args.records, args.home, args.seed, args.reader_out, args.null_out)]
+    if args.records2:
+        parts.append((args.records2, args.home2, args.seed2, args.reader_out2, args.null_out2))
+    recs: list[dict[str, Any]] = []
+    nulls: list[dict[str, Any]] = []
+    for records, home, seed, prod, null in parts:
+        lines = _product_lines(prod)
+        nl = _product_lines(null) if null and null.exists() else {}
+        for r in _split(records, home, seed, args.max_quote):
+            r["total"] = True
+            if r["id"] in lines:
+                r["prod"] = lines[r["id"]]
+                recs.append(r)
+            if r["id"] in nl:
+                r["null"] = nl[r["id"]]
+                nulls.append(r)
+    totals: dict[str, int] = {}
+    for records, home, seed, *_ in parts:
+        for r in _load(argparse.Namespace(records=records, max_quote=args.max_quote)):
+            totals[_group(r)] = totals.get(_group(r), 0) + 1
+
+    seen: set[str] = set()  # the questions the product's thresholds were chosen on
+    for path, home, seed in zip(args.seen_records or [], (args.home, args.home2), (args.seed, args.seed2)):
+        seen |= {r["id"] for r in _split(path, home, seed, args.max_quote) if r["calibration"]}
+
+    def answered(r: dict[str, Any]) -> bool:
+        return bool(r["prod"]["gate"] and r["prod"]["verdict"]["supported"])
+
+    rows = []
+    halves = [("held out", lambda r: not r["calibration"]), ("both halves", lambda r: True)]
+    if seen:
+        halves.insert(0, ("not used to choose the thresholds", lambda r: r["id"] not in seen))
+    for half, keep in halves:
+        sel = [r for r in recs if keep(r)]
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for r in sel:
+            groups.setdefault(_group(r), []).append(r)
+        for g, rs in groups.items():
+            what = "false abstention %" if _answerable(rs[0]) else "abstention %"
+            today = sum(not _today(r) for r in rs) / len(rs)
+            new = sum(not answered(r) for r in rs) / len(rs)
+            rows.append([half, g, len(rs), what, round(100 * today, 1), round(100 * new, 1)])
+        (ta, tf), (na, nf) = _rates(sel, _today), _rates(sel, answered)
+        rows.append([half, "all groups", len(sel), "abstention % / false abstention %",
+                     f"{100 * ta:.1f} / {100 * tf:.1f}", f"{100 * na:.1f} / {100 * nf:.1f}"])
+    secs = sorted(r["prod"]["s"] for r in recs if r["prod"].get("s"))
+    stopped_by_key = sum(1 for r in recs if r["prod"]["gate"]
+                         and "names what the question asks about" in r["prod"]["verdict"]["reason"])
+    reached = ", ".join(f"{g} {sum(_group(r) == g for r in recs)}/{n}" for g, n in totals.items())
+    table = Table(
+        caption=f"{PRODUCT_CAPTION} (commit below): the relevance gate, then `default_evidence_check` on the answer "
+                "prompt focused to 300 characters (`answer_focus_chars`), on the retrieval-only records of both "
+                "splits (DRCD 90 questions per case and split); today = the relevance gate alone",
+        columns=["half", "questions", "n", "measure", "today (gate alone)", "product as shipped"], rows=rows,
+        notes=[f"Lines: `python bench/bench_abstention.py product --records R0 --home H0 --seed 0 --reader-out L0` "
+               "(and the second split's R1/H1/L1, one process each, the local 1.5B in process, one thread each), "
+               "round-robin over the question groups, stopped when the session's time was spent: questions reached "
+               f"per group (both splits): {reached}. {args.run_note}",
+               f"Median {secs[len(secs) // 2] if secs else 0:.1f} s per question that reached the quote or the key "
+               f"terms ({len(secs)} questions); {stopped_by_key} stopped at the key terms without a model call.",
+               "The thresholds are the product's defaults, chosen on the calibration halves of the smaller "
+               "model-based records in the tables below (quotes asked before the answer focus); the halves here are "
+               "the same construction (every other question of each group) over these larger records, which hold "
+               "those questions too, so a question of this held-out half may have been in that calibration half."])
+    tables = [table]
+    if nulls:
+        by: dict[str, list[dict[str, Any]]] = {}
+        for r in nulls:
+            by.setdefault(_group(r), []).append(r)
+        nrows = []
+        for g, rs in by.items():
+            is_null = [any(x in r["null"]["phrase"].upper() for x in ("无法回答", "無法回答", "NOT FOUND")) for r in rs]
+            p0 = sorted(round(math.exp(r["null"]["null_first"]), 2) for r in rs)
+            nrows.append([g, len(rs), sum(is_null), sum(1 for r, n in zip(rs, is_null) if not n and r["null"]["snap"]),
+                          ", ".join(f"{x:.2f}" for x in p0)])
+        tables.append(Table(
+            caption=f"{NULL_CAPTION}: the answer prompt's system message (focused chunks) and a request to answer in "
+                    "a few words or write only the no-answer reply (NOT FOUND / 无法回答 / 無法回答), greedy, on "
+                    "questions the key terms (0.25) pass",
+            columns=["questions", "n", "no-answer reply", "phrase snapped to a retrieved span",
+                     "P(no-answer reply's first token), each question"], rows=nrows,
+            notes=[f"Lines: `python bench/bench_abstention.py nullcheck --records R0 --home H0 --seed 0 --reader-out "
+                   "N0 --reader-tokens 24 --reader-key 0.25 --reader-groups 'DRCD (zh): zh ' 'code (en): en '` "
+                   f"(and the second split), stopped early: {len(nulls)} questions. {args.null_note}"]))
+    for t in tables:
+        print(t.caption)
+        for row in t.rows:
+            print("  ", row)
+        for n in t.notes:
+            print("  -", n)
+    if args.dry_run:
+        return
+    path = DATA_DIR / "abstention.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["tables"] = [t for t in data["tables"] if not str(t.get("caption", "")).startswith((PRODUCT_CAPTION,
+                                                                                            NULL_CAPTION))]
+    data["tables"] = [asdict(t) for t in tables] + data["tables"]
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
 def requote(args: argparse.Namespace) -> None:
@@ -1116,9 +1347,19 @@ def _by_split(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["collect", "retrieve", "requote", "judge", "none", "reader", "report", "show"])
+    ap.add_argument("what", choices=["collect", "retrieve", "requote", "judge", "none", "reader", "nullcheck", "product", "product-report", "report", "show"])
     ap.add_argument("--reader-out", type=Path, default=None, help="reader: where the reader lines go (JSON lines)")
     ap.add_argument("--reader-tokens", type=int, default=32, help="reader: the greedy phrase's token cap")
+    ap.add_argument("--focus", type=int, default=300, help="nullcheck: the answer focus (characters; 0: whole chunks)")
+    ap.add_argument("--reader-out2", type=Path, default=None, help="product-report: the second split's product lines")
+    ap.add_argument("--null-out", type=Path, default=None, help="product-report: the first split's nullcheck lines")
+    ap.add_argument("--null-out2", type=Path, default=None, help="product-report: the second split's nullcheck lines")
+    ap.add_argument("--null-note", default="", help="product-report: what the nullcheck lines show")
+    ap.add_argument("--dry-run", action="store_true", help="product-report: print the tables only")
+    ap.add_argument("--seen-records", type=Path, nargs="*", default=None,
+                    help="product-report: the records (per split) whose calibration halves chose the thresholds")
+    ap.add_argument("--reader-groups", nargs="*", default=None,
+                    help="reader: only the question groups whose name starts with one of these (e.g. 'DRCD (zh): zh ')")
     ap.add_argument("--reader-key", type=float, default=None,
                     help="reader: first the questions whose key-term coverage is at least this, then the others")
     ap.add_argument("--probs", type=Path, default=None, help="none: where the P(no source) lines go (JSON lines)")
@@ -1159,7 +1400,7 @@ def main() -> None:
         for q in questions(args.zh, args.en, args.cross, args.seed)[1]:
             print(json.dumps(asdict(q), ensure_ascii=False))
         return
-    {"collect": collect, "retrieve": retrieve, "requote": requote, "judge": judge, "none": none_probs, "reader": reader,
+    {"collect": collect, "retrieve": retrieve, "requote": requote, "judge": judge, "none": none_probs, "reader": reader, "nullcheck": nullcheck, "product": product, "product-report": product_report,
      "report": report}[args.what](args)
 
 
