@@ -394,11 +394,12 @@ def _where(start: int, questions: int) -> str:
 
 def slice_tables(records: list[dict[str, Any]], start: int, questions: int, args: argparse.Namespace,
                  label: str = "", notes: list[str] | None = None,
-                 diagnosis_notes: list[str] | None = None) -> list[Table]:
-    """A slice's tables: scores per arm (``notes`` under them), F1 by hops used, the diagnosis."""
+                 diagnosis_notes: list[str] | None = None, only: str = "") -> list[Table]:
+    """A slice's tables: scores per arm (``notes`` under them), F1 by hops used, the diagnosis; ``only``: these arms
+    (comma-separated) and no other."""
     _, queries = load_questions(questions, args.seed, start)
-    if getattr(args, "table_arms", None):  # the slice tables of these arms only (the comparisons keep every arm)
-        records = [r for r in records if r["arm"] in args.table_arms.split(",")]
+    if only:
+        records = [r for r in records if r["arm"] in only.split(",")]
     arms_records, n = _by_arm(records, [q.id for q in queries])
     rows, spread, diagnosis = [], [], []
     for arm, mine in arms_records.items():
@@ -453,7 +454,7 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, arms: list[s
             caption=f"{ARMS[second]} against {ARMS[first]}, per slice",
             columns=["slice", "questions", f"F1 {first}", f"F1 {second}", "difference", f"{second} above",
                      f"{second} below", "level"], rows=rows, notes=notes))
-    tables += slice_tables(records, args.start, args.questions, args, args.label, notes=[
+    tables += slice_tables(records, args.start, args.questions, args, args.label, only=args.table_arms, notes=[
         "Single shot: one retrieval (hybrid, top 4), `ExtractiveAnswer`, the evidence check on, as "
         "`ctxrag eval answers --format musique --answer-style short -k 4` answers; its hops column is 1.",
         f"Iterative: at most {args.max_hops} hops, {args.per_hop} new passages read per hop; decomposition: "
@@ -558,7 +559,7 @@ def main() -> None:
                         help="bridge3-graph: copy a recorded bridge-graph loop that already made --max-hops "
                              "retrievals (the arm would run it unchanged) instead of running it")
     parser.add_argument("--table-arms", default="", metavar="A,B",
-                        help="report: the slice tables show these arms only (default: every arm in the records)")
+                        help="report: the main slice's tables show these arms only (default: every arm in the records)")
     parser.add_argument("--interleave", action="store_true",
                         help="run the questions slice by slice in turn (0, 20, 40, 1, 21, ...)")
     parser.add_argument("--replay", type=Path, metavar="RECORDS",
