@@ -190,6 +190,25 @@ def _open_kbs(texts: dict[str, Any], settings: Any) -> dict[str, Any]:
     return kbs
 
 
+def _lines_by_id(path: Path | None) -> dict[str, dict[str, Any]]:
+    """A resumable JSON-lines file's rows by their ``id`` (none when the file is not there yet)."""
+    if path is None or not path.exists():
+        return {}
+    return {row["id"]: row for row in (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                                       if line)}
+
+
+def _focused_prompt(r: dict[str, Any], focus: int) -> list[Any]:
+    """The answer prompt the ask chain sends for record ``r``: its chunks focused to ``focus`` characters
+    (`SentenceFocus` over its knowledge base's key terms; 0: whole chunks)."""
+    from ctxrag.chains.focus import SentenceFocus
+    from ctxrag.chains.rag import answer_messages
+
+    docs = _docs(r)
+    shown = SentenceFocus(focus, terms=r.get("_terms")).focus(r["question"], docs) if focus else docs
+    return answer_messages({"question": r["question"], "documents": shown, "history": []})
+
+
 def collect(args: argparse.Namespace) -> None:
     from ctxrag.chains.evidence import EvidenceCheck
     from ctxrag.chains.ask import build_ask_chain
@@ -213,9 +232,7 @@ def collect(args: argparse.Namespace) -> None:
     settings = Settings(home=args.home)
     kbs = _open_kbs(texts, settings)
     llm = make_chat_model(settings)
-    done = set()
-    if args.records.exists():
-        done = {json.loads(line)["id"] for line in args.records.read_text(encoding="utf-8").splitlines() if line}
+    done = set(_lines_by_id(args.records))
     tools = {}
     for name, kb in kbs.items():
         retriever = make_multi_kb_retriever([kb], mode="hybrid", k=4, rerank="none", search_type="similarity")
@@ -270,9 +287,7 @@ def retrieve(args: argparse.Namespace) -> None:
     for name, kb in _open_kbs(texts, settings).items():
         retriever = make_multi_kb_retriever([kb], mode="hybrid", k=4, rerank="none", search_type="similarity")
         tools[name] = (retriever, RelevanceGate(kb.embeddings), KeyTerms.from_knowledge_base(kb))
-    done = set()
-    if args.records.exists():
-        done = {json.loads(line)["id"] for line in args.records.read_text(encoding="utf-8").splitlines() if line}
+    done = set(_lines_by_id(args.records))
     with args.records.open("a", encoding="utf-8") as out:
         for i, q in enumerate(qs):
             if q.id in done:
@@ -319,9 +334,7 @@ def none_probs(args: argparse.Namespace) -> None:
     from ctxrag.models.llamacpp_tools import chat_dicts
     from ctxrag.settings import Settings
 
-    done = set()
-    if args.probs.exists():
-        done = {json.loads(line)["id"] for line in args.probs.read_text(encoding="utf-8").splitlines() if line}
+    done = set(_lines_by_id(args.probs))
     recs = _split(args.records, args.home, args.seed, args.max_quote)
     asks = replace(_product_rule(), found=None)  # the gate and the key terms: the questions the quote is asked for
     todo: dict[str, list[dict[str, Any]]] = {}
@@ -441,9 +454,7 @@ def reader(args: argparse.Namespace) -> None:
     from ctxrag.chains.short_answer import ExtractiveAnswer
 
     out_path: Path = args.reader_out
-    done = set()
-    if out_path.exists():
-        done = {json.loads(line)["id"] for line in out_path.read_text(encoding="utf-8").splitlines() if line}
+    done = set(_lines_by_id(out_path))
     recs = _split(args.records, args.home, args.seed, args.max_quote)
     loose = Rule(min(CROSSES), None)
     todo: dict[str, list[dict[str, Any]]] = {}
@@ -512,14 +523,11 @@ def nullcheck(args: argparse.Namespace) -> None:
     from langchain_core.messages import HumanMessage, SystemMessage
 
     from ctxrag.chains.extractive import snap
-    from ctxrag.chains.focus import SentenceFocus
-    from ctxrag.chains.rag import answer_messages, question_language
+    from ctxrag.chains.rag import question_language
     from ctxrag.text import is_traditional_chinese
 
     out_path: Path = args.reader_out
-    done = set()
-    if out_path.exists():
-        done = {json.loads(line)["id"] for line in out_path.read_text(encoding="utf-8").splitlines() if line}
+    done = set(_lines_by_id(out_path))
     recs = _split(args.records, args.home, args.seed, args.max_quote)
     todo: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
@@ -533,9 +541,7 @@ def nullcheck(args: argparse.Namespace) -> None:
         for i, r in enumerate(order):
             t0 = time.perf_counter()
             docs = _docs(r)
-            shown = SentenceFocus(args.focus, terms=r.get("_terms")).focus(r["question"], docs) if args.focus else docs
-            msgs = answer_messages({"question": r["question"], "documents": shown, "history": []})
-            system = next(m for m in msgs if isinstance(m, SystemMessage))
+            system = next(m for m in _focused_prompt(r, args.focus) if isinstance(m, SystemMessage))
             lng = question_language(r["question"], "auto")
             key = "zh-hant" if lng == "zh" and is_traditional_chinese(r["question"]) else lng
             prompt = tokens([system, HumanMessage(NULL_REQUEST[key].format(question=r["question"]))])
@@ -559,17 +565,13 @@ def product(args: argparse.Namespace) -> None:
     ``answer_focus_chars`` does). One line per record to ``--reader-out`` (resumable), round-robin over the groups,
     so a run stopped early covers each group and both halves alike."""
     from ctxrag.chains.evidence import default_evidence_check
-    from ctxrag.chains.focus import SentenceFocus
-    from ctxrag.chains.rag import answer_messages
     from ctxrag.chains.relevance import DEFAULT_MIN_MARGIN_CROSS
     from ctxrag.kb.local import KnowledgeBase
     from ctxrag.models.chat import make_chat_model
     from ctxrag.settings import Settings
 
     out_path: Path = args.reader_out
-    done = set()
-    if out_path.exists():
-        done = {json.loads(line)["id"] for line in out_path.read_text(encoding="utf-8").splitlines() if line}
+    done = set(_lines_by_id(out_path))
     recs = _round_robin(_split(args.records, args.home, args.seed, args.max_quote))
     settings = Settings(home=args.home)
     llm = make_chat_model(settings)
@@ -583,11 +585,8 @@ def product(args: argparse.Namespace) -> None:
             row: dict[str, Any] = {"id": r["id"], "gate": _new(r, gate)}
             if row["gate"]:
                 t0 = time.perf_counter()
-                docs = _docs(r)
-                shown = (SentenceFocus(args.focus, terms=r.get("_terms")).focus(r["question"], docs) if args.focus
-                         else docs)
-                msgs = answer_messages({"question": r["question"], "documents": shown, "history": []})
-                row["verdict"] = checks[r["kb"]].check(r["question"], docs, msgs).to_dict()
+                verdict = checks[r["kb"]].check(r["question"], _docs(r), _focused_prompt(r, args.focus))
+                row["verdict"] = verdict.to_dict()
                 row["s"] = round(time.perf_counter() - t0, 2)
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
             out.flush()
@@ -598,40 +597,30 @@ PRODUCT_CAPTION = "The product as shipped"
 NULL_CAPTION = "A null request in the answer prompt's shape"
 
 
-def _product_lines(path: Path) -> dict[str, dict[str, Any]]:
-    return {row["id"]: row for row in (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-                                       if line)}
-
-
 def product_report(args: argparse.Namespace) -> None:
     """Tables of ``product`` (and, when given, ``nullcheck``) lines of both splits, written into the page data beside
     the other tables (replacing this mode's earlier ones); ``--dry-run`` prints them only."""
-    from ctxrag.text import detect_language  # noqa: F401 - the records' languages are recorded
-
     parts = [(args.records, args.home, args.seed, args.reader_out, args.null_out)]
     if args.records2:
         parts.append((args.records2, args.home2, args.seed2, args.reader_out2, args.null_out2))
     recs: list[dict[str, Any]] = []
     nulls: list[dict[str, Any]] = []
+    totals: dict[str, int] = {}
     for records, home, seed, prod, null in parts:
-        lines = _product_lines(prod)
-        nl = _product_lines(null) if null and null.exists() else {}
+        lines = _lines_by_id(prod)
+        nl = _lines_by_id(null)
         for r in _split(records, home, seed, args.max_quote):
-            r["total"] = True
+            totals[_group(r)] = totals.get(_group(r), 0) + 1
             if r["id"] in lines:
                 r["prod"] = lines[r["id"]]
                 recs.append(r)
             if r["id"] in nl:
                 r["null"] = nl[r["id"]]
                 nulls.append(r)
-    totals: dict[str, int] = {}
-    for records, home, seed, *_ in parts:
-        for r in _load(argparse.Namespace(records=records, max_quote=args.max_quote)):
-            totals[_group(r)] = totals.get(_group(r), 0) + 1
-
     seen: set[str] = set()  # the questions the product's thresholds were chosen on
-    for path, home, seed in zip(args.seen_records or [], (args.home, args.home2), (args.seed, args.seed2)):
-        seen |= {r["id"] for r in _split(path, home, seed, args.max_quote) if r["calibration"]}
+    for path in args.seen_records or []:
+        recs_seen = _load(argparse.Namespace(records=path, max_quote=args.max_quote))
+        seen |= {r["id"] for r in _mark_halves(recs_seen, 0) if r["calibration"]}
 
     def answered(r: dict[str, Any]) -> bool:
         return bool(r["prod"]["gate"] and r["prod"]["verdict"]["supported"])
@@ -679,7 +668,7 @@ def product_report(args: argparse.Namespace) -> None:
             by.setdefault(_group(r), []).append(r)
         nrows = []
         for g, rs in by.items():
-            is_null = [any(x in r["null"]["phrase"].upper() for x in ("无法回答", "無法回答", "NOT FOUND")) for r in rs]
+            is_null = [any(x in r["null"]["phrase"].upper() for x in NULL_REPLY.values()) for r in rs]
             p0 = sorted(round(math.exp(r["null"]["null_first"]), 2) for r in rs)
             nrows.append([g, len(rs), sum(is_null), sum(1 for r, n in zip(rs, is_null) if not n and r["null"]["snap"]),
                           ", ".join(f"{x:.2f}" for x in p0)])
@@ -720,9 +709,7 @@ def requote(args: argparse.Namespace) -> None:
 
     settings = Settings(home=args.home)
     recs = _round_robin(_load(args))
-    done = set()
-    if args.replies.exists():
-        done = {json.loads(line)["id"] for line in args.replies.read_text(encoding="utf-8").splitlines() if line}
+    done = set(_lines_by_id(args.replies))
     retrievers = {name: make_multi_kb_retriever([KnowledgeBase.open(f"abst_{name}", settings, create=False)],
                                                 mode="hybrid", k=4, rerank="none", search_type="similarity")
                   for name in {r["kb"] for r in recs}}
@@ -1059,6 +1046,12 @@ def _split(records: Path, home: Path, seed: int, max_quote: int) -> list[dict[st
     part = argparse.Namespace(records=records, max_quote=max_quote, home=home)
     recs = _load(part)
     _key_terms(part, recs)
+    return _mark_halves(recs, seed)
+
+
+def _mark_halves(recs: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """``recs`` marked with their split's ``seed`` and their half: every other question of each group is a
+    calibration one."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
         r["split"] = seed
@@ -1347,10 +1340,12 @@ def _by_split(recs: list[dict[str, Any]], chosen: Rule) -> list[list[Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["collect", "retrieve", "requote", "judge", "none", "reader", "nullcheck", "product", "product-report", "report", "show"])
+    ap.add_argument("what", choices=["collect", "retrieve", "requote", "judge", "none", "reader", "nullcheck",
+                                     "product", "product-report", "report", "show"])
     ap.add_argument("--reader-out", type=Path, default=None, help="reader: where the reader lines go (JSON lines)")
     ap.add_argument("--reader-tokens", type=int, default=32, help="reader: the greedy phrase's token cap")
-    ap.add_argument("--focus", type=int, default=300, help="nullcheck: the answer focus (characters; 0: whole chunks)")
+    ap.add_argument("--focus", type=int, default=300,
+                    help="nullcheck, product: the answer focus (characters; 0: whole chunks)")
     ap.add_argument("--reader-out2", type=Path, default=None, help="product-report: the second split's product lines")
     ap.add_argument("--null-out", type=Path, default=None, help="product-report: the first split's nullcheck lines")
     ap.add_argument("--null-out2", type=Path, default=None, help="product-report: the second split's nullcheck lines")
@@ -1400,8 +1395,8 @@ def main() -> None:
         for q in questions(args.zh, args.en, args.cross, args.seed)[1]:
             print(json.dumps(asdict(q), ensure_ascii=False))
         return
-    {"collect": collect, "retrieve": retrieve, "requote": requote, "judge": judge, "none": none_probs, "reader": reader, "nullcheck": nullcheck, "product": product, "product-report": product_report,
-     "report": report}[args.what](args)
+    {"collect": collect, "retrieve": retrieve, "requote": requote, "judge": judge, "none": none_probs, "reader": reader,
+     "nullcheck": nullcheck, "product": product, "product-report": product_report, "report": report}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
     from langchain.agents import create_agent
 
     from ctxrag.chains.ask import build_ask_chain
-    from ctxrag.chains.multihop import MultiHopAnswer
+    from ctxrag.chains.multihop import BRIDGE_MIN_HOPS, MultiHopAnswer
     from ctxrag.enums import SearchMode
     from ctxrag.evaluation.answers import answer_step, evidence_check
     from ctxrag.evaluation.experiments import ExperimentConfig
@@ -146,12 +146,11 @@ def build_arms(arms: list[str], dataset: Any, args: argparse.Namespace) -> dict[
                                           evidence=evidence_check(llm, source, args.evidence),
                                           answer=answer_step(llm, "short"),
                                           retriever=TopK(base=retriever(mode, args.k, fusion), k=args.k))
-        elif arm in ("bridge", "bridge-graph", "bridge-fusion"):
+        elif arm in ("bridge", "bridge-graph", "bridge-fusion", "bridge3-graph"):
+            # bridge3: as the ask chain runs it, no stop before retrieval BRIDGE_MIN_HOPS; the others: min_hops 2
+            least = {"min_hops": min(BRIDGE_MIN_HOPS, args.max_hops)} if arm.startswith("bridge3") else {}
             chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2, fusion), llm, max_hops=args.max_hops,
-                                         passages_per_hop=args.per_hop, bridge=True)
-        elif arm == "bridge3-graph":  # the loop does not stop before its third retrieval
-            chains[arm] = MultiHopAnswer(retriever(mode, args.per_hop + 2, fusion), llm, max_hops=args.max_hops,
-                                         min_hops=min(3, args.max_hops), passages_per_hop=args.per_hop, bridge=True)
+                                         passages_per_hop=args.per_hop, bridge=True, **least)
         elif arm in ("multihop", "multihop-graph"):
             chains[arm] = build_ask_chain([runner.source(config(mode))], llm, multi_hop=args.max_hops,
                                           k=args.per_hop, retriever=retriever(mode, args.per_hop + 2))
@@ -255,11 +254,13 @@ def run(args: argparse.Namespace, arms: list[str]) -> list[dict[str, Any]]:
         same = {r["id"]: r for r in read_records(args.same_as)
                 if r["arm"] == "bridge-graph" and len(r.get("queries") or []) >= args.max_hops}
     copied = [(q, arm) for q, arm in todo if arm == "bridge3-graph" and q.id in same]
-    for q, arm in copied:
-        rec = {**same[q.id], "arm": arm, "copied_from": str(args.same_as)}
-        records.append(rec)
+    if copied:
+        args.records.parent.mkdir(parents=True, exist_ok=True)
         with args.records.open("a", encoding="utf-8") as sink:
-            sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            for q, arm in copied:
+                rec = {**same[q.id], "arm": arm, "copied_from": str(args.same_as)}
+                records.append(rec)
+                sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
     todo = [t for t in todo if t not in copied]
     if args.interleave:  # a run stopped early covers every 20-question slice alike
         pos = {q.id: i for i, q in enumerate(queries)}

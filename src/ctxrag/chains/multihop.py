@@ -326,6 +326,10 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
         seen: set[str] = set()
         hops: list[Hop] = []
         query, loop_answer = question, ""
+
+        def searchable(q: str) -> bool:  # a search string not made before
+            return bool(q) and not any(_same_question(q, h.query) for h in hops)
+
         for i in range(self.max_hops):
             found = self.retriever.invoke(query, config)
             new = [d for d in found if chunk_key(d) not in seen][: self.passages_per_hop]
@@ -347,9 +351,9 @@ class MultiHopAnswer(RunnableSerializable[Any, dict[str, Any]]):
             if not hop.next_question and i + 1 >= self.min_hops:
                 break
             query = hop.next_question or hop.answer
-            if i + 1 < self.min_hops and (not query or any(_same_question(query, h.query) for h in hops)):
+            if i + 1 < self.min_hops and not searchable(query):
                 query = hop.answer  # before hop min_hops a search made before is not an end: look up the answer
-            if not query or any(_same_question(query, h.query) for h in hops):
+            if not searchable(query):
                 break
         return {**self.final_read(question, documents, hops, config), "loop_answer": loop_answer}
 
